@@ -1,0 +1,81 @@
+// kernels/kernels.h: THE CPU kernel interface. Plain pointers and dimensions; kernels know nothing
+// of models, requests or the KV manager. Multi-threaded kernels take (ith, nth) and process their
+// own share; they never create threads.
+//
+// Batch invariance (the engine's determinism rests on it): every output element is computed with
+// a fixed reduction order that does not depend on n_tokens, ith or nth. Work is split over output
+// rows / tokens / heads, never over a reduction dimension.
+//
+// A KernelTable of function pointers is chosen once from CPUID (AVX-512 > AVX2 > scalar ref).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "gguf/tensor_types.h"
+
+namespace kvw::kernels {
+
+// KV storage element types.
+enum class KvDtype : uint8_t { kF32, kF16 };
+
+// Paged K/V of one layer. Block b holds block_size tokens:
+//   k: base_k + b * block_stride, laid out [n_kv_heads][block_size][head_dim]
+//   v: base_v + b * block_stride, same layout
+// (block_stride in elements of dtype).
+struct KvLayerView {
+  KvDtype dtype;
+  void* base_k;
+  void* base_v;
+  int64_t block_stride;
+  int32_t block_size;
+  int32_t n_kv_heads;
+  int32_t head_dim;
+};
+
+struct KernelTable {
+  const char* isa;  // "avx512", "avx2", "ref"
+
+  // Activations x [n_tokens][n_in] f32 converted to the dot-product format that weights of
+  // `wtype` pair with (Q8_0 for Q4_0/Q8_0, Q8_K for K-quants, copy otherwise), rows [ith share].
+  // dst holds n_tokens rows of act_row_bytes(wtype, n_in).
+  void (*quantize_act)(GgmlType wtype, const float* x, int64_t n_tokens, int64_t n_in, void* dst,
+                       int ith, int nth);
+
+  // y[t][r] = sum_i W[r][i] * x[t][i] for r in [0,n_rows), t in [0,n_tokens).
+  // w: n_rows rows of n_in elements in wtype; xq: output of quantize_act; y row stride = n_rows.
+  // Each thread takes a contiguous range of rows.
+  void (*matmul)(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
+                 int64_t n_tokens, float* y, int ith, int nth);
+
+  // out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], n elements (single row).
+  void (*rmsnorm)(const float* x, const float* w, int64_t n, float eps, float* out);
+
+  // out[i] = silu(gate[i]) * up[i]
+  void (*silu_mul)(const float* gate, const float* up, int64_t n, float* out);
+
+  // Attention for one query token (all heads): q [n_heads][head_dim], scale = 1/sqrt(head_dim).
+  // Attends to positions [pos_begin, pos_end) of the sequence whose blocks are `block_table`
+  // (position p lives in block_table[p / block_size], slot p % block_size).
+  // Online softmax in fixed position order; out [n_heads][head_dim].
+  // scratch: at least attention_scratch_floats(head_dim) floats.
+  void (*attention)(const float* q, int32_t n_heads, const KvLayerView& kv,
+                    std::span<const uint32_t> block_table, int64_t pos_begin, int64_t pos_end,
+                    float scale, float* out, float* scratch);
+
+  // Writes one token's k, v ([n_kv_heads][head_dim] f32) into slot `pos` of the block table.
+  void (*kv_store)(const KvLayerView& kv, std::span<const uint32_t> block_table, int64_t pos,
+                   const float* k, const float* v);
+};
+
+// Bytes of one activation row for quantize_act with weights of `wtype`.
+int64_t act_row_bytes(GgmlType wtype, int64_t n_in);
+int64_t attention_scratch_floats(int32_t head_dim);
+
+// The best table for this CPU (chosen once, on first call). KVW_ISA=ref|avx2|avx512 overrides.
+const KernelTable& kernels();
+const KernelTable& kernels_ref();
+// All tables this CPU can run (for tests comparing each against ref).
+std::span<const KernelTable* const> available_kernel_tables();
+
+}  // namespace kvw::kernels
