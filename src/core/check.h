@@ -22,7 +22,7 @@ class CheckFailure {
 
 // Lets the macro below be a single expression with a streamable tail.
 struct Voidify {
-  void operator&(CheckFailure&) {}
+  void operator&(const CheckFailure&) {}
 };
 
 }  // namespace kvw::internal

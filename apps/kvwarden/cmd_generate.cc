@@ -1,0 +1,200 @@
+// kvwarden generate: prompt -> tokens -> streamed text on stdout, with a summary on stderr.
+// Prefill runs in chunks of --batch-size tokens; decode runs one token per forward.
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include "apps/kvwarden/commands.h"
+#include "model/model.h"
+#include "model/sampling.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvw::app {
+namespace {
+
+struct GenerateFlags {
+  std::string model, prompt, kv_dtype = "f16", rope_scaling;
+  std::vector<std::string> stop;
+  int32_t max_tokens = 128, ctx_size = 0, block_size = 16, batch_size = 256;
+  int threads = 0;
+  float rope_scale = 0, rope_freq_base = 0;
+  int32_t rope_orig_ctx = 0;
+  SamplingParams sampling;
+  bool seed_given = false;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Holds back text that might be the start of a stop string; returns true once a stop matched.
+class StopFilter {
+ public:
+  explicit StopFilter(const std::vector<std::string>& stops) : stops_(stops) {}
+  // Appends text; writes what is safe to print into `out`.
+  bool push(const std::string& text, std::string& out) {
+    held_ += text;
+    for (const auto& s : stops_) {
+      if (s.empty()) continue;
+      if (auto at = held_.find(s); at != std::string::npos) {
+        out += held_.substr(0, at);
+        held_.clear();
+        return true;
+      }
+    }
+    size_t keep = 0;  // longest suffix of held_ that is a prefix of some stop string
+    for (const auto& s : stops_) {
+      for (size_t n = std::min(s.size() - 1, held_.size()); n > keep; --n) {
+        if (held_.compare(held_.size() - n, n, s, 0, n) == 0) {
+          keep = n;
+          break;
+        }
+      }
+    }
+    out += held_.substr(0, held_.size() - keep);
+    held_.erase(0, held_.size() - keep);
+    return false;
+  }
+  std::string rest() { return std::exchange(held_, {}); }
+
+ private:
+  const std::vector<std::string>& stops_;
+  std::string held_;
+};
+
+int run(GenerateFlags f) {
+  auto fail = [](const std::string& msg, int code) {
+    std::cerr << "kvwarden generate: " << msg << "\n";
+    return code;
+  };
+  if (Status st = f.sampling.validate(); !st.ok()) return fail(st.message(), 2);
+  if (f.max_tokens < 0) return fail("--max-tokens must be >= 0", 2);
+  ModelOptions opt;
+  opt.n_threads = f.threads;
+  opt.max_batch_tokens = f.batch_size;
+  if (!f.rope_scaling.empty()) {
+    auto rs = parse_rope_scaling(f.rope_scaling);
+    if (!rs) return fail("--rope-scaling: " + rs.message(), 2);
+    opt.rope.scaling = *rs;
+  }
+  if (f.rope_scale > 0) opt.rope.scale_factor = f.rope_scale;
+  if (f.rope_freq_base > 0) opt.rope.freq_base = f.rope_freq_base;
+  if (f.rope_orig_ctx > 0) opt.rope.orig_ctx = f.rope_orig_ctx;
+  auto loaded = Model::load(f.model, opt);
+  if (!loaded) return fail(loaded.message(), 1);
+  Model& model = **loaded;
+  auto tok = Tokenizer::from_gguf(model.file());
+  if (!tok) return fail(tok.message(), 1);
+  const Tokenizer& tokenizer = **tok;
+
+  std::vector<int32_t> tokens = tokenizer.encode(f.prompt, /*add_special=*/true, /*parse_special=*/true);
+  if (tokens.empty()) return fail("the prompt encodes to no tokens", 2);
+  const int32_t n_ctx = f.ctx_size > 0 ? f.ctx_size : model.hparams().n_ctx_train;
+  if ((int32_t)tokens.size() >= n_ctx) {
+    return fail("prompt of " + std::to_string(tokens.size()) + " tokens does not fit the context of " +
+                    std::to_string(n_ctx) + " (--ctx-size)", 2);
+  }
+  const int32_t n_total = std::min<int32_t>(n_ctx, (int32_t)tokens.size() + f.max_tokens);
+  const uint32_t num_blocks = (uint32_t)((n_total + f.block_size - 1) / f.block_size);
+  KvArena kv(model.kv_config(num_blocks, f.block_size,
+                             f.kv_dtype == "f32" ? kernels::KvDtype::kF32 : kernels::KvDtype::kF16));
+  std::vector<uint32_t> table(num_blocks);
+  for (uint32_t i = 0; i < num_blocks; ++i) table[i] = i;
+
+  const int32_t n_vocab = model.hparams().n_vocab;
+  std::vector<float> logits(n_vocab);
+  Sampler sampler(f.sampling, n_vocab);
+  StreamDecoder stream(tokenizer);
+  StopFilter stop(f.stop);
+  const size_t n_prompt = tokens.size();
+
+  auto t0 = std::chrono::steady_clock::now();
+  for (size_t pos = 0; pos < n_prompt; pos += f.batch_size) {
+    const size_t n = std::min<size_t>(f.batch_size, n_prompt - pos);
+    SeqInput in{.tokens = std::span(tokens).subspan(pos, n), .start_pos = (int64_t)pos, .block_table = table};
+    if (Status st = model.forward({&in, 1}, kv, logits.data()); !st.ok()) return fail(st.message(), 1);
+  }
+  const double prefill_s = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  std::string finish = "length";
+  int32_t n_gen = 0;
+  while (n_gen < f.max_tokens && (int32_t)tokens.size() < n_ctx) {
+    const int32_t next = sampler.sample(logits.data(), tokens);
+    if (tokenizer.is_end_of_generation(next)) {
+      finish = "stop";
+      break;
+    }
+    tokens.push_back(next);
+    ++n_gen;
+    std::string out;
+    const bool stopped = stop.push(stream.push(next), out);
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    std::fflush(stdout);
+    if (stopped) {
+      finish = "stop";
+      break;
+    }
+    if (n_gen == f.max_tokens || (int32_t)tokens.size() >= n_ctx) break;
+    SeqInput in{.tokens = std::span(tokens).last(1), .start_pos = (int64_t)tokens.size() - 1, .block_table = table};
+    if (Status st = model.forward({&in, 1}, kv, logits.data()); !st.ok()) return fail(st.message(), 1);
+  }
+  if (finish != "stop") {
+    std::string out;
+    stop.push(stream.flush(), out);
+    out += stop.rest();
+    std::fwrite(out.data(), 1, out.size(), stdout);
+  }
+  std::printf("\n");
+  const double decode_s = seconds_since(t0);
+  std::fprintf(stderr,
+               "prompt: %zu tokens in %.3f s (%.1f tok/s) | decode: %d tokens in %.3f s (%.1f tok/s) | "
+               "finish: %s | seed %llu | threads %d\n",
+               n_prompt, prefill_s, n_prompt / std::max(prefill_s, 1e-9), n_gen, decode_s,
+               n_gen / std::max(decode_s, 1e-9), finish.c_str(),
+               (unsigned long long)f.sampling.seed, model.num_threads());
+  return 0;
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("generate", "Generate text from a prompt (streams to stdout)");
+  auto f = std::make_shared<GenerateFlags>();
+  SamplingParams& s = f->sampling;
+  cmd->add_option("--model,-m", f->model, "GGUF model file")->required();
+  cmd->add_option("--prompt,-p", f->prompt, "Prompt text")->required();
+  cmd->add_option("--max-tokens,-n", f->max_tokens, "Tokens to generate at most")->capture_default_str();
+  cmd->add_option("--temperature", s.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
+  cmd->add_option("--top-k", s.top_k, "Keep the k most likely tokens (0: off)")->capture_default_str();
+  cmd->add_option("--top-p", s.top_p, "Nucleus sampling mass (1: off)")->capture_default_str();
+  cmd->add_option("--min-p", s.min_p, "Drop tokens below min-p x the top probability (0: off)")
+      ->capture_default_str();
+  cmd->add_option("--repeat-penalty", s.repeat_penalty, "Penalty for recent tokens (1: off)")
+      ->capture_default_str();
+  cmd->add_option("--repeat-last-n", s.repeat_last_n, "Window of the repeat penalty")->capture_default_str();
+  cmd->add_option("--seed", s.seed, "Random seed (default: random, printed in the summary)");
+  cmd->add_option("--stop", f->stop, "Stop when this text is generated (repeatable)");
+  cmd->add_option("--threads,-t", f->threads, "Threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--ctx-size,-c", f->ctx_size, "Context length (0: the model's)")->capture_default_str();
+  cmd->add_option("--batch-size,-b", f->batch_size, "Prompt tokens per forward pass")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  cmd->add_option("--kv-cache-dtype", f->kv_dtype, "KV cache type: f16 or f32")
+      ->check(CLI::IsMember({"f16", "f32"}))
+      ->capture_default_str();
+  cmd->add_option("--block-size", f->block_size, "KV block size in tokens")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  cmd->add_option("--rope-scaling", f->rope_scaling, "Override RoPE scaling: none, linear, ntk, yarn");
+  cmd->add_option("--rope-scale", f->rope_scale, "Override the RoPE context extension factor");
+  cmd->add_option("--rope-freq-base", f->rope_freq_base, "Override the RoPE frequency base");
+  cmd->add_option("--yarn-orig-ctx", f->rope_orig_ctx, "Override YaRN's original context length");
+  cmd->callback([f, cmd, &exit_code] {
+    if (cmd->count("--seed") == 0) {
+      f->sampling.seed = (uint64_t)std::chrono::steady_clock::now().time_since_epoch().count();
+    }
+    exit_code = run(*f);
+  });
+}
+
+}  // namespace kvw::app

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages kvwarden builds and tests with, only those missing.
+# Sourced or run by run.sh and test.sh; safe to run repeatedly. Needs root (or sudo) to install.
+set -euo pipefail
+
+KVW_PACKAGES=(
+  build-essential cmake pkg-config g++
+  libgtest-dev googletest libbenchmark-dev
+  nlohmann-json3-dev libcli11-dev libpcre2-dev libxxhash-dev
+  python3 python3-numpy
+)
+
+kvw_missing=()
+for p in "${KVW_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || kvw_missing+=("$p")
+done
+if [ ${#kvw_missing[@]} -gt 0 ]; then
+  echo "setup: installing ${kvw_missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${kvw_missing[@]}"
+fi

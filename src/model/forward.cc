@@ -1,0 +1,189 @@
+// model/forward.cc: the Llama-family decoder step (llama2.c's forward, batched and paged).
+// Each phase is one ThreadPool::run; phases that work per token split tokens across threads,
+// matmuls split weight rows. No phase depends on how work was split, so results are
+// bit-identical for any batch composition and thread count.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "model/model.h"
+
+namespace kvw {
+namespace {
+
+// Contiguous share [begin, end) of n items for thread ith of nth.
+std::pair<int64_t, int64_t> share(int64_t n, int ith, int nth) {
+  return {n * ith / nth, n * (ith + 1) / nth};
+}
+
+bool uses_q8_0(GgmlType t) { return t == GgmlType::kQ4_0 || t == GgmlType::kQ8_0; }
+bool uses_q8_k(GgmlType t) {
+  return t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ6_K;
+}
+
+}  // namespace
+
+// Converts row `row` of x [.][n_in] to the activation format `w` pairs with.
+void Model::quantize_for(const WeightMatrix& w, const float* x, int64_t row, int64_t n_in) {
+  const auto& kt = kernels::kernels();
+  const int64_t rb = kernels::act_row_bytes(w.type, n_in);
+  if (uses_q8_0(w.type)) {
+    kt.quantize_act(w.type, x + row * n_in, 1, n_in, act_q8_0_.data() + row * rb, 0, 1);
+  } else if (uses_q8_k(w.type)) {
+    kt.quantize_act(w.type, x + row * n_in, 1, n_in, act_q8_k_.data() + row * rb, 0, 1);
+  }
+}
+
+const void* Model::act_for(const WeightMatrix& w, const float* x) const {
+  if (uses_q8_0(w.type)) return act_q8_0_.data();
+  if (uses_q8_k(w.type)) return act_q8_k_.data();
+  return x;  // float weights take f32 activations as they are
+}
+
+Status Model::forward(std::span<const SeqInput> seqs, KvArena& kv, float* logits) {
+  KVW_RETURN_IF_ERROR(validate(seqs, kv));
+  seqs_ = seqs;
+  int64_t n_tokens = 0, n_rows = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const SeqInput& s = seqs[i];
+    for (size_t j = 0; j < s.tokens.size(); ++j) {
+      tok_[n_tokens] = {(int32_t)i, s.start_pos + (int64_t)j};
+      if (s.all_logits || j + 1 == s.tokens.size()) logit_src_[n_rows++] = n_tokens;
+      ++n_tokens;
+    }
+  }
+  const int64_t d = hp_.n_embd;
+  pool_.run([&](int ith, int nth) {
+    auto [b, e] = share(n_tokens, ith, nth);
+    for (int64_t t = b; t < e; ++t) {
+      const SeqInput& s = seqs[tok_[t].seq];
+      const int32_t id = s.tokens[tok_[t].pos - s.start_pos];
+      const auto* row = static_cast<const uint8_t*>(w_.token_embd.data) + id * w_.token_embd.row_bytes;
+      dequantize_row(w_.token_embd.type, row, x_.data() + t * d, d);
+      rope_.cos_sin(tok_[t].pos, cs_.data() + t * hp_.rope.n_rot);
+    }
+  });
+  for (int32_t l = 0; l < hp_.n_layer; ++l) run_layer(l, kv, n_tokens);
+  compute_logits(n_rows, logits);
+  return {};
+}
+
+void Model::run_layer(int32_t l, KvArena& kv, int64_t n_tokens) {
+  const auto& kt = kernels::kernels();
+  const LayerWeights& L = w_.layers[l];
+  const int64_t d = hp_.n_embd, qd = hp_.q_dim(), kvd = hp_.kv_dim(), ff = hp_.n_ff;
+  const int32_t hd = hp_.head_dim;
+  float* xn = xn_.data();
+
+  // Attention input: residual from the previous layer's FFN, then RMSNorm, then quantise.
+  pool_.run([&](int ith, int nth) {
+    auto [b, e] = share(n_tokens, ith, nth);
+    for (int64_t t = b; t < e; ++t) {
+      if (l > 0) {
+        for (int64_t i = 0; i < d; ++i) x_[t * d + i] += tmp_[t * d + i];
+      }
+      kt.rmsnorm(x_.data() + t * d, L.attn_norm.data(), d, hp_.norm_eps, xn + t * d);
+      quantize_for(L.wq, xn, t, d);
+      if (L.wk.type != L.wq.type) quantize_for(L.wk, xn, t, d);
+      if (L.wv.type != L.wq.type && L.wv.type != L.wk.type) quantize_for(L.wv, xn, t, d);
+    }
+  });
+  pool_.run([&](int ith, int nth) {
+    kt.matmul(L.wq.type, L.wq.data, qd, d, act_for(L.wq, xn), n_tokens, q_.data(), ith, nth);
+    kt.matmul(L.wk.type, L.wk.data, kvd, d, act_for(L.wk, xn), n_tokens, k_.data(), ith, nth);
+    kt.matmul(L.wv.type, L.wv.data, kvd, d, act_for(L.wv, xn), n_tokens, v_.data(), ith, nth);
+  });
+  // Biases, RoPE, and K/V into the paged cache.
+  const kernels::KvLayerView view = kv.layer(l);
+  pool_.run([&](int ith, int nth) {
+    auto [b, e] = share(n_tokens, ith, nth);
+    for (int64_t t = b; t < e; ++t) {
+      float* q = q_.data() + t * qd;
+      float* k = k_.data() + t * kvd;
+      float* v = v_.data() + t * kvd;
+      if (!L.bq.empty()) {
+        for (int64_t i = 0; i < qd; ++i) q[i] += L.bq[i];
+        for (int64_t i = 0; i < kvd; ++i) k[i] += L.bk[i];
+        for (int64_t i = 0; i < kvd; ++i) v[i] += L.bv[i];
+      }
+      const float* cs = cs_.data() + t * hp_.rope.n_rot;
+      rope_.apply(q, hp_.n_head, hd, cs);
+      rope_.apply(k, hp_.n_head_kv, hd, cs);
+      kt.kv_store(view, seqs_[tok_[t].seq].block_table, tok_[t].pos, k, v);
+    }
+  });
+  // Attention: one work item per (token, kv head); the query heads of a group share its K/V.
+  const int32_t group = hp_.n_head / hp_.n_head_kv;
+  const float scale = 1.0f / std::sqrt((float)hd);
+  pool_.run([&](int ith, int nth) {
+    float* scratch = attn_scratch_.data() + ith * kernels::attention_scratch_floats(hd);
+    auto [b, e] = share(n_tokens * hp_.n_head_kv, ith, nth);
+    for (int64_t item = b; item < e; ++item) {
+      const int64_t t = item / hp_.n_head_kv;
+      const int32_t g = (int32_t)(item % hp_.n_head_kv);
+      kernels::KvLayerView gv = view;
+      const int64_t off = (int64_t)g * view.block_size * hd * (view.dtype == kernels::KvDtype::kF32 ? 4 : 2);
+      gv.base_k = static_cast<uint8_t*>(view.base_k) + off;
+      gv.base_v = static_cast<uint8_t*>(view.base_v) + off;
+      gv.n_kv_heads = 1;
+      const int64_t pos = tok_[t].pos;
+      const int64_t begin = hp_.sliding_window > 0 ? std::max<int64_t>(0, pos + 1 - hp_.sliding_window) : 0;
+      const int64_t head0 = (int64_t)g * group;
+      kt.attention(q_.data() + t * qd + head0 * hd, group, gv, seqs_[tok_[t].seq].block_table,
+                   begin, pos + 1, scale, xn + t * qd + head0 * hd, scratch);
+    }
+  });
+  pool_.run([&](int ith, int nth) {
+    auto [b, e] = share(n_tokens, ith, nth);
+    for (int64_t t = b; t < e; ++t) quantize_for(L.wo, xn, t, qd);
+  });
+  pool_.run([&](int ith, int nth) {
+    kt.matmul(L.wo.type, L.wo.data, d, qd, act_for(L.wo, xn), n_tokens, tmp_.data(), ith, nth);
+  });
+  // FFN: residual, RMSNorm, SwiGLU.
+  pool_.run([&](int ith, int nth) {
+    auto [b, e] = share(n_tokens, ith, nth);
+    for (int64_t t = b; t < e; ++t) {
+      for (int64_t i = 0; i < d; ++i) x_[t * d + i] += tmp_[t * d + i];
+      kt.rmsnorm(x_.data() + t * d, L.ffn_norm.data(), d, hp_.norm_eps, xn + t * d);
+      quantize_for(L.gate, xn, t, d);
+      if (L.up.type != L.gate.type) quantize_for(L.up, xn, t, d);
+    }
+  });
+  pool_.run([&](int ith, int nth) {
+    kt.matmul(L.gate.type, L.gate.data, ff, d, act_for(L.gate, xn), n_tokens, gate_.data(), ith, nth);
+    kt.matmul(L.up.type, L.up.data, ff, d, act_for(L.up, xn), n_tokens, up_.data(), ith, nth);
+  });
+  pool_.run([&](int ith, int nth) {
+    auto [b, e] = share(n_tokens, ith, nth);
+    for (int64_t t = b; t < e; ++t) {
+      kt.silu_mul(gate_.data() + t * ff, up_.data() + t * ff, ff, xn + t * ff);
+      quantize_for(L.down, xn, t, ff);
+    }
+  });
+  pool_.run([&](int ith, int nth) {
+    kt.matmul(L.down.type, L.down.data, d, ff, act_for(L.down, xn), n_tokens, tmp_.data(), ith, nth);
+  });
+}
+
+void Model::compute_logits(int64_t n_rows, float* logits) {
+  const auto& kt = kernels::kernels();
+  const int64_t d = hp_.n_embd;
+  float* xn = xn_.data();
+  pool_.run([&](int ith, int nth) {
+    auto [b, e] = share(n_rows, ith, nth);
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t t = logit_src_[r];
+      float* x = x_.data() + t * d;
+      for (int64_t i = 0; i < d; ++i) x[i] += tmp_[t * d + i];
+      kt.rmsnorm(x, w_.output_norm.data(), d, hp_.norm_eps, xn + r * d);
+      quantize_for(w_.output, xn, r, d);
+    }
+  });
+  pool_.run([&](int ith, int nth) {
+    kt.matmul(w_.output.type, w_.output.data, hp_.n_vocab, d, act_for(w_.output, xn), n_rows,
+              logits, ith, nth);
+  });
+}
+
+}  // namespace kvw

@@ -1,0 +1,125 @@
+#include "model/hparams.h"
+
+#include "gguf/gguf_file.h"
+
+namespace kvw {
+
+const char* rope_scaling_name(RopeScaling s) {
+  switch (s) {
+    case RopeScaling::kNone: return "none";
+    case RopeScaling::kLinear: return "linear";
+    case RopeScaling::kNtk: return "ntk";
+    case RopeScaling::kYarn: return "yarn";
+  }
+  return "?";
+}
+
+Result<RopeScaling> parse_rope_scaling(const std::string& name) {
+  if (name.empty() || name == "none") return RopeScaling::kNone;
+  if (name == "linear") return RopeScaling::kLinear;
+  if (name == "ntk") return RopeScaling::kNtk;
+  if (name == "yarn") return RopeScaling::kYarn;
+  return Error{"unknown rope scaling '" + name + "' (expected none, linear, ntk or yarn)"};
+}
+
+namespace {
+
+// Reads an optional integer key, keeping `fallback` when absent.
+Status read_int(const GgufFile& f, const std::string& key, int32_t& out, bool required) {
+  if (f.find(key) == nullptr) {
+    if (required) return Error{f.path() + ": key '" + key + "': missing"};
+    return {};
+  }
+  auto v = f.get_int(key);
+  if (!v) return Error{v.message()};
+  if (*v < 0 || *v > (int64_t{1} << 30)) {
+    return Error{f.path() + ": key '" + key + "': value " + std::to_string(*v) + " out of range"};
+  }
+  out = (int32_t)*v;
+  return {};
+}
+
+Status read_float(const GgufFile& f, const std::string& key, float& out) {
+  if (f.find(key) == nullptr) return {};
+  auto v = f.get_float(key);
+  if (!v) return Error{v.message()};
+  out = (float)*v;
+  return {};
+}
+
+Status validate(const GgufFile& f, const ModelHParams& hp) {
+  auto bad = [&](const std::string& what) { return Error{f.path() + ": " + what}; };
+  if (hp.n_embd <= 0 || hp.n_layer <= 0 || hp.n_head <= 0 || hp.n_ff <= 0)
+    return bad("embedding_length, block_count, head_count and feed_forward_length must be > 0");
+  if (hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0)
+    return bad("head_count " + std::to_string(hp.n_head) + " is not a multiple of head_count_kv " +
+               std::to_string(hp.n_head_kv));
+  if (hp.head_dim <= 0 || hp.head_dim % 2 != 0) return bad("head dimension must be even and > 0");
+  if (hp.rope.n_rot <= 0 || hp.rope.n_rot > hp.head_dim || hp.rope.n_rot % 2 != 0)
+    return bad("rope.dimension_count " + std::to_string(hp.rope.n_rot) +
+               " must be even and at most the head dimension " + std::to_string(hp.head_dim));
+  if (hp.rope.scale_factor <= 0.0f) return bad("rope.scaling.factor must be > 0");
+  if (!(hp.norm_eps > 0.0f)) return bad("attention.layer_norm_rms_epsilon must be > 0");
+  return {};
+}
+
+}  // namespace
+
+Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
+  ModelHParams hp;
+  auto arch = f.get_string("general.architecture");
+  if (!arch) return Error{arch.message()};
+  hp.arch = *arch;
+  if (hp.arch != "llama" && hp.arch != "qwen2") {
+    return Error{f.path() + ": key 'general.architecture': '" + hp.arch +
+                 "' is not supported (supported: llama, qwen2)"};
+  }
+  if (auto name = f.get_string("general.name")) hp.name = *name;
+  const std::string a = hp.arch + ".";
+  KVW_RETURN_IF_ERROR(read_int(f, a + "embedding_length", hp.n_embd, true));
+  KVW_RETURN_IF_ERROR(read_int(f, a + "block_count", hp.n_layer, true));
+  KVW_RETURN_IF_ERROR(read_int(f, a + "attention.head_count", hp.n_head, true));
+  hp.n_head_kv = hp.n_head;
+  KVW_RETURN_IF_ERROR(read_int(f, a + "attention.head_count_kv", hp.n_head_kv, false));
+  KVW_RETURN_IF_ERROR(read_int(f, a + "feed_forward_length", hp.n_ff, true));
+  KVW_RETURN_IF_ERROR(read_int(f, a + "context_length", hp.n_ctx_train, true));
+  KVW_RETURN_IF_ERROR(read_int(f, a + "attention.sliding_window", hp.sliding_window, false));
+  KVW_RETURN_IF_ERROR(read_float(f, a + "attention.layer_norm_rms_epsilon", hp.norm_eps));
+  if (hp.n_head > 0) hp.head_dim = hp.n_embd / hp.n_head;
+  KVW_RETURN_IF_ERROR(read_int(f, a + "attention.key_length", hp.head_dim, false));
+
+  hp.rope.style = hp.arch == "qwen2" ? RopeStyle::kNeox : RopeStyle::kNormal;
+  hp.rope.n_rot = hp.head_dim;
+  KVW_RETURN_IF_ERROR(read_int(f, a + "rope.dimension_count", hp.rope.n_rot, false));
+  KVW_RETURN_IF_ERROR(read_float(f, a + "rope.freq_base", hp.rope.freq_base));
+  if (f.find(a + "rope.scaling.type") != nullptr) {
+    auto type = f.get_string(a + "rope.scaling.type");
+    if (!type) return Error{type.message()};
+    auto s = parse_rope_scaling(*type);
+    if (!s) return Error{f.path() + ": key '" + a + "rope.scaling.type': " + s.message()};
+    hp.rope.scaling = *s;
+  }
+  KVW_RETURN_IF_ERROR(read_float(f, a + "rope.scaling.factor", hp.rope.scale_factor));
+  // Older files store only the inverse (rope.scale_linear).
+  if (f.find(a + "rope.scale_linear") != nullptr && hp.rope.scaling == RopeScaling::kNone) {
+    KVW_RETURN_IF_ERROR(read_float(f, a + "rope.scale_linear", hp.rope.scale_factor));
+    if (hp.rope.scale_factor != 1.0f) hp.rope.scaling = RopeScaling::kLinear;
+  }
+  hp.rope.orig_ctx = hp.n_ctx_train;
+  KVW_RETURN_IF_ERROR(read_int(f, a + "rope.scaling.original_context_length", hp.rope.orig_ctx, false));
+  KVW_RETURN_IF_ERROR(read_float(f, a + "rope.scaling.attn_factor", hp.rope.attn_factor));
+  if (hp.rope.scaling == RopeScaling::kNone) hp.rope.scale_factor = 1.0f;
+
+  hp.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+  hp.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  // n_vocab from the embedding matrix: the tokenizer may list fewer entries than rows.
+  if (const auto* emb = f.find_tensor("token_embd.weight"); emb && emb->shape.size() == 2) {
+    hp.n_vocab = (int32_t)emb->shape[1];
+  } else {
+    return Error{f.path() + ": tensor 'token_embd.weight': missing or not 2-dimensional"};
+  }
+  KVW_RETURN_IF_ERROR(validate(f, hp));
+  return hp;
+}
+
+}  // namespace kvw

@@ -1,0 +1,138 @@
+#include "model/model.h"
+
+#include <algorithm>
+
+#include "core/log.h"
+
+namespace kvw {
+namespace {
+
+void apply_rope_override(const RopeOverride& o, RopeParams& r) {
+  if (o.scaling) r.scaling = *o.scaling;
+  if (o.scale_factor) r.scale_factor = *o.scale_factor;
+  if (o.freq_base) r.freq_base = *o.freq_base;
+  if (o.orig_ctx) r.orig_ctx = *o.orig_ctx;
+  if (r.scaling == RopeScaling::kNone) r.scale_factor = 1.0f;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelOptions& opt) {
+  if (opt.max_batch_tokens <= 0) return Error{"max batch tokens must be > 0"};
+  auto file = GgufFile::open(path);
+  if (!file) return Error{file.message()};
+  auto hp = hparams_from_gguf(**file);
+  if (!hp) return Error{hp.message()};
+  apply_rope_override(opt.rope, hp->rope);
+  if (hp->rope.scale_factor <= 0.0f) return Error{"rope scale factor must be > 0"};
+  auto w = weights_from_gguf(**file, *hp);
+  if (!w) return Error{w.message()};
+  return std::unique_ptr<Model>(
+      new Model(std::move(file.value()), std::move(hp.value()), std::move(w.value()), opt));
+}
+
+Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
+             const ModelOptions& opt)
+    : file_(std::move(file)),
+      hp_(std::move(hp)),
+      w_(std::move(w)),
+      rope_(hp_.rope, w_.rope_freqs),
+      pool_(opt.n_threads),
+      max_tokens_(opt.max_batch_tokens) {
+  const int64_t T = max_tokens_;
+  const int64_t max_in = std::max({hp_.n_embd, hp_.q_dim(), hp_.n_ff});
+  tok_.resize(T);
+  logit_src_.resize(T);
+  x_.resize(T * hp_.n_embd);
+  xn_.resize(T * max_in);
+  // Activation buffers sized for the widest input of any weight of that format.
+  int64_t q80 = 0, q8k = 0;
+  auto need = [&](const WeightMatrix& m) {
+    const GgmlType t = m.type;
+    if (t == GgmlType::kQ4_0 || t == GgmlType::kQ8_0) {
+      q80 = std::max(q80, kernels::act_row_bytes(t, m.n_in));
+    } else if (t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ6_K) {
+      q8k = std::max(q8k, kernels::act_row_bytes(t, m.n_in));
+    }
+  };
+  need(w_.output);
+  for (const auto& l : w_.layers) {
+    for (const auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) need(*m);
+  }
+  act_q8_0_.resize(T * q80);
+  act_q8_k_.resize(T * q8k);
+  q_.resize(T * hp_.q_dim());
+  k_.resize(T * hp_.kv_dim());
+  v_.resize(T * hp_.kv_dim());
+  tmp_.resize(T * hp_.n_embd);
+  gate_.resize(T * hp_.n_ff);
+  up_.resize(T * hp_.n_ff);
+  cs_.resize(T * hp_.rope.n_rot);
+  attn_scratch_.resize((size_t)pool_.num_threads() * kernels::attention_scratch_floats(hp_.head_dim));
+  workspace_bytes_ = 4 * (x_.size() + xn_.size() + q_.size() + k_.size() + v_.size() +
+                          tmp_.size() + gate_.size() + up_.size() + cs_.size() +
+                          attn_scratch_.size()) +
+                     act_q8_0_.size() + act_q8_k_.size();
+  LOG(INFO, model) << hp_.arch << " " << hp_.n_layer << " layers, n_embd " << hp_.n_embd
+                   << ", heads " << hp_.n_head << "/" << hp_.n_head_kv << ", n_ff " << hp_.n_ff
+                   << ", vocab " << hp_.n_vocab << ", weights " << w_.total_bytes / (1 << 20)
+                   << " MiB, workspace " << workspace_bytes_ / (1 << 20) << " MiB ("
+                   << max_tokens_ << " tokens), rope " << rope_scaling_name(hp_.rope.scaling)
+                   << ", kernels " << kernels::kernels().isa << " x" << pool_.num_threads();
+}
+
+Model::~Model() = default;
+
+KvArenaConfig Model::kv_config(uint32_t num_blocks, int32_t block_size,
+                               kernels::KvDtype dtype) const {
+  return KvArenaConfig{.n_layer = hp_.n_layer,
+                       .n_kv_heads = hp_.n_head_kv,
+                       .head_dim = hp_.head_dim,
+                       .block_size = block_size,
+                       .num_blocks = num_blocks,
+                       .dtype = dtype};
+}
+
+int64_t Model::num_logit_rows(std::span<const SeqInput> seqs) {
+  int64_t n = 0;
+  for (const auto& s : seqs) n += s.all_logits ? (int64_t)s.tokens.size() : 1;
+  return n;
+}
+
+Status Model::validate(std::span<const SeqInput> seqs, const KvArena& kv) const {
+  const auto& c = kv.config();
+  if (c.n_layer != hp_.n_layer || c.n_kv_heads != hp_.n_head_kv || c.head_dim != hp_.head_dim) {
+    return Error{"KV arena shape does not match the model"};
+  }
+  int64_t total = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const SeqInput& s = seqs[i];
+    const std::string who = "sequence " + std::to_string(i);
+    if (s.tokens.empty()) return Error{who + ": no tokens"};
+    if (s.start_pos < 0) return Error{who + ": negative start position"};
+    total += (int64_t)s.tokens.size();
+    const int64_t end = s.start_pos + (int64_t)s.tokens.size();
+    if ((int64_t)s.block_table.size() * c.block_size < end) {
+      return Error{who + ": block table covers " +
+                   std::to_string(s.block_table.size() * c.block_size) + " positions, needs " +
+                   std::to_string(end)};
+    }
+    for (uint32_t b : s.block_table) {
+      if (b >= c.num_blocks) return Error{who + ": block id " + std::to_string(b) + " out of range"};
+    }
+    for (int32_t t : s.tokens) {
+      if (t < 0 || t >= hp_.n_vocab) {
+        return Error{who + ": token id " + std::to_string(t) + " outside the vocabulary (" +
+                     std::to_string(hp_.n_vocab) + ")"};
+      }
+    }
+  }
+  if (total == 0) return Error{"empty batch"};
+  if (total > max_tokens_) {
+    return Error{"batch of " + std::to_string(total) + " tokens exceeds max batch tokens " +
+                 std::to_string(max_tokens_)};
+  }
+  return {};
+}
+
+}  // namespace kvw

@@ -1,0 +1,109 @@
+// model/model.h: a loaded Llama-family model and its forward pass over a batch of sequences.
+// forward() computes several sequences of different lengths in one call, mixing prefill and
+// decode, reading and writing K/V through each sequence's block table. Every output is
+// batch-invariant: a sequence's logits are bit-identical whatever else is in the batch and
+// however many threads run (kernels keep a fixed reduction order per row).
+// Owner: one thread calls forward() at a time; the workspace is allocated once at load.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "gguf/gguf_file.h"
+#include "model/hparams.h"
+#include "model/kv_arena.h"
+#include "model/rope.h"
+#include "model/weights.h"
+
+namespace kvw {
+
+struct RopeOverride {
+  std::optional<RopeScaling> scaling;
+  std::optional<float> scale_factor;
+  std::optional<float> freq_base;
+  std::optional<int32_t> orig_ctx;
+};
+
+struct ModelOptions {
+  int n_threads = 0;                // 0: all cores
+  int32_t max_batch_tokens = 512;   // largest forward() call; sizes the workspace
+  RopeOverride rope;                // command-line overrides of the GGUF rope metadata
+};
+
+// One sequence's part of a batch.
+struct SeqInput {
+  std::span<const int32_t> tokens;        // new tokens to compute
+  int64_t start_pos = 0;                  // position of tokens[0] = tokens already in the KV
+  std::span<const uint32_t> block_table;  // covers positions [0, start_pos + tokens.size())
+  bool all_logits = false;                // logits for every new token, else only the last
+};
+
+class Model {
+ public:
+  static Result<std::unique_ptr<Model>> load(const std::string& path, const ModelOptions& opt);
+  ~Model();
+
+  const ModelHParams& hparams() const { return hp_; }
+  const GgufFile& file() const { return *file_; }
+  const ModelWeights& weights() const { return w_; }
+  int32_t max_batch_tokens() const { return max_tokens_; }
+  uint64_t workspace_bytes() const { return workspace_bytes_; }
+  int num_threads() const { return pool_.num_threads(); }
+
+  // A KV arena config matching this model.
+  KvArenaConfig kv_config(uint32_t num_blocks, int32_t block_size, kernels::KvDtype dtype) const;
+
+  // Number of logit rows forward() writes for `seqs`.
+  static int64_t num_logit_rows(std::span<const SeqInput> seqs);
+  // Computes the batch; logits: [num_logit_rows][n_vocab], rows in sequence order.
+  // Errors (nothing computed): empty batch, more than max_batch_tokens tokens, token ids out of
+  // range, block tables too short or naming blocks outside the arena.
+  Status forward(std::span<const SeqInput> seqs, KvArena& kv, float* logits);
+
+ private:
+  Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w, const ModelOptions& opt);
+  Status validate(std::span<const SeqInput> seqs, const KvArena& kv) const;
+  void run_layer(int32_t l, KvArena& kv, int64_t n_tokens);
+  void compute_logits(int64_t n_rows, float* logits);
+  void quantize_for(const WeightMatrix& w, const float* x, int64_t row, int64_t n_in);
+  const void* act_for(const WeightMatrix& w, const float* x) const;
+
+  std::unique_ptr<GgufFile> file_;
+  ModelHParams hp_;
+  ModelWeights w_;
+  RopeTable rope_;
+  ThreadPool pool_;
+  int32_t max_tokens_;
+  uint64_t workspace_bytes_ = 0;
+
+  // Per-step token layout, rebuilt each forward() (capacity reserved at load).
+  struct TokenInfo {
+    int32_t seq;
+    int64_t pos;
+  };
+  std::vector<TokenInfo> tok_;            // [max_tokens]
+  std::vector<int64_t> logit_src_;        // [max_tokens] token index of each logit row
+  std::span<const SeqInput> seqs_;
+
+  // Workspace, allocated once. T = max_tokens.
+  std::vector<float> x_;         // [T][n_embd] residual stream
+  std::vector<float> xn_;        // [T][max(n_embd, q_dim, n_ff)] normed / matmul input
+  std::vector<uint8_t> act_q8_0_;  // [T][act_row_bytes(Q8_0, max_in)]
+  std::vector<uint8_t> act_q8_k_;  // [T][act_row_bytes(Q8_K, max_in)]
+  std::vector<float> q_;         // [T][q_dim]
+  std::vector<float> k_;         // [T][kv_dim]
+  std::vector<float> v_;         // [T][kv_dim]
+  std::vector<float> tmp_;       // [T][n_embd] output of wo / down, added to x
+  std::vector<float> gate_;      // [T][n_ff]
+  std::vector<float> up_;        // [T][n_ff]
+  std::vector<float> cs_;        // [T][n_rot] rope (cos, sin) pairs per token
+  std::vector<float> attn_scratch_;  // [n_threads][attention_scratch_floats]
+};
+
+}  // namespace kvw

@@ -1,0 +1,83 @@
+#include "model/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvw {
+
+Status SamplingParams::validate() const {
+  if (!(temperature >= 0.0f)) return Error{"--temperature must be >= 0"};
+  if (top_k < 0) return Error{"--top-k must be >= 0"};
+  if (!(top_p > 0.0f && top_p <= 1.0f)) return Error{"--top-p must be in (0, 1]"};
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) return Error{"--min-p must be in [0, 1]"};
+  if (!(repeat_penalty > 0.0f)) return Error{"--repeat-penalty must be > 0"};
+  if (repeat_last_n < 0) return Error{"--repeat-last-n must be >= 0"};
+  return {};
+}
+
+Sampler::Sampler(const SamplingParams& p, int32_t n_vocab)
+    : p_(p), n_vocab_(n_vocab), rng_(p.seed), cand_(n_vocab), adjusted_(n_vocab) {}
+
+int32_t Sampler::sample(const float* logits, std::span<const int32_t> history) {
+  std::copy(logits, logits + n_vocab_, adjusted_.begin());
+  if (p_.repeat_penalty != 1.0f && p_.repeat_last_n > 0) {
+    const size_t n = std::min<size_t>(history.size(), p_.repeat_last_n);
+    for (int32_t id : history.last(n)) {
+      if (id < 0 || id >= n_vocab_) continue;
+      float& l = adjusted_[id];
+      // Penalise each distinct token once: mark by moving it, then skip if already moved.
+      if (l == logits[id]) l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;
+    }
+  }
+  if (p_.temperature == 0.0f) {
+    return (int32_t)(std::max_element(adjusted_.begin(), adjusted_.end()) - adjusted_.begin());
+  }
+  for (int32_t i = 0; i < n_vocab_; ++i) cand_[i] = {i, adjusted_[i], 0.0f};
+  // Sort by logit (ties: lower id first) so every later step is order-deterministic.
+  auto by_logit = [](const Candidate& a, const Candidate& b) {
+    return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
+  };
+  size_t n = cand_.size();
+  if (p_.top_k > 0 && (size_t)p_.top_k < n) {
+    std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
+    n = p_.top_k;
+  } else {
+    std::sort(cand_.begin(), cand_.end(), by_logit);
+  }
+  const float max_logit = cand_[0].logit;
+  double sum = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    cand_[i].p = std::exp((cand_[i].logit - max_logit) / p_.temperature);
+    sum += cand_[i].p;
+  }
+  for (size_t i = 0; i < n; ++i) cand_[i].p = (float)(cand_[i].p / sum);
+  if (p_.top_p < 1.0f) {
+    double cum = 0.0;
+    size_t keep = n;
+    for (size_t i = 0; i < n; ++i) {
+      cum += cand_[i].p;
+      if (cum >= p_.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+    n = keep;
+  }
+  if (p_.min_p > 0.0f) {
+    const float floor = p_.min_p * cand_[0].p;
+    size_t keep = 1;
+    while (keep < n && cand_[keep].p >= floor) ++keep;
+    n = keep;
+  }
+  double total = 0.0;
+  for (size_t i = 0; i < n; ++i) total += cand_[i].p;
+  const double r = (double)(rng_() >> 11) * 0x1.0p-53 * total;
+  double cum = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    cum += cand_[i].p;
+    if (r < cum) return cand_[i].id;
+  }
+  return cand_[n - 1].id;
+}
+
+}  // namespace kvw

@@ -1,0 +1,48 @@
+// model/sampling.h: turns a row of logits into the next token.
+// Order (as llama.cpp): repetition penalty -> greedy if temperature == 0 -> top-k -> softmax at
+// temperature -> top-p -> min-p -> draw. Deterministic for a given seed on every platform.
+// Owner: one sequence; buffers are allocated once at construction (n_vocab entries).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace kvw {
+
+struct SamplingParams {
+  float temperature = 0.8f;    // 0 = greedy (argmax, lowest id on ties)
+  int32_t top_k = 40;          // 0 = off
+  float top_p = 0.95f;         // 1 = off
+  float min_p = 0.05f;         // 0 = off; keep tokens with p >= min_p * p_max
+  float repeat_penalty = 1.0f; // 1 = off; divides positive / multiplies negative logits
+  int32_t repeat_last_n = 64;  // how many recent tokens the penalty looks at
+  uint64_t seed = 0;
+
+  Status validate() const;
+};
+
+class Sampler {
+ public:
+  Sampler(const SamplingParams& p, int32_t n_vocab);
+  // history: tokens so far (prompt and generated), for the repetition penalty.
+  int32_t sample(const float* logits, std::span<const int32_t> history);
+
+ private:
+  struct Candidate {
+    int32_t id;
+    float logit;
+    float p;
+  };
+  SamplingParams p_;
+  int32_t n_vocab_;
+  std::mt19937_64 rng_;
+  std::vector<Candidate> cand_;  // [n_vocab]
+  std::vector<float> adjusted_;  // [n_vocab] logits after the penalty
+};
+
+}  // namespace kvw

@@ -1,0 +1,97 @@
+#include "model/weights.h"
+
+#include <string>
+
+#include "gguf/gguf_file.h"
+
+namespace kvw {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+class Loader {
+ public:
+  explicit Loader(const GgufFile& f) : f_(f) {}
+
+  Result<WeightMatrix> matrix(const std::string& name, int64_t n_in, int64_t n_rows) {
+    const GgufTensorInfo* t = f_.find_tensor(name);
+    if (t == nullptr) return Error{f_.path() + ": tensor '" + name + "': missing"};
+    if (t->shape.size() != 2 || t->shape[0] != n_in || t->shape[1] != n_rows) {
+      return Error{f_.path() + ": tensor '" + name + "': shape " + shape_str(t->shape) +
+                   ", expected [" + std::to_string(n_in) + ", " + std::to_string(n_rows) + "]"};
+    }
+    auto rb = row_bytes(t->type, n_in);
+    if (!rb) return Error{f_.path() + ": tensor '" + name + "': row length not a block multiple"};
+    return WeightMatrix{t->type, f_.tensor_data(*t), n_rows, n_in, *rb};
+  }
+
+  // A 1-D tensor converted to f32; optional ones return an empty vector when absent.
+  Result<std::vector<float>> vector(const std::string& name, int64_t n, bool optional = false) {
+    const GgufTensorInfo* t = f_.find_tensor(name);
+    if (t == nullptr) {
+      if (optional) return std::vector<float>{};
+      return Error{f_.path() + ": tensor '" + name + "': missing"};
+    }
+    if (t->shape.size() != 1 || t->shape[0] != n) {
+      return Error{f_.path() + ": tensor '" + name + "': shape " + shape_str(t->shape) +
+                   ", expected [" + std::to_string(n) + "]"};
+    }
+    if (!row_bytes(t->type, n)) {
+      return Error{f_.path() + ": tensor '" + name + "': length not a block multiple"};
+    }
+    std::vector<float> out(n);
+    dequantize_row(t->type, f_.tensor_data(*t), out.data(), n);
+    return out;
+  }
+
+ private:
+  const GgufFile& f_;
+};
+
+#define KVW_ASSIGN(lhs, expr)                     \
+  do {                                            \
+    auto _r = (expr);                             \
+    if (!_r) return Error{_r.message()};          \
+    lhs = std::move(_r.value());                  \
+  } while (0)
+
+}  // namespace
+
+Result<ModelWeights> weights_from_gguf(const GgufFile& f, const ModelHParams& hp) {
+  Loader ld(f);
+  ModelWeights w;
+  const int64_t d = hp.n_embd, q = hp.q_dim(), kv = hp.kv_dim(), ff = hp.n_ff;
+  KVW_ASSIGN(w.token_embd, ld.matrix("token_embd.weight", d, hp.n_vocab));
+  KVW_ASSIGN(w.output_norm, ld.vector("output_norm.weight", d));
+  if (hp.tied_embeddings) {
+    w.output = w.token_embd;
+  } else {
+    KVW_ASSIGN(w.output, ld.matrix("output.weight", d, hp.n_vocab));
+  }
+  KVW_ASSIGN(w.rope_freqs, ld.vector("rope_freqs.weight", hp.rope.n_rot / 2, true));
+  w.layers.resize(hp.n_layer);
+  for (int32_t i = 0; i < hp.n_layer; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    LayerWeights& l = w.layers[i];
+    KVW_ASSIGN(l.attn_norm, ld.vector(p + "attn_norm.weight", d));
+    KVW_ASSIGN(l.wq, ld.matrix(p + "attn_q.weight", d, q));
+    KVW_ASSIGN(l.wk, ld.matrix(p + "attn_k.weight", d, kv));
+    KVW_ASSIGN(l.wv, ld.matrix(p + "attn_v.weight", d, kv));
+    KVW_ASSIGN(l.wo, ld.matrix(p + "attn_output.weight", q, d));
+    KVW_ASSIGN(l.bq, ld.vector(p + "attn_q.bias", q, !hp.qkv_bias));
+    KVW_ASSIGN(l.bk, ld.vector(p + "attn_k.bias", kv, !hp.qkv_bias));
+    KVW_ASSIGN(l.bv, ld.vector(p + "attn_v.bias", kv, !hp.qkv_bias));
+    KVW_ASSIGN(l.ffn_norm, ld.vector(p + "ffn_norm.weight", d));
+    KVW_ASSIGN(l.gate, ld.matrix(p + "ffn_gate.weight", d, ff));
+    KVW_ASSIGN(l.up, ld.matrix(p + "ffn_up.weight", d, ff));
+    KVW_ASSIGN(l.down, ld.matrix(p + "ffn_down.weight", ff, d));
+  }
+  for (const auto& t : f.tensors()) w.total_bytes += t.num_bytes;
+  return w;
+}
+
+}  // namespace kvw

@@ -1,0 +1,187 @@
+// Forward-pass properties that the engine's determinism rests on: a sequence's logits are
+// bit-identical alone or in any batch, with any thread count, prefilled at once or in chunks,
+// and wherever its blocks live in the arena.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+#include <random>
+
+#include "model/model.h"
+#include "model/model_maker.h"
+
+namespace kvw {
+namespace {
+
+std::string make_test_model(const std::string& name, MakeModelSpec spec) {
+  const std::string path = ::testing::TempDir() + "/" + name + ".gguf";
+  Status st = make_model(spec, path);
+  EXPECT_TRUE(st.ok()) << st.message();
+  return path;
+}
+
+std::unique_ptr<Model> load(const std::string& path, int threads, int32_t max_tokens = 512) {
+  ModelOptions opt;
+  opt.n_threads = threads;
+  opt.max_batch_tokens = max_tokens;
+  auto m = Model::load(path, opt);
+  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.message());
+  return std::move(m.value());
+}
+
+std::vector<int32_t> random_tokens(int n, int32_t n_vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = (int32_t)(rng() % n_vocab);
+  return t;
+}
+
+// Runs each sequence's prompt (all logits) in one batch with blocks taken from `first_block` on.
+std::vector<std::vector<float>> run_batch(Model& m, KvArena& kv,
+                                          const std::vector<std::vector<int32_t>>& seqs,
+                                          uint32_t first_block = 0, bool reverse_blocks = false) {
+  const int32_t bs = kv.config().block_size;
+  std::vector<std::vector<uint32_t>> tables(seqs.size());
+  std::vector<SeqInput> in;
+  uint32_t next = first_block;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    for (size_t b = 0; b < (seqs[i].size() + bs - 1) / bs; ++b) tables[i].push_back(next++);
+    if (reverse_blocks) std::reverse(tables[i].begin(), tables[i].end());
+    in.push_back({.tokens = seqs[i], .start_pos = 0, .block_table = tables[i], .all_logits = true});
+  }
+  const int32_t V = m.hparams().n_vocab;
+  std::vector<float> all(Model::num_logit_rows(in) * V);
+  Status st = m.forward(in, kv, all.data());
+  EXPECT_TRUE(st.ok()) << st.message();
+  std::vector<std::vector<float>> out;
+  size_t off = 0;
+  for (const auto& s : seqs) {
+    out.emplace_back(all.begin() + off, all.begin() + off + s.size() * V);
+    off += s.size() * V;
+  }
+  return out;
+}
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+class ForwardTest : public ::testing::TestWithParam<std::string> {};
+
+MakeModelSpec spec_for(const std::string& type) {
+  MakeModelSpec s;
+  s.n_embd = 256;
+  s.n_ff = 512;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.weight_type = *ggml_type_from_name(type);
+  s.seed = 11;
+  return s;
+}
+
+TEST_P(ForwardTest, SequenceLogitsAreBitIdenticalAloneAndInBatchesOf2To16) {
+  const std::string path = make_test_model("fwd_" + GetParam(), spec_for(GetParam()));
+  auto m = load(path, 2);
+  KvArena kv(m->kv_config(256, 16, kernels::KvDtype::kF16));
+  const int32_t V = m->hparams().n_vocab;
+  const auto probe = random_tokens(23, V, 1);
+  const auto alone = run_batch(*m, kv, {probe})[0];
+  for (int n : {2, 5, 16}) {
+    std::vector<std::vector<int32_t>> seqs;
+    for (int i = 0; i < n; ++i) seqs.push_back(random_tokens(1 + 7 * i, V, 100 + i));
+    seqs[n / 2] = probe;
+    const auto got = run_batch(*m, kv, seqs, 40);
+    EXPECT_TRUE(bit_equal(got[n / 2], alone)) << "batch of " << n;
+  }
+}
+
+TEST_P(ForwardTest, ThreadCountDoesNotChangeLogits) {
+  const std::string path = make_test_model("thr_" + GetParam(), spec_for(GetParam()));
+  const auto tokens = random_tokens(19, 300, 2);
+  std::vector<float> first;
+  for (int threads : {1, 2, 3}) {
+    auto m = load(path, threads);
+    KvArena kv(m->kv_config(8, 16, kernels::KvDtype::kF16));
+    auto got = run_batch(*m, kv, {tokens})[0];
+    if (first.empty()) first = got;
+    EXPECT_TRUE(bit_equal(got, first)) << threads << " threads";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WeightTypes, ForwardTest,
+                         ::testing::Values("f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K",
+                                           "q6_K"));
+
+TEST(Forward, ChunkedPrefillAndDecodeMatchOneShotPrefill) {
+  const std::string path = make_test_model("chunk", spec_for("q8_0"));
+  auto m = load(path, 2);
+  const int32_t V = m->hparams().n_vocab;
+  const auto tokens = random_tokens(50, V, 3);
+  KvArena kv(m->kv_config(16, 16, kernels::KvDtype::kF16));
+  const auto once = run_batch(*m, kv, {tokens})[0];
+  // Same tokens: chunks of 20, 20, 9, then one decode step, in fresh blocks 8..11.
+  std::vector<uint32_t> table = {8, 9, 10, 11};
+  std::vector<float> got;
+  for (size_t pos = 0; pos < tokens.size();) {
+    const size_t n = pos < 40 ? 20 : (pos < 49 ? 9 : 1);
+    SeqInput in{.tokens = std::span(tokens).subspan(pos, n), .start_pos = (int64_t)pos,
+                .block_table = table, .all_logits = true};
+    std::vector<float> l(n * V);
+    ASSERT_TRUE(m->forward({&in, 1}, kv, l.data()).ok());
+    got.insert(got.end(), l.begin(), l.end());
+    pos += n;
+  }
+  EXPECT_TRUE(bit_equal(got, once));
+}
+
+TEST(Forward, BlockPlacementDoesNotChangeLogits) {
+  const std::string path = make_test_model("place", spec_for("f16"));
+  auto m = load(path, 2);
+  KvArena kv(m->kv_config(32, 16, kernels::KvDtype::kF16));
+  const auto tokens = random_tokens(60, m->hparams().n_vocab, 4);
+  const auto a = run_batch(*m, kv, {tokens}, 0, false)[0];
+  const auto b = run_batch(*m, kv, {tokens}, 20, true)[0];
+  EXPECT_TRUE(bit_equal(a, b));
+}
+
+TEST(Forward, F16CacheStaysCloseToF32Cache) {
+  const std::string path = make_test_model("kvdtype", spec_for("f32"));
+  auto m = load(path, 2);
+  const auto tokens = random_tokens(40, m->hparams().n_vocab, 5);
+  KvArena kv32(m->kv_config(4, 16, kernels::KvDtype::kF32));
+  KvArena kv16(m->kv_config(4, 16, kernels::KvDtype::kF16));
+  const auto a = run_batch(*m, kv32, {tokens})[0];
+  const auto b = run_batch(*m, kv16, {tokens})[0];
+  double max_diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) max_diff = std::max(max_diff, (double)std::abs(a[i] - b[i]));
+  EXPECT_LT(max_diff, 0.05);
+  EXPECT_GT(max_diff, 0.0);  // the caches really differ in precision
+}
+
+TEST(Forward, RejectsBadBatchesWithoutComputing) {
+  const std::string path = make_test_model("bad", spec_for("f32"));
+  auto m = load(path, 1, 32);
+  KvArena kv(m->kv_config(4, 16, kernels::KvDtype::kF16));
+  std::vector<float> logits(64 * m->hparams().n_vocab);
+  std::vector<uint32_t> table = {0, 1};
+  std::vector<int32_t> bad_id = {1, m->hparams().n_vocab};
+  SeqInput a{.tokens = bad_id, .start_pos = 0, .block_table = table};
+  EXPECT_NE(m->forward({&a, 1}, kv, logits.data()).message().find("outside the vocabulary"),
+            std::string::npos);
+  std::vector<int32_t> ok = {1, 2, 3};
+  SeqInput b{.tokens = ok, .start_pos = 30, .block_table = table};
+  EXPECT_NE(m->forward({&b, 1}, kv, logits.data()).message().find("block table covers 32"),
+            std::string::npos);
+  std::vector<uint32_t> far = {9};
+  SeqInput c{.tokens = ok, .start_pos = 0, .block_table = far};
+  EXPECT_NE(m->forward({&c, 1}, kv, logits.data()).message().find("out of range"), std::string::npos);
+  std::vector<int32_t> many(33, 1);
+  std::vector<uint32_t> t3 = {0, 1, 2};
+  SeqInput d{.tokens = many, .start_pos = 0, .block_table = t3};
+  EXPECT_NE(m->forward({&d, 1}, kv, logits.data()).message().find("exceeds max batch tokens 32"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvw

@@ -1,0 +1,82 @@
+#include "model/sampling.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+namespace kvw {
+namespace {
+
+TEST(Sampler, GreedyPicksArgmaxLowestIdOnTies) {
+  Sampler s({.temperature = 0.0f}, 5);
+  std::vector<float> l = {0.1f, 2.0f, -1.0f, 2.0f, 0.5f};
+  EXPECT_EQ(s.sample(l.data(), {}), 1);
+}
+
+TEST(Sampler, TopKOneIsGreedyAtAnyTemperature) {
+  Sampler s({.temperature = 5.0f, .top_k = 1, .seed = 3}, 4);
+  std::vector<float> l = {0.1f, 0.2f, 0.9f, 0.3f};
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(s.sample(l.data(), {}), 2);
+}
+
+TEST(Sampler, SameSeedSameDraws) {
+  std::vector<float> l = {1.0f, 1.1f, 0.9f, 1.05f, 0.2f};
+  SamplingParams p{.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .seed = 42};
+  Sampler a(p, 5), b(p, 5);
+  std::vector<int> da, db;
+  for (int i = 0; i < 100; ++i) {
+    da.push_back(a.sample(l.data(), {}));
+    db.push_back(b.sample(l.data(), {}));
+  }
+  EXPECT_EQ(da, db);
+  p.seed = 43;
+  Sampler c(p, 5);
+  std::vector<int> dc;
+  for (int i = 0; i < 100; ++i) dc.push_back(c.sample(l.data(), {}));
+  EXPECT_NE(da, dc);
+}
+
+TEST(Sampler, FrequenciesFollowSoftmax) {
+  // logits ln(1), ln(2), ln(7): probabilities 0.1, 0.2, 0.7
+  std::vector<float> l = {0.0f, std::log(2.0f), std::log(7.0f)};
+  Sampler s({.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .seed = 7}, 3);
+  std::map<int, int> n;
+  const int draws = 20000;
+  for (int i = 0; i < draws; ++i) ++n[s.sample(l.data(), {})];
+  EXPECT_NEAR(n[0] / (double)draws, 0.1, 0.015);
+  EXPECT_NEAR(n[1] / (double)draws, 0.2, 0.015);
+  EXPECT_NEAR(n[2] / (double)draws, 0.7, 0.015);
+}
+
+TEST(Sampler, TopPAndMinPCutTheTail) {
+  std::vector<float> l = {0.0f, std::log(2.0f), std::log(7.0f)};
+  // top_p 0.7: only the 0.7 token survives
+  Sampler tp({.temperature = 1.0f, .top_k = 0, .top_p = 0.7f, .min_p = 0.0f, .seed = 1}, 3);
+  // min_p 0.2: keeps tokens with p >= 0.14, drops the 0.1 token
+  Sampler mp({.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.2f, .seed = 1}, 3);
+  for (int i = 0; i < 500; ++i) {
+    EXPECT_EQ(tp.sample(l.data(), {}), 2);
+    EXPECT_NE(mp.sample(l.data(), {}), 0);
+  }
+}
+
+TEST(Sampler, RepeatPenaltyDemotesRecentTokens) {
+  std::vector<float> l = {2.0f, 1.5f, 0.1f};
+  Sampler s({.temperature = 0.0f, .repeat_penalty = 2.0f, .repeat_last_n = 4}, 3);
+  std::vector<int32_t> history = {0, 0, 0};
+  EXPECT_EQ(s.sample(l.data(), history), 1);  // 2.0 / 2 = 1.0 < 1.5
+  std::vector<int32_t> old = {0, 2, 2, 2, 2};  // token 0 is outside the last 4
+  EXPECT_EQ(s.sample(l.data(), old), 0);
+}
+
+TEST(SamplingParams, ValidateRejectsOutOfRange) {
+  EXPECT_FALSE(SamplingParams{.temperature = -1.0f}.validate().ok());
+  EXPECT_FALSE(SamplingParams{.top_p = 0.0f}.validate().ok());
+  EXPECT_FALSE(SamplingParams{.min_p = 1.5f}.validate().ok());
+  EXPECT_TRUE(SamplingParams{}.validate().ok());
+}
+
+}  // namespace
+}  // namespace kvw
