@@ -89,7 +89,7 @@ TEST_P(ForwardTest, SequenceLogitsAreBitIdenticalAloneAndInBatchesOf2To16) {
   const auto alone = run_batch(*m, kv, {probe})[0];
   for (int n : {2, 5, 16}) {
     std::vector<std::vector<int32_t>> seqs;
-    for (int i = 0; i < n; ++i) seqs.push_back(random_tokens(1 + 7 * i, V, 100 + i));
+    for (int i = 0; i < n; ++i) seqs.push_back(random_tokens(1 + 3 * i, V, 100 + i));
     seqs[n / 2] = probe;
     const auto got = run_batch(*m, kv, seqs, 40);
     EXPECT_TRUE(bit_equal(got[n / 2], alone)) << "batch of " << n;
