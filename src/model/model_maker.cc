@@ -79,28 +79,6 @@ class TensorMaker {
   Rng rng_;
 };
 
-void write_vocab(GgufWriter& w, const Vocab& v) {
-  w.set_string("tokenizer.ggml.model", v.model);
-  if (!v.pre.empty()) w.set_string("tokenizer.ggml.pre", v.pre);
-  w.set_string_array("tokenizer.ggml.tokens", v.tokens);
-  if (!v.scores.empty()) w.set_f32_array("tokenizer.ggml.scores", v.scores);
-  if (!v.types.empty()) {
-    std::vector<int32_t> types(v.types.size());
-    for (size_t i = 0; i < types.size(); ++i) types[i] = (int32_t)v.types[i];
-    w.set_i32_array("tokenizer.ggml.token_type", types);
-  }
-  if (!v.merges.empty()) w.set_string_array("tokenizer.ggml.merges", v.merges);
-  if (v.bos_id >= 0) w.set_u32("tokenizer.ggml.bos_token_id", v.bos_id);
-  if (v.eos_id >= 0) w.set_u32("tokenizer.ggml.eos_token_id", v.eos_id);
-  if (v.unk_id >= 0) w.set_u32("tokenizer.ggml.unknown_token_id", v.unk_id);
-  if (v.pad_id >= 0) w.set_u32("tokenizer.ggml.padding_token_id", v.pad_id);
-  if (v.eot_id >= 0) w.set_u32("tokenizer.ggml.eot_token_id", v.eot_id);
-  w.set_bool("tokenizer.ggml.add_bos_token", v.add_bos);
-  w.set_bool("tokenizer.ggml.add_eos_token", v.add_eos);
-  if (v.model == "llama") w.set_bool("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
-  if (!v.chat_template.empty()) w.set_string("tokenizer.chat_template", v.chat_template);
-}
-
 // ChatML: used by Qwen2 and a common choice for small chat models.
 const char* const kChatMlTemplate =
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
@@ -173,7 +151,7 @@ Status make_model(const MakeModelSpec& s, const std::string& path) {
     w.set_f32(a + "rope.scaling.factor", s.rope_scale);
     w.set_u32(a + "rope.scaling.original_context_length", s.rope_orig_ctx > 0 ? s.rope_orig_ctx : s.n_ctx);
   }
-  write_vocab(w, vocab);
+  vocab_to_gguf(vocab, w);
 
   TensorMaker tm(w, s.seed);
   const int64_t d = s.n_embd, hd = s.n_embd / s.n_head, q = s.n_head * hd, kv = s.n_head_kv * hd;
