@@ -1,5 +1,6 @@
 // kvwarden: one binary, one subcommand per job.
 #include <CLI/CLI.hpp>
+#include <iostream>
 
 #include "apps/kvwarden/commands.h"
 
@@ -16,8 +17,16 @@ int main(int argc, char** argv) {
   kvw::app::add_logits_command(app, exit_code);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line naming the problem, as for every other bad input.
+    std::string cmd = "kvwarden";
+    for (const auto* sub : app.get_subcommands()) cmd += " " + sub->get_name();
+    std::cerr << cmd << ": " << e.what() << " (see --help)\n";
+    return 2;
   }
   return exit_code;
 }

@@ -1,0 +1,247 @@
+"""Independent numpy reference of the Llama-family decoder ("llama", "qwen2"), float64 throughout.
+
+Written from the architecture's mathematics, not from the C++ engine: the comparison tests trust
+it as the oracle. Also holds a tiny SentencePiece-style tokenizer (merge by score) and, run as a
+script, greedy generation from a real model:
+  /usr/bin/python3 llama_ref.py MODEL.gguf ["Once upon a time"] [n_tokens]
+"""
+
+import math
+import sys
+
+import numpy as np
+
+from gguf_reader import GgufFile
+
+
+class Hparams:
+    def __init__(self, f):
+        arch = f.get("general.architecture")
+        if arch not in ("llama", "qwen2"):
+            raise ValueError(f"unsupported architecture {arch!r}")
+        self.arch = arch
+
+        def meta(key, default=None):
+            return f.get(f"{arch}.{key}", default)
+
+        self.n_embd = int(meta("embedding_length"))
+        self.n_layer = int(meta("block_count"))
+        self.n_head = int(meta("attention.head_count"))
+        self.n_head_kv = int(meta("attention.head_count_kv", self.n_head))
+        self.head_dim = self.n_embd // self.n_head
+        self.n_rot = int(meta("rope.dimension_count", self.head_dim))
+        self.rms_eps = float(meta("attention.layer_norm_rms_epsilon", 1e-5))
+        self.rope_base = float(meta("rope.freq_base", 10000.0))
+        self.sliding_window = int(meta("attention.sliding_window", 0))
+        self.rope_scaling = str(meta("rope.scaling.type", "none"))
+        self.rope_scale = float(meta("rope.scaling.factor", 1.0))
+        self.rope_orig_ctx = int(meta("rope.scaling.original_context_length",
+                                      meta("context_length", 0)))
+        self.rope_attn_factor = float(meta("rope.scaling.attn_factor", 1.0))
+        legacy_linear = meta("rope.scale_linear")
+        if legacy_linear is not None and self.rope_scaling == "none":
+            self.rope_scaling, self.rope_scale = "linear", float(legacy_linear)
+        # llama GGUFs store q/k permuted for adjacent-pair rotation; qwen2 keeps HF's half split.
+        self.rope_neox = arch == "qwen2"
+        if self.n_head % self.n_head_kv != 0:
+            raise ValueError("n_head must be a multiple of n_head_kv")
+
+
+def rope_tables(hp, n_pos, rope_freqs=None):
+    """cos, sin of shape (n_pos, n_rot/2): the angle of pair i at each position, with scaling."""
+    d = hp.n_rot
+    i = np.arange(d // 2, dtype=np.float64)
+    base = hp.rope_base
+    scaling, s = hp.rope_scaling, hp.rope_scale
+    if scaling == "ntk":
+        base = base * s ** (d / (d - 2))
+    theta = base ** (-2.0 * i / d)
+    if rope_freqs is not None:
+        theta = theta / rope_freqs[: d // 2].astype(np.float64)
+    pos = np.arange(n_pos, dtype=np.float64)[:, None]
+    mscale = 1.0
+    if scaling == "linear":
+        angle = pos * theta[None, :] / s
+    elif scaling == "yarn":
+        extrap = pos * theta[None, :]
+        interp = extrap / s
+
+        def corr_dim(beta):
+            return d * math.log(hp.rope_orig_ctx / (beta * 2 * math.pi)) / (2 * math.log(base))
+
+        low = max(0.0, math.floor(corr_dim(32.0)))
+        high = min(d - 1.0, math.ceil(corr_dim(1.0)))
+        y = (i - low) / max(0.001, high - low)
+        ramp = 1.0 - np.clip(y, 0.0, 1.0)
+        angle = interp * (1.0 - ramp[None, :]) + extrap * ramp[None, :]
+        mscale = (1.0 + 0.1 * math.log(s)) * hp.rope_attn_factor
+    elif scaling in ("none", "ntk"):
+        angle = pos * theta[None, :]
+    else:
+        raise ValueError(f"unknown rope scaling {scaling!r}")
+    return np.cos(angle) * mscale, np.sin(angle) * mscale
+
+
+def apply_rope(x, cos, sin, n_rot, neox):
+    """x: (T, heads, head_dim); rotates the first n_rot dims of each head."""
+    out = x.copy()
+    c, s = cos[:, None, :], sin[:, None, :]
+    if neox:
+        half = n_rot // 2
+        a, b = x[:, :, :half], x[:, :, half:n_rot]
+        out[:, :, :half] = a * c - b * s
+        out[:, :, half:n_rot] = a * s + b * c
+    else:
+        a, b = x[:, :, 0:n_rot:2], x[:, :, 1:n_rot:2]
+        out[:, :, 0:n_rot:2] = a * c - b * s
+        out[:, :, 1:n_rot:2] = a * s + b * c
+    return out
+
+
+def rms_norm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+class LlamaRef:
+    def __init__(self, path):
+        f = GgufFile(path)
+        self.file = f
+        self.hp = hp = Hparams(f)
+
+        def w(name):
+            return f.tensor(name).astype(np.float64)
+
+        def opt(name):
+            return w(name) if f.has_tensor(name) else None
+
+        self.tok_embd = w("token_embd.weight")  # (n_vocab, n_embd)
+        self.n_vocab = self.tok_embd.shape[0]
+        self.output_norm = w("output_norm.weight")
+        self.output = opt("output.weight")
+        if self.output is None:
+            self.output = self.tok_embd  # tied embeddings
+        self.rope_freqs = opt("rope_freqs.weight")
+        self.layers = []
+        for il in range(hp.n_layer):
+            p = f"blk.{il}."
+            layer = {k: w(p + k + ".weight") for k in (
+                "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate",
+                "ffn_up", "ffn_down")}
+            for k in ("attn_q", "attn_k", "attn_v"):
+                layer[k + ".bias"] = opt(p + k + ".bias")
+            self.layers.append(layer)
+
+    def attention_mask(self, n):
+        """(n, n) bool: query p may attend key k."""
+        p = np.arange(n)[:, None]
+        k = np.arange(n)[None, :]
+        allowed = k <= p
+        if self.hp.sliding_window > 0:
+            allowed &= k > p - self.hp.sliding_window
+        return allowed
+
+    def forward(self, tokens):
+        """Logits (T, n_vocab) float64 for every position of one sequence starting at position 0."""
+        hp = self.hp
+        tokens = np.asarray(tokens, dtype=np.int64)
+        n = tokens.size
+        hd, nh, nkv = hp.head_dim, hp.n_head, hp.n_head_kv
+        cos, sin = rope_tables(hp, n, self.rope_freqs)
+        mask = self.attention_mask(n)
+        kv_of_head = np.arange(nh) // (nh // nkv)
+        x = self.tok_embd[tokens]
+        for L in self.layers:
+            h = rms_norm(x, L["attn_norm"], hp.rms_eps)
+            q, k, v = h @ L["attn_q"].T, h @ L["attn_k"].T, h @ L["attn_v"].T
+            if L["attn_q.bias"] is not None:
+                q, k, v = q + L["attn_q.bias"], k + L["attn_k.bias"], v + L["attn_v.bias"]
+            q = apply_rope(q.reshape(n, nh, hd), cos, sin, hp.n_rot, hp.rope_neox)
+            k = apply_rope(k.reshape(n, nkv, hd), cos, sin, hp.n_rot, hp.rope_neox)
+            v = v.reshape(n, nkv, hd)
+            k, v = k[:, kv_of_head, :], v[:, kv_of_head, :]  # GQA: expand kv heads
+            scores = np.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd)
+            scores = np.where(mask[None], scores, -np.inf)
+            scores -= scores.max(axis=-1, keepdims=True)
+            probs = np.exp(scores)
+            probs /= probs.sum(axis=-1, keepdims=True)
+            attn = np.einsum("hqk,khd->qhd", probs, v).reshape(n, nh * hd)
+            x = x + attn @ L["attn_output"].T
+            h = rms_norm(x, L["ffn_norm"], hp.rms_eps)
+            ff = silu(h @ L["ffn_gate"].T) * (h @ L["ffn_up"].T)
+            x = x + ff @ L["ffn_down"].T
+        x = rms_norm(x, self.output_norm, hp.rms_eps)
+        return x @ self.output.T
+
+    def forward_batch(self, sequences):
+        """Independent sequences -> logits concatenated in order, (sum of lengths, n_vocab)."""
+        return np.concatenate([self.forward(s) for s in sequences], axis=0)
+
+    def greedy(self, prompt, n_new):
+        toks = list(prompt)
+        for _ in range(n_new):
+            toks.append(int(np.argmax(self.forward(toks)[-1])))
+        return toks
+
+
+class SpmVocab:
+    """SentencePiece-style tokenizer from GGUF vocab: repeatedly merge the best-scoring pair."""
+
+    def __init__(self, f):
+        self.tokens = f.get("tokenizer.ggml.tokens")
+        self.scores = f.get("tokenizer.ggml.scores", [0.0] * len(self.tokens))
+        self.index = {t: i for i, t in enumerate(self.tokens)}
+        self.bos = int(f.get("tokenizer.ggml.bos_token_id", 1))
+
+    def encode(self, text, add_bos=True):
+        text = "\u2581" + text.replace(" ", "\u2581")
+        pieces = list(text)
+        while True:
+            best, best_i = None, -1
+            for i in range(len(pieces) - 1):
+                merged = pieces[i] + pieces[i + 1]
+                tid = self.index.get(merged)
+                if tid is not None and (best is None or self.scores[tid] > best):
+                    best, best_i = self.scores[tid], i
+            if best_i < 0:
+                break
+            pieces[best_i:best_i + 2] = [pieces[best_i] + pieces[best_i + 1]]
+        ids = [self.bos] if add_bos else []
+        for p in pieces:
+            if p in self.index:
+                ids.append(self.index[p])
+            else:  # byte fallback
+                ids.extend(self.index[f"<0x{b:02X}>"] for b in p.encode("utf-8"))
+        return ids
+
+    def decode(self, ids):
+        out = bytearray()
+        for i in ids:
+            t = self.tokens[i]
+            if len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
+                out.append(int(t[3:5], 16))
+            elif t in ("<s>", "</s>", "<unk>"):
+                continue
+            else:
+                out.extend(t.replace("\u2581", " ").encode("utf-8"))
+        return out.decode("utf-8", errors="replace")
+
+
+def main(argv):
+    path = argv[1]
+    prompt = argv[2] if len(argv) > 2 else "Once upon a time"
+    n_new = int(argv[3]) if len(argv) > 3 else 60
+    model = LlamaRef(path)
+    vocab = SpmVocab(model.file)
+    ids = vocab.encode(prompt)
+    out = model.greedy(ids, n_new)
+    print("prompt ids:", ids)
+    print("generated ids:", out[len(ids):])
+    print("text:", vocab.decode(out).lstrip())
+
+
+if __name__ == "__main__":
+    main(sys.argv)

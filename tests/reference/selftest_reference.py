@@ -1,0 +1,311 @@
+"""Checks of the reference itself, needing no kvwarden binary: GGUF parsing of every metadata type,
+vectorised dequantisation against plain per-element loops written from ggml's dequantize_row_*,
+RoPE/attention identities, and greedy text from the real stories260K model.
+
+  /usr/bin/python3 selftest_reference.py          (KVW_SHARED_MODELS locates stories260K.gguf)
+"""
+
+import math
+import os
+import struct
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gguf_reader  # noqa: E402
+import llama_ref  # noqa: E402
+
+
+# ----- a minimal GGUF writer, only for these tests -----
+
+def _str(s):
+    b = s.encode("utf-8")
+    return struct.pack("<Q", len(b)) + b
+
+
+_FMT = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
+        11: "<q", 12: "<d"}
+
+
+def _value(vtype, v):
+    if vtype == 8:
+        return _str(v)
+    if vtype == 9:
+        elem_type, items = v
+        out = struct.pack("<IQ", elem_type, len(items))
+        return out + b"".join(_value(elem_type, x) for x in items)
+    return struct.pack(_FMT[vtype], v)
+
+
+def write_gguf(path, kvs, tensors, alignment=32, version=3):
+    """kvs: [(key, vtype, value)]; tensors: [(name, ggml shape, ggml type, raw bytes)]."""
+    head = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs))
+    for key, vtype, v in kvs:
+        head += _str(key) + struct.pack("<I", vtype) + _value(vtype, v)
+    offset, blobs = 0, []
+    for name, shape, ttype, raw in tensors:
+        head += _str(name) + struct.pack("<I", len(shape))
+        head += b"".join(struct.pack("<Q", s) for s in shape)
+        head += struct.pack("<IQ", ttype, offset)
+        pad = (-len(raw)) % alignment
+        blobs.append(raw + b"\0" * pad)
+        offset += len(raw) + pad
+    head += b"\0" * ((-len(head)) % alignment)
+    with open(path, "wb") as fh:
+        fh.write(head + b"".join(blobs))
+
+
+# ----- scalar transliterations of ggml's dequantize_row_* loops (one block at a time) -----
+
+def _h(b, i):
+    return float(np.frombuffer(bytes(b[i:i + 2]), dtype="<f2")[0])
+
+
+def _scale_min_k4(j, q):
+    if j < 4:
+        return q[j] & 63, q[j + 4] & 63
+    return (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4)
+
+
+def scalar_q4_0(b):
+    d = _h(b, 0)
+    y = [0.0] * 32
+    for j in range(16):
+        y[j] = d * ((b[2 + j] & 0xF) - 8)
+        y[j + 16] = d * ((b[2 + j] >> 4) - 8)
+    return y
+
+
+def scalar_q8_0(b):
+    d = _h(b, 0)
+    return [d * (x - 256 if x > 127 else x) for x in b[2:34]]
+
+
+def scalar_q4_k(b):
+    d, dmin, sc, qs = _h(b, 0), _h(b, 2), b[4:16], b[16:144]
+    y, q, is_ = [], 0, 0
+    for _ in range(4):
+        s1, m1 = _scale_min_k4(is_, sc)
+        s2, m2 = _scale_min_k4(is_ + 1, sc)
+        y += [d * s1 * (qs[q + l] & 0xF) - dmin * m1 for l in range(32)]
+        y += [d * s2 * (qs[q + l] >> 4) - dmin * m2 for l in range(32)]
+        q, is_ = q + 32, is_ + 2
+    return y
+
+
+def scalar_q5_k(b):
+    d, dmin, sc, qh, qs = _h(b, 0), _h(b, 2), b[4:16], b[16:48], b[48:176]
+    y, q, is_, u1, u2 = [], 0, 0, 1, 2
+    for _ in range(4):
+        s1, m1 = _scale_min_k4(is_, sc)
+        s2, m2 = _scale_min_k4(is_ + 1, sc)
+        y += [d * s1 * ((qs[q + l] & 0xF) + (16 if qh[l] & u1 else 0)) - dmin * m1
+              for l in range(32)]
+        y += [d * s2 * ((qs[q + l] >> 4) + (16 if qh[l] & u2 else 0)) - dmin * m2
+              for l in range(32)]
+        q, is_, u1, u2 = q + 32, is_ + 2, u1 << 2, u2 << 2
+    return y
+
+
+def scalar_q6_k(b):
+    ql, qh = b[0:128], b[128:192]
+    sc = [x - 256 if x > 127 else x for x in b[192:208]]
+    d = _h(b, 208)
+    y = [0.0] * 256
+    for half in range(2):
+        o, lo, ho, so = 128 * half, 64 * half, 32 * half, 8 * half
+        for l in range(32):
+            is_ = l // 16
+            q1 = ((ql[lo + l] & 0xF) | (((qh[ho + l] >> 0) & 3) << 4)) - 32
+            q2 = ((ql[lo + l + 32] & 0xF) | (((qh[ho + l] >> 2) & 3) << 4)) - 32
+            q3 = ((ql[lo + l] >> 4) | (((qh[ho + l] >> 4) & 3) << 4)) - 32
+            q4 = ((ql[lo + l + 32] >> 4) | (((qh[ho + l] >> 6) & 3) << 4)) - 32
+            y[o + l] = d * sc[so + is_] * q1
+            y[o + l + 32] = d * sc[so + is_ + 2] * q2
+            y[o + l + 64] = d * sc[so + is_ + 4] * q3
+            y[o + l + 96] = d * sc[so + is_ + 6] * q4
+    return y
+
+
+def random_blocks(rng, ggml_type, n_blocks):
+    """Random block bytes whose fp16 scale fields are finite."""
+    _, _, nbytes = gguf_reader.GGML_TYPES[ggml_type]
+    raw = rng.integers(0, 256, size=(n_blocks, nbytes), dtype=np.uint8)
+    scale_offsets = {2: [0], 8: [0], 12: [0, 2], 13: [0, 2], 14: [208]}[ggml_type]
+    for off in scale_offsets:
+        halves = rng.uniform(-0.1, 0.1, size=n_blocks).astype("<f2")
+        raw[:, off:off + 2] = halves.view(np.uint8).reshape(n_blocks, 2)
+    return raw
+
+
+class DequantTest(unittest.TestCase):
+    def test_vectorised_matches_scalar_loops(self):
+        rng = np.random.default_rng(7)
+        scalar = {2: scalar_q4_0, 8: scalar_q8_0, 12: scalar_q4_k, 13: scalar_q5_k,
+                  14: scalar_q6_k}
+        for ttype, fn in scalar.items():
+            name, elems, _ = gguf_reader.GGML_TYPES[ttype]
+            raw = random_blocks(rng, ttype, 5)
+            got = gguf_reader.dequantize(raw.reshape(-1), ttype, 5 * elems)
+            want = np.concatenate([np.array(fn(list(map(int, blk))), np.float32) for blk in raw])
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7, err_msg=name)
+
+    def test_q4_0_known_block(self):
+        # d = 0.5; byte j holds q=j in the low nibble (element j) and 15-j high (element j+16).
+        block = np.frombuffer(np.float16(0.5).tobytes(), np.uint8).tolist()
+        block += [j | ((15 - j) << 4) for j in range(16)]
+        got = gguf_reader.dequantize(np.array(block, np.uint8), 2, 32)
+        want = 0.5 * (np.concatenate([np.arange(16), 15 - np.arange(16)]) - 8)
+        np.testing.assert_array_equal(got, want)
+
+    def test_float_types(self):
+        x = np.array([1.5, -2.25, 3.0e-3, 65504.0], np.float32)
+        np.testing.assert_array_equal(
+            gguf_reader.dequantize(x.view(np.uint8), 0, 4), x)
+        np.testing.assert_array_equal(
+            gguf_reader.dequantize(x.astype("<f2").view(np.uint8), 1, 4), x.astype(np.float16))
+        bf = (x.view(np.uint32) >> 16).astype("<u2")
+        got = gguf_reader.dequantize(bf.view(np.uint8), 30, 4)
+        np.testing.assert_array_equal(got, (bf.astype(np.uint32) << 16).view(np.float32))
+        self.assertEqual(got[0], 1.5)
+
+
+class GgufParseTest(unittest.TestCase):
+    def test_all_metadata_types_arrays_alignment_and_tensors(self):
+        kvs = [("u8", 0, 200), ("i8", 1, -5), ("u16", 2, 60000), ("i16", 3, -30000),
+               ("u32", 4, 4000000000), ("i32", 5, -2000000000), ("f32", 6, 0.5),
+               ("bool", 7, True), ("str", 8, "h\u00e9llo"), ("u64", 10, 2 ** 63 + 5),
+               ("i64", 11, -(2 ** 62)), ("f64", 12, math.pi),
+               ("general.alignment", 4, 64),
+               ("arr_i32", 9, (5, [1, -2, 3])), ("arr_str", 9, (8, ["a", "", "\u2581b"])),
+               ("arr_bool", 9, (7, [True, False])),
+               ("nested", 9, (9, [(4, [1, 2]), (8, ["x"]), (9, [(6, [1.5])])]))]
+        rng = np.random.default_rng(3)
+        f32 = rng.standard_normal((3, 5)).astype(np.float32)  # numpy (rows, cols)
+        q8 = random_blocks(rng, 8, 4)  # 2 rows of 64
+        tensors = [("a.weight", [5, 3], 0, f32.tobytes()),
+                   ("b.weight", [64, 2], 8, q8.tobytes())]
+        with tempfile.TemporaryDirectory() as tmp:
+            for version in (2, 3):
+                path = os.path.join(tmp, f"t{version}.gguf")
+                write_gguf(path, kvs, tensors, alignment=64, version=version)
+                f = gguf_reader.GgufFile(path)
+                self.assertEqual(f.version, version)
+                self.assertEqual(f.alignment, 64)
+                self.assertEqual(f.data_start % 64, 0)
+                for key, vtype, v in kvs:
+                    if vtype == 6:
+                        self.assertAlmostEqual(f.get(key), v)
+                    elif vtype != 9:
+                        self.assertEqual(f.get(key), v, key)
+                self.assertEqual(f.get("arr_i32"), [1, -2, 3])
+                self.assertEqual(f.get("arr_str"), ["a", "", "\u2581b"])
+                self.assertEqual(f.get("arr_bool"), [True, False])
+                self.assertEqual(f.get("nested"), [[1, 2], ["x"], [[1.5]]])
+                np.testing.assert_array_equal(f.tensor("a.weight"), f32)
+                self.assertEqual(f.tensors["b.weight"].offset, 64)
+                want = gguf_reader.dequantize(q8.reshape(-1), 8, 128).reshape(2, 64)
+                np.testing.assert_array_equal(f.tensor("b.weight"), want)
+
+    def test_rejects_bad_files(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "bad.gguf")
+            write_gguf(path, [], [("a", [4], 0, b"\0" * 16)])
+            with open(path, "rb") as fh:
+                data = fh.read()
+            # Wrong magic, version 1, tensor data cut short (16 data bytes + 16 padding).
+            for bad in (b"GGUG" + data[4:], data[:4] + struct.pack("<I", 1) + data[8:],
+                        data[:-20]):
+                with open(path, "wb") as fh:
+                    fh.write(bad)
+                with self.assertRaises(gguf_reader.GgufError):
+                    gguf_reader.GgufFile(path)
+
+
+class _Hp:
+    def __init__(self, **kw):
+        self.n_rot, self.rope_base, self.rope_scaling, self.rope_scale = 16, 10000.0, "none", 1.0
+        self.rope_orig_ctx, self.rope_attn_factor = 64, 1.0
+        self.__dict__.update(kw)
+
+
+class RopeTest(unittest.TestCase):
+    def test_rotation_preserves_norm_and_neox_is_a_permutation(self):
+        rng = np.random.default_rng(1)
+        x = rng.standard_normal((10, 3, 16))
+        cos, sin = llama_ref.rope_tables(_Hp(), 10)
+        y = llama_ref.apply_rope(x, cos, sin, 16, neox=False)
+        np.testing.assert_allclose(np.linalg.norm(y, axis=-1), np.linalg.norm(x, axis=-1))
+        np.testing.assert_allclose(y[0], x[0])  # position 0 is unrotated
+        perm = np.concatenate([np.arange(0, 16, 2), np.arange(1, 16, 2)])
+        yn = llama_ref.apply_rope(x[:, :, perm], cos, sin, 16, neox=True)
+        np.testing.assert_allclose(yn, y[:, :, perm])
+
+    def test_relative_position_property(self):
+        # <rope(q, m), rope(k, n)> depends only on m - n.
+        rng = np.random.default_rng(2)
+        q, k = rng.standard_normal(16), rng.standard_normal(16)
+        cos, sin = llama_ref.rope_tables(_Hp(), 40)
+        rq = llama_ref.apply_rope(np.tile(q, (40, 1, 1)), cos, sin, 16, False)[:, 0]
+        rk = llama_ref.apply_rope(np.tile(k, (40, 1, 1)), cos, sin, 16, False)[:, 0]
+        self.assertAlmostEqual(rq[10] @ rk[3], rq[37] @ rk[30])
+
+    def test_scalings(self):
+        c0, s0 = llama_ref.rope_tables(_Hp(), 64)
+        c1, s1 = llama_ref.rope_tables(_Hp(rope_scaling="linear", rope_scale=4.0), 64)
+        np.testing.assert_allclose(c1[8], c0[2])  # position 8 / 4 = 2
+        cy, sy = llama_ref.rope_tables(_Hp(rope_scaling="yarn", rope_scale=1.0), 64)
+        np.testing.assert_allclose(cy, c0)
+        np.testing.assert_allclose(sy, s0)
+        cy, sy = llama_ref.rope_tables(_Hp(rope_scaling="yarn", rope_scale=4.0), 64)
+        mscale = 1 + 0.1 * math.log(4.0)
+        np.testing.assert_allclose(cy[0], mscale)  # magnitude scaled
+        np.testing.assert_allclose(cy[5, 0], mscale * c0[5, 0])  # fastest pair extrapolates
+        np.testing.assert_allclose(cy[8, -1], mscale * c1[8, -1])  # slowest pair interpolates
+        cn, _ = llama_ref.rope_tables(_Hp(rope_scaling="ntk", rope_scale=4.0), 64)
+        np.testing.assert_allclose(cn[:, 0], c0[:, 0])  # pair 0 keeps theta = 1
+        self.assertFalse(np.allclose(cn[:, -1], c0[:, -1]))
+
+
+class ModelTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        d = os.environ.get("KVW_SHARED_MODELS",
+                           os.path.join(os.path.dirname(__file__), "../../../shared/models"))
+        cls.model = llama_ref.LlamaRef(os.path.join(d, "stories260K.gguf"))
+        cls.vocab = llama_ref.SpmVocab(cls.model.file)
+
+    def test_causal_prefix_and_sliding_window(self):
+        toks = self.vocab.encode("Once upon a time, there was a big dog.")
+        full = self.model.forward(toks)
+        np.testing.assert_allclose(self.model.forward(toks[:5]), full[:5], atol=1e-12)
+        self.model.hp.sliding_window = len(toks)  # window covering everything: no change
+        try:
+            np.testing.assert_allclose(self.model.forward(toks), full, atol=1e-12)
+            self.model.hp.sliding_window = 3
+            windowed = self.model.forward(toks)
+        finally:
+            self.model.hp.sliding_window = 0
+        np.testing.assert_allclose(windowed[:3], full[:3], atol=1e-12)
+        self.assertGreater(np.abs(windowed[5:] - full[5:]).max(), 1e-3)
+
+    def test_tokenizer_round_trip(self):
+        text = "Once upon a time, Lily's mom said \"hi\"."
+        ids = self.vocab.encode(text)
+        self.assertEqual(ids[0], 1)
+        self.assertEqual(self.vocab.decode(ids).lstrip(), text)
+        self.assertLess(len(ids), len(text) // 2)  # merges happened
+
+    def test_greedy_story_is_coherent(self):
+        ids = self.vocab.encode("Once upon a time")
+        text = self.vocab.decode(self.model.greedy(ids, 40)).lstrip()
+        print("\nstories260K greedy (reference):", text)
+        self.assertTrue(text.startswith("Once upon a time, there was a little girl named Lily."),
+                        text)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
