@@ -1,0 +1,26 @@
+// core/ids.h: strong ids. Mixing up a block id, a sequence id and a token count does not compile.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace kvw {
+
+enum class BlockId : uint32_t {};  // a KV block (block_size tokens in every layer)
+enum class SeqId : uint64_t {};    // a sequence (one request may own several with n > 1)
+
+constexpr BlockId kNullBlock{0xffffffffu};
+
+constexpr uint32_t index_of(BlockId b) { return static_cast<uint32_t>(b); }
+constexpr uint64_t index_of(SeqId s) { return static_cast<uint64_t>(s); }
+
+}  // namespace kvw
+
+template <>
+struct std::hash<kvw::SeqId> {
+  size_t operator()(kvw::SeqId s) const noexcept { return std::hash<uint64_t>{}(kvw::index_of(s)); }
+};
+template <>
+struct std::hash<kvw::BlockId> {
+  size_t operator()(kvw::BlockId b) const noexcept { return std::hash<uint32_t>{}(kvw::index_of(b)); }
+};
