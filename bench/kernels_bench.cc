@@ -1,0 +1,129 @@
+// bench/kernels_bench.cc: matmul throughput per weight type, in weight bytes per second, next to
+// the STREAM-like triad and read-only bandwidth of this machine (the bound for decode).
+//
+//   BM_Matmul/<type>/<rows>x<n_in>/tokens:<n>/threads:<t>   bytes/s = weight bytes streamed
+//   BM_MemoryBandwidth/<triad|read>/threads:<t>             bytes/s = the probe's bandwidth
+//
+// Weights are replicated into several copies totalling >= 128 MiB and a different copy is used
+// on each iteration, so every call reads its weights from DRAM as a real decode step does (the
+// L3 here is 32 MiB; a single 2048x2048 Q8_0 matrix, 4.5 MiB, would be served from cache).
+// KVW_ISA=ref|avx2|avx512 pins the kernel table.
+#include <benchmark/benchmark.h>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "gguf/tensor_types.h"
+#include "kernels/kernels.h"
+#include "kernels/membw.h"
+
+namespace kvw::kernels {
+namespace {
+
+constexpr size_t kMinWeightBytes = size_t{128} << 20;
+
+struct MatmulCase {
+  GgmlType wtype;
+  int64_t n_rows;
+  int64_t n_in;
+  int64_t n_tokens;
+  int threads;
+};
+
+void bm_matmul(benchmark::State& state, MatmulCase c) {
+  const KernelTable& k = kernels();
+  const int64_t w_row_bytes = (int64_t)*row_bytes(c.wtype, c.n_in);
+  const size_t matrix_bytes = (size_t)(w_row_bytes * c.n_rows);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 0.05f);
+  std::vector<float> row(c.n_in);
+  std::vector<uint8_t> one(matrix_bytes);
+  for (int64_t r = 0; r < c.n_rows; ++r) {
+    for (float& v : row) v = dist(rng);
+    quantize_row(c.wtype, row.data(), one.data() + r * w_row_bytes, c.n_in);
+  }
+  const size_t copies = (kMinWeightBytes + matrix_bytes - 1) / matrix_bytes;
+  std::vector<uint8_t> w(copies * matrix_bytes);
+  for (size_t i = 0; i < copies; ++i)
+    std::copy(one.begin(), one.end(), w.begin() + i * matrix_bytes);
+
+  std::vector<float> x(c.n_tokens * c.n_in);
+  for (float& v : x) v = dist(rng) * 20.0f;
+  std::vector<uint8_t> xq(c.n_tokens * act_row_bytes(c.wtype, c.n_in));
+  k.quantize_act(c.wtype, x.data(), c.n_tokens, c.n_in, xq.data(), 0, 1);
+  std::vector<float> y(c.n_tokens * c.n_rows);
+
+  ThreadPool pool(c.threads);
+  size_t copy = 0;
+  for (auto _ : state) {
+    const uint8_t* wc = w.data() + copy * matrix_bytes;
+    pool.run([&](int ith, int nth) {
+      k.matmul(c.wtype, wc, c.n_rows, c.n_in, xq.data(), c.n_tokens, y.data(), ith, nth);
+    });
+    benchmark::DoNotOptimize(y.data());
+    copy = (copy + 1) % copies;
+  }
+  state.SetBytesProcessed((int64_t)state.iterations() * (int64_t)matrix_bytes);
+  state.counters["tokens/s"] =
+      benchmark::Counter((double)state.iterations() * c.n_tokens, benchmark::Counter::kIsRate);
+  state.SetLabel(k.isa);
+}
+
+void bm_bandwidth(benchmark::State& state, bool triad, int threads) {
+  ThreadPool pool(threads);
+  double gbs = 0.0;
+  for (auto _ : state) {
+    gbs = triad ? measure_memory_bandwidth_gbs(pool, size_t{384} << 20)
+                : measure_read_bandwidth_gbs(pool, size_t{256} << 20);
+  }
+  state.counters["GB/s"] = gbs;
+  state.SetBytesProcessed((int64_t)(gbs * 1e9 * state.iterations()));  // shown as bytes/s too
+  state.SetIterationTime(1.0);
+}
+
+void register_all() {
+  const GgmlType types[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ8_0,
+                            GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+  const int64_t shapes[][2] = {{2048, 2048}, {5632, 2048}};
+  for (GgmlType t : types) {
+    for (const auto& s : shapes) {
+      for (int64_t n_tokens : {1, 32}) {
+        for (int threads : {1, 2}) {
+          const std::string name = "BM_Matmul/" + std::string(type_traits(t).name) + "/" +
+                                   std::to_string(s[0]) + "x" + std::to_string(s[1]) +
+                                   "/tokens:" + std::to_string(n_tokens) +
+                                   "/threads:" + std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(), bm_matmul,
+                                       MatmulCase{t, s[0], s[1], n_tokens, threads})
+              ->Unit(benchmark::kMicrosecond)
+              ->UseRealTime();
+        }
+      }
+    }
+  }
+  for (bool triad : {true, false}) {
+    for (int threads : {1, 2}) {
+      const std::string name = std::string("BM_MemoryBandwidth/") + (triad ? "triad" : "read") +
+                               "/threads:" + std::to_string(threads);
+      benchmark::RegisterBenchmark(name.c_str(), bm_bandwidth, triad, threads)
+          ->Iterations(1)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvw::kernels
+
+int main(int argc, char** argv) {
+  kvw::kernels::register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,358 @@
+#include "kv/kv_manager.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/check.h"
+
+namespace kvw {
+
+Status KvManagerConfig::validate() const {
+  if (num_blocks == 0) return Error{"kv: num_blocks must be > 0"};
+  if (block_size < 8 || block_size > 32) {
+    return Error{"kv: block_size " + std::to_string(block_size) + " outside 8..32 tokens"};
+  }
+  if (watermark_blocks >= num_blocks) {
+    return Error{"kv: watermark_blocks " + std::to_string(watermark_blocks) +
+                 " must be below num_blocks " + std::to_string(num_blocks)};
+  }
+  return Status::ok_status();
+}
+
+static KvManagerConfig checked(const KvManagerConfig& cfg) {
+  const Status st = cfg.validate();
+  CHECK(st.ok()) << st.message();
+  return cfg;
+}
+
+KvManager::KvManager(const KvManagerConfig& cfg, KvStorage* storage)
+    : cfg_(checked(cfg)), storage_(storage), pool_(cfg.num_blocks, &cache_) {
+  if (storage_ != nullptr) {
+    CHECK(storage_->num_blocks() >= cfg_.num_blocks)
+        << "storage has " << storage_->num_blocks() << " blocks, pool " << cfg_.num_blocks;
+  }
+  pool_.set_evict_callback([this](BlockId b, uint64_t hash) { on_evict(b, hash); });
+}
+
+const BlockTable& KvManager::table(SeqId seq) const {
+  auto it = tables_.find(seq);
+  CHECK(it != tables_.end()) << "unknown sequence " << index_of(seq);
+  return it->second;
+}
+
+BlockTable& KvManager::table(SeqId seq) {
+  auto it = tables_.find(seq);
+  CHECK(it != tables_.end()) << "unknown sequence " << index_of(seq);
+  return it->second;
+}
+
+std::vector<BlockId> KvManager::match_prefix(std::span<const int32_t> prompt,
+                                             std::vector<uint64_t>& hashes) const {
+  std::vector<BlockId> hits;
+  if (!cfg_.enable_prefix_caching || prompt.empty()) return hits;
+  const size_t bs = static_cast<size_t>(cfg_.block_size);
+  // At most (len - 1) tokens: the last prompt token must run through the model for logits.
+  const size_t max_blocks = (prompt.size() - 1) / bs;
+  uint64_t h = kPrefixHashSeed;
+  for (size_t i = 0; i < max_blocks; ++i) {
+    h = hash_block_tokens(h, prompt.subspan(i * bs, bs));
+    const std::optional<BlockId> b = cache_.lookup(h);
+    if (!b) break;
+    hits.push_back(*b);
+    hashes.push_back(h);
+  }
+  return hits;
+}
+
+int64_t KvManager::num_cached_prefix_tokens(std::span<const int32_t> prompt) const {
+  std::vector<uint64_t> hashes;
+  return static_cast<int64_t>(match_prefix(prompt, hashes).size()) * cfg_.block_size;
+}
+
+bool KvManager::can_admit(std::span<const int32_t> prompt, int64_t num_tokens) const {
+  std::vector<uint64_t> hashes;
+  const std::vector<BlockId> hits = match_prefix(prompt, hashes);
+  const int64_t bs = cfg_.block_size;
+  const int64_t total_blocks = (num_tokens + bs - 1) / bs;
+  const int64_t num_new = std::max<int64_t>(0, total_blocks - static_cast<int64_t>(hits.size()));
+  // Reviving an evictable cached block takes it out of the free queue too.
+  int64_t num_revived = 0;
+  for (BlockId b : hits) num_revived += pool_.meta(b).ref_count == 0 ? 1 : 0;
+  return num_new + num_revived + cfg_.watermark_blocks <= pool_.num_allocatable_blocks();
+}
+
+bool KvManager::can_allocate(SeqId seq, int64_t num_new_tokens) const {
+  return table(seq).num_blocks_needed(num_new_tokens) <= pool_.num_allocatable_blocks();
+}
+
+int64_t KvManager::add_sequence(SeqId seq, std::span<const int32_t> prompt) {
+  CHECK(!tables_.contains(seq)) << "sequence " << index_of(seq) << " already exists";
+  BlockTable& t = tables_.emplace(seq, BlockTable(cfg_.block_size)).first->second;
+  if (!cfg_.enable_prefix_caching) return 0;
+  std::vector<uint64_t> hashes;
+  std::vector<BlockId> hits = match_prefix(prompt, hashes);
+  pool_.touch(hits);
+  BlockLease lease(&pool_, std::move(hits));
+  // Where the pool's chain ends, the swap tier may hold the next blocks.
+  append_from_tier(prompt, lease.size(), hashes.empty() ? kPrefixHashSeed : hashes.back(), lease,
+                   hashes);
+  PrefixCacheCounters& c = cache_.counters();
+  ++c.num_queries;
+  c.num_query_tokens += prompt.size();
+  c.num_query_blocks += prompt.empty() ? 0 : (prompt.size() - 1) / cfg_.block_size;
+  c.num_hit_blocks += lease.size();
+  c.num_hit_tokens += lease.size() * static_cast<uint64_t>(cfg_.block_size);
+  t.append_cached(std::move(lease), hashes);
+  return t.num_computed_tokens();
+}
+
+AllocStatus KvManager::allocate_slots(SeqId seq, int64_t num_new_tokens) {
+  BlockTable& t = table(seq);
+  const uint32_t need = t.num_blocks_needed(num_new_tokens);
+  std::optional<BlockLease> lease = pool_.allocate(need);
+  if (!lease) return AllocStatus::kNoFreeBlocks;
+  t.append(std::move(*lease), num_new_tokens);
+  return AllocStatus::kOk;
+}
+
+void KvManager::commit_computed(SeqId seq, std::span<const int32_t> tokens, int64_t num_computed) {
+  BlockTable& t = table(seq);
+  CHECK(num_computed >= t.num_computed_tokens())
+      << "num_computed went back from " << t.num_computed_tokens() << " to " << num_computed;
+  CHECK(static_cast<int64_t>(tokens.size()) >= num_computed)
+      << tokens.size() << " tokens given for " << num_computed << " computed";
+  t.set_num_computed(num_computed, step_);
+  if (!cfg_.enable_prefix_caching) return;
+  const size_t first = t.num_hashed_blocks();
+  std::vector<uint64_t> fresh;
+  hash_full_blocks(tokens.first(num_computed), cfg_.block_size, first, t.last_hash(), fresh);
+  for (size_t k = 0; k < fresh.size(); ++k) {
+    const uint64_t h = fresh[k];
+    const BlockId b = t.blocks()[first + k];
+    t.push_hash(h);
+    const BlockMeta& m = pool_.meta(b);
+    if (m.has_hash) {
+      CHECK(m.hash == h) << "block " << index_of(b) << " holds another prefix";
+    } else if (cache_.insert(h, b)) {
+      pool_.set_hash(b, h);
+    }  // else another block already caches this prefix; this one stays private
+  }
+}
+
+AllocStatus KvManager::fork(SeqId parent, SeqId child) {
+  CHECK(!tables_.contains(child)) << "sequence " << index_of(child) << " already exists";
+  const BlockTable& p = table(parent);
+  // Fully computed blocks are never written again, so they can be shared; the rest (the
+  // partial last block, or blocks reserved but not yet computed) would be, so they are copied.
+  const size_t num_shared =
+      std::min<size_t>(p.num_blocks(), static_cast<size_t>(p.num_computed_tokens() / block_size()));
+  const uint32_t num_copies = static_cast<uint32_t>(p.num_blocks() - num_shared);
+  std::optional<BlockLease> copies = pool_.allocate(num_copies);
+  if (!copies) return AllocStatus::kNoFreeBlocks;
+  const std::span<const BlockId> pb = p.blocks();
+  std::vector<BlockId> shared(pb.begin(), pb.begin() + static_cast<ptrdiff_t>(num_shared));
+  pool_.touch(shared);
+  if (storage_ != nullptr) {
+    for (uint32_t k = 0; k < num_copies; ++k)
+      storage_->copy_block(pb[num_shared + k], (*copies)[k]);
+  }
+  BlockTable c(cfg_.block_size);
+  c.copy_counts_from(p);
+  BlockLease lease(&pool_, std::move(shared));
+  lease.append(std::move(*copies));
+  c.append(std::move(lease), 0);
+  tables_.emplace(child, std::move(c));
+  return AllocStatus::kOk;
+}
+
+void KvManager::free_sequence(SeqId seq) {
+  if (swapped_.contains(seq)) {
+    forget_swapped(seq);
+    return;
+  }
+  auto it = tables_.find(seq);
+  CHECK(it != tables_.end()) << "free of unknown sequence " << index_of(seq);
+  it->second.clear();
+  tables_.erase(it);
+}
+
+uint32_t KvManager::defragment(uint32_t max_moves) {
+  // Plan with two cursors over the current states: lowest free id <- highest occupied id.
+  // Every destination is below every later source, so the planned pairs never interfere.
+  std::vector<std::pair<uint32_t, uint32_t>> moves;  // (src, dst)
+  const uint32_t n = pool_.num_blocks();
+  uint32_t lo = 0, hi = n;
+  while (moves.size() < max_moves) {
+    while (lo < n && pool_.state(BlockId{lo}) != BlockState::kFree) ++lo;
+    while (hi > lo + 1 && pool_.state(BlockId{hi - 1}) == BlockState::kFree) --hi;
+    if (hi <= lo + 1) break;
+    moves.emplace_back(hi - 1, lo);
+    ++lo;
+    --hi;
+  }
+  if (moves.empty()) return 0;
+  std::unordered_map<uint32_t, uint32_t> remap;
+  for (auto [src, dst] : moves) {
+    const BlockMeta& m = pool_.meta(BlockId{src});
+    if (storage_ != nullptr) storage_->copy_block(BlockId{src}, BlockId{dst});
+    if (m.has_hash) cache_.rename(m.hash, BlockId{dst});
+    if (m.ref_count > 0) remap.emplace(src, dst);
+    pool_.move_block(BlockId{src}, BlockId{dst});
+  }
+  // One pass over all tables: O(table entries) per call, not per move.
+  if (!remap.empty()) {
+    for (auto& [seq, t] : tables_) {
+      const std::span<const BlockId> blocks = t.blocks();
+      for (size_t i = 0; i < blocks.size(); ++i) {
+        auto it = remap.find(index_of(blocks[i]));
+        if (it != remap.end()) t.replace_block(i, BlockId{it->second});
+      }
+    }
+  }
+  return static_cast<uint32_t>(moves.size());
+}
+
+void KvManager::advance_step() {
+  ++step_;
+  pool_.set_step(step_);
+}
+
+void KvManager::on_evict(BlockId b, uint64_t hash) {
+  ++cache_.counters().num_evictions;
+  if (swap_ != nullptr) offload(b, hash);
+}
+
+// ---- inspection ----
+
+std::vector<int32_t> KvManager::filled_slots() const {
+  // A shared block is full for every holder, so the max over holders is its fill.
+  std::vector<int32_t> filled(pool_.num_blocks(), 0);
+  const int64_t bs = cfg_.block_size;
+  for (const auto& [seq, t] : tables_) {
+    const std::span<const BlockId> blocks = t.blocks();
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const int64_t in_block = std::min<int64_t>(bs, t.num_tokens() - int64_t(i) * bs);
+      int32_t& f = filled[index_of(blocks[i])];
+      f = std::max(f, static_cast<int32_t>(in_block));
+    }
+  }
+  return filled;
+}
+
+KvLayoutStats KvManager::stats() const {
+  KvLayoutStats s;
+  s.num_blocks = pool_.num_blocks();
+  s.num_used_blocks = pool_.num_used_blocks();
+  s.num_cached_blocks = pool_.num_cached_blocks();
+  s.num_free_blocks = pool_.num_free_blocks();
+  s.block_size = cfg_.block_size;
+  s.num_token_slots = uint64_t(s.num_blocks) * uint64_t(s.block_size);
+  const std::vector<int32_t> filled = filled_slots();
+  std::vector<uint8_t> is_free(s.num_blocks, 0);
+  for (uint32_t i = 0; i < s.num_blocks; ++i) {
+    const BlockState st = pool_.state(BlockId{i});
+    is_free[i] = st == BlockState::kFree ? 1 : 0;
+    if (st == BlockState::kUsed) s.num_used_token_slots += static_cast<uint64_t>(filled[i]);
+  }
+  s.num_waste_slots = uint64_t(s.num_used_blocks) * uint64_t(s.block_size) - s.num_used_token_slots;
+  const RunSummary runs = summarize_runs(is_free);
+  s.largest_free_run = runs.largest_run;
+  s.num_free_runs = runs.num_runs;
+  s.num_seqs = static_cast<uint32_t>(tables_.size());
+  for (const auto& [seq, t] : tables_) {
+    const uint32_t r = t.num_runs();
+    s.total_runs += r;
+    s.max_runs_per_seq = std::max(s.max_runs_per_seq, r);
+  }
+  return s;
+}
+
+std::vector<BlockRecord> KvManager::block_map() const {
+  const uint32_t n = pool_.num_blocks();
+  const std::vector<int32_t> filled = filled_slots();
+  std::vector<BlockRecord> map(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    const BlockMeta& m = pool_.meta(BlockId{i});
+    BlockRecord& r = map[i];
+    r.block_id = BlockId{i};
+    r.state = pool_.state(BlockId{i});
+    r.ref_count = m.ref_count;
+    r.num_tokens = r.state == BlockState::kCached ? cfg_.block_size : filled[i];
+    r.alloc_step = m.alloc_step;
+    r.last_access_step = m.last_access_step;
+  }
+  // Holders: the owner is the lowest SeqId (deterministic); access is the last commit.
+  for (const auto& [seq, t] : tables_) {
+    for (BlockId b : t.blocks()) {
+      BlockRecord& r = map[index_of(b)];
+      if (!r.owner || index_of(seq) < index_of(*r.owner)) r.owner = seq;
+      r.last_access_step = std::max(r.last_access_step, t.last_commit_step());
+    }
+  }
+  return map;
+}
+
+void KvManager::check_invariants() const {
+  pool_.check_invariants();
+  const uint32_t n = pool_.num_blocks();
+  const int64_t bs = cfg_.block_size;
+  std::vector<int32_t> refs(n, 0);
+  std::vector<uint64_t> last_table(n, 0);  // 1-based table ordinal that last named the block
+  uint64_t ordinal = 0;
+  for (const auto& [seq, t] : tables_) {
+    ++ordinal;
+    CHECK(int64_t(t.num_blocks()) == (t.num_tokens() + bs - 1) / bs)
+        << "seq " << index_of(seq) << ": " << t.num_blocks() << " blocks for " << t.num_tokens()
+        << " tokens";
+    CHECK(t.num_computed_tokens() <= t.num_tokens()) << "seq " << index_of(seq);
+    CHECK(int64_t(t.num_hashed_blocks()) <= t.num_computed_tokens() / bs)
+        << "seq " << index_of(seq) << " hashed past computed";
+    const std::span<const BlockId> blocks = t.blocks();
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const uint32_t b = index_of(blocks[i]);
+      CHECK(b < n) << "seq " << index_of(seq) << " names invalid block " << b;
+      CHECK(last_table[b] != ordinal)
+          << "seq " << index_of(seq) << " names block " << b << " twice";
+      last_table[b] = ordinal;
+      ++refs[b];
+      const BlockMeta& m = pool_.meta(blocks[i]);
+      if (m.has_hash && i < t.num_hashed_blocks()) {
+        CHECK(m.hash == t.block_hashes()[i])
+            << "seq " << index_of(seq) << " block " << b << " hash differs from the table's chain";
+      }
+    }
+  }
+  size_t num_hashed = 0;
+  for (uint32_t b = 0; b < n; ++b) {
+    const BlockMeta& m = pool_.meta(BlockId{b});
+    CHECK(refs[b] == m.ref_count) << "block " << b << " ref_count " << m.ref_count << " but "
+                                  << refs[b] << " table entries";
+    if (m.has_hash) {
+      ++num_hashed;
+      const std::optional<BlockId> c = cache_.lookup(m.hash);
+      CHECK(c && *c == BlockId{b}) << "hashed block " << b << " missing from the prefix cache";
+    }
+  }
+  CHECK(num_hashed == cache_.size())
+      << cache_.size() << " cache entries, " << num_hashed << " hashed blocks";
+  if (swap_ != nullptr) {
+    swap_->check_invariants();
+    CHECK(swap_->counters().num_slots_used == num_held_slots())
+        << "swap tier uses " << swap_->counters().num_slots_used << " slots, manager holds "
+        << num_held_slots();
+    CHECK(offload_lru_.size() == offloaded_.size()) << "offload LRU out of step";
+    CHECK(in_results_.empty()) << "unclaimed swap_in results";
+  }
+  // Shared blocks are never written again: each holder has them fully computed.
+  for (const auto& [seq, t] : tables_) {
+    const std::span<const BlockId> blocks = t.blocks();
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      if (pool_.meta(blocks[i]).ref_count < 2) continue;
+      CHECK(int64_t(i + 1) * bs <= t.num_computed_tokens())
+          << "shared block " << index_of(blocks[i]) << " not fully computed in seq "
+          << index_of(seq);
+    }
+  }
+}
+
+}  // namespace kvw

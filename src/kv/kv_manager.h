@@ -1,0 +1,215 @@
+// kv/kv_manager.h: the facade the scheduler and engine call to manage KV memory: per-sequence
+// block tables over one BlockPool, prefix caching, fork with copy-on-write, a bounded-work
+// defragmenter, layout statistics and the block map.
+// Owner: the engine thread only (not thread-safe, no locks). Works with block ids and token
+// counts only (never includes model/ or kernels/); the bytes are reached through KvStorage,
+// which is nullptr in simulation (kvsim): then no bytes are copied, everything else is the same.
+//
+// Life of a sequence (vLLM vocabulary):
+//   n0 = add_sequence(s, prompt)          // prefix hit: n0 tokens already computed
+//   allocate_slots(s, chunk)              // room for `chunk` more tokens, all-or-nothing
+//   ... forward writes KV of positions [n0, n0 + chunk) through block_table(s) ...
+//   commit_computed(s, tokens, n0 + chunk) // newly full blocks are hashed and cached
+//   allocate_slots(s, 1) / commit_computed(...) per decoded token
+//   free_sequence(s)                      // hashed blocks stay cached (LRU) until evicted
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "core/ids.h"
+#include "core/status.h"
+#include "kv/block_pool.h"
+#include "kv/block_table.h"
+#include "kv/kv_storage.h"
+#include "kv/layout_stats.h"
+#include "kv/prefix_cache.h"
+#include "kv/swap_space.h"
+
+namespace kvw {
+
+struct KvManagerConfig {
+  uint32_t num_blocks = 0;            // blocks in the pool (the arena's, when there is one)
+  int32_t block_size = 16;            // tokens per block, 8..32 (powers of two not required)
+  bool enable_prefix_caching = true;  // hash full blocks and reuse cached prefixes
+  uint32_t watermark_blocks = 0;      // can_admit() keeps this many blocks spare for running
+                                      // sequences, so admissions do not cause preemptions
+  Status validate() const;
+};
+
+enum class AllocStatus { kOk, kNoFreeBlocks };
+// kLost: a disk error lost a swapped sequence's data; it is gone and must be recomputed.
+enum class SwapInStatus { kOk, kNoFreeBlocks, kLost };
+
+class KvManager {
+ public:
+  // CHECKs cfg.validate() and, with storage, that storage->num_blocks() >= cfg.num_blocks.
+  KvManager(const KvManagerConfig& cfg, KvStorage* storage);
+  KvManager(const KvManager&) = delete;
+  KvManager& operator=(const KvManager&) = delete;
+
+  const KvManagerConfig& config() const { return cfg_; }
+  int32_t block_size() const { return cfg_.block_size; }
+  uint32_t num_blocks() const { return pool_.num_blocks(); }
+  // Blocks an allocation can take now (free + evictable cached).
+  uint32_t num_allocatable_blocks() const { return pool_.num_allocatable_blocks(); }
+
+  // ---- planning (const, no side effects, no counters) ----
+
+  // Tokens of `prompt` a new sequence would find cached: whole blocks, at most
+  // prompt.size() - 1 (the last prompt token is always computed, to produce logits).
+  // Pool only: blocks the swap tier could revive are counted as blocks to compute, which is
+  // also what they cost in free blocks.
+  int64_t num_cached_prefix_tokens(std::span<const int32_t> prompt) const;
+  // Would add_sequence(prompt) + allocate_slots to `num_tokens` slots in total succeed while
+  // leaving watermark_blocks allocatable? Counts that reviving a cached prefix block takes it
+  // out of the free queue. num_tokens >= num_cached_prefix_tokens(prompt).
+  bool can_admit(std::span<const int32_t> prompt, int64_t num_tokens) const;
+  // Would allocate_slots(seq, num_new_tokens) succeed? (no watermark: running sequences may
+  // use the spare blocks).
+  bool can_allocate(SeqId seq, int64_t num_new_tokens) const;
+
+  // ---- state changes ----
+
+  // Starts a sequence (CHECKs the id is new). Takes references on the longest cached
+  // full-block prefix of `prompt` (always leaving >= 1 token to compute) and returns the
+  // number of tokens already computed (a multiple of block_size). No slots beyond those.
+  int64_t add_sequence(SeqId seq, std::span<const int32_t> prompt);
+
+  // Reserves slots for num_new_tokens more tokens, allocating blocks as needed; the free queue
+  // evicts unreferenced cached blocks (LRU) when no free block is left. All-or-nothing: on
+  // kNoFreeBlocks nothing changed.
+  //   before: [b4 full][b1 5/16]             num_tokens = 21
+  //   allocate_slots(s, 20) -> [b4][b1 16/16][b8 9/16]  num_tokens = 41 (one new block)
+  AllocStatus allocate_slots(SeqId seq, int64_t num_new_tokens);
+
+  // Tokens [0, num_computed) of the sequence now hold valid KV (num_computed <= num_tokens,
+  // tokens.size() >= num_computed; tokens = the sequence's token ids from position 0). Blocks
+  // that became full are chain-hashed and registered in the prefix cache (unless another
+  // block already caches that prefix).
+  void commit_computed(SeqId seq, std::span<const int32_t> tokens, int64_t num_computed);
+
+  // n > 1 sampling: `child` (new id) shares the parent's fully computed blocks (ref_count++)
+  // and gets private copies of the rest (the partial last block): KvStorage::copy_block when
+  // storage != nullptr. Counts and hashes are copied. kNoFreeBlocks: nothing changed.
+  AllocStatus fork(SeqId parent, SeqId child);
+
+  // Ends a sequence (resident or swapped): its blocks are freed last block first. Hashed blocks
+  // stay cached (queue tail, LRU) until evicted; unhashed ones go to the queue head for immediate
+  // reuse.
+  void free_sequence(SeqId seq);
+
+  // Defragmenter: moves at most max_moves occupied (used or cached) blocks from the highest
+  // ids into the lowest free ids, so free blocks gather into one run at the top. Copies bytes
+  // with KvStorage::copy_block (when storage != nullptr) and rewrites block tables and prefix
+  // cache entries, so the next forward reads consistent data. Returns the moves done
+  // (0 when already compact).
+  uint32_t defragment(uint32_t max_moves);
+
+  // The engine advances this once per step; it stamps allocation and access times.
+  void advance_step();
+  uint64_t step() const { return step_; }
+
+  // ---- swap tier (optional; needs storage) ----
+
+  // Attaches the second tier (CHECKs storage != nullptr). From then on: cached prefix blocks
+  // evicted from the pool are offloaded to it (when a slot and in-flight room are free; the
+  // oldest offloaded prefix makes room), a prefix miss that the tier holds is brought back by
+  // add_sequence (allocate + read, counted as num_swap_hits) instead of recomputed, and
+  // preempted sequences can be swapped out and in.
+  void attach_swap(std::unique_ptr<SwapSpace> swap);
+  bool has_swap() const { return swap_ != nullptr; }
+  // Preemption by swapping: copies the computed blocks of `seq` to the tier and frees them (the
+  // bytes are staged before this returns; the disk writes finish asynchronously). Reserved but
+  // uncomputed slots are dropped: after swap_in, num_tokens == num_computed_tokens. Returns
+  // false, with nothing changed, when the tier lacks room; the caller then frees the sequence
+  // and recomputes it later.
+  bool swap_out(SeqId seq);
+  // Brings a swapped sequence back: allocates its blocks (all-or-nothing) and reads them back,
+  // waiting for the copies (they run on the swap worker, in parallel up to the in-flight bound).
+  // kOk: resident again with the same counts and hashes. kNoFreeBlocks: nothing changed, still
+  // swapped. kLost: a disk error lost data; the sequence is forgotten (add_sequence again).
+  SwapInStatus swap_in(SeqId seq);
+  bool is_swapped(SeqId seq) const { return swapped_.contains(seq); }
+  // Applies finished swap copies (a failed write marks its swapped sequence lost, or drops the
+  // offloaded prefix). Call once per step; never blocks.
+  void poll_swap();
+  const SwapSpace* swap_space() const { return swap_.get(); }
+
+  // ---- queries ----
+
+  bool has_sequence(SeqId seq) const { return tables_.contains(seq); }
+  size_t num_sequences() const { return tables_.size(); }
+  std::span<const BlockId> block_table(SeqId seq) const { return table(seq).blocks(); }
+  int64_t num_tokens(SeqId seq) const { return table(seq).num_tokens(); }
+  int64_t num_computed_tokens(SeqId seq) const { return table(seq).num_computed_tokens(); }
+
+  KvLayoutStats stats() const;                 // section 4 figures, O(blocks + table entries)
+  std::vector<BlockRecord> block_map() const;  // [num_blocks], index == block id
+  PrefixCacheCounters prefix_counters() const { return cache_.counters(); }
+  const BlockPool& pool() const { return pool_; }
+
+  // CHECKs (O(blocks + table entries)): pool invariants; every block's ref_count equals the
+  // number of table entries naming it; no table names a block twice; shared blocks are full
+  // and computed; table sizes match token counts; cache entries and block hashes agree.
+  void check_invariants() const;
+
+ private:
+  const BlockTable& table(SeqId seq) const;
+  BlockTable& table(SeqId seq);
+  // Longest cached prefix of `prompt` (block ids; hashes appended to `hashes`).
+  std::vector<BlockId> match_prefix(std::span<const int32_t> prompt,
+                                    std::vector<uint64_t>& hashes) const;
+  void on_evict(BlockId b, uint64_t hash);
+  std::vector<int32_t> filled_slots() const;  // [num_blocks] token slots filled per block
+
+  // Swap tier bookkeeping (kv_swap.cc).
+  struct SwappedSeq {
+    std::vector<SwapSlot> slots;  // [blocks]; kReleasedSlot once a failed write released it
+    std::vector<uint64_t> hashes;
+    int64_t num_computed = 0;
+    bool lost = false;  // a write failed: the data cannot come back
+  };
+  struct Offloaded {
+    SwapSlot slot{0};
+    SwapTicket write{0};  // the swap_out copy; 0 once it finished
+    std::list<uint64_t>::iterator lru;
+  };
+  enum class PendingKind { kSeqOut, kPrefixOut, kIn };
+  struct Pending {
+    PendingKind kind;
+    SeqId seq{0};
+    uint64_t hash = 0;
+  };
+  void offload(BlockId b, uint64_t hash);
+  bool drop_oldest_offload();
+  void append_from_tier(std::span<const int32_t> prompt, size_t first_block, uint64_t parent,
+                        BlockLease& lease, std::vector<uint64_t>& hashes);
+  bool wait_oldest();
+  Status wait_ticket(SwapTicket t);
+  void handle(const SwapCompletion& c);
+  void forget_swapped(SeqId seq);
+  size_t num_held_slots() const;
+
+  std::unique_ptr<SwapSpace> swap_;
+  std::map<uint64_t, Pending> pending_;              // ticket -> what it was for (oldest first)
+  std::unordered_map<uint64_t, Status> in_results_;  // finished swap_in tickets not yet taken
+  std::unordered_map<SeqId, SwappedSeq> swapped_;
+  std::unordered_map<uint64_t, Offloaded> offloaded_;  // prefix hash -> slot
+  std::list<uint64_t> offload_lru_;                    // offloaded hashes, oldest first
+
+  KvManagerConfig cfg_;
+  KvStorage* storage_;  // not owned; nullptr in simulation
+  PrefixCache cache_;
+  BlockPool pool_;
+  std::unordered_map<SeqId, BlockTable> tables_;
+  uint64_t step_ = 0;
+};
+
+}  // namespace kvw

@@ -1,0 +1,243 @@
+// KvManager's use of the swap tier (SwapSpace): prefix offload on eviction, prefix revival on a
+// later hit, and swap out / in of preempted sequences. Every copy's ticket is recorded in
+// pending_ until its completion is handled, whichever call (poll_swap, a wait here) returns it.
+#include "core/check.h"
+#include "kv/kv_manager.h"
+
+namespace kvw {
+
+namespace {
+constexpr SwapSlot kReleasedSlot{0xffffffffu};
+}  // namespace
+
+void KvManager::attach_swap(std::unique_ptr<SwapSpace> swap) {
+  CHECK(storage_ != nullptr) << "a swap tier needs KV storage";
+  CHECK(swap_ == nullptr) << "swap tier attached twice";
+  swap_ = std::move(swap);
+}
+
+void KvManager::handle(const SwapCompletion& c) {
+  auto it = pending_.find(index_of(c.ticket));
+  CHECK(it != pending_.end()) << "unknown swap ticket " << index_of(c.ticket);
+  const Pending p = it->second;
+  pending_.erase(it);
+  switch (p.kind) {
+    case PendingKind::kSeqOut: {
+      if (c.status.ok()) break;
+      SwappedSeq& s = swapped_.at(p.seq);
+      s.lost = true;
+      for (SwapSlot& slot : s.slots) {
+        if (slot == c.slot) slot = kReleasedSlot;  // SwapSpace already released it
+      }
+      break;
+    }
+    case PendingKind::kPrefixOut: {
+      auto o = offloaded_.find(p.hash);
+      CHECK(o != offloaded_.end()) << "offloaded prefix missing";
+      o->second.write = SwapTicket{0};
+      if (!c.status.ok()) {
+        offload_lru_.erase(o->second.lru);
+        offloaded_.erase(o);
+      }
+      break;
+    }
+    case PendingKind::kIn:
+      in_results_.emplace(index_of(c.ticket), c.status);
+      break;
+  }
+}
+
+bool KvManager::wait_oldest() {
+  if (pending_.empty()) return false;
+  handle(swap_->wait(SwapTicket{pending_.begin()->first}));
+  return true;
+}
+
+Status KvManager::wait_ticket(SwapTicket t) {
+  if (pending_.contains(index_of(t))) handle(swap_->wait(t));
+  auto r = in_results_.find(index_of(t));
+  if (r == in_results_.end()) return Status::ok_status();  // an out copy, handled above
+  const Status st = r->second;
+  in_results_.erase(r);
+  return st;
+}
+
+void KvManager::poll_swap() {
+  if (swap_ == nullptr) return;
+  for (const SwapCompletion& c : swap_->poll()) handle(c);
+}
+
+bool KvManager::drop_oldest_offload() {
+  if (offload_lru_.empty()) return false;
+  auto o = offloaded_.find(offload_lru_.front());
+  if (index_of(o->second.write) != 0) {
+    (void)wait_ticket(o->second.write);  // may drop the entry itself on a write error
+    o = offloaded_.find(offload_lru_.front());
+    if (o == offloaded_.end()) return true;
+  }
+  swap_->free_slot(o->second.slot);
+  offload_lru_.pop_front();
+  offloaded_.erase(o);
+  return true;
+}
+
+void KvManager::offload(BlockId b, uint64_t hash) {
+  auto existing = offloaded_.find(hash);
+  if (existing != offloaded_.end()) {  // the tier already holds this prefix: refresh its age
+    offload_lru_.splice(offload_lru_.end(), offload_lru_, existing->second.lru);
+    return;
+  }
+  if (swap_->num_free_slots() == 0 && !drop_oldest_offload()) return;
+  SwapSubmission sub = swap_->swap_out(b);
+  // In-flight bound reached: finishing the oldest copy (one block write) beats recomputing a
+  // whole prefix later.
+  if (sub.outcome == SwapSubmit::kBusy && wait_oldest()) sub = swap_->swap_out(b);
+  if (sub.outcome != SwapSubmit::kOk) return;  // still no room: the prefix is simply lost
+  offload_lru_.push_back(hash);
+  offloaded_.emplace(hash, Offloaded{sub.slot, sub.ticket, std::prev(offload_lru_.end())});
+  pending_.emplace(index_of(sub.ticket), Pending{PendingKind::kPrefixOut, SeqId{0}, hash});
+  ++cache_.counters().num_offloaded;
+}
+
+void KvManager::append_from_tier(std::span<const int32_t> prompt, size_t first_block,
+                                 uint64_t parent, BlockLease& lease,
+                                 std::vector<uint64_t>& hashes) {
+  if (swap_ == nullptr || prompt.empty()) return;
+  const size_t bs = static_cast<size_t>(cfg_.block_size);
+  const size_t max_blocks = (prompt.size() - 1) / bs;
+  uint64_t h = parent;
+  for (size_t i = first_block; i < max_blocks; ++i) {
+    h = hash_block_tokens(h, prompt.subspan(i * bs, bs));
+    auto o = offloaded_.find(h);
+    if (o == offloaded_.end()) return;
+    if (index_of(o->second.write) != 0) {
+      (void)wait_ticket(o->second.write);
+      o = offloaded_.find(h);
+      if (o == offloaded_.end()) return;  // the write failed
+    }
+    // Take the entry out first: the allocation below may evict and offload, dropping old ones.
+    const SwapSlot slot = o->second.slot;
+    offload_lru_.erase(o->second.lru);
+    offloaded_.erase(o);
+    std::vector<BlockId> dst;
+    if (!pool_.allocate(1, dst)) {
+      swap_->free_slot(slot);
+      return;
+    }
+    SwapSubmission sub = swap_->swap_in(slot, dst[0]);
+    while (sub.outcome == SwapSubmit::kBusy && wait_oldest()) sub = swap_->swap_in(slot, dst[0]);
+    CHECK(sub.outcome == SwapSubmit::kOk) << "swap_in refused with nothing in flight";
+    pending_.emplace(index_of(sub.ticket), Pending{PendingKind::kIn, SeqId{0}, h});
+    const Status st = wait_ticket(sub.ticket);
+    if (!st.ok()) {  // the slot is released; recompute from here
+      pool_.free(dst);
+      return;
+    }
+    swap_->free_slot(slot);
+    if (cache_.insert(h, dst[0])) pool_.set_hash(dst[0], h);
+    lease.push_back(dst[0]);
+    hashes.push_back(h);
+    ++cache_.counters().num_swap_hits;
+  }
+}
+
+bool KvManager::swap_out(SeqId seq) {
+  CHECK(swap_ != nullptr) << "swap_out without a swap tier";
+  BlockTable& t = table(seq);
+  const size_t n = static_cast<size_t>((t.num_computed_tokens() + block_size() - 1) / block_size());
+  // A preempted sequence outranks cached prefixes for the tier's slots.
+  while (swap_->num_free_slots() < n && drop_oldest_offload()) {
+  }
+  if (swap_->num_free_slots() < n) return false;
+  // Registered before the first submission: a wait below may already complete (or fail) some.
+  SwappedSeq& s = swapped_[seq];
+  s.num_computed = t.num_computed_tokens();
+  s.hashes.assign(t.block_hashes().begin(), t.block_hashes().end());
+  for (size_t i = 0; i < n; ++i) {
+    SwapSubmission sub = swap_->swap_out(t.blocks()[i]);
+    while (sub.outcome == SwapSubmit::kBusy && wait_oldest()) sub = swap_->swap_out(t.blocks()[i]);
+    CHECK(sub.outcome == SwapSubmit::kOk) << "swap_out refused after the slot check";
+    s.slots.push_back(sub.slot);
+    pending_.emplace(index_of(sub.ticket), Pending{PendingKind::kSeqOut, seq, 0});
+  }
+  // The bytes are staged: the blocks can go now (hashed ones stay cached in the pool).
+  t.clear();
+  tables_.erase(seq);
+  return true;
+}
+
+void KvManager::forget_swapped(SeqId seq) {
+  // Outstanding writes of this sequence must finish before their slots can be freed.
+  std::vector<uint64_t> mine;
+  for (const auto& [ticket, p] : pending_) {
+    if (p.kind == PendingKind::kSeqOut && p.seq == seq) mine.push_back(ticket);
+  }
+  for (uint64_t ticket : mine) (void)wait_ticket(SwapTicket{ticket});
+  for (SwapSlot slot : swapped_.at(seq).slots) {
+    if (slot != kReleasedSlot) swap_->free_slot(slot);
+  }
+  swapped_.erase(seq);
+}
+
+SwapInStatus KvManager::swap_in(SeqId seq) {
+  auto it = swapped_.find(seq);
+  CHECK(it != swapped_.end()) << "swap_in of sequence " << index_of(seq) << " not swapped";
+  CHECK(!tables_.contains(seq)) << "sequence " << index_of(seq) << " is resident";
+  // Reading a slot needs its write finished; this also surfaces write errors.
+  std::vector<uint64_t> writes;
+  for (const auto& [ticket, p] : pending_) {
+    if (p.kind == PendingKind::kSeqOut && p.seq == seq) writes.push_back(ticket);
+  }
+  for (uint64_t ticket : writes) (void)wait_ticket(SwapTicket{ticket});
+  if (it->second.lost) {
+    forget_swapped(seq);
+    return SwapInStatus::kLost;
+  }
+  SwappedSeq& s = it->second;
+  std::optional<BlockLease> lease = pool_.allocate(static_cast<uint32_t>(s.slots.size()));
+  if (!lease) return SwapInStatus::kNoFreeBlocks;
+  std::vector<SwapTicket> reads;
+  for (size_t i = 0; i < s.slots.size(); ++i) {
+    SwapSubmission sub = swap_->swap_in(s.slots[i], (*lease)[i]);
+    while (sub.outcome == SwapSubmit::kBusy && wait_oldest()) {
+      sub = swap_->swap_in(s.slots[i], (*lease)[i]);
+    }
+    CHECK(sub.outcome == SwapSubmit::kOk) << "swap_in refused with nothing in flight";
+    pending_.emplace(index_of(sub.ticket), Pending{PendingKind::kIn, seq, 0});
+    reads.push_back(sub.ticket);
+  }
+  bool ok = true;
+  for (size_t i = 0; i < reads.size(); ++i) {
+    if (!wait_ticket(reads[i]).ok()) {
+      ok = false;
+      s.slots[i] = kReleasedSlot;  // a failed read released its slot
+    }
+  }
+  if (!ok) {
+    lease->reset();
+    forget_swapped(seq);
+    return SwapInStatus::kLost;
+  }
+  BlockTable t(cfg_.block_size);
+  t.append(std::move(*lease), s.num_computed);
+  t.set_num_computed(s.num_computed, step_);
+  for (size_t i = 0; i < s.hashes.size(); ++i) {
+    const BlockId b = t.blocks()[i];
+    t.push_hash(s.hashes[i]);
+    if (cache_.insert(s.hashes[i], b)) pool_.set_hash(b, s.hashes[i]);
+  }
+  for (SwapSlot slot : s.slots) swap_->free_slot(slot);
+  swapped_.erase(it);
+  tables_.emplace(seq, std::move(t));
+  return SwapInStatus::kOk;
+}
+
+size_t KvManager::num_held_slots() const {
+  size_t n = offloaded_.size();
+  for (const auto& [seq, s] : swapped_) {
+    for (SwapSlot slot : s.slots) n += slot != kReleasedSlot ? 1 : 0;
+  }
+  return n;
+}
+
+}  // namespace kvw
