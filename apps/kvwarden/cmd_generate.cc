@@ -97,7 +97,7 @@ int run(GenerateFlags f) {
   const int32_t n_total = std::min<int32_t>(n_ctx, (int32_t)tokens.size() + f.max_tokens);
   const uint32_t num_blocks = (uint32_t)((n_total + f.block_size - 1) / f.block_size);
   KvArena kv(model.kv_config(num_blocks, f.block_size,
-                             f.kv_dtype == "f32" ? kernels::KvDtype::kF32 : kernels::KvDtype::kF16));
+                             *parse_kv_dtype(f.kv_dtype)));
   std::vector<uint32_t> table(num_blocks);
   for (uint32_t i = 0; i < num_blocks; ++i) table[i] = i;
 
@@ -179,8 +179,8 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--batch-size,-b", f->batch_size, "Prompt tokens per forward pass")
       ->check(CLI::Range(1, 65536))
       ->capture_default_str();
-  cmd->add_option("--kv-cache-dtype", f->kv_dtype, "KV cache type: f16 or f32")
-      ->check(CLI::IsMember({"f16", "f32"}))
+  cmd->add_option("--kv-cache-dtype", f->kv_dtype, "KV cache type: f16, bf16, f32 or int8")
+      ->check(CLI::IsMember({"f16", "bf16", "f32", "int8"}))
       ->capture_default_str();
   cmd->add_option("--block-size", f->block_size, "KV block size in tokens")
       ->check(CLI::Range(1, 256))

@@ -57,7 +57,7 @@ int run(const LogitsFlags& f) {
     return 1;
   }
   Model& m = **model;
-  const auto dtype = f.kv_dtype == "f16" ? kernels::KvDtype::kF16 : kernels::KvDtype::kF32;
+  const KvDtype dtype = *parse_kv_dtype(f.kv_dtype);
   KvArena kv(m.kv_config(std::max(1u, num_blocks), f.block_size, dtype));
   // Blocks are handed out in reverse order so tables are not trivially contiguous.
   std::vector<std::vector<uint32_t>> tables(batch->size());
@@ -93,8 +93,8 @@ void add_logits_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--tokens-file", f->tokens_file, "JSON: {\"sequences\": [[ids...], ...]}")->required();
   cmd->add_option("--out,-o", f->out, "Output: float32 [sum of lengths][n_vocab]")->required();
   cmd->add_option("--threads,-t", f->threads, "Threads (0: all cores)");
-  cmd->add_option("--kv-dtype", f->kv_dtype, "KV cache type: f32 or f16")
-      ->check(CLI::IsMember({"f32", "f16"}))
+  cmd->add_option("--kv-dtype", f->kv_dtype, "KV cache type: f32, f16, bf16 or int8")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "int8"}))
       ->capture_default_str();
   cmd->add_option("--block-size", f->block_size, "KV block size in tokens")
       ->check(CLI::Range(1, 256))

@@ -12,26 +12,34 @@
 #include <cstdint>
 #include <span>
 
+#include "core/kv_dtype.h"
 #include "gguf/tensor_types.h"
 
 namespace kvw::kernels {
 
-// KV storage element types.
-enum class KvDtype : uint8_t { kF32, kF16 };
+using ::kvw::KvDtype;  // f32, f16, bf16, int8 (core/kv_dtype.h)
 
-// Paged K/V of one layer. Block b holds block_size tokens:
-//   k: base_k + b * block_stride, laid out [n_kv_heads][block_size][head_dim]
-//   v: base_v + b * block_stride, same layout
-// (block_stride in elements of dtype).
+// Paged K/V of one layer. Block b's data starts at byte b * block_stride of each base pointer:
+//   k, v:              [n_kv_heads][block_size][head_dim] of dtype
+//   k_scale, v_scale:  int8 only: [n_kv_heads][block_size] f32, x = q * scale
 struct KvLayerView {
   KvDtype dtype;
-  void* base_k;
-  void* base_v;
-  int64_t block_stride;
+  void* k;
+  void* v;
+  void* k_scale;         // int8 only, else nullptr
+  void* v_scale;         // int8 only, else nullptr
+  int64_t block_stride;  // bytes between consecutive blocks
   int32_t block_size;
   int32_t n_kv_heads;
   int32_t head_dim;
 };
+
+// Reads one stored K (or V) row of position `pos`, head `kv_head`, decoded to f32 [head_dim].
+void kv_load_row(const KvLayerView& kv, bool value, std::span<const uint32_t> block_table,
+                 int64_t pos, int32_t kv_head, float* out);
+// Encodes one f32 row into position `pos`, head `kv_head` (int8: scale = max|x| / 127).
+void kv_store_row(const KvLayerView& kv, bool value, std::span<const uint32_t> block_table,
+                  int64_t pos, int32_t kv_head, const float* in);
 
 struct KernelTable {
   const char* isa;  // "avx512", "avx2", "ref"

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/kernels.h"
 #include "model/model.h"
 
 namespace kvw {
@@ -14,6 +15,37 @@ namespace {
 // Contiguous share [begin, end) of n items for thread ith of nth.
 std::pair<int64_t, int64_t> share(int64_t n, int ith, int nth) {
   return {n * ith / nth, n * (ith + 1) / nth};
+}
+
+// The kernels' view of layer l of the arena (layout in kv/kv_arena.h).
+kernels::KvLayerView layer_view(const KvArena& kv, int32_t l) {
+  uint8_t* base = kv.layer_base(l);
+  const auto& c = kv.config();
+  const bool int8 = c.dtype == KvDtype::kInt8;
+  return {c.dtype,
+          base,
+          base + kv.v_offset(),
+          int8 ? base + kv.k_scale_offset() : nullptr,
+          int8 ? base + kv.v_scale_offset() : nullptr,
+          (int64_t)KvArena::layer_block_bytes(c),
+          c.block_size,
+          c.n_kv_heads,
+          c.head_dim};
+}
+
+// The same view narrowed to KV head g alone (its query-head group is computed as one item).
+kernels::KvLayerView kv_head_view(const kernels::KvLayerView& v, int32_t g) {
+  const int64_t rows = (int64_t)g * v.block_size;
+  const int64_t elem = v.dtype == KvDtype::kF32 ? 4 : (v.dtype == KvDtype::kInt8 ? 1 : 2);
+  kernels::KvLayerView out = v;
+  out.k = static_cast<uint8_t*>(v.k) + rows * v.head_dim * elem;
+  out.v = static_cast<uint8_t*>(v.v) + rows * v.head_dim * elem;
+  if (v.k_scale != nullptr) {
+    out.k_scale = static_cast<uint8_t*>(v.k_scale) + rows * 4;
+    out.v_scale = static_cast<uint8_t*>(v.v_scale) + rows * 4;
+  }
+  out.n_kv_heads = 1;
+  return out;
 }
 
 bool uses_q8_0(GgmlType t) { return t == GgmlType::kQ4_0 || t == GgmlType::kQ8_0; }
@@ -94,7 +126,7 @@ void Model::run_layer(int32_t l, KvArena& kv, int64_t n_tokens) {
     kt.matmul(L.wv.type, L.wv.data, kvd, d, act_for(L.wv, xn), n_tokens, v_.data(), ith, nth);
   });
   // Biases, RoPE, and K/V into the paged cache.
-  const kernels::KvLayerView view = kv.layer(l);
+  const kernels::KvLayerView view = layer_view(kv, l);
   pool_.run([&](int ith, int nth) {
     auto [b, e] = share(n_tokens, ith, nth);
     for (int64_t t = b; t < e; ++t) {
@@ -121,11 +153,7 @@ void Model::run_layer(int32_t l, KvArena& kv, int64_t n_tokens) {
     for (int64_t item = b; item < e; ++item) {
       const int64_t t = item / hp_.n_head_kv;
       const int32_t g = (int32_t)(item % hp_.n_head_kv);
-      kernels::KvLayerView gv = view;
-      const int64_t off = (int64_t)g * view.block_size * hd * (view.dtype == kernels::KvDtype::kF32 ? 4 : 2);
-      gv.base_k = static_cast<uint8_t*>(view.base_k) + off;
-      gv.base_v = static_cast<uint8_t*>(view.base_v) + off;
-      gv.n_kv_heads = 1;
+      const kernels::KvLayerView gv = kv_head_view(view, g);
       const int64_t pos = tok_[t].pos;
       const int64_t begin = hp_.sliding_window > 0 ? std::max<int64_t>(0, pos + 1 - hp_.sliding_window) : 0;
       const int64_t head0 = (int64_t)g * group;

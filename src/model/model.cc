@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/log.h"
+#include "kernels/kernels.h"
 
 namespace kvw {
 namespace {
@@ -84,7 +85,7 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
 Model::~Model() = default;
 
 KvArenaConfig Model::kv_config(uint32_t num_blocks, int32_t block_size,
-                               kernels::KvDtype dtype) const {
+                               KvDtype dtype) const {
   return KvArenaConfig{.n_layer = hp_.n_layer,
                        .n_kv_heads = hp_.n_head_kv,
                        .head_dim = hp_.head_dim,

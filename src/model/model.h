@@ -17,7 +17,7 @@
 #include "core/thread_pool.h"
 #include "gguf/gguf_file.h"
 #include "model/hparams.h"
-#include "model/kv_arena.h"
+#include "kv/kv_arena.h"
 #include "model/rope.h"
 #include "model/weights.h"
 
@@ -57,7 +57,7 @@ class Model {
   int num_threads() const { return pool_.num_threads(); }
 
   // A KV arena config matching this model.
-  KvArenaConfig kv_config(uint32_t num_blocks, int32_t block_size, kernels::KvDtype dtype) const;
+  KvArenaConfig kv_config(uint32_t num_blocks, int32_t block_size, KvDtype dtype) const;
 
   // Number of logit rows forward() writes for `seqs`.
   static int64_t num_logit_rows(std::span<const SeqInput> seqs);

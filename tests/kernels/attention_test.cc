@@ -18,29 +18,28 @@ constexpr int32_t kKvHeads = 2;
 // Positions 0..95 live in these arena blocks, deliberately out of order.
 const std::vector<uint32_t> kBlockTable = {7, 2, 9, 0, 11, 4};
 
-// One layer's K and V arenas and a view of them.
+// One layer's paged K/V (kernels.h layout: per block K, V, and int8 scales) and a view of it.
 struct KvArena {
   KvArena(KvDtype dtype, int32_t head_dim) {
-    const size_t elem = dtype == KvDtype::kF16 ? 2 : 4;
-    const int64_t stride = (int64_t)kKvHeads * kBlockSize * head_dim;
-    k.assign(kNumBlocks * stride * elem, 0xAB);
-    v.assign(kNumBlocks * stride * elem, 0xCD);
-    view = {dtype, k.data(), v.data(), stride, kBlockSize, kKvHeads, head_dim};
+    const int64_t rows = (int64_t)kKvHeads * kBlockSize;
+    const int64_t row_bytes = (int64_t)(kv_row_bytes(dtype, head_dim) - (dtype == KvDtype::kInt8 ? 4 : 0));
+    const int64_t scales = dtype == KvDtype::kInt8 ? rows * 4 : 0;
+    const int64_t stride = 2 * rows * row_bytes + 2 * scales;
+    buf.assign(kNumBlocks * stride, 0xAB);
+    uint8_t* b = buf.data();
+    view = {dtype, b, b + rows * row_bytes, scales ? b + 2 * rows * row_bytes : nullptr,
+            scales ? b + 2 * rows * row_bytes + scales : nullptr, stride, kBlockSize, kKvHeads,
+            head_dim};
+    elem = dtype == KvDtype::kF32 ? 4 : (dtype == KvDtype::kInt8 ? 1 : 2);
   }
-  float read(const std::vector<uint8_t>& base, int64_t pos, int32_t kv_head, int32_t i) const {
-    const int64_t off = kBlockTable[pos / kBlockSize] * view.block_stride +
-                        ((int64_t)kv_head * kBlockSize + pos % kBlockSize) * view.head_dim + i;
-    if (view.dtype == KvDtype::kF16) {
-      uint16_t h;
-      std::memcpy(&h, base.data() + off * 2, 2);
-      return f16_to_f32(h);
-    }
-    float f;
-    std::memcpy(&f, base.data() + off * 4, 4);
-    return f;
+  float read(bool value, int64_t pos, int32_t kv_head, int32_t i) const {
+    std::vector<float> row(view.head_dim);
+    kv_load_row(view, value, kBlockTable, pos, kv_head, row.data());
+    return row[i];
   }
-  std::vector<uint8_t> k, v;
+  std::vector<uint8_t> buf;
   KvLayerView view;
+  int64_t elem;
 };
 
 void fill(const KernelTable& t, KvArena& arena, int64_t n_pos, uint32_t seed) {
@@ -63,7 +62,7 @@ std::vector<float> naive_attention(const KvArena& a, const std::vector<float>& q
     std::vector<double> s;
     for (int64_t p = pos_begin; p < pos_end; ++p) {
       double dot = 0.0;
-      for (int32_t i = 0; i < hd; ++i) dot += (double)q[h * hd + i] * a.read(a.k, p, h / group, i);
+      for (int32_t i = 0; i < hd; ++i) dot += (double)q[h * hd + i] * a.read(false, p, h / group, i);
       s.push_back(dot * scale);
     }
     double mx = -INFINITY, sum = 0.0;
@@ -72,7 +71,7 @@ std::vector<float> naive_attention(const KvArena& a, const std::vector<float>& q
     for (int32_t i = 0; i < hd; ++i) {
       double acc = 0.0;
       for (int64_t p = pos_begin; p < pos_end; ++p)
-        acc += s[p - pos_begin] * a.read(a.v, p, h / group, i);
+        acc += s[p - pos_begin] * a.read(true, p, h / group, i);
       out[h * hd + i] = (float)(acc / sum);
     }
   }
@@ -89,7 +88,7 @@ struct Case {
 
 TEST(KernelsAttention, MatchesTwoPassSoftmaxForEveryTable) {
   std::vector<Case> cases;
-  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16}) {
+  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBF16, KvDtype::kInt8}) {
     for (int32_t gqa : {1, 2, 4}) {
       cases.push_back({dtype, gqa, 64, 0, 96});   // all six blocks
       cases.push_back({dtype, gqa, 64, 0, 1});    // first token only
@@ -99,7 +98,7 @@ TEST(KernelsAttention, MatchesTwoPassSoftmaxForEveryTable) {
   }
   for (const KernelTable* t : available_kernel_tables()) {
     for (const Case& c : cases) {
-      SCOPED_TRACE(std::string(t->isa) + (c.dtype == KvDtype::kF16 ? " f16" : " f32") + " gqa " +
+      SCOPED_TRACE(std::string(t->isa) + " " + std::string(kv_dtype_name(c.dtype)) + " gqa " +
                    std::to_string(c.gqa) + " hd " + std::to_string(c.head_dim) + " [" +
                    std::to_string(c.pos_begin) + "," + std::to_string(c.pos_end) + ")");
       KvArena arena(c.dtype, c.head_dim);
@@ -145,18 +144,17 @@ TEST(KernelsAttention, SingleHeadGqaGroupsEqualHeadsComputedSeparately) {
 
 TEST(KernelsKvStore, EveryTableWritesTheSameBytesAsRefAndOnlyTheSlot) {
   for (const KernelTable* t : available_kernel_tables()) {
-    for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16}) {
+    for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBF16, KvDtype::kInt8}) {
       for (int32_t hd : {64, 44}) {
         SCOPED_TRACE(std::string(t->isa) + " hd " + std::to_string(hd));
         KvArena want(dtype, hd), got(dtype, hd);
         fill(kernels_ref(), want, 50, 51);
         fill(*t, got, 50, 51);
-        EXPECT_EQ(want.k, got.k);
-        EXPECT_EQ(want.v, got.v);
+        EXPECT_EQ(want.buf, got.buf);
         // Position 50 was never written: its slot still holds the fill pattern.
         EXPECT_EQ(
-            got.k[(kBlockTable[50 / kBlockSize] * got.view.block_stride + (50 % kBlockSize) * hd) *
-                  (dtype == KvDtype::kF16 ? 2 : 4)],
+            got.buf[kBlockTable[50 / kBlockSize] * got.view.block_stride +
+                    (50 % kBlockSize) * hd * got.elem],
             0xAB);
       }
     }

@@ -83,7 +83,7 @@ MakeModelSpec spec_for(const std::string& type) {
 TEST_P(ForwardTest, SequenceLogitsAreBitIdenticalAloneAndInBatchesOf2To16) {
   const std::string path = make_test_model("fwd_" + GetParam(), spec_for(GetParam()));
   auto m = load(path, 2);
-  KvArena kv(m->kv_config(256, 16, kernels::KvDtype::kF16));
+  KvArena kv(m->kv_config(256, 16, KvDtype::kF16));
   const int32_t V = m->hparams().n_vocab;
   const auto probe = random_tokens(23, V, 1);
   const auto alone = run_batch(*m, kv, {probe})[0];
@@ -102,7 +102,7 @@ TEST_P(ForwardTest, ThreadCountDoesNotChangeLogits) {
   std::vector<float> first;
   for (int threads : {1, 2, 3}) {
     auto m = load(path, threads);
-    KvArena kv(m->kv_config(8, 16, kernels::KvDtype::kF16));
+    KvArena kv(m->kv_config(8, 16, KvDtype::kF16));
     auto got = run_batch(*m, kv, {tokens})[0];
     if (first.empty()) first = got;
     EXPECT_TRUE(bit_equal(got, first)) << threads << " threads";
@@ -118,7 +118,7 @@ TEST(Forward, ChunkedPrefillAndDecodeMatchOneShotPrefill) {
   auto m = load(path, 2);
   const int32_t V = m->hparams().n_vocab;
   const auto tokens = random_tokens(50, V, 3);
-  KvArena kv(m->kv_config(16, 16, kernels::KvDtype::kF16));
+  KvArena kv(m->kv_config(16, 16, KvDtype::kF16));
   const auto once = run_batch(*m, kv, {tokens})[0];
   // Same tokens: chunks of 20, 20, 9, then one decode step, in fresh blocks 8..11.
   std::vector<uint32_t> table = {8, 9, 10, 11};
@@ -138,7 +138,7 @@ TEST(Forward, ChunkedPrefillAndDecodeMatchOneShotPrefill) {
 TEST(Forward, BlockPlacementDoesNotChangeLogits) {
   const std::string path = make_test_model("place", spec_for("f16"));
   auto m = load(path, 2);
-  KvArena kv(m->kv_config(32, 16, kernels::KvDtype::kF16));
+  KvArena kv(m->kv_config(32, 16, KvDtype::kF16));
   const auto tokens = random_tokens(60, m->hparams().n_vocab, 4);
   const auto a = run_batch(*m, kv, {tokens}, 0, false)[0];
   const auto b = run_batch(*m, kv, {tokens}, 20, true)[0];
@@ -149,8 +149,8 @@ TEST(Forward, F16CacheStaysCloseToF32Cache) {
   const std::string path = make_test_model("kvdtype", spec_for("f32"));
   auto m = load(path, 2);
   const auto tokens = random_tokens(40, m->hparams().n_vocab, 5);
-  KvArena kv32(m->kv_config(4, 16, kernels::KvDtype::kF32));
-  KvArena kv16(m->kv_config(4, 16, kernels::KvDtype::kF16));
+  KvArena kv32(m->kv_config(4, 16, KvDtype::kF32));
+  KvArena kv16(m->kv_config(4, 16, KvDtype::kF16));
   const auto a = run_batch(*m, kv32, {tokens})[0];
   const auto b = run_batch(*m, kv16, {tokens})[0];
   double max_diff = 0;
@@ -162,7 +162,7 @@ TEST(Forward, F16CacheStaysCloseToF32Cache) {
 TEST(Forward, RejectsBadBatchesWithoutComputing) {
   const std::string path = make_test_model("bad", spec_for("f32"));
   auto m = load(path, 1, 32);
-  KvArena kv(m->kv_config(4, 16, kernels::KvDtype::kF16));
+  KvArena kv(m->kv_config(4, 16, KvDtype::kF16));
   std::vector<float> logits(64 * m->hparams().n_vocab);
   std::vector<uint32_t> table = {0, 1};
   std::vector<int32_t> bad_id = {1, m->hparams().n_vocab};

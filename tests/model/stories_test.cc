@@ -53,7 +53,7 @@ std::vector<std::string> greedy_batch(Runner& r, const std::vector<std::string>&
   std::vector<std::vector<int32_t>> toks(n);
   std::vector<std::vector<uint32_t>> tables(n);
   std::vector<size_t> done(n, 0), n_prompt(n);
-  KvArena kv(m.kv_config(64 * (uint32_t)n, bs, kernels::KvDtype::kF16));
+  KvArena kv(m.kv_config(64 * (uint32_t)n, bs, KvDtype::kF16));
   for (size_t i = 0; i < n; ++i) {
     toks[i] = r.tok->encode(prompts[i], true, false);
     n_prompt[i] = toks[i].size();

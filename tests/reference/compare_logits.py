@@ -33,6 +33,8 @@ TOLERANCES = {
     # path: (max abs diff, min argmax agreement)   measured max abs diff
     "f32": (1e-3, 0.99),     # 1.4e-6 (tied 1.3e-5 with logit std 12; stories260K 6.2e-6)
     "kv_f16": (3e-3, 0.99),  # 1.2e-3 (f32 weights, f16 KV cache)
+    "kv_bf16": (3e-2, 0.99),  # 7.7e-3 (bf16 KV cache: 8 mantissa bits)
+    "kv_int8": (6e-2, 0.99),  # 2.8e-2 (int8 KV, one f32 scale per token and kv head)
     "f16": (1e-3, 0.99),     # 9.4e-7 (weights are exactly f16 on both sides)
     "bf16": (1e-3, 0.99),    # 1.0e-6
     "q8_0": (0.15, 0.99),    # 0.057
@@ -72,6 +74,10 @@ CASES = {
     "llama_tied": _case(tied=True, lengths=(50,), seed=8),
     "llama_kv_f16": _case(heads=8, kv_heads=2, kv_dtype="f16", lengths=(80,), seed=9,
                           tol="kv_f16"),
+    "llama_kv_bf16": _case(heads=8, kv_heads=2, kv_dtype="bf16", lengths=(80,), seed=9,
+                           tol="kv_bf16"),
+    "llama_kv_int8": _case(heads=8, kv_heads=2, kv_dtype="int8", lengths=(80,), seed=9,
+                           tol="kv_int8"),
     "llama_f16": _case(weight_type="f16", lengths=(60, 20), seed=10, tol="f16"),
     "llama_bf16": _case(weight_type="bf16", lengths=(60, 20), seed=11, tol="bf16"),
     "llama_q8_0": _case(weight_type="q8_0", seed=12, tol="q8_0", **_QUANT),

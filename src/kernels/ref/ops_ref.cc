@@ -28,32 +28,21 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
-// Element (kv_head, slot, 0) of position `pos` in the K (or V) arena `base`.
-int64_t kv_offset(const KvLayerView& kv, std::span<const uint32_t> block_table, int64_t pos,
-                  int32_t kv_head) {
-  const uint32_t block = block_table[pos / kv.block_size];
-  const int64_t slot = pos % kv.block_size;
-  return block * kv.block_stride + ((int64_t)kv_head * kv.block_size + slot) * kv.head_dim;
-}
-
-float load_kv(const KvLayerView& kv, const void* base, int64_t index) {
-  if (kv.dtype == KvDtype::kF16) return f16_to_f32(static_cast<const uint16_t*>(base)[index]);
-  return static_cast<const float*>(base)[index];
-}
-
 // One query head: online softmax over positions in order. m: running max, l: running sum of
 // exp(s - m), acc: running sum of exp(s - m) * v (rescaled whenever m grows).
+// krow, vrow: [head_dim] scratch for the decoded K and V rows.
 void attend_head(const float* q, int32_t kv_head, const KvLayerView& kv,
                  std::span<const uint32_t> block_table, int64_t pos_begin, int64_t pos_end,
-                 float scale, float* acc) {
+                 float scale, float* acc, float* krow, float* vrow) {
   const int32_t hd = kv.head_dim;
   float m = -std::numeric_limits<float>::infinity();
   float l = 0.0f;
   for (int32_t i = 0; i < hd; ++i) acc[i] = 0.0f;
   for (int64_t p = pos_begin; p < pos_end; ++p) {
-    const int64_t off = kv_offset(kv, block_table, p, kv_head);
+    kv_load_row(kv, false, block_table, p, kv_head, krow);
+    kv_load_row(kv, true, block_table, p, kv_head, vrow);
     float s = 0.0f;
-    for (int32_t i = 0; i < hd; ++i) s += q[i] * load_kv(kv, kv.base_k, off + i);
+    for (int32_t i = 0; i < hd; ++i) s += q[i] * krow[i];
     s *= scale;
     if (s > m) {
       const float c = std::exp(m - s);  // 0 on the first position (m = -inf)
@@ -63,7 +52,7 @@ void attend_head(const float* q, int32_t kv_head, const KvLayerView& kv,
     }
     const float e = std::exp(s - m);
     l += e;
-    for (int32_t i = 0; i < hd; ++i) acc[i] += e * load_kv(kv, kv.base_v, off + i);
+    for (int32_t i = 0; i < hd; ++i) acc[i] += e * vrow[i];
   }
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;
   for (int32_t i = 0; i < hd; ++i) acc[i] *= inv;
@@ -71,29 +60,19 @@ void attend_head(const float* q, int32_t kv_head, const KvLayerView& kv,
 
 void attention(const float* q, int32_t n_heads, const KvLayerView& kv,
                std::span<const uint32_t> block_table, int64_t pos_begin, int64_t pos_end,
-               float scale, float* out, float* /*scratch*/) {
+               float scale, float* out, float* scratch) {
   const int32_t group = gqa_group(n_heads, kv);
   for (int32_t h = 0; h < n_heads; ++h) {
     attend_head(q + (int64_t)h * kv.head_dim, h / group, kv, block_table, pos_begin, pos_end, scale,
-                out + (int64_t)h * kv.head_dim);
+                out + (int64_t)h * kv.head_dim, scratch, scratch + kv.head_dim);
   }
 }
 
 void kv_store(const KvLayerView& kv, std::span<const uint32_t> block_table, int64_t pos,
               const float* k, const float* v) {
   for (int32_t h = 0; h < kv.n_kv_heads; ++h) {
-    const int64_t off = kv_offset(kv, block_table, pos, h);
-    const float* kh = k + (int64_t)h * kv.head_dim;
-    const float* vh = v + (int64_t)h * kv.head_dim;
-    if (kv.dtype == KvDtype::kF16) {
-      for (int32_t i = 0; i < kv.head_dim; ++i) {
-        static_cast<uint16_t*>(kv.base_k)[off + i] = f32_to_f16(kh[i]);
-        static_cast<uint16_t*>(kv.base_v)[off + i] = f32_to_f16(vh[i]);
-      }
-    } else {
-      std::memcpy(static_cast<float*>(kv.base_k) + off, kh, kv.head_dim * sizeof(float));
-      std::memcpy(static_cast<float*>(kv.base_v) + off, vh, kv.head_dim * sizeof(float));
-    }
+    kv_store_row(kv, false, block_table, pos, h, k + (int64_t)h * kv.head_dim);
+    kv_store_row(kv, true, block_table, pos, h, v + (int64_t)h * kv.head_dim);
   }
 }
 

@@ -63,11 +63,12 @@ void f32_to_f16_row(const float* src, uint16_t* dst, int32_t n) {
   for (; i < n; ++i) dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
+// Byte offset of row (kv_head, slot of pos) of element size `elem` from a base pointer.
 int64_t kv_offset(const KvLayerView& kv, const uint32_t* block_table, int64_t pos,
-                  int32_t kv_head) {
+                  int32_t kv_head, int64_t elem) {
   const int64_t block = block_table[pos / kv.block_size];
   return block * kv.block_stride +
-         ((int64_t)kv_head * kv.block_size + pos % kv.block_size) * kv.head_dim;
+         ((int64_t)kv_head * kv.block_size + pos % kv.block_size) * kv.head_dim * elem;
 }
 
 // Query heads [h0, h0 + ng) of KV head kv_head; acc rows are the output rows.
@@ -83,17 +84,22 @@ void attend_group(const float* q, int32_t h0, int ng, int32_t kv_head, const KvL
     std::memset(out + (int64_t)(h0 + g) * hd, 0, hd * sizeof(float));
   }
   for (int64_t p = pos_begin; p < pos_end; ++p) {
-    const int64_t off = kv_offset(kv, block_table, p, kv_head);
-    const float* k;
-    const float* v;
+    const float* k = scratch;
+    const float* v = scratch + hd;
     if (kv.dtype == KvDtype::kF16) {
-      f16_to_f32_row(static_cast<const uint16_t*>(kv.base_k) + off, scratch, hd);
-      f16_to_f32_row(static_cast<const uint16_t*>(kv.base_v) + off, scratch + hd, hd);
-      k = scratch;
-      v = scratch + hd;
-    } else {
-      k = static_cast<const float*>(kv.base_k) + off;
-      v = static_cast<const float*>(kv.base_v) + off;
+      const int64_t off = kv_offset(kv, block_table, p, kv_head, 2);
+      f16_to_f32_row(reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(kv.k) + off),
+                     scratch, hd);
+      f16_to_f32_row(reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(kv.v) + off),
+                     scratch + hd, hd);
+    } else if (kv.dtype == KvDtype::kF32) {
+      const int64_t off = kv_offset(kv, block_table, p, kv_head, 4);
+      k = reinterpret_cast<const float*>(static_cast<const uint8_t*>(kv.k) + off);
+      v = reinterpret_cast<const float*>(static_cast<const uint8_t*>(kv.v) + off);
+    } else {  // bf16, int8: decoded by the shared row codec
+      const std::span<const uint32_t> table(block_table, (size_t)(pos_end + kv.block_size - 1) / kv.block_size);
+      kv_load_row(kv, false, table, p, kv_head, scratch);
+      kv_load_row(kv, true, table, p, kv_head, scratch + hd);
     }
     for (int g = 0; g < ng; ++g) {
       const float s = dot(q + (int64_t)(h0 + g) * hd, k, hd) * scale;
@@ -172,13 +178,15 @@ void kv_store(const KvLayerView& kv, std::span<const uint32_t> block_table, int6
               const float* k, const float* v) {
   const int32_t hd = kv.head_dim;
   for (int32_t h = 0; h < kv.n_kv_heads; ++h) {
-    const int64_t off = kv_offset(kv, block_table.data(), pos, h);
     if (kv.dtype == KvDtype::kF16) {
-      f32_to_f16_row(k + (int64_t)h * hd, static_cast<uint16_t*>(kv.base_k) + off, hd);
-      f32_to_f16_row(v + (int64_t)h * hd, static_cast<uint16_t*>(kv.base_v) + off, hd);
+      const int64_t off = kv_offset(kv, block_table.data(), pos, h, 2);
+      f32_to_f16_row(k + (int64_t)h * hd,
+                     reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(kv.k) + off), hd);
+      f32_to_f16_row(v + (int64_t)h * hd,
+                     reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(kv.v) + off), hd);
     } else {
-      std::memcpy(static_cast<float*>(kv.base_k) + off, k + (int64_t)h * hd, hd * sizeof(float));
-      std::memcpy(static_cast<float*>(kv.base_v) + off, v + (int64_t)h * hd, hd * sizeof(float));
+      kv_store_row(kv, false, block_table, pos, h, k + (int64_t)h * hd);
+      kv_store_row(kv, true, block_table, pos, h, v + (int64_t)h * hd);
     }
   }
 }
