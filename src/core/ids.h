@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 
 namespace kvw {
 
@@ -13,6 +14,12 @@ constexpr BlockId kNullBlock{0xffffffffu};
 
 constexpr uint32_t index_of(BlockId b) { return static_cast<uint32_t>(b); }
 constexpr uint64_t index_of(SeqId s) { return static_cast<uint64_t>(s); }
+
+// Block tables as the kernels take them (BlockId has uint32_t layout).
+inline std::span<const uint32_t> as_indices(std::span<const BlockId> blocks) {
+  static_assert(sizeof(BlockId) == sizeof(uint32_t));
+  return {reinterpret_cast<const uint32_t*>(blocks.data()), blocks.size()};
+}
 
 }  // namespace kvw
 
