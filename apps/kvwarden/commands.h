@@ -10,5 +10,7 @@ void add_inspect_command(CLI::App& app, int& exit_code);
 void add_make_model_command(CLI::App& app, int& exit_code);
 void add_generate_command(CLI::App& app, int& exit_code);
 void add_logits_command(CLI::App& app, int& exit_code);
+void add_plan_command(CLI::App& app, int& exit_code);
+void add_kvsim_command(CLI::App& app, int& exit_code);
 
 }  // namespace kvw::app

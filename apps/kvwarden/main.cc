@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   kvw::app::add_make_model_command(app, exit_code);
   kvw::app::add_generate_command(app, exit_code);
   kvw::app::add_logits_command(app, exit_code);
+  kvw::app::add_plan_command(app, exit_code);
+  kvw::app::add_kvsim_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,105 @@
+#include "planner/engine_budget.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "gguf/tensor_types.h"
+#include "planner/memory_plan.h"
+
+namespace kvw::planner {
+namespace {
+
+// Activation row bytes kvwarden's kernels quantise matmul inputs to, for a uniform weight type:
+// Q4_0/Q8_0 weights take Q8_0 rows, K-quants take Q8_K rows, float weights read f32 directly.
+void uniform_act_rows(const Dtype& w, int64_t max_in, int64_t& q80, int64_t& q8k) {
+  q80 = q8k = 0;
+  auto t = ggml_type_from_name(w.name);
+  if (!t) return;
+  if (*t == GgmlType::kQ4_0 || *t == GgmlType::kQ8_0) {
+    q80 = max_in / 32 * type_traits(GgmlType::kQ8_0).block_bytes;
+  } else if (*t == GgmlType::kQ4_K || *t == GgmlType::kQ5_K || *t == GgmlType::kQ6_K) {
+    q8k = max_in / 256 * type_traits(GgmlType::kQ8_K).block_bytes;
+  }
+}
+
+}  // namespace
+
+uint64_t engine_kv_bytes_per_token_layer(const ModelShape& m, KvDtype dtype) {
+  return (uint64_t)(2 * m.n_kv_head * (m.head_dim * kv_elem_bytes(dtype) + kv_scale_bytes(dtype)));
+}
+
+uint64_t engine_workspace_bytes(const ModelShape& m, int64_t max_num_batched_tokens,
+                                int64_t n_threads, const Dtype& weight_dtype) {
+  const uint64_t T = (uint64_t)max_num_batched_tokens;
+  const int64_t q_dim = m.n_head * m.head_dim, kv_dim = m.n_kv_head * m.head_dim;
+  const int64_t max_in = std::max({m.n_embd, q_dim, m.n_ff});
+  const int64_t n_rot = m.gguf && m.gguf->n_rot > 0 ? m.gguf->n_rot : m.head_dim;
+  int64_t q80 = 0, q8k = 0;
+  if (m.gguf) {
+    q80 = m.gguf->act_q8_0_row_bytes;
+    q8k = m.gguf->act_q8_k_row_bytes;
+  } else {
+    uniform_act_rows(weight_dtype, max_in, q80, q8k);
+  }
+  // x, xn, q, k, v, tmp, gate, up, cs (f32), as Model::Model allocates them.
+  const uint64_t floats_per_token =
+      (uint64_t)(m.n_embd + max_in + q_dim + 2 * kv_dim + m.n_embd + 2 * m.n_ff + n_rot);
+  const uint64_t scratch_floats = (uint64_t)n_threads * 2 * (uint64_t)m.head_dim;
+  return 4 * (T * floats_per_token + scratch_floats) + T * (uint64_t)(q80 + q8k);
+}
+
+Result<BudgetTable> plan_engine_budget(const ModelShape& m, const EngineOptions& opt) {
+  KVW_RETURN_IF_ERROR(m.validate());
+  if (m.is_mla() || m.is_moe()) {
+    return Error{"kvwarden's engine runs dense MHA/GQA models only; " + m.name + " is " +
+                 (m.is_mla() ? "MLA" : "MoE")};
+  }
+  if (opt.max_num_batched_tokens < 1 || opt.block_size < 1 || opt.n_threads < 1) {
+    return Error{"max_num_batched_tokens, block_size and n_threads must be >= 1"};
+  }
+  if (opt.kv_dtype == KvDtype::kFp8) return Error{"kvwarden's engine has no fp8 KV cache"};
+  BudgetTable b;
+  b.weights_bytes = m.gguf ? m.gguf->weight_bytes : opt.weight_dtype.bytes(count_params(m).total());
+  b.workspace_bytes =
+      engine_workspace_bytes(m, opt.max_num_batched_tokens, opt.n_threads, opt.weight_dtype);
+  b.reserve_bytes = opt.reserve_bytes;
+  b.kv_bytes_per_token = (uint64_t)m.n_layer * engine_kv_bytes_per_token_layer(m, opt.kv_dtype);
+  b.kv_bytes_per_block = b.kv_bytes_per_token * (uint64_t)opt.block_size;
+  const uint64_t fixed = b.weights_bytes + b.workspace_bytes + b.reserve_bytes;
+  if (opt.memory_budget_bytes > 0) {
+    if (opt.memory_budget_bytes < fixed + b.kv_bytes_per_block) {
+      return Error{"needs " + format_bytes((int64_t)fixed) + " for weights, workspace and reserve" +
+                   " plus " + format_bytes((int64_t)b.kv_bytes_per_block) +
+                   " for one KV block, budget " + format_bytes((int64_t)opt.memory_budget_bytes)};
+    }
+    b.num_blocks = (opt.memory_budget_bytes - fixed) / b.kv_bytes_per_block;
+  } else {
+    if (opt.max_model_len < 1 || opt.max_num_seqs < 1) {
+      return Error{"give a memory budget, or max_model_len and max_num_seqs >= 1"};
+    }
+    const uint64_t blocks_per_seq =
+        (uint64_t)((opt.max_model_len + opt.block_size - 1) / opt.block_size);
+    b.num_blocks = blocks_per_seq * (uint64_t)opt.max_num_seqs;
+  }
+  b.kv_pool_bytes = b.num_blocks * b.kv_bytes_per_block;
+  b.total_bytes = fixed + b.kv_pool_bytes;
+  return b;
+}
+
+std::string BudgetTable::to_string() const {
+  std::ostringstream os;
+  auto row = [&](const char* what, uint64_t v) {
+    os << "  " << what << std::string(12 - std::string(what).size(), ' ')
+       << format_bytes((int64_t)v) << " (" << v << " B)\n";
+  };
+  row("weights", weights_bytes);
+  row("workspace", workspace_bytes);
+  row("kv_pool", kv_pool_bytes);
+  row("reserve", reserve_bytes);
+  row("total", total_bytes);
+  os << "  kv: " << kv_bytes_per_token << " B/token, " << kv_bytes_per_block << " B/block, "
+     << num_blocks << " blocks\n";
+  return os.str();
+}
+
+}  // namespace kvw::planner

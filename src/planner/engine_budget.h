@@ -1,0 +1,57 @@
+// planner/engine_budget.h: the start-up memory budget of kvwarden's own CPU engine, computed
+// from a model shape before anything is allocated. The engine calls plan_engine_budget() to size
+// its KV arena, and prints the returned table; `kvwarden plan` shows the same numbers.
+// Pure functions; the formulas mirror src/model (Model::Model workspace, KvArena layout) and are
+// tested against them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "planner/model_shape.h"
+
+namespace kvw::planner {
+
+struct EngineOptions {
+  int64_t max_num_batched_tokens = 512;  // largest forward() call; sizes the workspace
+  int64_t block_size = 16;               // tokens per KV block
+  KvDtype kv_dtype = KvDtype::kF16;      // f32, f16, bf16 or int8
+  int64_t n_threads = 1;                 // worker threads (attention scratch per thread)
+  Dtype weight_dtype{"f32", 1, 4};       // used only when the shape has no GGUF facts
+  // Either a total memory budget (the KV pool takes what is left) ...
+  uint64_t memory_budget_bytes = 0;
+  // ... or, when the budget is 0, room for max_num_seqs sequences of max_model_len tokens.
+  int64_t max_model_len = 0;
+  int64_t max_num_seqs = 0;
+  // Reserve for everything else: f32 copies of norms and biases, tokenizer, rope tables, thread
+  // stacks, allocator slack.
+  uint64_t reserve_bytes = uint64_t{64} << 20;
+};
+
+struct BudgetTable {
+  uint64_t weights_bytes = 0;    // mmapped tensors (GGUF: exact sum of tensor bytes)
+  uint64_t workspace_bytes = 0;  // activation buffers for max_num_batched_tokens
+  uint64_t kv_pool_bytes = 0;    // num_blocks * kv_bytes_per_block
+  uint64_t reserve_bytes = 0;
+  uint64_t total_bytes = 0;         // the four above
+  uint64_t kv_bytes_per_token = 0;  // all layers
+  uint64_t kv_bytes_per_block = 0;
+  uint64_t num_blocks = 0;
+  std::string to_string() const;  // the start-up table, one line per row
+};
+
+// Bytes of the engine's KV layout per token per layer: 2 * n_kv_heads * head_dim * bytes(dtype),
+// plus for int8 one f32 scale per token per KV head for K and for V.
+uint64_t engine_kv_bytes_per_token_layer(const ModelShape& m, KvDtype dtype);
+
+// Model::Model's workspace for T tokens: 4 B x (T x (2 n_embd + max(n_embd, q_dim, n_ff) + q_dim
+// + 2 kv_dim + 2 n_ff + n_rot) + n_threads x 2 head_dim) + T x (Q8_0 row + Q8_K row).
+uint64_t engine_workspace_bytes(const ModelShape& m, int64_t max_num_batched_tokens,
+                                int64_t n_threads, const Dtype& weight_dtype);
+
+// Errors: shapes the engine cannot run (MLA, MoE), invalid options, a budget that leaves no room
+// for one KV block ("needs 3.1 GiB for weights and workspace, budget 2.0 GiB").
+Result<BudgetTable> plan_engine_budget(const ModelShape& m, const EngineOptions& opt);
+
+}  // namespace kvw::planner

@@ -1,0 +1,114 @@
+// planner/model_shape.h: the architecture facts the memory planner needs, and the data types it
+// sizes weights and KV caches in. A ModelShape comes from the catalogue, a Hugging Face
+// config.json or a GGUF file (model_source.h); everything downstream is pure arithmetic on it.
+// Plain value types; safe to copy and share.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace kvw::planner {
+
+// Which layers use a sliding window of `sliding_window` tokens (when `layer_window` is empty).
+enum class WindowPattern {
+  kNone,        // every layer attends to the whole sequence
+  kAll,         // every layer is windowed (Mistral-7B-v0.1)
+  kEveryOther,  // even layers windowed, odd layers global (Gemma-2: layer 0 is local)
+};
+
+// Extra facts only a GGUF file gives; they make kvwarden's own engine budget exact.
+struct GgufFacts {
+  uint64_t weight_bytes = 0;        // sum of every tensor's bytes in the file
+  uint64_t num_params = 0;          // sum of every tensor's elements
+  int64_t n_rot = 0;                // rope.dimension_count
+  int64_t act_q8_0_row_bytes = 0;   // widest Q8_0 activation row any matmul needs (0: none)
+  int64_t act_q8_k_row_bytes = 0;   // widest Q8_K activation row any matmul needs (0: none)
+  std::string weight_type_summary;  // "q4_K x 155, f32 x 45"
+};
+
+struct ModelShape {
+  std::string name;          // catalogue key or file name
+  std::string hf_id;         // "meta-llama/Llama-2-7b-hf"; used in recommended flags
+  std::string source;        // where the numbers come from
+  bool unconfirmed = false;  // some value not seen in a primary copy of this model's config
+  std::string note;          // what is unconfirmed or approximated
+  std::string arch;          // "llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mixtral",
+                             // "gemma2", "deepseek_v2", "deepseek_v3"
+
+  int64_t n_layer = 0;    // decoder layers (DeepSeek-V3's extra MTP layer is not counted)
+  int64_t n_embd = 0;     // hidden_size
+  int64_t n_head = 0;     // attention heads (queries)
+  int64_t n_kv_head = 0;  // key/value heads: == n_head MHA, 1 MQA, in between GQA
+  int64_t head_dim = 0;   // per-head dimension of K and V (non-MLA)
+  int64_t n_ff = 0;       // dense MLP intermediate size
+  int64_t n_vocab = 0;
+  int64_t max_position = 0;      // max_position_embeddings (trained context, after rope scaling)
+  bool tied_embeddings = false;  // output head reuses the embedding matrix
+  bool qkv_bias = false;         // Qwen2: biases on q, k, v projections
+  bool qk_norm = false;          // Qwen3: RMSNorm on q and k heads
+
+  int64_t sliding_window = 0;  // tokens; 0 = none
+  WindowPattern window_pattern = WindowPattern::kNone;
+  // Hybrid stacks: when non-empty, one entry per layer overriding the pattern:
+  // 0 = full attention, > 0 = sliding window of that many tokens, -1 = no KV cache (a linear
+  // attention or recurrent layer, whose fixed state is not modelled here).
+  std::vector<int64_t> layer_window;
+
+  // Multi-head latent attention (DeepSeek-V2/V3). kv_lora_rank > 0 switches the KV cache to one
+  // latent of (kv_lora_rank + qk_rope_head_dim) elements per layer per token.
+  int64_t kv_lora_rank = 0;
+  int64_t q_lora_rank = 0;  // 0: queries use a plain projection
+  int64_t qk_rope_head_dim = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t v_head_dim = 0;
+
+  // Mixture of experts. n_routed_experts > 0 makes layers [first_k_dense, n_layer) MoE layers.
+  int64_t n_routed_experts = 0;
+  int64_t n_shared_experts = 0;
+  int64_t n_experts_per_tok = 0;
+  int64_t moe_ff = 0;         // per-expert intermediate size
+  int64_t first_k_dense = 0;  // leading dense layers (DeepSeek first_k_dense_replace)
+
+  std::string default_weight_dtype = "bf16";  // torch_dtype of the published checkpoint
+  std::optional<GgufFacts> gguf;              // set when read from a GGUF file
+
+  bool is_mla() const { return kv_lora_rank > 0; }
+  bool is_moe() const { return n_routed_experts > 0; }
+  // Window of layer l: 0 full attention, > 0 window tokens, -1 no KV cache.
+  int64_t window_of_layer(int64_t l) const;
+  // "MHA", "GQA", "MQA" or "MLA".
+  const char* attention_kind() const;
+  Status validate() const;  // messages name the model and the field
+};
+
+// A data type for weights or KV entries, as bytes per `block_elems` elements (ggml-style
+// blocks make 4.5-bit formats exact: q4_K is 144 bytes per 256 weights).
+struct Dtype {
+  std::string name;
+  int64_t block_elems = 1;
+  int64_t block_bytes = 2;
+  // Bytes of n elements, rounded up to whole blocks.
+  uint64_t bytes(uint64_t n) const {
+    return (n + (uint64_t)block_elems - 1) / (uint64_t)block_elems * (uint64_t)block_bytes;
+  }
+  double bits_per_elem() const { return 8.0 * (double)block_bytes / (double)block_elems; }
+};
+
+// Weight dtypes: f32, f16, bf16, fp8, int8, int4 (AWQ/GPTQ with 128-weight groups: 4 bits +
+// an f16 scale + a 4-bit zero per group = 4.156 bits), and the GGUF types q8_0, q4_0, q4_K,
+// q5_K, q6_K with their exact block sizes.
+Result<Dtype> parse_weight_dtype(const std::string& name);
+
+// KV cache dtypes. kvwarden's int8 stores one f32 scale per token per KV head for K and for V,
+// which KvBytes accounts for separately (scale_bytes_per_head).
+enum class KvDtype { kF32, kF16, kBF16, kFp8, kInt8 };
+Result<KvDtype> parse_kv_dtype(const std::string& name);  // "auto" is resolved by the caller
+const char* kv_dtype_name(KvDtype d);
+int64_t kv_elem_bytes(KvDtype d);   // 4, 2, 2, 1, 1
+int64_t kv_scale_bytes(KvDtype d);  // f32 scale per token per head (per latent for MLA): 4 or 0
+
+}  // namespace kvw::planner

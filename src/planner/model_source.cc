@@ -1,0 +1,193 @@
+#include "planner/model_source.h"
+
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "gguf/gguf_file.h"
+#include "model/hparams.h"
+#include "planner/catalog.h"
+
+namespace kvw::planner {
+namespace {
+
+using nlohmann::json;
+
+// Integer key, or `fallback` when absent or null. Errors for wrong types name the key.
+Result<int64_t> get_int(const json& j, const char* key, int64_t fallback, const std::string& who) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number_integer()) return Error{who + ": key '" + key + "' is not an integer"};
+  const int64_t v = it->get<int64_t>();
+  if (v < 0) return Error{who + ": key '" + key + "' is negative"};
+  return v;
+}
+
+bool get_bool(const json& j, const char* key, bool fallback) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_boolean() ? it->get<bool>() : fallback;
+}
+
+std::string get_str(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+#define KVW_ASSIGN_INT(field, key, fallback)   \
+  do {                                         \
+    auto _v = get_int(j, key, fallback, name); \
+    if (!_v.ok()) return _v.error();           \
+    m.field = *_v;                             \
+  } while (0)
+
+Status read_windows(const json& j, const std::string& name, ModelShape& m) {
+  // Explicit per-layer types (recent transformers configs, hybrid stacks) win over patterns.
+  if (auto lt = j.find("layer_types"); lt != j.end() && lt->is_array()) {
+    for (const auto& t : *lt) {
+      const std::string s = t.is_string() ? t.get<std::string>() : "";
+      if (s == "full_attention") {
+        m.layer_window.push_back(0);
+      } else if (s == "sliding_attention") {
+        if (m.sliding_window <= 0) return Error{name + ": sliding layers but no sliding_window"};
+        m.layer_window.push_back(m.sliding_window);
+      } else {
+        m.layer_window.push_back(-1);  // linear attention, mamba, ...: no growing KV cache
+      }
+    }
+    return {};
+  }
+  if (m.sliding_window <= 0) return {};
+  if (m.arch == "gemma2") {
+    m.window_pattern = WindowPattern::kEveryOther;
+  } else if (m.arch == "qwen2" || m.arch == "qwen3" || m.arch == "qwen3_moe") {
+    // Qwen configs carry sliding_window but disable it unless use_sliding_window is true.
+    if (get_bool(j, "use_sliding_window", false)) m.window_pattern = WindowPattern::kAll;
+  } else {
+    m.window_pattern = WindowPattern::kAll;
+  }
+  if (m.window_pattern == WindowPattern::kNone) m.sliding_window = 0;
+  return {};
+}
+
+}  // namespace
+
+Result<ModelShape> shape_from_config_json(const std::string& json_text, const std::string& name) {
+  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Error{name + ": not a JSON object"};
+  // Multimodal wrappers (e.g. Gemma-3) nest the language model's config.
+  if (auto tc = j.find("text_config"); tc != j.end() && tc->is_object()) j = *tc;
+  ModelShape m;
+  m.name = name;
+  m.source = name;
+  m.arch = get_str(j, "model_type");
+  if (auto t = get_str(j, "torch_dtype"); !t.empty()) m.default_weight_dtype = t;
+  KVW_ASSIGN_INT(n_layer, "num_hidden_layers", 0);
+  KVW_ASSIGN_INT(n_embd, "hidden_size", 0);
+  KVW_ASSIGN_INT(n_head, "num_attention_heads", 0);
+  KVW_ASSIGN_INT(n_kv_head, "num_key_value_heads", m.n_head);
+  KVW_ASSIGN_INT(head_dim, "head_dim", m.n_head > 0 ? m.n_embd / m.n_head : 0);
+  KVW_ASSIGN_INT(n_ff, "intermediate_size", 0);
+  KVW_ASSIGN_INT(n_vocab, "vocab_size", 0);
+  KVW_ASSIGN_INT(max_position, "max_position_embeddings", 0);
+  KVW_ASSIGN_INT(sliding_window, "sliding_window", 0);
+  m.tied_embeddings = get_bool(j, "tie_word_embeddings", m.arch == "gemma2");
+  m.qkv_bias = get_bool(j, "attention_bias", m.arch == "qwen2");
+  m.qk_norm = m.arch == "qwen3" || m.arch == "qwen3_moe";
+  KVW_ASSIGN_INT(kv_lora_rank, "kv_lora_rank", 0);
+  KVW_ASSIGN_INT(q_lora_rank, "q_lora_rank", 0);
+  KVW_ASSIGN_INT(qk_rope_head_dim, "qk_rope_head_dim", 0);
+  KVW_ASSIGN_INT(qk_nope_head_dim, "qk_nope_head_dim", 0);
+  KVW_ASSIGN_INT(v_head_dim, "v_head_dim", 0);
+  // Experts: DeepSeek n_routed_experts, Mixtral num_local_experts, Qwen-MoE num_experts.
+  KVW_ASSIGN_INT(n_routed_experts, "n_routed_experts", 0);
+  if (m.n_routed_experts == 0) KVW_ASSIGN_INT(n_routed_experts, "num_local_experts", 0);
+  if (m.n_routed_experts == 0) KVW_ASSIGN_INT(n_routed_experts, "num_experts", 0);
+  KVW_ASSIGN_INT(n_shared_experts, "n_shared_experts", 0);
+  KVW_ASSIGN_INT(n_experts_per_tok, "num_experts_per_tok", 0);
+  // Mixtral's experts are intermediate_size wide; DeepSeek/Qwen-MoE give moe_intermediate_size.
+  KVW_ASSIGN_INT(moe_ff, "moe_intermediate_size", m.n_routed_experts > 0 ? m.n_ff : 0);
+  KVW_ASSIGN_INT(first_k_dense, "first_k_dense_replace", 0);
+  if (m.is_mla() && m.v_head_dim > 0) m.head_dim = m.v_head_dim;
+  KVW_RETURN_IF_ERROR(read_windows(j, name, m));
+  KVW_RETURN_IF_ERROR(m.validate());
+  return m;
+}
+
+Result<ModelShape> shape_from_gguf(const GgufFile& f) {
+  auto hp = hparams_from_gguf(f);
+  if (!hp.ok()) return hp.error();
+  ModelShape m;
+  const std::string path = f.path();
+  m.name = path.substr(path.find_last_of('/') + 1);
+  m.source = path + " (GGUF metadata and tensor table)";
+  m.arch = hp->arch;
+  m.n_layer = hp->n_layer;
+  m.n_embd = hp->n_embd;
+  m.n_head = hp->n_head;
+  m.n_kv_head = hp->n_head_kv;
+  m.head_dim = hp->head_dim;
+  m.n_ff = hp->n_ff;
+  m.n_vocab = hp->n_vocab;
+  m.max_position = hp->n_ctx_train;
+  m.tied_embeddings = hp->tied_embeddings;
+  m.qkv_bias = hp->qkv_bias;
+  if (hp->sliding_window > 0) {
+    m.sliding_window = hp->sliding_window;
+    m.window_pattern = WindowPattern::kAll;
+  }
+  GgufFacts g;
+  g.n_rot = hp->rope.n_rot;
+  std::map<std::string, int> type_counts;
+  for (const GgufTensorInfo& t : f.tensors()) {
+    g.weight_bytes += t.num_bytes;
+    g.num_params += t.num_elements;
+    type_counts[std::string(type_traits(t.type).name)] += 1;
+    // Matmul weights are 2-D and not norms; kvwarden's kernels quantise their input rows to
+    // Q8_0 (for Q4_0/Q8_0 weights) or Q8_K (for K-quants), sized by the row length shape[0].
+    const bool matmul = t.shape.size() == 2 && t.name != "token_embd.weight";
+    const bool tied_output = hp->tied_embeddings && t.name == "token_embd.weight";
+    if (!matmul && !tied_output) continue;
+    const int64_t n_in = t.shape[0];
+    if (t.type == GgmlType::kQ4_0 || t.type == GgmlType::kQ8_0) {
+      g.act_q8_0_row_bytes = std::max<int64_t>(
+          g.act_q8_0_row_bytes, n_in / 32 * type_traits(GgmlType::kQ8_0).block_bytes);
+    } else if (t.type == GgmlType::kQ4_K || t.type == GgmlType::kQ5_K ||
+               t.type == GgmlType::kQ6_K) {
+      g.act_q8_k_row_bytes = std::max<int64_t>(
+          g.act_q8_k_row_bytes, n_in / 256 * type_traits(GgmlType::kQ8_K).block_bytes);
+    }
+  }
+  for (const auto& [type, count] : type_counts) {
+    if (!g.weight_type_summary.empty()) g.weight_type_summary += ", ";
+    g.weight_type_summary += type + " x " + std::to_string(count);
+  }
+  m.default_weight_dtype = type_counts.size() == 1 ? type_counts.begin()->first : "gguf";
+  m.gguf = g;
+  KVW_RETURN_IF_ERROR(m.validate());
+  return m;
+}
+
+Result<ModelShape> load_model_shape(const std::string& spec) {
+  auto ends_with = [&](const char* suffix) {
+    const std::string s(suffix);
+    return spec.size() >= s.size() && spec.compare(spec.size() - s.size(), s.size(), s) == 0;
+  };
+  if (ends_with(".gguf")) {
+    auto f = GgufFile::open(spec);
+    if (!f.ok()) return f.error();
+    return shape_from_gguf(**f);
+  }
+  if (ends_with(".json")) {
+    std::ifstream in(spec, std::ios::binary);
+    if (!in) return Error{spec + ": cannot open"};
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return shape_from_config_json(ss.str(), spec);
+  }
+  if (const ModelShape* m = find_model(spec)) return *m;
+  return Error{"unknown model '" + spec +
+               "' (not a .gguf or .json file, nor a catalogue name; see --list-models)"};
+}
+
+}  // namespace kvw::planner

@@ -1,0 +1,234 @@
+// config.json and GGUF inputs, and kvwarden's own engine budget checked against the engine's
+// real buffers (Model::workspace_bytes, KvArena::bytes_per_block).
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "gguf/gguf_file.h"
+#include "kv/kv_arena.h"
+#include "model/model.h"
+#include "model/model_maker.h"
+#include "planner/catalog.h"
+#include "planner/engine_budget.h"
+#include "planner/memory_plan.h"
+#include "planner/model_source.h"
+
+namespace kvw::planner {
+namespace {
+
+TEST(ConfigJson, LlamaGqaMatchesTheCatalogue) {
+  const char* cfg = R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+    "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+    "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+    "max_position_embeddings": 8192, "rope_theta": 500000.0, "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16"})";
+  auto m = shape_from_config_json(cfg, "llama3.json");
+  ASSERT_TRUE(m.ok()) << m.message();
+  EXPECT_EQ(m->head_dim, 128);  // derived: hidden_size / heads
+  EXPECT_EQ(kv_bytes_per_token(*m, KvDtype::kBF16, 1), 131072u);
+  EXPECT_EQ(count_params(*m).total(), count_params(*find_model("llama-3-8b")).total());
+}
+
+TEST(ConfigJson, DeepSeekV2LiteIsMlaAndMoe) {
+  const char* cfg = R"({"model_type": "deepseek_v2", "hidden_size": 2048,
+    "intermediate_size": 10944, "num_attention_heads": 16, "num_key_value_heads": 16,
+    "num_hidden_layers": 27, "vocab_size": 102400, "max_position_embeddings": 163840,
+    "kv_lora_rank": 512, "q_lora_rank": null, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+    "v_head_dim": 128, "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6,
+    "moe_intermediate_size": 1408, "first_k_dense_replace": 1})";
+  auto m = shape_from_config_json(cfg, "v2lite.json");
+  ASSERT_TRUE(m.ok()) << m.message();
+  EXPECT_TRUE(m->is_mla());
+  EXPECT_EQ(m->q_lora_rank, 0);
+  EXPECT_EQ(kv_bytes_per_token(*m, KvDtype::kBF16, 1), 27u * 576 * 2);
+  EXPECT_EQ(count_params(*m).total(), count_params(*find_model("deepseek-v2-lite")).total());
+}
+
+TEST(ConfigJson, SlidingWindowRulesPerFamily) {
+  // Mistral: every layer windowed.
+  auto mistral = shape_from_config_json(
+      R"({"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
+      "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+      "vocab_size": 32000, "max_position_embeddings": 32768, "sliding_window": 4096})",
+      "mistral.json");
+  ASSERT_TRUE(mistral.ok()) << mistral.message();
+  EXPECT_EQ(mistral->window_of_layer(31), 4096);
+  // Qwen2.5 ships sliding_window but use_sliding_window=false: full attention.
+  auto qwen = shape_from_config_json(
+      R"({"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
+      "num_attention_heads": 28, "num_key_value_heads": 4, "num_hidden_layers": 28,
+      "vocab_size": 152064, "max_position_embeddings": 131072, "sliding_window": 131072,
+      "use_sliding_window": false, "tie_word_embeddings": false})",
+      "qwen.json");
+  ASSERT_TRUE(qwen.ok()) << qwen.message();
+  EXPECT_EQ(qwen->window_of_layer(0), 0);
+  EXPECT_TRUE(qwen->qkv_bias);
+  EXPECT_EQ(count_params(*qwen).total(), count_params(*find_model("qwen2.5-7b")).total());
+  // Gemma-2: alternate layers, explicit head_dim, tied embeddings by default.
+  auto gemma = shape_from_config_json(
+      R"({"model_type": "gemma2", "hidden_size": 3584, "intermediate_size": 14336,
+      "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256,
+      "num_hidden_layers": 42, "vocab_size": 256000, "max_position_embeddings": 8192,
+      "sliding_window": 4096})",
+      "gemma.json");
+  ASSERT_TRUE(gemma.ok()) << gemma.message();
+  EXPECT_EQ(gemma->window_of_layer(0), 4096);
+  EXPECT_EQ(gemma->window_of_layer(1), 0);
+  EXPECT_TRUE(gemma->tied_embeddings);
+  // layer_types (hybrid stacks) override the family rule.
+  auto hybrid = shape_from_config_json(
+      R"({"model_type": "x", "hidden_size": 64, "intermediate_size": 128,
+      "num_attention_heads": 4, "num_hidden_layers": 3, "vocab_size": 100, "sliding_window": 8,
+      "layer_types": ["linear_attention", "sliding_attention", "full_attention"]})",
+      "hybrid.json");
+  ASSERT_TRUE(hybrid.ok()) << hybrid.message();
+  EXPECT_EQ(hybrid->window_of_layer(0), -1);
+  EXPECT_EQ(hybrid->window_of_layer(1), 8);
+  EXPECT_EQ(hybrid->window_of_layer(2), 0);
+}
+
+TEST(ConfigJson, BadInputIsOneClearError) {
+  auto junk = shape_from_config_json("{not json", "junk.json");
+  ASSERT_FALSE(junk.ok());
+  EXPECT_NE(junk.message().find("junk.json"), std::string::npos);
+  auto wrong = shape_from_config_json(R"({"hidden_size": "big"})", "w.json");
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.message().find("hidden_size"), std::string::npos) << wrong.message();
+  auto heads = shape_from_config_json(
+      R"({"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+      "num_key_value_heads": 3, "num_hidden_layers": 2, "vocab_size": 100})",
+      "h.json");
+  ASSERT_FALSE(heads.ok());
+  EXPECT_NE(heads.message().find("num_key_value_heads"), std::string::npos);
+  EXPECT_FALSE(load_model_shape("no-such-model").ok());
+  EXPECT_FALSE(load_model_shape("/nonexistent/config.json").ok());
+}
+
+TEST(ConfigJson, LoadModelShapeReadsAFile) {
+  const std::string path = ::testing::TempDir() + "/planner_config.json";
+  std::ofstream(path) << R"({"model_type": "llama", "hidden_size": 2048,
+    "intermediate_size": 5632, "num_attention_heads": 32, "num_key_value_heads": 4,
+    "num_hidden_layers": 22, "vocab_size": 32000, "max_position_embeddings": 2048})";
+  auto m = load_model_shape(path);
+  ASSERT_TRUE(m.ok()) << m.message();
+  EXPECT_EQ(kv_bytes_per_token(*m, KvDtype::kF16, 1), 22u * 2 * 4 * 64 * 2);
+}
+
+std::string make(const MakeModelSpec& s, const std::string& file) {
+  const std::string path = ::testing::TempDir() + "/" + file;
+  const Status st = make_model(s, path);
+  EXPECT_TRUE(st.ok()) << st.message();
+  return path;
+}
+
+TEST(Gguf, WeightsAreTheExactSumOfTensorBytes) {
+  MakeModelSpec s;
+  s.n_embd = 256;
+  s.n_head = 8;
+  s.n_head_kv = 2;
+  s.n_ff = 512;
+  s.n_layer = 3;
+  s.weight_type = GgmlType::kQ4_K;
+  const std::string path = make(s, "planner_q4k.gguf");
+  auto f = GgufFile::open(path);
+  ASSERT_TRUE(f.ok());
+  uint64_t sum = 0;
+  for (const auto& t : (*f)->tensors()) sum += t.num_bytes;
+  auto m = load_model_shape(path);
+  ASSERT_TRUE(m.ok()) << m.message();
+  ASSERT_TRUE(m->gguf.has_value());
+  EXPECT_EQ(m->gguf->weight_bytes, sum);
+  EXPECT_EQ(m->n_kv_head, 2);
+  EXPECT_EQ(m->head_dim, 32);
+  PlanInputs in;
+  in.gpu_name = "test";
+  in.gpu_memory_bytes = kGiB;
+  in.weight_dtype = Dtype{"bf16", 1, 2};  // ignored: the file's bytes are exact
+  auto p = plan_memory(*m, in);
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_EQ(p->weight_bytes_total, sum);
+  EXPECT_EQ(p->stages[0].weight_bytes, sum);
+}
+
+// Loads `path` in the engine and checks the planner's budget against its real buffers.
+void expect_engine_matches(const std::string& path, int64_t T, int n_threads) {
+  ModelOptions mo;
+  mo.n_threads = n_threads;
+  mo.max_batch_tokens = (int32_t)T;
+  auto model = Model::load(path, mo);
+  ASSERT_TRUE(model.ok()) << model.message();
+  auto shape = load_model_shape(path);
+  ASSERT_TRUE(shape.ok()) << shape.message();
+  EXPECT_EQ(engine_workspace_bytes(*shape, T, (*model)->num_threads(), Dtype{}),
+            (*model)->workspace_bytes())
+      << path;
+  // Every KV dtype the engine has: f32, f16, bf16, int8 (with per token-head f32 scales).
+  const std::pair<KvDtype, kvw::KvDtype> dtypes[] = {{KvDtype::kF32, kvw::KvDtype::kF32},
+                                                     {KvDtype::kF16, kvw::KvDtype::kF16},
+                                                     {KvDtype::kBF16, kvw::KvDtype::kBF16},
+                                                     {KvDtype::kInt8, kvw::KvDtype::kInt8}};
+  for (const auto& [mine, engine] : dtypes) {
+    EXPECT_EQ(engine_kv_bytes_per_token_layer(*shape, mine) * (uint64_t)shape->n_layer * 16,
+              KvArena::block_bytes((*model)->kv_config(1, 16, engine)))
+        << kv_dtype_name(mine);
+  }
+  EngineOptions opt;
+  opt.max_num_batched_tokens = T;
+  opt.n_threads = (*model)->num_threads();
+  opt.max_model_len = 512;
+  opt.max_num_seqs = 4;
+  auto b = plan_engine_budget(*shape, opt);
+  ASSERT_TRUE(b.ok()) << b.message();
+  EXPECT_EQ(b->weights_bytes, (*model)->weights().total_bytes);
+  EXPECT_EQ(b->workspace_bytes, (*model)->workspace_bytes());
+  EXPECT_EQ(b->num_blocks, 4u * 32);
+  KvArena arena((*model)->kv_config((uint32_t)b->num_blocks, 16, kvw::KvDtype::kF16));
+  EXPECT_EQ(b->kv_pool_bytes, arena.bytes());
+  EXPECT_EQ(b->total_bytes,
+            b->weights_bytes + b->workspace_bytes + b->kv_pool_bytes + b->reserve_bytes);
+}
+
+TEST(EngineBudget, EqualsTheEnginesBuffersForF32Q8AndKQuantModels) {
+  MakeModelSpec s;
+  s.n_embd = 256;
+  s.n_head = 8;
+  s.n_head_kv = 2;
+  s.n_ff = 768;
+  s.n_layer = 2;
+  expect_engine_matches(make(s, "planner_f32.gguf"), 64, 2);
+  s.weight_type = GgmlType::kQ8_0;
+  expect_engine_matches(make(s, "planner_q8.gguf"), 128, 1);
+  s.weight_type = GgmlType::kQ6_K;
+  s.arch = "qwen2";
+  s.tied = true;
+  expect_engine_matches(make(s, "planner_q6k.gguf"), 32, 3);
+}
+
+TEST(EngineBudget, BudgetModeGivesTheKvPoolWhatIsLeft) {
+  MakeModelSpec s;
+  s.n_embd = 128;
+  s.n_head = 4;
+  s.n_head_kv = 4;
+  s.n_ff = 256;
+  auto shape = load_model_shape(make(s, "planner_budget.gguf"));
+  ASSERT_TRUE(shape.ok());
+  EngineOptions opt;
+  opt.kv_dtype = KvDtype::kInt8;
+  opt.memory_budget_bytes = 256 * kMiB;
+  auto b = plan_engine_budget(*shape, opt);
+  ASSERT_TRUE(b.ok()) << b.message();
+  // int8: 2 x 4 heads x (32 + 4) B per layer per token.
+  EXPECT_EQ(b->kv_bytes_per_token, (uint64_t)shape->n_layer * 2 * 4 * (32 + 4));
+  const uint64_t fixed = b->weights_bytes + b->workspace_bytes + b->reserve_bytes;
+  EXPECT_EQ(b->num_blocks, (256 * kMiB - fixed) / b->kv_bytes_per_block);
+  EXPECT_LE(b->total_bytes, 256 * kMiB);
+  EXPECT_GT(b->total_bytes + b->kv_bytes_per_block, 256 * kMiB);
+  opt.memory_budget_bytes = 1 * kMiB;
+  auto small = plan_engine_budget(*shape, opt);
+  ASSERT_FALSE(small.ok());
+  EXPECT_NE(small.message().find("budget"), std::string::npos) << small.message();
+  EXPECT_FALSE(plan_engine_budget(*find_model("deepseek-v2-lite"), EngineOptions{}).ok());
+}
+
+}  // namespace
+}  // namespace kvw::planner
