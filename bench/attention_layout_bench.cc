@@ -25,8 +25,9 @@ void BM_AttentionDecode(benchmark::State& state) {
   std::vector<uint8_t> arena(kArenaBlocks * stride, 0);
   std::mt19937 rng(1);
   for (size_t i = 0; i < arena.size(); i += 2) arena[i + 1] = 0x3c ^ (rng() & 0x3);  // ~1.0 f16
-  KvLayerView kv{KvDtype::kF16, arena.data(), arena.data() + stride / 2, nullptr, nullptr,
-                 stride, kBlockSize, kKvHeads, kHeadDim};
+  KvLayerView kv{KvDtype::kF16, arena.data(), arena.data() + stride / 2,
+                 nullptr,       nullptr,      stride,
+                 kBlockSize,    kKvHeads,     kHeadDim};
   std::vector<uint32_t> table(kContext / kBlockSize);
   if (scattered) {
     std::vector<uint32_t> all(kArenaBlocks);

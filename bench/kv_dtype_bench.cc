@@ -100,12 +100,15 @@ int main(int argc, char** argv) {
   std::string dir = "/tmp/kvw-kv-dtype-bench", stories;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--dir") dir = argv[i + 1];
-    else if (a == "--stories") stories = argv[i + 1];
+    if (a == "--dir")
+      dir = argv[i + 1];
+    else if (a == "--stories")
+      stories = argv[i + 1];
   }
   std::filesystem::create_directories(dir);
-  std::printf("| model | KV dtype | bytes/token | vs f16 memory | max abs vs f16 | mean abs vs f16 | "
-              "max abs vs f32 | argmax = f16 |\n|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| model | KV dtype | bytes/token | vs f16 memory | max abs vs f16 | mean abs vs f16 | "
+      "max abs vs f32 | argmax = f16 |\n|---|---|---|---|---|---|---|---|\n");
   struct Gen {
     const char* name;
     kvw::MakeModelSpec spec;

@@ -82,21 +82,24 @@ int run(const std::string& dir, const std::vector<std::string>& types, int n_pro
     t0 = now_s();
     for (int i = 0; i < n_decode; ++i) {
       SeqInput dec{.tokens = std::span(tokens).subspan(n_prompt + i, 1),
-                   .start_pos = n_prompt + i, .block_table = table};
+                   .start_pos = n_prompt + i,
+                   .block_table = table};
       if (!model.forward({&dec, 1}, kv, logits.data()).ok()) return 1;
     }
     const double decode_s = now_s() - t0;
     const double bytes = decode_bytes(model.weights());
-    rows.push_back({type, bytes / 1e9, n_prompt / prefill_s, n_decode / decode_s, triad_gbs * 1e9 / bytes,
-                    read_gbs * 1e9 / bytes});
+    rows.push_back({type, bytes / 1e9, n_prompt / prefill_s, n_decode / decode_s,
+                    triad_gbs * 1e9 / bytes, read_gbs * 1e9 / bytes});
   }
-  std::printf("\n| weights | GB read/token | prefill tok/s (%d) | decode tok/s | triad bound tok/s | decode / triad bound | decode / read-bw bound |\n",
-              n_prompt);
+  std::printf(
+      "\n| weights | GB read/token | prefill tok/s (%d) | decode tok/s | triad bound tok/s | "
+      "decode / triad bound | decode / read-bw bound |\n",
+      n_prompt);
   std::printf("|---|---|---|---|---|---|---|\n");
   for (const auto& r : rows) {
-    std::printf("| %s | %.2f | %.1f | %.2f | %.2f | %.0f%% | %.0f%% |\n", r.type.c_str(), r.weight_gb,
-                r.prefill_tps, r.decode_tps, r.bound_tps, 100.0 * r.decode_tps / r.bound_tps,
-                100.0 * r.decode_tps / r.read_bound_tps);
+    std::printf("| %s | %.2f | %.1f | %.2f | %.2f | %.0f%% | %.0f%% |\n", r.type.c_str(),
+                r.weight_gb, r.prefill_tps, r.decode_tps, r.bound_tps,
+                100.0 * r.decode_tps / r.bound_tps, 100.0 * r.decode_tps / r.read_bound_tps);
   }
   return 0;
 }
@@ -109,12 +112,18 @@ int main(int argc, char** argv) {
   int n_prompt = 512, n_decode = 32;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--dir") dir = argv[i + 1];
-    else if (a == "--types") types_arg = argv[i + 1];
-    else if (a == "--prompt") n_prompt = std::atoi(argv[i + 1]);
-    else if (a == "--decode") n_decode = std::atoi(argv[i + 1]);
+    if (a == "--dir")
+      dir = argv[i + 1];
+    else if (a == "--types")
+      types_arg = argv[i + 1];
+    else if (a == "--prompt")
+      n_prompt = std::atoi(argv[i + 1]);
+    else if (a == "--decode")
+      n_decode = std::atoi(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: model_bench [--dir D] [--types f16,q8_0,q4_0] [--prompt 512] [--decode 32]\n");
+      std::fprintf(
+          stderr,
+          "usage: model_bench [--dir D] [--types f16,q8_0,q4_0] [--prompt 512] [--decode 32]\n");
       return 2;
     }
   }

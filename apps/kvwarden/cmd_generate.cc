@@ -87,17 +87,19 @@ int run(GenerateFlags f) {
   if (!tok) return fail(tok.message(), 1);
   const Tokenizer& tokenizer = **tok;
 
-  std::vector<int32_t> tokens = tokenizer.encode(f.prompt, /*add_special=*/true, /*parse_special=*/true);
+  std::vector<int32_t> tokens =
+      tokenizer.encode(f.prompt, /*add_special=*/true, /*parse_special=*/true);
   if (tokens.empty()) return fail("the prompt encodes to no tokens", 2);
   const int32_t n_ctx = f.ctx_size > 0 ? f.ctx_size : model.hparams().n_ctx_train;
   if ((int32_t)tokens.size() >= n_ctx) {
-    return fail("prompt of " + std::to_string(tokens.size()) + " tokens does not fit the context of " +
-                    std::to_string(n_ctx) + " (--ctx-size)", 2);
+    return fail("prompt of " + std::to_string(tokens.size()) +
+                    " tokens does not fit the context of " + std::to_string(n_ctx) +
+                    " (--ctx-size)",
+                2);
   }
   const int32_t n_total = std::min<int32_t>(n_ctx, (int32_t)tokens.size() + f.max_tokens);
   const uint32_t num_blocks = (uint32_t)((n_total + f.block_size - 1) / f.block_size);
-  KvArena kv(model.kv_config(num_blocks, f.block_size,
-                             *parse_kv_dtype(f.kv_dtype)));
+  KvArena kv(model.kv_config(num_blocks, f.block_size, *parse_kv_dtype(f.kv_dtype)));
   std::vector<uint32_t> table(num_blocks);
   for (uint32_t i = 0; i < num_blocks; ++i) table[i] = i;
 
@@ -111,8 +113,11 @@ int run(GenerateFlags f) {
   auto t0 = std::chrono::steady_clock::now();
   for (size_t pos = 0; pos < n_prompt; pos += f.batch_size) {
     const size_t n = std::min<size_t>(f.batch_size, n_prompt - pos);
-    SeqInput in{.tokens = std::span(tokens).subspan(pos, n), .start_pos = (int64_t)pos, .block_table = table};
-    if (Status st = model.forward({&in, 1}, kv, logits.data()); !st.ok()) return fail(st.message(), 1);
+    SeqInput in{.tokens = std::span(tokens).subspan(pos, n),
+                .start_pos = (int64_t)pos,
+                .block_table = table};
+    if (Status st = model.forward({&in, 1}, kv, logits.data()); !st.ok())
+      return fail(st.message(), 1);
   }
   const double prefill_s = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
@@ -135,8 +140,11 @@ int run(GenerateFlags f) {
       break;
     }
     if (n_gen == f.max_tokens || (int32_t)tokens.size() >= n_ctx) break;
-    SeqInput in{.tokens = std::span(tokens).last(1), .start_pos = (int64_t)tokens.size() - 1, .block_table = table};
-    if (Status st = model.forward({&in, 1}, kv, logits.data()); !st.ok()) return fail(st.message(), 1);
+    SeqInput in{.tokens = std::span(tokens).last(1),
+                .start_pos = (int64_t)tokens.size() - 1,
+                .block_table = table};
+    if (Status st = model.forward({&in, 1}, kv, logits.data()); !st.ok())
+      return fail(st.message(), 1);
   }
   if (finish != "stop") {
     std::string out;
@@ -146,12 +154,13 @@ int run(GenerateFlags f) {
   }
   std::printf("\n");
   const double decode_s = seconds_since(t0);
-  std::fprintf(stderr,
-               "prompt: %zu tokens in %.3f s (%.1f tok/s) | decode: %d tokens in %.3f s (%.1f tok/s) | "
-               "finish: %s | seed %llu | threads %d\n",
-               n_prompt, prefill_s, n_prompt / std::max(prefill_s, 1e-9), n_gen, decode_s,
-               n_gen / std::max(decode_s, 1e-9), finish.c_str(),
-               (unsigned long long)f.sampling.seed, model.num_threads());
+  std::fprintf(
+      stderr,
+      "prompt: %zu tokens in %.3f s (%.1f tok/s) | decode: %d tokens in %.3f s (%.1f tok/s) | "
+      "finish: %s | seed %llu | threads %d\n",
+      n_prompt, prefill_s, n_prompt / std::max(prefill_s, 1e-9), n_gen, decode_s,
+      n_gen / std::max(decode_s, 1e-9), finish.c_str(), (unsigned long long)f.sampling.seed,
+      model.num_threads());
   return 0;
 }
 
@@ -163,19 +172,24 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   SamplingParams& s = f->sampling;
   cmd->add_option("--model,-m", f->model, "GGUF model file")->required();
   cmd->add_option("--prompt,-p", f->prompt, "Prompt text")->required();
-  cmd->add_option("--max-tokens,-n", f->max_tokens, "Tokens to generate at most")->capture_default_str();
-  cmd->add_option("--temperature", s.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
-  cmd->add_option("--top-k", s.top_k, "Keep the k most likely tokens (0: off)")->capture_default_str();
+  cmd->add_option("--max-tokens,-n", f->max_tokens, "Tokens to generate at most")
+      ->capture_default_str();
+  cmd->add_option("--temperature", s.temperature, "Sampling temperature; 0 = greedy")
+      ->capture_default_str();
+  cmd->add_option("--top-k", s.top_k, "Keep the k most likely tokens (0: off)")
+      ->capture_default_str();
   cmd->add_option("--top-p", s.top_p, "Nucleus sampling mass (1: off)")->capture_default_str();
   cmd->add_option("--min-p", s.min_p, "Drop tokens below min-p x the top probability (0: off)")
       ->capture_default_str();
   cmd->add_option("--repeat-penalty", s.repeat_penalty, "Penalty for recent tokens (1: off)")
       ->capture_default_str();
-  cmd->add_option("--repeat-last-n", s.repeat_last_n, "Window of the repeat penalty")->capture_default_str();
+  cmd->add_option("--repeat-last-n", s.repeat_last_n, "Window of the repeat penalty")
+      ->capture_default_str();
   cmd->add_option("--seed", s.seed, "Random seed (default: random, printed in the summary)");
   cmd->add_option("--stop", f->stop, "Stop when this text is generated (repeatable)");
   cmd->add_option("--threads,-t", f->threads, "Threads (0: all cores)")->capture_default_str();
-  cmd->add_option("--ctx-size,-c", f->ctx_size, "Context length (0: the model's)")->capture_default_str();
+  cmd->add_option("--ctx-size,-c", f->ctx_size, "Context length (0: the model's)")
+      ->capture_default_str();
   cmd->add_option("--batch-size,-b", f->batch_size, "Prompt tokens per forward pass")
       ->check(CLI::Range(1, 65536))
       ->capture_default_str();
@@ -185,7 +199,8 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--block-size", f->block_size, "KV block size in tokens")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
-  cmd->add_option("--rope-scaling", f->rope_scaling, "Override RoPE scaling: none, linear, ntk, yarn");
+  cmd->add_option("--rope-scaling", f->rope_scaling,
+                  "Override RoPE scaling: none, linear, ntk, yarn");
   cmd->add_option("--rope-scale", f->rope_scale, "Override the RoPE context extension factor");
   cmd->add_option("--rope-freq-base", f->rope_freq_base, "Override the RoPE frequency base");
   cmd->add_option("--yarn-orig-ctx", f->rope_orig_ctx, "Override YaRN's original context length");

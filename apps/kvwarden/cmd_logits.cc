@@ -28,7 +28,8 @@ Result<std::vector<std::vector<int32_t>>> read_batch(const std::string& path) {
     if (!s.is_array()) return Error{path + ": field 'sequences': each entry must be an array"};
     std::vector<int32_t> ids;
     for (const auto& t : s) {
-      if (!t.is_number_integer()) return Error{path + ": field 'sequences': token ids must be integers"};
+      if (!t.is_number_integer())
+        return Error{path + ": field 'sequences': token ids must be integers"};
       ids.push_back(t.get<int32_t>());
     }
     seqs.push_back(std::move(ids));
@@ -65,7 +66,8 @@ int run(const LogitsFlags& f) {
   std::vector<SeqInput> inputs;
   for (size_t i = 0; i < batch->size(); ++i) {
     const auto& s = (*batch)[i];
-    for (size_t b = 0; b < (s.size() + f.block_size - 1) / f.block_size; ++b) tables[i].push_back(--next);
+    for (size_t b = 0; b < (s.size() + f.block_size - 1) / f.block_size; ++b)
+      tables[i].push_back(--next);
     inputs.push_back({.tokens = s, .start_pos = 0, .block_table = tables[i], .all_logits = true});
   }
   std::vector<float> logits(Model::num_logit_rows(inputs) * m.hparams().n_vocab);
@@ -90,7 +92,8 @@ void add_logits_command(CLI::App& app, int& exit_code) {
       "logits", "Run one batched forward over token sequences and write all logits (float32)");
   auto f = std::make_shared<LogitsFlags>();
   cmd->add_option("--model,-m", f->model, "GGUF model")->required();
-  cmd->add_option("--tokens-file", f->tokens_file, "JSON: {\"sequences\": [[ids...], ...]}")->required();
+  cmd->add_option("--tokens-file", f->tokens_file, "JSON: {\"sequences\": [[ids...], ...]}")
+      ->required();
   cmd->add_option("--out,-o", f->out, "Output: float32 [sum of lengths][n_vocab]")->required();
   cmd->add_option("--threads,-t", f->threads, "Threads (0: all cores)");
   cmd->add_option("--kv-dtype", f->kv_dtype, "KV cache type: f32, f16, bf16 or int8")

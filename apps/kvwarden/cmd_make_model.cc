@@ -15,7 +15,8 @@ struct MakeModelFlags {
 
 void add_make_model_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
-      "make-model", "Write a GGUF model with seeded random weights (llama or qwen2) and a tokenizer");
+      "make-model",
+      "Write a GGUF model with seeded random weights (llama or qwen2) and a tokenizer");
   auto f = std::make_shared<MakeModelFlags>();
   MakeModelSpec& s = f->spec;
   cmd->add_option("--out,-o", f->out, "Output GGUF path")->required();
@@ -35,9 +36,11 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--rope-theta", s.rope_theta, "RoPE frequency base");
   cmd->add_option("--rope-scaling", f->rope_scaling, "none, linear, ntk or yarn");
   cmd->add_option("--rope-scale", s.rope_scale, "Context extension factor for --rope-scaling");
-  cmd->add_option("--rope-orig-ctx", s.rope_orig_ctx, "Original context for yarn (default --context)");
-  cmd->add_option("--weight-type", f->weight_type,
-                  "Type of every matrix: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K (default f32)");
+  cmd->add_option("--rope-orig-ctx", s.rope_orig_ctx,
+                  "Original context for yarn (default --context)");
+  cmd->add_option(
+      "--weight-type", f->weight_type,
+      "Type of every matrix: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K (default f32)");
   cmd->add_flag("--tied", s.tied, "Tie output and embedding weights (no output.weight)");
   cmd->add_option("--vocab-type", s.vocab_type, "spm (SentencePiece-style) or bpe (byte-level)");
   cmd->add_option("--seed", s.seed, "Random seed");
@@ -84,7 +87,8 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
     if (!f->weight_type.empty()) {
       auto t = ggml_type_from_name(f->weight_type);
       if (!t) {
-        std::cerr << "kvwarden make-model: --weight-type: unknown type '" << f->weight_type << "'\n";
+        std::cerr << "kvwarden make-model: --weight-type: unknown type '" << f->weight_type
+                  << "'\n";
         exit_code = 2;
         return;
       }

@@ -27,10 +27,9 @@ struct Voidify {
 
 }  // namespace kvw::internal
 
-#define CHECK(cond)                   \
-  (cond) ? (void)0                    \
-         : ::kvw::internal::Voidify() & \
-               ::kvw::internal::CheckFailure(__FILE__, __LINE__, #cond)
+#define CHECK(cond) \
+  (cond) ? (void)0  \
+         : ::kvw::internal::Voidify() & ::kvw::internal::CheckFailure(__FILE__, __LINE__, #cond)
 
 #ifdef NDEBUG
 #define DCHECK(cond) \

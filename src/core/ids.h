@@ -12,8 +12,12 @@ enum class SeqId : uint64_t {};    // a sequence (one request may own several wi
 
 constexpr BlockId kNullBlock{0xffffffffu};
 
-constexpr uint32_t index_of(BlockId b) { return static_cast<uint32_t>(b); }
-constexpr uint64_t index_of(SeqId s) { return static_cast<uint64_t>(s); }
+constexpr uint32_t index_of(BlockId b) {
+  return static_cast<uint32_t>(b);
+}
+constexpr uint64_t index_of(SeqId s) {
+  return static_cast<uint64_t>(s);
+}
 
 // Block tables as the kernels take them (BlockId has uint32_t layout).
 inline std::span<const uint32_t> as_indices(std::span<const BlockId> blocks) {
@@ -29,5 +33,7 @@ struct std::hash<kvw::SeqId> {
 };
 template <>
 struct std::hash<kvw::BlockId> {
-  size_t operator()(kvw::BlockId b) const noexcept { return std::hash<uint32_t>{}(kvw::index_of(b)); }
+  size_t operator()(kvw::BlockId b) const noexcept {
+    return std::hash<uint32_t>{}(kvw::index_of(b));
+  }
 };

@@ -17,10 +17,14 @@ enum class KvDtype : uint8_t {
 
 inline std::string_view kv_dtype_name(KvDtype d) {
   switch (d) {
-    case KvDtype::kF32: return "f32";
-    case KvDtype::kF16: return "f16";
-    case KvDtype::kBF16: return "bf16";
-    case KvDtype::kInt8: return "int8";
+    case KvDtype::kF32:
+      return "f32";
+    case KvDtype::kF16:
+      return "f16";
+    case KvDtype::kBF16:
+      return "bf16";
+    case KvDtype::kInt8:
+      return "int8";
   }
   return "?";
 }
@@ -36,10 +40,13 @@ inline std::optional<KvDtype> parse_kv_dtype(std::string_view s) {
 // Bytes of one (token, kv head) row of head_dim elements, including the int8 scale.
 inline uint64_t kv_row_bytes(KvDtype d, int32_t head_dim) {
   switch (d) {
-    case KvDtype::kF32: return 4ull * head_dim;
+    case KvDtype::kF32:
+      return 4ull * head_dim;
     case KvDtype::kF16:
-    case KvDtype::kBF16: return 2ull * head_dim;
-    case KvDtype::kInt8: return 1ull * head_dim + 4;
+    case KvDtype::kBF16:
+      return 2ull * head_dim;
+    case KvDtype::kInt8:
+      return 1ull * head_dim + 4;
   }
   return 0;
 }

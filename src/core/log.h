@@ -32,7 +32,7 @@ class LogLine {
 #define KVW_LOG_LEVEL_WARN ::kvw::LogLevel::kWarn
 #define KVW_LOG_LEVEL_INFO ::kvw::LogLevel::kInfo
 #define KVW_LOG_LEVEL_DEBUG ::kvw::LogLevel::kDebug
-#define LOG(level, tag)                                    \
-  if (KVW_LOG_LEVEL_##level > ::kvw::log_level()) {        \
-  } else                                                   \
+#define LOG(level, tag)                             \
+  if (KVW_LOG_LEVEL_##level > ::kvw::log_level()) { \
+  } else                                            \
     ::kvw::LogLine(KVW_LOG_LEVEL_##level, #tag)

@@ -52,8 +52,8 @@ class [[nodiscard]] Result {
 }  // namespace kvw
 
 // Propagate an error from an expression yielding Status or Result<T>.
-#define KVW_RETURN_IF_ERROR(expr)                                \
-  do {                                                           \
-    auto _kvw_st = (expr);                                       \
-    if (!_kvw_st.ok()) return ::kvw::Error{_kvw_st.message()};   \
+#define KVW_RETURN_IF_ERROR(expr)                              \
+  do {                                                         \
+    auto _kvw_st = (expr);                                     \
+    if (!_kvw_st.ok()) return ::kvw::Error{_kvw_st.message()}; \
   } while (0)

@@ -12,10 +12,13 @@ namespace {
 
 int64_t elem_bytes(KvDtype d) {
   switch (d) {
-    case KvDtype::kF32: return 4;
+    case KvDtype::kF32:
+      return 4;
     case KvDtype::kF16:
-    case KvDtype::kBF16: return 2;
-    case KvDtype::kInt8: return 1;
+    case KvDtype::kBF16:
+      return 2;
+    case KvDtype::kInt8:
+      return 1;
   }
   return 0;
 }
@@ -24,7 +27,8 @@ int64_t elem_bytes(KvDtype d) {
 int64_t row_offset(const KvLayerView& kv, std::span<const uint32_t> table, int64_t pos,
                    int32_t kv_head, int64_t row_bytes) {
   const int64_t block = table[pos / kv.block_size];
-  return block * kv.block_stride + ((int64_t)kv_head * kv.block_size + pos % kv.block_size) * row_bytes;
+  return block * kv.block_stride +
+         ((int64_t)kv_head * kv.block_size + pos % kv.block_size) * row_bytes;
 }
 
 }  // namespace

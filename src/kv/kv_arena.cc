@@ -8,10 +8,13 @@ namespace kvw {
 namespace {
 uint64_t elem_bytes_of(KvDtype d) {
   switch (d) {
-    case KvDtype::kF32: return 4;
+    case KvDtype::kF32:
+      return 4;
     case KvDtype::kF16:
-    case KvDtype::kBF16: return 2;
-    case KvDtype::kInt8: return 1;
+    case KvDtype::kBF16:
+      return 2;
+    case KvDtype::kInt8:
+      return 1;
   }
   return 0;
 }

@@ -31,7 +31,9 @@ class KvArena final : public KvStorage {
   uint64_t bytes() const { return bytes_; }
   // Bytes of one block in one layer (K, V and, for int8, their scales).
   static uint64_t layer_block_bytes(const KvArenaConfig& cfg);
-  static uint64_t block_bytes(const KvArenaConfig& cfg) { return layer_block_bytes(cfg) * cfg.n_layer; }
+  static uint64_t block_bytes(const KvArenaConfig& cfg) {
+    return layer_block_bytes(cfg) * cfg.n_layer;
+  }
 
   // Layer `l`, block 0. Block b starts layer_block_bytes() * b further on. Within a block:
   //   K  [n_kv_heads][block_size][head_dim] dtype
@@ -54,8 +56,8 @@ class KvArena final : public KvStorage {
     void operator()(void* p) const { std::free(p); }
   };
   KvArenaConfig cfg_;
-  uint64_t elems_ = 0;       // K (or V) elements of one block in one layer
-  uint64_t scales_ = 0;      // int8: K (or V) scales of one block in one layer
+  uint64_t elems_ = 0;   // K (or V) elements of one block in one layer
+  uint64_t scales_ = 0;  // int8: K (or V) scales of one block in one layer
   uint64_t elem_bytes_ = 0;
   uint64_t bytes_ = 0;
   // [n_layer][num_blocks][layer_block_bytes], 64-byte aligned

@@ -48,7 +48,9 @@ kernels::KvLayerView kv_head_view(const kernels::KvLayerView& v, int32_t g) {
   return out;
 }
 
-bool uses_q8_0(GgmlType t) { return t == GgmlType::kQ4_0 || t == GgmlType::kQ8_0; }
+bool uses_q8_0(GgmlType t) {
+  return t == GgmlType::kQ4_0 || t == GgmlType::kQ8_0;
+}
 bool uses_q8_k(GgmlType t) {
   return t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ6_K;
 }
@@ -90,7 +92,8 @@ Status Model::forward(std::span<const SeqInput> seqs, KvArena& kv, float* logits
     for (int64_t t = b; t < e; ++t) {
       const SeqInput& s = seqs[tok_[t].seq];
       const int32_t id = s.tokens[tok_[t].pos - s.start_pos];
-      const auto* row = static_cast<const uint8_t*>(w_.token_embd.data) + id * w_.token_embd.row_bytes;
+      const auto* row =
+          static_cast<const uint8_t*>(w_.token_embd.data) + id * w_.token_embd.row_bytes;
       dequantize_row(w_.token_embd.type, row, x_.data() + t * d, d);
       rope_.cos_sin(tok_[t].pos, cs_.data() + t * hp_.rope.n_rot);
     }
@@ -155,7 +158,8 @@ void Model::run_layer(int32_t l, KvArena& kv, int64_t n_tokens) {
       const int32_t g = (int32_t)(item % hp_.n_head_kv);
       const kernels::KvLayerView gv = kv_head_view(view, g);
       const int64_t pos = tok_[t].pos;
-      const int64_t begin = hp_.sliding_window > 0 ? std::max<int64_t>(0, pos + 1 - hp_.sliding_window) : 0;
+      const int64_t begin =
+          hp_.sliding_window > 0 ? std::max<int64_t>(0, pos + 1 - hp_.sliding_window) : 0;
       const int64_t head0 = (int64_t)g * group;
       kt.attention(q_.data() + t * qd + head0 * hd, group, gv, seqs_[tok_[t].seq].block_table,
                    begin, pos + 1, scale, xn + t * qd + head0 * hd, scratch);
@@ -179,7 +183,8 @@ void Model::run_layer(int32_t l, KvArena& kv, int64_t n_tokens) {
     }
   });
   pool_.run([&](int ith, int nth) {
-    kt.matmul(L.gate.type, L.gate.data, ff, d, act_for(L.gate, xn), n_tokens, gate_.data(), ith, nth);
+    kt.matmul(L.gate.type, L.gate.data, ff, d, act_for(L.gate, xn), n_tokens, gate_.data(), ith,
+              nth);
     kt.matmul(L.up.type, L.up.data, ff, d, act_for(L.up, xn), n_tokens, up_.data(), ith, nth);
   });
   pool_.run([&](int ith, int nth) {
@@ -190,7 +195,8 @@ void Model::run_layer(int32_t l, KvArena& kv, int64_t n_tokens) {
     }
   });
   pool_.run([&](int ith, int nth) {
-    kt.matmul(L.down.type, L.down.data, d, ff, act_for(L.down, xn), n_tokens, tmp_.data(), ith, nth);
+    kt.matmul(L.down.type, L.down.data, d, ff, act_for(L.down, xn), n_tokens, tmp_.data(), ith,
+              nth);
   });
 }
 

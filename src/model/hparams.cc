@@ -6,10 +6,14 @@ namespace kvw {
 
 const char* rope_scaling_name(RopeScaling s) {
   switch (s) {
-    case RopeScaling::kNone: return "none";
-    case RopeScaling::kLinear: return "linear";
-    case RopeScaling::kNtk: return "ntk";
-    case RopeScaling::kYarn: return "yarn";
+    case RopeScaling::kNone:
+      return "none";
+    case RopeScaling::kLinear:
+      return "linear";
+    case RopeScaling::kNtk:
+      return "ntk";
+    case RopeScaling::kYarn:
+      return "yarn";
   }
   return "?";
 }
@@ -106,7 +110,8 @@ Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
     if (hp.rope.scale_factor != 1.0f) hp.rope.scaling = RopeScaling::kLinear;
   }
   hp.rope.orig_ctx = hp.n_ctx_train;
-  KVW_RETURN_IF_ERROR(read_int(f, a + "rope.scaling.original_context_length", hp.rope.orig_ctx, false));
+  KVW_RETURN_IF_ERROR(
+      read_int(f, a + "rope.scaling.original_context_length", hp.rope.orig_ctx, false));
   KVW_RETURN_IF_ERROR(read_float(f, a + "rope.scaling.attn_factor", hp.rope.attn_factor));
   if (hp.rope.scaling == RopeScaling::kNone) hp.rope.scale_factor = 1.0f;
 

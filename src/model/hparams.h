@@ -21,30 +21,30 @@ Result<RopeScaling> parse_rope_scaling(const std::string& name);
 
 struct RopeParams {
   RopeStyle style = RopeStyle::kNormal;
-  int32_t n_rot = 0;            // rotated dims per head (rope.dimension_count), even
-  float freq_base = 10000.0f;   // rope.freq_base
+  int32_t n_rot = 0;           // rotated dims per head (rope.dimension_count), even
+  float freq_base = 10000.0f;  // rope.freq_base
   RopeScaling scaling = RopeScaling::kNone;
-  float scale_factor = 1.0f;    // rope.scaling.factor (context extension factor, >= 1)
-  int32_t orig_ctx = 0;         // rope.scaling.original_context_length (YaRN)
-  float attn_factor = 1.0f;     // rope.scaling.attn_factor (YaRN magnitude multiplier)
-  float yarn_beta_fast = 32.0f; // YaRN ramp bounds, as in the paper and llama.cpp
+  float scale_factor = 1.0f;     // rope.scaling.factor (context extension factor, >= 1)
+  int32_t orig_ctx = 0;          // rope.scaling.original_context_length (YaRN)
+  float attn_factor = 1.0f;      // rope.scaling.attn_factor (YaRN magnitude multiplier)
+  float yarn_beta_fast = 32.0f;  // YaRN ramp bounds, as in the paper and llama.cpp
   float yarn_beta_slow = 1.0f;
 };
 
 struct ModelHParams {
-  std::string arch;           // general.architecture: "llama" or "qwen2"
-  std::string name;           // general.name, if any
+  std::string arch;  // general.architecture: "llama" or "qwen2"
+  std::string name;  // general.name, if any
   int32_t n_vocab = 0;
-  int32_t n_embd = 0;         // embedding_length
-  int32_t n_layer = 0;        // block_count
-  int32_t n_head = 0;         // attention.head_count
-  int32_t n_head_kv = 0;      // attention.head_count_kv (GQA when < n_head)
-  int32_t head_dim = 0;       // n_embd / n_head unless attention.key_length says otherwise
-  int32_t n_ff = 0;           // feed_forward_length
-  int32_t n_ctx_train = 0;    // context_length
-  int32_t sliding_window = 0; // attention.sliding_window; 0 = full attention
-  float norm_eps = 1e-5f;     // attention.layer_norm_rms_epsilon
-  bool qkv_bias = false;      // qwen2: attn_{q,k,v}.bias present
+  int32_t n_embd = 0;            // embedding_length
+  int32_t n_layer = 0;           // block_count
+  int32_t n_head = 0;            // attention.head_count
+  int32_t n_head_kv = 0;         // attention.head_count_kv (GQA when < n_head)
+  int32_t head_dim = 0;          // n_embd / n_head unless attention.key_length says otherwise
+  int32_t n_ff = 0;              // feed_forward_length
+  int32_t n_ctx_train = 0;       // context_length
+  int32_t sliding_window = 0;    // attention.sliding_window; 0 = full attention
+  float norm_eps = 1e-5f;        // attention.layer_norm_rms_epsilon
+  bool qkv_bias = false;         // qwen2: attn_{q,k,v}.bias present
   bool tied_embeddings = false;  // no output.weight: logits use token_embd.weight
   RopeParams rope;
 

@@ -69,23 +69,22 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
   gate_.resize(T * hp_.n_ff);
   up_.resize(T * hp_.n_ff);
   cs_.resize(T * hp_.rope.n_rot);
-  attn_scratch_.resize((size_t)pool_.num_threads() * kernels::attention_scratch_floats(hp_.head_dim));
-  workspace_bytes_ = 4 * (x_.size() + xn_.size() + q_.size() + k_.size() + v_.size() +
-                          tmp_.size() + gate_.size() + up_.size() + cs_.size() +
-                          attn_scratch_.size()) +
+  attn_scratch_.resize((size_t)pool_.num_threads() *
+                       kernels::attention_scratch_floats(hp_.head_dim));
+  workspace_bytes_ = 4 * (x_.size() + xn_.size() + q_.size() + k_.size() + v_.size() + tmp_.size() +
+                          gate_.size() + up_.size() + cs_.size() + attn_scratch_.size()) +
                      act_q8_0_.size() + act_q8_k_.size();
   LOG(INFO, model) << hp_.arch << " " << hp_.n_layer << " layers, n_embd " << hp_.n_embd
                    << ", heads " << hp_.n_head << "/" << hp_.n_head_kv << ", n_ff " << hp_.n_ff
                    << ", vocab " << hp_.n_vocab << ", weights " << w_.total_bytes / (1 << 20)
-                   << " MiB, workspace " << workspace_bytes_ / (1 << 20) << " MiB ("
-                   << max_tokens_ << " tokens), rope " << rope_scaling_name(hp_.rope.scaling)
-                   << ", kernels " << kernels::kernels().isa << " x" << pool_.num_threads();
+                   << " MiB, workspace " << workspace_bytes_ / (1 << 20) << " MiB (" << max_tokens_
+                   << " tokens), rope " << rope_scaling_name(hp_.rope.scaling) << ", kernels "
+                   << kernels::kernels().isa << " x" << pool_.num_threads();
 }
 
 Model::~Model() = default;
 
-KvArenaConfig Model::kv_config(uint32_t num_blocks, int32_t block_size,
-                               KvDtype dtype) const {
+KvArenaConfig Model::kv_config(uint32_t num_blocks, int32_t block_size, KvDtype dtype) const {
   return KvArenaConfig{.n_layer = hp_.n_layer,
                        .n_kv_heads = hp_.n_head_kv,
                        .head_dim = hp_.head_dim,
@@ -119,7 +118,8 @@ Status Model::validate(std::span<const SeqInput> seqs, const KvArena& kv) const 
                    std::to_string(end)};
     }
     for (uint32_t b : s.block_table) {
-      if (b >= c.num_blocks) return Error{who + ": block id " + std::to_string(b) + " out of range"};
+      if (b >= c.num_blocks)
+        return Error{who + ": block id " + std::to_string(b) + " out of range"};
     }
     for (int32_t t : s.tokens) {
       if (t < 0 || t >= hp_.n_vocab) {

@@ -16,8 +16,8 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "gguf/gguf_file.h"
-#include "model/hparams.h"
 #include "kv/kv_arena.h"
+#include "model/hparams.h"
 #include "model/rope.h"
 #include "model/weights.h"
 
@@ -31,9 +31,9 @@ struct RopeOverride {
 };
 
 struct ModelOptions {
-  int n_threads = 0;                // 0: all cores
-  int32_t max_batch_tokens = 512;   // largest forward() call; sizes the workspace
-  RopeOverride rope;                // command-line overrides of the GGUF rope metadata
+  int n_threads = 0;               // 0: all cores
+  int32_t max_batch_tokens = 512;  // largest forward() call; sizes the workspace
+  RopeOverride rope;               // command-line overrides of the GGUF rope metadata
 };
 
 // One sequence's part of a batch.
@@ -87,22 +87,22 @@ class Model {
     int32_t seq;
     int64_t pos;
   };
-  std::vector<TokenInfo> tok_;            // [max_tokens]
-  std::vector<int64_t> logit_src_;        // [max_tokens] token index of each logit row
+  std::vector<TokenInfo> tok_;      // [max_tokens]
+  std::vector<int64_t> logit_src_;  // [max_tokens] token index of each logit row
   std::span<const SeqInput> seqs_;
 
   // Workspace, allocated once. T = max_tokens.
-  std::vector<float> x_;         // [T][n_embd] residual stream
-  std::vector<float> xn_;        // [T][max(n_embd, q_dim, n_ff)] normed / matmul input
-  std::vector<uint8_t> act_q8_0_;  // [T][act_row_bytes(Q8_0, max_in)]
-  std::vector<uint8_t> act_q8_k_;  // [T][act_row_bytes(Q8_K, max_in)]
-  std::vector<float> q_;         // [T][q_dim]
-  std::vector<float> k_;         // [T][kv_dim]
-  std::vector<float> v_;         // [T][kv_dim]
-  std::vector<float> tmp_;       // [T][n_embd] output of wo / down, added to x
-  std::vector<float> gate_;      // [T][n_ff]
-  std::vector<float> up_;        // [T][n_ff]
-  std::vector<float> cs_;        // [T][n_rot] rope (cos, sin) pairs per token
+  std::vector<float> x_;             // [T][n_embd] residual stream
+  std::vector<float> xn_;            // [T][max(n_embd, q_dim, n_ff)] normed / matmul input
+  std::vector<uint8_t> act_q8_0_;    // [T][act_row_bytes(Q8_0, max_in)]
+  std::vector<uint8_t> act_q8_k_;    // [T][act_row_bytes(Q8_K, max_in)]
+  std::vector<float> q_;             // [T][q_dim]
+  std::vector<float> k_;             // [T][kv_dim]
+  std::vector<float> v_;             // [T][kv_dim]
+  std::vector<float> tmp_;           // [T][n_embd] output of wo / down, added to x
+  std::vector<float> gate_;          // [T][n_ff]
+  std::vector<float> up_;            // [T][n_ff]
+  std::vector<float> cs_;            // [T][n_rot] rope (cos, sin) pairs per token
   std::vector<float> attn_scratch_;  // [n_threads][attention_scratch_floats]
 };
 

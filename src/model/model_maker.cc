@@ -11,21 +11,26 @@ namespace {
 
 // Common English words: text built from them tokenises into whole-word pieces.
 const char* const kWords[] = {
-    "the", "a", "an", "and", "or", "but", "if", "then", "so", "because", "of", "to", "in", "on",
-    "at", "by", "for", "with", "from", "up", "down", "out", "over", "under", "again", "once",
-    "upon", "time", "there", "was", "were", "is", "are", "be", "been", "has", "had", "have", "do",
-    "did", "does", "say", "said", "go", "went", "come", "came", "see", "saw", "look", "looked",
-    "want", "wanted", "like", "liked", "love", "loved", "play", "played", "run", "ran", "walk",
-    "walked", "find", "found", "give", "gave", "take", "took", "make", "made", "know", "knew",
-    "think", "thought", "feel", "felt", "happy", "sad", "big", "small", "little", "good", "bad",
-    "new", "old", "red", "blue", "green", "sun", "moon", "sky", "tree", "park", "house", "home",
-    "dog", "cat", "bird", "fish", "ball", "toy", "car", "boat", "girl", "boy", "mom", "dad",
-    "friend", "friends", "day", "night", "morning", "water", "food", "cake", "box", "door",
-    "he", "she", "it", "they", "we", "you", "i", "his", "her", "their", "our", "your", "my",
-    "this", "that", "these", "those", "what", "who", "where", "when", "why", "how", "not", "no",
-    "yes", "very", "too", "also", "all", "some", "many", "one", "two", "three", "first", "last",
-    "memory", "cache", "block", "token", "server", "model", "request", "budget", "never", "fast",
-    "slow", "hello", "world", "story", "name", "named", "lily", "tom", "ben", "sam",
+    "the",     "a",       "an",      "and",   "or",      "but",    "if",     "then",   "so",
+    "because", "of",      "to",      "in",    "on",      "at",     "by",     "for",    "with",
+    "from",    "up",      "down",    "out",   "over",    "under",  "again",  "once",   "upon",
+    "time",    "there",   "was",     "were",  "is",      "are",    "be",     "been",   "has",
+    "had",     "have",    "do",      "did",   "does",    "say",    "said",   "go",     "went",
+    "come",    "came",    "see",     "saw",   "look",    "looked", "want",   "wanted", "like",
+    "liked",   "love",    "loved",   "play",  "played",  "run",    "ran",    "walk",   "walked",
+    "find",    "found",   "give",    "gave",  "take",    "took",   "make",   "made",   "know",
+    "knew",    "think",   "thought", "feel",  "felt",    "happy",  "sad",    "big",    "small",
+    "little",  "good",    "bad",     "new",   "old",     "red",    "blue",   "green",  "sun",
+    "moon",    "sky",     "tree",    "park",  "house",   "home",   "dog",    "cat",    "bird",
+    "fish",    "ball",    "toy",     "car",   "boat",    "girl",   "boy",    "mom",    "dad",
+    "friend",  "friends", "day",     "night", "morning", "water",  "food",   "cake",   "box",
+    "door",    "he",      "she",     "it",    "they",    "we",     "you",    "i",      "his",
+    "her",     "their",   "our",     "your",  "my",      "this",   "that",   "these",  "those",
+    "what",    "who",     "where",   "when",  "why",     "how",    "not",    "no",     "yes",
+    "very",    "too",     "also",    "all",   "some",    "many",   "one",    "two",    "three",
+    "first",   "last",    "memory",  "cache", "block",   "token",  "server", "model",  "request",
+    "budget",  "never",   "fast",    "slow",  "hello",   "world",  "story",  "name",   "named",
+    "lily",    "tom",     "ben",     "sam",
 };
 
 // Fast seeded generator (splitmix64): ~1 ns per value, so a 1.1B-parameter file takes seconds.
@@ -52,7 +57,8 @@ std::vector<uint8_t> encode_tensor(GgmlType type, const std::vector<float>& v, i
   const uint64_t rb = *row_bytes(type, row);
   const int64_t n_rows = (int64_t)v.size() / row;
   std::vector<uint8_t> out(rb * n_rows);
-  for (int64_t r = 0; r < n_rows; ++r) quantize_row(type, v.data() + r * row, out.data() + r * rb, row);
+  for (int64_t r = 0; r < n_rows; ++r)
+    quantize_row(type, v.data() + r * row, out.data() + r * rb, row);
   return out;
 }
 
@@ -97,11 +103,12 @@ Status MakeModelSpec::validate() const {
   if ((n_embd / n_head) % 2 != 0) return Error{"head dimension (--dim / --heads) must be even"};
   const int64_t blk = type_traits(weight_type).block_elems;
   if (n_embd % blk != 0 || n_ff % blk != 0) {
-    return Error{"--dim and --ffn must be multiples of " + std::to_string(blk) + " for --weight-type " +
-                 std::string(type_traits(weight_type).name)};
+    return Error{"--dim and --ffn must be multiples of " + std::to_string(blk) +
+                 " for --weight-type " + std::string(type_traits(weight_type).name)};
   }
   if (weight_type == GgmlType::kQ8_K) return Error{"--weight-type q8_K is not a weight type"};
-  if (rope_scaling != RopeScaling::kNone && rope_scale <= 0) return Error{"--rope-scale must be > 0"};
+  if (rope_scaling != RopeScaling::kNone && rope_scale <= 0)
+    return Error{"--rope-scale must be > 0"};
   if (gguf_version != 2 && gguf_version != 3) return Error{"--gguf-version must be 2 or 3"};
   return {};
 }
@@ -149,7 +156,8 @@ Status make_model(const MakeModelSpec& s, const std::string& path) {
   if (s.rope_scaling != RopeScaling::kNone) {
     w.set_string(a + "rope.scaling.type", rope_scaling_name(s.rope_scaling));
     w.set_f32(a + "rope.scaling.factor", s.rope_scale);
-    w.set_u32(a + "rope.scaling.original_context_length", s.rope_orig_ctx > 0 ? s.rope_orig_ctx : s.n_ctx);
+    w.set_u32(a + "rope.scaling.original_context_length",
+              s.rope_orig_ctx > 0 ? s.rope_orig_ctx : s.n_ctx);
   }
   vocab_to_gguf(vocab, w);
 

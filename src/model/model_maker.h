@@ -14,24 +14,24 @@
 namespace kvw {
 
 struct MakeModelSpec {
-  std::string arch = "llama";        // "llama" or "qwen2"
+  std::string arch = "llama";  // "llama" or "qwen2"
   std::string name = "kvwarden-random";
   int32_t n_embd = 64;
   int32_t n_layer = 2;
   int32_t n_head = 4;
   int32_t n_head_kv = 2;
   int32_t n_ff = 256;
-  int32_t n_vocab = 0;               // pad the tokenizer to this size (0: as built)
+  int32_t n_vocab = 0;  // pad the tokenizer to this size (0: as built)
   int32_t n_ctx = 512;
-  int32_t sliding_window = 0;        // 0: full attention
+  int32_t sliding_window = 0;  // 0: full attention
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   RopeScaling rope_scaling = RopeScaling::kNone;
   float rope_scale = 1.0f;
-  int32_t rope_orig_ctx = 0;         // YaRN: original context (0: n_ctx)
+  int32_t rope_orig_ctx = 0;              // YaRN: original context (0: n_ctx)
   GgmlType weight_type = GgmlType::kF32;  // every matrix; norms and biases stay f32
-  bool tied = false;                 // no output.weight: logits reuse token_embd
-  std::string vocab_type = "spm";    // "spm" (tokenizer.ggml.model llama) or "bpe" (gpt2)
+  bool tied = false;                      // no output.weight: logits reuse token_embd
+  std::string vocab_type = "spm";         // "spm" (tokenizer.ggml.model llama) or "bpe" (gpt2)
   uint64_t seed = 1;
   uint32_t gguf_version = 3;
 

@@ -41,8 +41,8 @@ RopeTable::RopeTable(const RopeParams& p, std::span<const float> freq_factors)
     const int32_t orig = p.orig_ctx > 0 ? p.orig_ctx : 4096;
     const double low =
         std::max(0.0, std::floor(yarn_corr_dim(n_rot_, orig, p.yarn_beta_fast, base)));
-    const double high =
-        std::min((double)n_rot_ - 1, std::ceil(yarn_corr_dim(n_rot_, orig, p.yarn_beta_slow, base)));
+    const double high = std::min((double)n_rot_ - 1,
+                                 std::ceil(yarn_corr_dim(n_rot_, orig, p.yarn_beta_slow, base)));
     for (int32_t i = 0; i < half; ++i) {
       const double y = (i - low) / std::max(0.001, high - low);
       ramp_[i] = 1.0 - std::clamp(y, 0.0, 1.0);

@@ -15,12 +15,12 @@
 namespace kvw {
 
 struct SamplingParams {
-  float temperature = 0.8f;    // 0 = greedy (argmax, lowest id on ties)
-  int32_t top_k = 40;          // 0 = off
-  float top_p = 0.95f;         // 1 = off
-  float min_p = 0.05f;         // 0 = off; keep tokens with p >= min_p * p_max
-  float repeat_penalty = 1.0f; // 1 = off; divides positive / multiplies negative logits
-  int32_t repeat_last_n = 64;  // how many recent tokens the penalty looks at
+  float temperature = 0.8f;     // 0 = greedy (argmax, lowest id on ties)
+  int32_t top_k = 40;           // 0 = off
+  float top_p = 0.95f;          // 1 = off
+  float min_p = 0.05f;          // 0 = off; keep tokens with p >= min_p * p_max
+  float repeat_penalty = 1.0f;  // 1 = off; divides positive / multiplies negative logits
+  int32_t repeat_last_n = 64;   // how many recent tokens the penalty looks at
   uint64_t seed = 0;
 
   Status validate() const;

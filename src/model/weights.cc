@@ -52,11 +52,11 @@ class Loader {
   const GgufFile& f_;
 };
 
-#define KVW_ASSIGN(lhs, expr)                     \
-  do {                                            \
-    auto _r = (expr);                             \
-    if (!_r) return Error{_r.message()};          \
-    lhs = std::move(_r.value());                  \
+#define KVW_ASSIGN(lhs, expr)            \
+  do {                                   \
+    auto _r = (expr);                    \
+    if (!_r) return Error{_r.message()}; \
+    lhs = std::move(_r.value());         \
   } while (0)
 
 }  // namespace

@@ -25,15 +25,15 @@ struct WeightMatrix {
 };
 
 struct LayerWeights {
-  std::vector<float> attn_norm;  // [n_embd]
-  WeightMatrix wq, wk, wv, wo;   // [q_dim x n_embd], [kv_dim x n_embd] x2, [n_embd x q_dim]
-  std::vector<float> bq, bk, bv; // qwen2 biases [q_dim], [kv_dim], [kv_dim]; empty otherwise
-  std::vector<float> ffn_norm;   // [n_embd]
-  WeightMatrix gate, up, down;   // [n_ff x n_embd] x2, [n_embd x n_ff]
+  std::vector<float> attn_norm;   // [n_embd]
+  WeightMatrix wq, wk, wv, wo;    // [q_dim x n_embd], [kv_dim x n_embd] x2, [n_embd x q_dim]
+  std::vector<float> bq, bk, bv;  // qwen2 biases [q_dim], [kv_dim], [kv_dim]; empty otherwise
+  std::vector<float> ffn_norm;    // [n_embd]
+  WeightMatrix gate, up, down;    // [n_ff x n_embd] x2, [n_embd x n_ff]
 };
 
 struct ModelWeights {
-  WeightMatrix token_embd;         // [n_vocab x n_embd]
+  WeightMatrix token_embd;  // [n_vocab x n_embd]
   std::vector<LayerWeights> layers;
   std::vector<float> output_norm;  // [n_embd]
   WeightMatrix output;             // [n_vocab x n_embd]; == token_embd when tied

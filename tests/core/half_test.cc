@@ -18,7 +18,7 @@ TEST(Half, EveryF16RoundTripsThroughF32) {
 TEST(Half, F32ToF16RoundsToNearestEven) {
   EXPECT_EQ(f32_to_f16(1.0f), 0x3c00);
   EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);
-  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);  // rounds up to inf
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);            // rounds up to inf
   EXPECT_EQ(f32_to_f16(1.0f + 1.0f / 2048), 0x3c00);  // tie goes to even
   EXPECT_EQ(f32_to_f16(1.0f + 3.0f / 2048), 0x3c02);
   EXPECT_EQ(f32_to_f16(-2.0f), 0xc000);

@@ -22,13 +22,20 @@ const std::vector<uint32_t> kBlockTable = {7, 2, 9, 0, 11, 4};
 struct KvArena {
   KvArena(KvDtype dtype, int32_t head_dim) {
     const int64_t rows = (int64_t)kKvHeads * kBlockSize;
-    const int64_t row_bytes = (int64_t)(kv_row_bytes(dtype, head_dim) - (dtype == KvDtype::kInt8 ? 4 : 0));
+    const int64_t row_bytes =
+        (int64_t)(kv_row_bytes(dtype, head_dim) - (dtype == KvDtype::kInt8 ? 4 : 0));
     const int64_t scales = dtype == KvDtype::kInt8 ? rows * 4 : 0;
     const int64_t stride = 2 * rows * row_bytes + 2 * scales;
     buf.assign(kNumBlocks * stride, 0xAB);
     uint8_t* b = buf.data();
-    view = {dtype, b, b + rows * row_bytes, scales ? b + 2 * rows * row_bytes : nullptr,
-            scales ? b + 2 * rows * row_bytes + scales : nullptr, stride, kBlockSize, kKvHeads,
+    view = {dtype,
+            b,
+            b + rows * row_bytes,
+            scales ? b + 2 * rows * row_bytes : nullptr,
+            scales ? b + 2 * rows * row_bytes + scales : nullptr,
+            stride,
+            kBlockSize,
+            kKvHeads,
             head_dim};
     elem = dtype == KvDtype::kF32 ? 4 : (dtype == KvDtype::kInt8 ? 1 : 2);
   }
@@ -62,7 +69,8 @@ std::vector<float> naive_attention(const KvArena& a, const std::vector<float>& q
     std::vector<double> s;
     for (int64_t p = pos_begin; p < pos_end; ++p) {
       double dot = 0.0;
-      for (int32_t i = 0; i < hd; ++i) dot += (double)q[h * hd + i] * a.read(false, p, h / group, i);
+      for (int32_t i = 0; i < hd; ++i)
+        dot += (double)q[h * hd + i] * a.read(false, p, h / group, i);
       s.push_back(dot * scale);
     }
     double mx = -INFINITY, sum = 0.0;
@@ -152,10 +160,9 @@ TEST(KernelsKvStore, EveryTableWritesTheSameBytesAsRefAndOnlyTheSlot) {
         fill(*t, got, 50, 51);
         EXPECT_EQ(want.buf, got.buf);
         // Position 50 was never written: its slot still holds the fill pattern.
-        EXPECT_EQ(
-            got.buf[kBlockTable[50 / kBlockSize] * got.view.block_stride +
-                    (50 % kBlockSize) * hd * got.elem],
-            0xAB);
+        EXPECT_EQ(got.buf[kBlockTable[50 / kBlockSize] * got.view.block_stride +
+                          (50 % kBlockSize) * hd * got.elem],
+                  0xAB);
       }
     }
   }

@@ -125,8 +125,10 @@ TEST(Forward, ChunkedPrefillAndDecodeMatchOneShotPrefill) {
   std::vector<float> got;
   for (size_t pos = 0; pos < tokens.size();) {
     const size_t n = pos < 40 ? 20 : (pos < 49 ? 9 : 1);
-    SeqInput in{.tokens = std::span(tokens).subspan(pos, n), .start_pos = (int64_t)pos,
-                .block_table = table, .all_logits = true};
+    SeqInput in{.tokens = std::span(tokens).subspan(pos, n),
+                .start_pos = (int64_t)pos,
+                .block_table = table,
+                .all_logits = true};
     std::vector<float> l(n * V);
     ASSERT_TRUE(m->forward({&in, 1}, kv, l.data()).ok());
     got.insert(got.end(), l.begin(), l.end());
@@ -154,7 +156,8 @@ TEST(Forward, F16CacheStaysCloseToF32Cache) {
   const auto a = run_batch(*m, kv32, {tokens})[0];
   const auto b = run_batch(*m, kv16, {tokens})[0];
   double max_diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) max_diff = std::max(max_diff, (double)std::abs(a[i] - b[i]));
+  for (size_t i = 0; i < a.size(); ++i)
+    max_diff = std::max(max_diff, (double)std::abs(a[i] - b[i]));
   EXPECT_LT(max_diff, 0.05);
   EXPECT_GT(max_diff, 0.0);  // the caches really differ in precision
 }
@@ -175,7 +178,8 @@ TEST(Forward, RejectsBadBatchesWithoutComputing) {
             std::string::npos);
   std::vector<uint32_t> far = {9};
   SeqInput c{.tokens = ok, .start_pos = 0, .block_table = far};
-  EXPECT_NE(m->forward({&c, 1}, kv, logits.data()).message().find("out of range"), std::string::npos);
+  EXPECT_NE(m->forward({&c, 1}, kv, logits.data()).message().find("out of range"),
+            std::string::npos);
   std::vector<int32_t> many(33, 1);
   std::vector<uint32_t> t3 = {0, 1, 2};
   SeqInput d{.tokens = many, .start_pos = 0, .block_table = t3};

@@ -56,12 +56,16 @@ class KvIntegration : public ::testing::Test {
   }
 
   // Computes tokens [num_computed, toks.size()) of `seq` through the manager; all their logits.
-  std::vector<float> compute(KvManager& mgr, KvArena& kv, SeqId seq, std::span<const int32_t> toks) {
+  std::vector<float> compute(KvManager& mgr, KvArena& kv, SeqId seq,
+                             std::span<const int32_t> toks) {
     const int64_t done = mgr.num_computed_tokens(seq);
     const int64_t n = (int64_t)toks.size() - done;
-    EXPECT_EQ(mgr.allocate_slots(seq, (int64_t)toks.size() - mgr.num_tokens(seq)), AllocStatus::kOk);
-    SeqInput in{.tokens = toks.subspan(done), .start_pos = done,
-                .block_table = as_indices(mgr.block_table(seq)), .all_logits = true};
+    EXPECT_EQ(mgr.allocate_slots(seq, (int64_t)toks.size() - mgr.num_tokens(seq)),
+              AllocStatus::kOk);
+    SeqInput in{.tokens = toks.subspan(done),
+                .start_pos = done,
+                .block_table = as_indices(mgr.block_table(seq)),
+                .all_logits = true};
     std::vector<float> out(n * V_);
     EXPECT_TRUE(model_->forward({&in, 1}, kv, out.data()).ok());
     mgr.commit_computed(seq, toks, (int64_t)toks.size());
@@ -104,7 +108,8 @@ TEST_F(KvIntegration, PrefixHitComputesOnlyNewTokensAndMatchesColdRun) {
 TEST_F(KvIntegration, SwappedAndRestoredSequenceContinuesLikeAnUninterruptedRun) {
   KvArena kv(model_->kv_config(8, 16, KvDtype::kF16));
   KvManager mgr({.num_blocks = 8, .block_size = 16, .enable_prefix_caching = false}, &kv);
-  auto swap = SwapSpace::open({.path = ::testing::TempDir() + "/swap1", .swap_bytes = 8 * kv.bytes_per_block()}, &kv);
+  auto swap = SwapSpace::open(
+      {.path = ::testing::TempDir() + "/swap1", .swap_bytes = 8 * kv.bytes_per_block()}, &kv);
   ASSERT_TRUE(swap.ok()) << swap.message();
   mgr.attach_swap(std::move(swap.value()));
   const auto all = tokens(70, 3);
@@ -125,7 +130,8 @@ TEST_F(KvIntegration, SwappedAndRestoredSequenceContinuesLikeAnUninterruptedRun)
 TEST_F(KvIntegration, PrefixRevivedFromSwapTierMatchesColdRun) {
   KvArena kv(model_->kv_config(6, 16, KvDtype::kF16));
   KvManager mgr({.num_blocks = 6, .block_size = 16}, &kv);
-  auto swap = SwapSpace::open({.path = ::testing::TempDir() + "/swap2", .swap_bytes = 16 * kv.bytes_per_block()}, &kv);
+  auto swap = SwapSpace::open(
+      {.path = ::testing::TempDir() + "/swap2", .swap_bytes = 16 * kv.bytes_per_block()}, &kv);
   ASSERT_TRUE(swap.ok()) << swap.message();
   mgr.attach_swap(std::move(swap.value()));
   const auto p = tokens(48, 5);
@@ -177,9 +183,11 @@ TEST_F(KvIntegration, DefragmentationKeepsLogits) {
   mgr.add_sequence(SeqId{2}, first);
   compute(mgr, kv, SeqId{2}, first);
   mgr.free_sequence(SeqId{1});  // leaves a hole below sequence 2's blocks
-  const auto before = std::vector<BlockId>(mgr.block_table(SeqId{2}).begin(), mgr.block_table(SeqId{2}).end());
+  const auto before =
+      std::vector<BlockId>(mgr.block_table(SeqId{2}).begin(), mgr.block_table(SeqId{2}).end());
   EXPECT_GT(mgr.defragment(8), 0u);
-  EXPECT_NE(before, std::vector<BlockId>(mgr.block_table(SeqId{2}).begin(), mgr.block_table(SeqId{2}).end()));
+  EXPECT_NE(before, std::vector<BlockId>(mgr.block_table(SeqId{2}).begin(),
+                                         mgr.block_table(SeqId{2}).end()));
   const auto rest = compute(mgr, kv, SeqId{2}, all);
   EXPECT_TRUE(same(rest, tail(cold(all), 40)));
 }

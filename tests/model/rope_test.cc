@@ -80,7 +80,7 @@ TEST(Rope, YarnExtrapolatesFastDimsInterpolatesSlowDimsAndScalesMagnitude) {
   RopeTable plain(params(RopeScaling::kNone, 1.0f));
   const double mscale = 1.0 + 0.1 * std::log(4.0);
   auto a = cs_at(yarn, 300), fast = cs_at(plain, 300), slow = cs_at(plain, 75);
-  EXPECT_NEAR(a[0], fast[0] * mscale, 1e-5);   // pair 0: extrapolated (unchanged angle)
+  EXPECT_NEAR(a[0], fast[0] * mscale, 1e-5);    // pair 0: extrapolated (unchanged angle)
   EXPECT_NEAR(a[62], slow[62] * mscale, 1e-5);  // last pair: interpolated (position / 4)
   EXPECT_NEAR(a[63], slow[63] * mscale, 1e-5);
 }

@@ -66,7 +66,7 @@ TEST(Sampler, RepeatPenaltyDemotesRecentTokens) {
   std::vector<float> l = {2.0f, 1.5f, 0.1f};
   Sampler s({.temperature = 0.0f, .repeat_penalty = 2.0f, .repeat_last_n = 4}, 3);
   std::vector<int32_t> history = {0, 0, 0};
-  EXPECT_EQ(s.sample(l.data(), history), 1);  // 2.0 / 2 = 1.0 < 1.5
+  EXPECT_EQ(s.sample(l.data(), history), 1);   // 2.0 / 2 = 1.0 < 1.5
   std::vector<int32_t> old = {0, 2, 2, 2, 2};  // token 0 is outside the last 4
   EXPECT_EQ(s.sample(l.data(), old), 0);
 }

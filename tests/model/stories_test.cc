@@ -41,12 +41,14 @@ Runner open_stories(int32_t max_batch_tokens) {
   return r;
 }
 
-int32_t argmax(const float* l, int32_t n) { return (int32_t)(std::max_element(l, l + n) - l); }
+int32_t argmax(const float* l, int32_t n) {
+  return (int32_t)(std::max_element(l, l + n) - l);
+}
 
 // Greedy-decodes every prompt together: one forward per step with all sequences in the batch.
 // Prefill is done in chunks of `chunk` tokens, each chunk batched with the other prompts'.
-std::vector<std::string> greedy_batch(Runner& r, const std::vector<std::string>& prompts,
-                                      int n_new, int chunk) {
+std::vector<std::string> greedy_batch(Runner& r, const std::vector<std::string>& prompts, int n_new,
+                                      int chunk) {
   Model& m = *r.model;
   const int32_t V = m.hparams().n_vocab, bs = 16;
   const size_t n = prompts.size();
@@ -67,7 +69,8 @@ std::vector<std::string> greedy_batch(Runner& r, const std::vector<std::string>&
       if ((int)(toks[i].size() - n_prompt[i]) >= n_new && done[i] == toks[i].size()) continue;
       const size_t len = std::min<size_t>(chunk, toks[i].size() - done[i]);
       in.push_back({.tokens = std::span(toks[i]).subspan(done[i], len),
-                    .start_pos = (int64_t)done[i], .block_table = tables[i]});
+                    .start_pos = (int64_t)done[i],
+                    .block_table = tables[i]});
       who.push_back(i);
     }
     if (in.empty()) break;

@@ -64,8 +64,8 @@ void f32_to_f16_row(const float* src, uint16_t* dst, int32_t n) {
 }
 
 // Byte offset of row (kv_head, slot of pos) of element size `elem` from a base pointer.
-int64_t kv_offset(const KvLayerView& kv, const uint32_t* block_table, int64_t pos,
-                  int32_t kv_head, int64_t elem) {
+int64_t kv_offset(const KvLayerView& kv, const uint32_t* block_table, int64_t pos, int32_t kv_head,
+                  int64_t elem) {
   const int64_t block = block_table[pos / kv.block_size];
   return block * kv.block_stride +
          ((int64_t)kv_head * kv.block_size + pos % kv.block_size) * kv.head_dim * elem;
@@ -97,7 +97,8 @@ void attend_group(const float* q, int32_t h0, int ng, int32_t kv_head, const KvL
       k = reinterpret_cast<const float*>(static_cast<const uint8_t*>(kv.k) + off);
       v = reinterpret_cast<const float*>(static_cast<const uint8_t*>(kv.v) + off);
     } else {  // bf16, int8: decoded by the shared row codec
-      const std::span<const uint32_t> table(block_table, (size_t)(pos_end + kv.block_size - 1) / kv.block_size);
+      const std::span<const uint32_t> table(block_table,
+                                            (size_t)(pos_end + kv.block_size - 1) / kv.block_size);
       kv_load_row(kv, false, table, p, kv_head, scratch);
       kv_load_row(kv, true, table, p, kv_head, scratch + hd);
     }
