@@ -1,0 +1,81 @@
+// sched/request.h: one generation request as the scheduler tracks it, and its state machine.
+// Owner: the Scheduler (engine thread only, not thread-safe). The request id is the SeqId of
+// its one KV sequence (n > 1 sampling is not scheduled yet).
+//
+//            add_request                   schedule(): admitted
+//   (input) ------------> kWaiting ---------------------------------> kRunning
+//                            ^  ^                                      |  |  |
+//          admitted again    |  |  preempt: swap_out ok               |  |  | update_from_output:
+//   kPreemptedSwapped -------+  +--------- kPreemptedSwapped <---------+  |  | stop/length/error
+//   kPreemptedRecompute -----+  +--------- kPreemptedRecompute <----------+  v
+//   (both wait in the waiting queue)    preempt: no swap room             kFinished
+//   cancel(id) from any live state -> kFinished(kCancelled) at the next schedule().
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/ids.h"
+
+namespace kvw {
+
+enum class RequestState { kWaiting, kRunning, kPreemptedSwapped, kPreemptedRecompute, kFinished };
+enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
+
+const char* to_string(RequestState s);
+const char* to_string(FinishReason r);
+
+// Opaque to the scheduler: carried for the engine's sampler.
+struct SamplingParams {
+  float temperature = 0.0f;  // 0 = greedy
+  float top_p = 1.0f;
+  int32_t top_k = 0;  // 0 = off
+  uint64_t seed = 0;
+};
+
+// What a client submits (the scheduler copies it into a Request).
+struct RequestInput {
+  SeqId id{0};
+  std::vector<int32_t> prompt;  // token ids
+  int32_t max_tokens = 16;      // output tokens at most (>= 1)
+  SamplingParams sampling;
+  // Chat turn start offsets into `prompt` (ascending, first == 0; turn 0 is the system prompt).
+  // Needed only by the sliding-window overflow policy.
+  std::vector<int64_t> turn_starts;
+};
+
+struct Request {
+  SeqId id{0};
+  // Prompt followed by the sampled outputs: position p holds token_ids[p]. This is the span
+  // KvManager::commit_computed hashes, so outputs become prefix-cacheable too (turns).
+  std::vector<int32_t> token_ids;
+  int64_t num_prompt_tokens = 0;
+  int32_t max_tokens = 0;
+  SamplingParams sampling;
+  std::vector<int64_t> turn_starts;       // after overflow handling
+  int64_t num_dropped_prompt_tokens = 0;  // removed by truncate-left / sliding-window
+
+  uint64_t arrival_order = 0;    // add_request order, FCFS key
+  uint64_t admission_order = 0;  // last admission (running_ order); preemption picks the newest
+  RequestState state = RequestState::kWaiting;
+  FinishReason finish_reason = FinishReason::kNone;
+  // Tokens [0, num_computed_tokens) have KV in the pool (== KvManager's count while resident).
+  int64_t num_computed_tokens = 0;
+  int32_t num_preemptions = 0;
+  bool cancel_requested = false;
+
+  int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
+  std::span<const int32_t> prompt() const {
+    return std::span<const int32_t>(token_ids).first(static_cast<size_t>(num_prompt_tokens));
+  }
+  std::span<const int32_t> output_token_ids() const {
+    return std::span<const int32_t>(token_ids).subspan(static_cast<size_t>(num_prompt_tokens));
+  }
+  // Tokens still to run through the model before the next sample (1 for a decode).
+  int64_t num_tokens_to_compute() const { return num_tokens() - num_computed_tokens; }
+  bool is_finished() const { return state == RequestState::kFinished; }
+};
+
+}  // namespace kvw

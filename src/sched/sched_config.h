@@ -1,0 +1,45 @@
+// sched/sched_config.h: the scheduler's knobs (--max-num-batched-tokens, --max-num-seqs,
+// --max-model-len, --kv-reserve, --overflow, ...). Plain aggregate; validate() before use.
+// Thread safety: immutable after construction.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "core/status.h"
+#include "sched/context_overflow.h"
+
+namespace kvw {
+
+enum class KvReservePolicy { kNone, kP95 };
+// kSwap: preempt to the swap tier when it has room, else recompute. kRecompute: always recompute.
+enum class PreemptionMode { kSwap, kRecompute };
+
+Result<KvReservePolicy> parse_kv_reserve_policy(std::string_view s);  // none|p95
+const char* to_string(KvReservePolicy p);
+
+struct SchedConfig {
+  int64_t max_num_batched_tokens = 2048;  // token budget of one step (decodes + prefill chunks)
+  int32_t max_num_seqs = 256;             // running requests at most
+  int64_t max_model_len = 4096;           // prompt + output tokens at most (clamped to pool size)
+  // A prefill takes at most this many tokens per step (0 = only the budget limits it), so a 64k
+  // prompt is split into chunks and other requests keep decoding in between.
+  int64_t long_prefill_chunk_tokens = 512;
+  // Blocks kept spare at admission in addition to KvManagerConfig::watermark_blocks.
+  uint32_t watermark_blocks = 0;
+  KvReservePolicy kv_reserve = KvReservePolicy::kNone;
+  // p95: reserve for P95(observed total lengths) * (1 + margin) per running request.
+  double kv_reserve_margin = 0.175;
+  // p95 stays off until this many requests finished (no statistics yet).
+  int32_t kv_reserve_min_samples = 16;
+  PreemptionMode preemption_mode = PreemptionMode::kSwap;
+  OverflowPolicy overflow = OverflowPolicy::kError;
+  // A request preempted this many times is protected (limits thrashing): it is chosen as a
+  // victim only when no unprotected request is left, it sorts ahead in the waiting queue, and it
+  // is re-admitted only when the blocks to finish it (prompt + max_tokens) are free too.
+  int32_t protect_after_preemptions = 2;
+
+  Status validate() const;
+};
+
+}  // namespace kvw

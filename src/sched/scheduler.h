@@ -1,0 +1,178 @@
+// sched/scheduler.h: continuous batching under a fixed KV pool. One schedule() call per engine
+// step turns the running and waiting requests into a plan: which token spans to compute, and
+// which requests were preempted, swapped back in or finished. The engine runs the forward and
+// the sampler, then reports back with update_from_output().
+// Owner: the engine thread owns the Scheduler and the KvManager it drives (not thread-safe).
+// Works with token ids and counts only; never includes model/ or kernels/.
+//
+// One step (the phases of schedule(), in order):
+//   apply_cancellations()   cancelled requests end, their blocks are freed
+//   schedule_running()      decodes of running requests first (1 token each), then the next
+//                           chunk of running prefills; preempt_until_fits() makes room by
+//                           preempting the newest unprotected request (never the oldest, so
+//                           nothing starves): swap_out when the tier has room, else recompute
+//   schedule_waiting()      admissions (swapped-in, recomputed or new), FCFS with repeatedly
+//                           preempted requests first, while the budget, max_num_seqs and the
+//                           blocks above the watermark (+ p95 reservation) allow
+//   build_output()
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "core/ids.h"
+#include "core/status.h"
+#include "kv/kv_manager.h"
+#include "sched/kv_reserve.h"
+#include "sched/request.h"
+#include "sched/sched_config.h"
+
+namespace kvw {
+
+// One sequence in the step's batch: compute tokens [start_pos, start_pos + num_tokens) of the
+// request's token_ids; its KV slots are already allocated in block_table(seq_id).
+struct ScheduledSeq {
+  SeqId seq_id{0};
+  int64_t start_pos = 0;
+  int64_t num_tokens = 0;
+  bool needs_logits = false;  // the span ends the known tokens: sample the next one
+  bool is_prefill = false;    // false: a decode (exactly one token)
+};
+
+struct FinishedRequest {
+  SeqId seq_id{0};
+  FinishReason reason = FinishReason::kNone;
+};
+
+struct SchedulerOutput {
+  uint64_t step = 0;
+  std::vector<ScheduledSeq> scheduled;    // decodes first, then prefill chunks
+  int64_t num_batched_tokens = 0;         // sum of num_tokens, <= max_num_batched_tokens
+  std::vector<SeqId> preempted;           // this step (their KV is swapped or dropped)
+  std::vector<SeqId> swapped_in;          // this step (resident again, decoding)
+  std::vector<FinishedRequest> finished;  // ended inside schedule() (cancellations)
+  bool empty() const { return scheduled.empty(); }
+};
+
+// The engine's result for one ScheduledSeq with needs_logits, in the same order.
+struct SampledToken {
+  SeqId seq_id{0};
+  int32_t token_id = 0;
+  bool stop = false;   // the engine saw EOS / a stop string: finish with kStop (token kept)
+  bool error = false;  // e.g. NaN logits: finish with kError (token dropped)
+};
+
+struct SchedCounters {
+  uint64_t num_steps = 0;
+  uint64_t num_admitted = 0;     // admissions of any kind (new, recompute, swap-in)
+  uint64_t num_preemptions = 0;  // = num_swap_outs + num_recomputes
+  uint64_t num_swap_outs = 0;
+  uint64_t num_recomputes = 0;
+  uint64_t num_swap_ins = 0;
+  uint64_t num_swap_lost = 0;              // swap_in found the data lost: recomputed instead
+  uint64_t num_rejected = 0;               // add_request errors
+  uint64_t num_truncated = 0;              // prompts shortened by the overflow policy
+  std::array<uint64_t, 5> num_finished{};  // indexed by FinishReason
+  uint64_t finished(FinishReason r) const { return num_finished[static_cast<size_t>(r)]; }
+};
+
+class Scheduler {
+ public:
+  // `kv` must outlive the Scheduler; the Scheduler is its only user of sequences.
+  // CHECKs cfg.validate().
+  Scheduler(const SchedConfig& cfg, KvManager* kv);
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request. Errors (the request is not queued, counted as rejected): duplicate id,
+  // empty prompt, max_tokens < 1, prompt too long under OverflowPolicy::kError (or turns that
+  // cannot fit under kSlidingWindow).
+  Status add_request(RequestInput input);
+  // Marks a live request cancelled: it ends (kCancelled, listed in the next output's
+  // `finished`) and its blocks are freed at the next schedule(). False if unknown or finished.
+  bool cancel(SeqId id);
+
+  // Forms the next step. CHECKs that the previous step was reported (update_from_output).
+  SchedulerOutput schedule();
+  // After the forward + sampling of `out`: advances computed tokens, commits their KV (prefix
+  // cache), appends sampled tokens (one per needs_logits entry, same order), finishes requests
+  // on stop, error, max_tokens or max_model_len (kLength) and frees their blocks. Returns the
+  // requests that finished; they are forgotten by the scheduler at once.
+  std::vector<FinishedRequest> update_from_output(const SchedulerOutput& out,
+                                                  std::span<const SampledToken> sampled);
+
+  // nullptr when unknown (never added, or finished and forgotten). The pointer stays valid until
+  // the request finishes (update_from_output / the schedule() that applies its cancellation).
+  const Request* find(SeqId id) const;
+  size_t num_waiting() const { return waiting_.size(); }
+  size_t num_running() const { return running_.size(); }
+  bool has_unfinished() const { return !requests_.empty(); }
+  const SchedCounters& counters() const { return counters_; }
+  const SchedConfig& config() const { return cfg_; }
+  // max_model_len clamped to what the pool can hold for one request.
+  int64_t max_model_len() const { return max_len_; }
+  // The per-request reservation the p95 policy currently applies (0 when off/warming up).
+  int64_t reserve_tokens() const;
+
+  // CHECKs: every request is in exactly one of running/waiting; running requests are resident
+  // in the KvManager with matching counts; swapped ones are swapped; totals balance.
+  void check_invariants() const;
+
+ private:
+  struct WaitKey {  // waiting-queue order: protected (often preempted) first, then FCFS
+    int32_t neg_priority;
+    uint64_t arrival_order;
+    SeqId id;
+    auto operator<=>(const WaitKey&) const = default;
+  };
+
+  void apply_cancellations(SchedulerOutput& out);
+  void schedule_running(SchedulerOutput& out);
+  void schedule_one_running(Request* r, int64_t num_new, SchedulerOutput& out);
+  bool preempt_until_fits(Request* r, int64_t num_new, SchedulerOutput& out);
+  Request* pick_victim(Request* r) const;
+  void preempt(Request* victim, SchedulerOutput& out);
+  void schedule_waiting(SchedulerOutput& out);
+  bool admit(Request* r, int64_t running_reserve, SchedulerOutput& out);
+  SwapInStatus admit_swapped(Request* r, int64_t running_reserve, SchedulerOutput& out);
+  void build_output(SchedulerOutput& out);
+
+  void push_scheduled(Request* r, int64_t num_new, SchedulerOutput& out);
+  int64_t chunk_tokens(const Request* r) const;  // next span length within budget/chunk limit
+  int64_t expected_total_tokens(const Request* r) const;  // p95 policy
+  int64_t reserve_blocks_for(const Request* r, int64_t resident_tokens) const;
+  int64_t running_reserve_blocks() const;
+  void enqueue_waiting(Request* r);
+  void remove_running(Request* r);
+  void finish(Request* r, FinishReason reason);  // frees KV, counts, observes the length
+  WaitKey wait_key(const Request* r) const;
+  int64_t blocks_for(int64_t tokens) const;
+
+  SchedConfig cfg_;
+  KvManager* kv_;  // not owned
+  int64_t max_len_;
+  int64_t admit_limit_tokens_;  // cached + first chunk of an admission, at most (pool - watermarks)
+  std::unordered_map<SeqId, std::unique_ptr<Request>> requests_;  // live (not finished)
+  std::vector<Request*> running_;  // admission order: back() is the newest
+  std::set<WaitKey> waiting_;
+  std::vector<SeqId> cancelled_;  // cancel() ids, applied at the next schedule()
+  LengthTracker lengths_;
+  SchedCounters counters_;
+  uint64_t next_arrival_ = 0;
+  uint64_t next_admission_ = 0;
+  uint64_t step_ = 0;
+  bool awaiting_update_ = false;
+
+  // Per-step scratch (reused, no allocation once warm).
+  int64_t budget_ = 0;
+  bool preempted_this_step_ = false;
+  std::unordered_map<SeqId, size_t> scheduled_index_;  // seq -> index in out.scheduled
+  std::vector<Request*> pass_;  // snapshot of running_ walked by one pass of schedule_running
+};
+
+}  // namespace kvw

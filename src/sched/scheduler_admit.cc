@@ -1,0 +1,168 @@
+// The Scheduler's admission side: add_request (with context-overflow handling), the waiting
+// queue, admissions (new, recompute, swap-in) and the --kv-reserve p95 reservation.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/check.h"
+#include "sched/scheduler.h"
+
+namespace kvw {
+
+Status Scheduler::add_request(RequestInput input) {
+  const std::string who = "request " + std::to_string(index_of(input.id)) + ": ";
+  auto reject = [&](std::string msg) -> Status {
+    ++counters_.num_rejected;
+    return Error{who + msg};
+  };
+  if (requests_.contains(input.id)) return reject("id already in use");
+  if (input.prompt.empty()) return reject("empty prompt");
+  if (input.max_tokens < 1) return reject("max_tokens must be >= 1");
+  // The prompt must leave room for at least one output token.
+  Result<FittedPrompt> fitted =
+      fit_prompt(input.prompt, input.turn_starts, max_len_ - 1, max_len_, cfg_.overflow);
+  if (!fitted.ok()) return reject(fitted.message());
+
+  auto r = std::make_unique<Request>();
+  r->id = input.id;
+  r->token_ids = std::move(fitted->tokens);
+  r->num_prompt_tokens = r->num_tokens();
+  r->max_tokens = input.max_tokens;
+  r->sampling = input.sampling;
+  r->turn_starts = std::move(fitted->turn_starts);
+  r->num_dropped_prompt_tokens = fitted->num_dropped_tokens;
+  r->arrival_order = next_arrival_++;
+  r->state = RequestState::kWaiting;
+  if (r->num_dropped_prompt_tokens > 0) ++counters_.num_truncated;
+  Request* raw = r.get();
+  requests_.emplace(input.id, std::move(r));
+  enqueue_waiting(raw);
+  return Status::ok_status();
+}
+
+Scheduler::WaitKey Scheduler::wait_key(const Request* r) const {
+  // Preempted requests were admitted before anything still waiting; the more often a request
+  // was preempted, the earlier it comes back (limits thrashing, nothing starves).
+  return WaitKey{-r->num_preemptions, r->arrival_order, r->id};
+}
+
+void Scheduler::enqueue_waiting(Request* r) {
+  const bool inserted = waiting_.insert(wait_key(r)).second;
+  CHECK(inserted) << "request " << index_of(r->id) << " already waiting";
+}
+
+void Scheduler::schedule_waiting(SchedulerOutput& out) {
+  // A step that had to preempt is short of blocks: admitting now would preempt again.
+  if (preempted_this_step_) return;
+  int64_t running_reserve = running_reserve_blocks();
+  while (!waiting_.empty() && budget_ > 0 && running_.size() < size_t(cfg_.max_num_seqs)) {
+    Request* r = requests_.at(waiting_.begin()->id).get();
+    // FCFS: when the head does not fit, nothing behind it jumps the queue (no starvation of
+    // long prompts).
+    if (!admit(r, running_reserve, out)) break;
+    running_reserve += reserve_blocks_for(r, kv_->num_tokens(r->id));
+  }
+}
+
+bool Scheduler::admit(Request* r, int64_t running_reserve, SchedulerOutput& out) {
+  if (r->state == RequestState::kPreemptedSwapped) {
+    const SwapInStatus st = admit_swapped(r, running_reserve, out);
+    if (st != SwapInStatus::kLost) return st == SwapInStatus::kOk;
+    // The tier lost its data: fall through and recompute it now.
+  }
+  const int64_t bs = kv_->block_size();
+  const int64_t cached = kv_->num_cached_prefix_tokens(r->token_ids);
+  int64_t n = std::min(r->num_tokens() - cached, budget_);
+  if (cfg_.long_prefill_chunk_tokens > 0) n = std::min(n, cfg_.long_prefill_chunk_tokens);
+  // Into an empty pool this always fits, so the head of the queue cannot wait forever.
+  n = std::min(n, admit_limit_tokens_ - cached);
+  if (n <= 0) return false;
+  // Blocks needed now, plus the spare ones: the scheduler's watermark and, with p95, the
+  // expected growth of every running request and of this one.
+  const int64_t extra =
+      int64_t(cfg_.watermark_blocks) +
+      (running_.empty() ? 0 : running_reserve + reserve_blocks_for(r, cached + n));
+  if (!kv_->can_admit(r->token_ids, (blocks_for(cached + n) + extra) * bs)) return false;
+
+  waiting_.erase(wait_key(r));
+  r->num_computed_tokens = kv_->add_sequence(r->id, r->token_ids);
+  // The swap tier may have revived more of the prefix.
+  n = std::min(chunk_tokens(r), std::max<int64_t>(1, admit_limit_tokens_ - r->num_computed_tokens));
+  if (kv_->allocate_slots(r->id, n) != AllocStatus::kOk) {
+    kv_->free_sequence(r->id);
+    r->num_computed_tokens = 0;
+    enqueue_waiting(r);
+    return false;
+  }
+  r->state = RequestState::kRunning;
+  r->admission_order = next_admission_++;
+  running_.push_back(r);
+  ++counters_.num_admitted;
+  push_scheduled(r, n, out);
+  return true;
+}
+
+SwapInStatus Scheduler::admit_swapped(Request* r, int64_t running_reserve, SchedulerOutput& out) {
+  // Its blocks come back whole, plus room for the next token, above both watermarks.
+  const int64_t need =
+      blocks_for(r->num_computed_tokens + 1) + kv_->config().watermark_blocks +
+      cfg_.watermark_blocks +
+      (running_.empty() ? 0 : running_reserve + reserve_blocks_for(r, r->num_computed_tokens + 1));
+  if (int64_t(kv_->num_allocatable_blocks()) < need) return SwapInStatus::kNoFreeBlocks;
+  const SwapInStatus st = kv_->swap_in(r->id);
+  if (st == SwapInStatus::kNoFreeBlocks) return st;
+  waiting_.erase(wait_key(r));
+  if (st == SwapInStatus::kLost) {
+    ++counters_.num_swap_lost;
+    r->num_computed_tokens = 0;
+    r->state = RequestState::kPreemptedRecompute;
+    enqueue_waiting(r);
+    return st;
+  }
+  CHECK(kv_->num_computed_tokens(r->id) == r->num_computed_tokens)
+      << "swap_in of " << index_of(r->id) << " restored " << kv_->num_computed_tokens(r->id)
+      << " tokens, expected " << r->num_computed_tokens;
+  r->state = RequestState::kRunning;
+  r->admission_order = next_admission_++;
+  running_.push_back(r);
+  ++counters_.num_admitted;
+  ++counters_.num_swap_ins;
+  out.swapped_in.push_back(r->id);
+  // The "+1" block above makes this succeed; if it ever does not, the request simply waits for
+  // the next step as a running request.
+  const int64_t n = chunk_tokens(r);
+  if (n > 0 && kv_->allocate_slots(r->id, n) == AllocStatus::kOk) push_scheduled(r, n, out);
+  return st;
+}
+
+int64_t Scheduler::reserve_tokens() const {
+  if (cfg_.kv_reserve == KvReservePolicy::kNone ||
+      lengths_.num_samples() < size_t(cfg_.kv_reserve_min_samples)) {
+    return 0;
+  }
+  return int64_t(std::ceil(double(lengths_.p95()) * (1.0 + cfg_.kv_reserve_margin)));
+}
+
+int64_t Scheduler::expected_total_tokens(const Request* r) const {
+  const int64_t cap = std::min<int64_t>(max_len_, r->num_prompt_tokens + r->max_tokens);
+  return std::max(r->num_tokens(), std::min(cap, reserve_tokens()));
+}
+
+int64_t Scheduler::reserve_blocks_for(const Request* r, int64_t resident_tokens) const {
+  int64_t total = 0;
+  if (r->num_preemptions >= cfg_.protect_after_preemptions) {
+    // Limits thrashing: an often-preempted request comes back only with room to finish.
+    total = std::min<int64_t>(max_len_, r->num_prompt_tokens + r->max_tokens);
+  } else if (reserve_tokens() > 0) {
+    total = expected_total_tokens(r);
+  }
+  return std::max<int64_t>(0, blocks_for(total) - blocks_for(resident_tokens));
+}
+
+int64_t Scheduler::running_reserve_blocks() const {
+  int64_t sum = 0;
+  for (const Request* r : running_) sum += reserve_blocks_for(r, kv_->num_tokens(r->id));
+  return sum;
+}
+
+}  // namespace kvw

@@ -1,0 +1,387 @@
+// Scheduler behaviour with a fake engine (no model): token budget, decodes first, chunked
+// prefill, admission limits, preemption of the newest (recompute and swap), cancellation,
+// length limits, no starvation under a long random run, and the p95 reservation.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "sched_test_util.h"
+
+namespace kvw {
+namespace {
+
+using test::find_scheduled;
+using test::Harness;
+using test::tokens;
+
+KvManagerConfig kv_config(uint32_t num_blocks, uint32_t watermark = 0) {
+  return KvManagerConfig{.num_blocks = num_blocks, .block_size = 16, .watermark_blocks = watermark};
+}
+
+TEST(Scheduler, TokenBudgetIsRespectedAndDecodesComeFirst) {
+  Harness h(kv_config(64), SchedConfig{.max_num_batched_tokens = 32,
+                                       .max_num_seqs = 8,
+                                       .max_model_len = 512,
+                                       .long_prefill_chunk_tokens = 16});
+  // Prompt lengths 17 and 33 end in a 1-token chunk (16 + 1, 16 + 16 + 1), planned in the
+  // decode pass but still a prefill: it must be listed after the decodes.
+  const int32_t lens[4] = {40, 17, 33, 50};
+  for (uint64_t id = 1; id <= 4; ++id) h.add(id, tokens(lens[id - 1], int32_t(id) * 1000), 8);
+  int steps_with_both = 0;
+  while (h.sched.has_unfinished()) {
+    const size_t running_before = h.sched.num_running();
+    SchedulerOutput out = h.step();
+    ASSERT_LE(out.num_batched_tokens, 32);
+    bool seen_prefill = false;
+    int64_t decodes = 0;
+    for (const ScheduledSeq& s : out.scheduled) {
+      if (s.is_prefill) seen_prefill = true;
+      if (!s.is_prefill) {
+        EXPECT_FALSE(seen_prefill) << "a decode after a prefill chunk in step " << out.step;
+        EXPECT_EQ(s.num_tokens, 1);
+        ++decodes;
+      }
+      EXPECT_LE(s.num_tokens, 16);
+    }
+    if (decodes > 0 && seen_prefill) ++steps_with_both;
+    // With 4 requests a step can always take every running decode (4 <= 32 tokens).
+    (void)running_before;
+    ASSERT_LT(out.step, 1000u);
+  }
+  EXPECT_GT(steps_with_both, 0);
+  ASSERT_EQ(h.finished.size(), 4u);
+  for (const FinishedRequest& f : h.finished) EXPECT_EQ(f.reason, FinishReason::kLength);
+  EXPECT_EQ(h.kv.stats().num_used_blocks, 0u);
+}
+
+TEST(Scheduler, LongPromptIsChunkedAndInterleavedWithDecodes) {
+  Harness h(kv_config(128), SchedConfig{.max_num_batched_tokens = 64,
+                                        .max_num_seqs = 8,
+                                        .max_model_len = 2048,
+                                        .long_prefill_chunk_tokens = 32});
+  h.add(1, tokens(20, 0), 100);
+  h.step();  // prefill of 1
+  h.add(2, tokens(1000, 5000), 4);
+  int64_t next_pos = 0;
+  int chunks = 0;
+  while (next_pos < 1000) {
+    SchedulerOutput out = h.step();
+    const ScheduledSeq* a = find_scheduled(out, 1);
+    const ScheduledSeq* b = find_scheduled(out, 2);
+    ASSERT_NE(a, nullptr) << "request 1 must decode in every step of the long prefill";
+    EXPECT_FALSE(a->is_prefill);
+    EXPECT_EQ(out.scheduled.front().seq_id, SeqId{1});  // decodes first
+    ASSERT_NE(b, nullptr);
+    EXPECT_TRUE(b->is_prefill);
+    EXPECT_EQ(b->start_pos, next_pos);
+    EXPECT_EQ(b->num_tokens, std::min<int64_t>(32, 1000 - next_pos));
+    next_pos += b->num_tokens;
+    EXPECT_EQ(b->needs_logits, next_pos == 1000);
+    ++chunks;
+  }
+  EXPECT_EQ(chunks, 32);  // ceil(1000 / 32)
+  EXPECT_EQ(h.sched.find(SeqId{2})->num_output_tokens(), 1);
+}
+
+TEST(Scheduler, DecodesTakeTheBudgetBeforePrefills) {
+  Harness h(kv_config(64), SchedConfig{.max_num_batched_tokens = 8,
+                                       .max_num_seqs = 8,
+                                       .max_model_len = 512,
+                                       .long_prefill_chunk_tokens = 0});
+  for (uint64_t id = 1; id <= 6; ++id) h.add(id, tokens(4, int32_t(id) * 100), 50);
+  h.step();  // 2 prompts of 4 fill the budget
+  h.step();  // 2 decodes + 2 more prompts
+  h.step();  // 4 decodes + 1 prompt (4 tokens) ... budget 8
+  h.add(7, tokens(100, 9000), 4);
+  int steps_with_prefill = 0;
+  for (int i = 0; i < 10; ++i) {
+    int64_t ready = 0;  // running requests waiting for exactly one more token
+    for (uint64_t id = 1; id <= 6; ++id) {
+      const Request* r = h.sched.find(SeqId{id});
+      ready += r != nullptr && r->state == RequestState::kRunning && r->num_output_tokens() > 0 &&
+               r->num_tokens_to_compute() == 1;
+    }
+    SchedulerOutput out = h.step();
+    int64_t decodes = 0;
+    for (const ScheduledSeq& s : out.scheduled) decodes += s.is_prefill ? 0 : 1;
+    // Every ready decode is served before any prefill token, and the budget is used fully.
+    EXPECT_EQ(decodes, ready) << out.step;
+    EXPECT_EQ(out.num_batched_tokens, 8);
+    steps_with_prefill += find_scheduled(out, 7) != nullptr;
+  }
+  EXPECT_GT(steps_with_prefill, 5);
+}
+
+TEST(Scheduler, AdmissionStopsAtMaxNumSeqs) {
+  Harness h(kv_config(64), SchedConfig{.max_num_batched_tokens = 512, .max_num_seqs = 2});
+  for (uint64_t id = 1; id <= 5; ++id) h.add(id, tokens(20, int32_t(id) * 100), 3);
+  SchedulerOutput out = h.step();
+  EXPECT_EQ(out.scheduled.size(), 2u);
+  EXPECT_EQ(h.sched.num_running(), 2u);
+  EXPECT_EQ(h.sched.num_waiting(), 3u);
+  h.run_to_completion();
+  EXPECT_EQ(h.finished.size(), 5u);
+  EXPECT_EQ(h.sched.counters().num_admitted, 5u);
+}
+
+TEST(Scheduler, AdmissionKeepsBothWatermarksFree) {
+  // 11 blocks; KV watermark 2 + scheduler watermark 2 = 4 spare. Each prompt takes 3 blocks:
+  // 3 + 4 <= 11, then 3 + 4 <= 8, then 3 + 4 > 5: the third waits.
+  Harness h(kv_config(11, 2), SchedConfig{.max_num_batched_tokens = 512,
+                                          .max_num_seqs = 8,
+                                          .long_prefill_chunk_tokens = 0,
+                                          .watermark_blocks = 2});
+  for (uint64_t id = 1; id <= 3; ++id) h.add(id, tokens(48, int32_t(id) * 100), 2);
+  SchedulerOutput out = h.step();
+  EXPECT_EQ(out.scheduled.size(), 2u);
+  EXPECT_EQ(h.sched.find(SeqId{3})->state, RequestState::kWaiting);
+  EXPECT_EQ(h.kv.num_allocatable_blocks(), 5u);
+  h.run_to_completion();
+  EXPECT_EQ(h.finished.size(), 3u);
+  EXPECT_EQ(h.sched.counters().num_preemptions, 0u);
+}
+
+// 11 blocks of 16: A (96 tokens, 6 full blocks) and B (72 tokens, 5 blocks) fill the pool; A's
+// first decode needs a 7th block, so B, the newest, is preempted.
+class PreemptionTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(PreemptionTest, PreemptsNewestWhenDecodeCannotGrow) {
+  const bool with_swap = GetParam();
+  Harness h(
+      kv_config(11),
+      SchedConfig{.max_num_batched_tokens = 512, .max_num_seqs = 4, .long_prefill_chunk_tokens = 0},
+      with_swap ? 8 : 0);
+  h.add(1, tokens(96, 0), 4);
+  h.add(2, tokens(72, 1000), 4);
+  SchedulerOutput s1 = h.step();
+  ASSERT_EQ(s1.scheduled.size(), 2u);
+  SchedulerOutput s2 = h.step();
+  ASSERT_EQ(s2.preempted, std::vector<SeqId>{SeqId{2}});
+  ASSERT_NE(find_scheduled(s2, 1), nullptr);
+  EXPECT_EQ(find_scheduled(s2, 2), nullptr);
+  const Request* b = h.sched.find(SeqId{2});
+  EXPECT_EQ(b->num_preemptions, 1);
+  EXPECT_EQ(b->num_output_tokens(), 1);  // its sampled token is kept
+  if (with_swap) {
+    EXPECT_EQ(b->state, RequestState::kPreemptedSwapped);
+    EXPECT_EQ(b->num_computed_tokens, 72);
+    EXPECT_TRUE(h.kv.is_swapped(SeqId{2}));
+    EXPECT_EQ(h.sched.counters().num_swap_outs, 1u);
+  } else {
+    EXPECT_EQ(b->state, RequestState::kPreemptedRecompute);
+    EXPECT_EQ(b->num_computed_tokens, 0);
+    EXPECT_EQ(h.sched.counters().num_recomputes, 1u);
+  }
+  // B comes back once A has finished (A: 96 + 4 tokens = 7 blocks; B's 4 full blocks stay cached).
+  std::optional<ScheduledSeq> b_back;
+  while (h.sched.has_unfinished() && !b_back) {
+    SchedulerOutput out = h.step();
+    if (const ScheduledSeq* s = find_scheduled(out, 2)) {
+      b_back = *s;
+      EXPECT_EQ(out.swapped_in.size(), with_swap ? 1u : 0u);
+    }
+  }
+  ASSERT_TRUE(b_back.has_value());
+  EXPECT_EQ(h.reason_of(1), FinishReason::kLength);
+  if (with_swap) {
+    EXPECT_EQ(b_back->start_pos, 72);  // swapped back: decodes on at once
+    EXPECT_FALSE(b_back->is_prefill);
+    EXPECT_EQ(h.sched.counters().num_swap_ins, 1u);
+  } else {
+    // Recompute: the prefix cache revived B's 4 full blocks, only the rest is computed again.
+    EXPECT_EQ(b_back->start_pos, 64);
+    EXPECT_EQ(b_back->num_tokens, 73 - 64);
+  }
+  h.run_to_completion();
+  EXPECT_EQ(h.reason_of(2), FinishReason::kLength);
+  EXPECT_EQ(h.kv.stats().num_used_blocks, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(SwapOrRecompute, PreemptionTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Swap" : "Recompute"; });
+
+TEST(Scheduler, NextTurnReusesThePreviousTurnsKvIncludingItsOutput) {
+  Harness h(kv_config(32), SchedConfig{.max_num_batched_tokens = 512});
+  std::vector<int32_t> conv = tokens(40, 0);
+  h.add(1, conv, 10);
+  h.run_to_completion();
+  ASSERT_EQ(h.reason_of(1), FinishReason::kLength);
+  // Turn 2 = turn 1 prompt + its 10 outputs + a new user message. 49 of those 50 tokens had
+  // their KV computed (the last sampled one never ran), so 3 full blocks are cached.
+  for (int64_t pos = 40; pos < 50; ++pos) conv.push_back(test::fake_token(SeqId{1}, pos));
+  const std::vector<int32_t> user = tokens(20, 7000);
+  conv.insert(conv.end(), user.begin(), user.end());
+  h.add(2, conv, 4);
+  SchedulerOutput out = h.step();
+  const ScheduledSeq* s = find_scheduled(out, 2);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->start_pos, 48);
+  EXPECT_EQ(s->num_tokens, 70 - 48);
+}
+
+TEST(Scheduler, CancelFreesBlocksAtNextSchedule) {
+  Harness h(kv_config(32), SchedConfig{.max_num_batched_tokens = 512, .max_num_seqs = 1});
+  h.add(1, tokens(50, 0), 100);
+  h.add(2, tokens(30, 500), 100);  // waits behind max_num_seqs = 1
+  h.step();
+  EXPECT_GT(h.kv.stats().num_used_blocks, 0u);
+  EXPECT_TRUE(h.sched.cancel(SeqId{1}));
+  EXPECT_TRUE(h.sched.cancel(SeqId{2}));
+  EXPECT_FALSE(h.sched.cancel(SeqId{2}));  // already cancelled
+  EXPECT_FALSE(h.sched.cancel(SeqId{9}));  // unknown
+  SchedulerOutput out = h.step();
+  ASSERT_EQ(out.finished.size(), 2u);
+  EXPECT_EQ(out.finished[0].reason, FinishReason::kCancelled);
+  EXPECT_TRUE(out.scheduled.empty());
+  EXPECT_FALSE(h.kv.has_sequence(SeqId{1}));
+  EXPECT_EQ(h.kv.stats().num_used_blocks, 0u);
+  EXPECT_EQ(h.sched.find(SeqId{1}), nullptr);
+  EXPECT_FALSE(h.sched.has_unfinished());
+  EXPECT_EQ(h.sched.counters().finished(FinishReason::kCancelled), 2u);
+}
+
+TEST(Scheduler, ReachingMaxModelLenFinishesWithLength) {
+  Harness h(kv_config(32), SchedConfig{.max_num_batched_tokens = 512, .max_model_len = 64});
+  h.add(1, tokens(60, 0), 100);
+  h.run_to_completion();
+  ASSERT_EQ(h.finished.size(), 1u);
+  EXPECT_EQ(h.finished[0].reason, FinishReason::kLength);
+  EXPECT_EQ(h.sched.counters().finished(FinishReason::kLength), 1u);
+  EXPECT_EQ(h.kv.stats().num_used_blocks, 0u);
+}
+
+TEST(Scheduler, MaxModelLenIsClampedToThePool) {
+  Harness h(kv_config(4), SchedConfig{.max_num_batched_tokens = 64, .max_model_len = 4096});
+  EXPECT_EQ(h.sched.max_model_len(), 64);
+  EXPECT_FALSE(h.sched.add_request(RequestInput{.id = SeqId{1}, .prompt = tokens(64, 0)}).ok());
+  h.add(2, tokens(60, 0), 100);
+  h.run_to_completion();
+  EXPECT_EQ(h.reason_of(2), FinishReason::kLength);
+}
+
+TEST(Scheduler, EngineStopAndErrorFlagsFinishRequests) {
+  Harness h(kv_config(32), SchedConfig{.max_num_batched_tokens = 512});
+  h.add(1, tokens(10, 0), 100);
+  h.add(2, tokens(10, 100), 100);
+  h.step();
+  h.step([](SampledToken& t) {
+    t.stop = t.seq_id == SeqId{1};
+    t.error = t.seq_id == SeqId{2};
+  });
+  EXPECT_EQ(h.reason_of(1), FinishReason::kStop);
+  EXPECT_EQ(h.reason_of(2), FinishReason::kError);
+  EXPECT_FALSE(h.sched.has_unfinished());
+  EXPECT_EQ(h.kv.stats().num_used_blocks, 0u);
+}
+
+// Many requests with shared prefixes under a tiny pool: random arrivals, lengths, stops and
+// cancellations. Every request must finish (or be rejected at add_request); invariants hold
+// after every step; nothing leaks.
+void random_run(bool with_swap, uint32_t seed) {
+  Harness h(kv_config(40),
+            SchedConfig{
+                .max_num_batched_tokens = 96,
+                .max_num_seqs = 8,
+                .max_model_len = 512,
+                .long_prefill_chunk_tokens = 32,
+                .preemption_mode = with_swap ? PreemptionMode::kSwap : PreemptionMode::kRecompute},
+            with_swap ? 24 : 0);
+  std::mt19937 rng(seed);
+  const std::vector<int32_t> bases[3] = {tokens(300, 0), tokens(300, 10000), tokens(300, 20000)};
+  std::set<uint64_t> accepted;
+  int rejected = 0;
+  uint64_t next_id = 1;
+  std::set<uint64_t> live;
+  int32_t max_preemptions = 0;  // of any one request
+  for (int step = 0; step < 200000; ++step) {
+    if (next_id <= 300 && rng() % 3 == 0) {
+      const int32_t len = 1 + int32_t(rng() % 600);  // some exceed max_model_len - 1
+      std::vector<int32_t> prompt = bases[rng() % 3];
+      prompt.resize(size_t(std::min(len, 300)));
+      for (int32_t i = 300; i < len; ++i) prompt.push_back(int32_t(rng() % 1000));
+      const Status st = h.sched.add_request(RequestInput{
+          .id = SeqId{next_id}, .prompt = prompt, .max_tokens = 1 + int32_t(rng() % 200)});
+      if (st.ok()) {
+        accepted.insert(next_id);
+        live.insert(next_id);
+      } else {
+        ++rejected;
+      }
+      ++next_id;
+    }
+    if (!live.empty() && rng() % 200 == 0) {
+      auto it = live.begin();
+      std::advance(it, rng() % live.size());
+      h.sched.cancel(SeqId{*it});
+    }
+    h.step([&](SampledToken& t) { t.stop = rng() % 100 == 0; });
+    for (const FinishedRequest& f : h.last_finished) live.erase(index_of(f.seq_id));
+    for (uint64_t id : live) {
+      if (const Request* r = h.sched.find(SeqId{id})) {
+        max_preemptions = std::max(max_preemptions, r->num_preemptions);
+      }
+    }
+    if (next_id > 300 && !h.sched.has_unfinished()) break;
+  }
+  ASSERT_FALSE(h.sched.has_unfinished()) << "requests starved";
+  EXPECT_EQ(h.finished.size(), accepted.size());
+  EXPECT_GT(rejected, 0);
+  EXPECT_EQ(h.sched.counters().num_rejected, uint64_t(rejected));
+  EXPECT_GT(h.sched.counters().num_preemptions, 0u);
+  if (with_swap) {
+    EXPECT_GT(h.sched.counters().num_swap_ins, 0u);
+  }
+  EXPECT_EQ(h.kv.stats().num_used_blocks, 0u);
+  EXPECT_GT(h.kv.prefix_counters().num_hit_blocks, 0u);
+  // Thrashing is bounded: after protect_after_preemptions (2) a request is preempted only when
+  // no unprotected request is left, and it comes back only with room to finish.
+  EXPECT_LE(max_preemptions, 3);
+  const SchedCounters& c = h.sched.counters();
+  std::printf(
+      "random run swap=%d: accepted %zu rejected %d, preemptions %lu (swap %lu, recompute "
+      "%lu), max per request %d, finished stop %lu length %lu cancelled %lu, steps %lu\n",
+      int(with_swap), accepted.size(), rejected, c.num_preemptions, c.num_swap_outs,
+      c.num_recomputes, max_preemptions, c.finished(FinishReason::kStop),
+      c.finished(FinishReason::kLength), c.finished(FinishReason::kCancelled), c.num_steps);
+}
+
+class RandomLoadTest : public ::testing::TestWithParam<std::tuple<bool, uint32_t>> {};
+
+TEST_P(RandomLoadTest, EveryRequestFinishesOrIsRejected) {
+  random_run(std::get<0>(GetParam()), std::get<1>(GetParam()));
+}
+
+INSTANTIATE_TEST_SUITE_P(NoStarvation, RandomLoadTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(1u, 2u, 3u, 4u)));
+
+// Short prompts, long outputs: without a reservation the scheduler admits on prompt size and the
+// outputs then preempt each other; p95 reserves for the lengths seen so far.
+uint64_t preemptions_with(KvReservePolicy policy) {
+  Harness h(kv_config(64), SchedConfig{.max_num_batched_tokens = 256,
+                                       .max_num_seqs = 16,
+                                       .max_model_len = 1024,
+                                       .kv_reserve = policy,
+                                       .kv_reserve_min_samples = 8,
+                                       .preemption_mode = PreemptionMode::kRecompute});
+  std::mt19937 rng(7);
+  for (uint64_t id = 1; id <= 100; ++id) {
+    h.add(id, tokens(32, int32_t(id) * 1000), 150 + int32_t(rng() % 60));
+  }
+  const int steps = h.run_to_completion();
+  EXPECT_EQ(h.finished.size(), 100u);
+  std::printf("kv-reserve %s: preemptions %lu, steps %d, reserve %ld tokens\n", to_string(policy),
+              h.sched.counters().num_preemptions, steps, h.sched.reserve_tokens());
+  return h.sched.counters().num_preemptions;
+}
+
+TEST(Scheduler, P95ReservationReducesPreemptions) {
+  const uint64_t none = preemptions_with(KvReservePolicy::kNone);
+  const uint64_t p95 = preemptions_with(KvReservePolicy::kP95);
+  EXPECT_GT(none, 0u);
+  EXPECT_LT(p95, none);
+}
+
+}  // namespace
+}  // namespace kvw
