@@ -10,8 +10,9 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$JOBS"
 ctest --test-dir build --output-on-failure -j"$JOBS"
 
+# The sanitizer pass covers the unit tests only, so the binary and benchmarks are not built.
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKVW_SANITIZE=address,undefined \
-  -DKVW_BUILD_BENCH=OFF
+  -DKVW_BUILD_BENCH=OFF -DKVW_BUILD_APPS=OFF
 cmake --build build-asan -j"$JOBS"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan -L unit --output-on-failure -j"$JOBS"

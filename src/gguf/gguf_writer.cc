@@ -4,6 +4,8 @@
 
 #include "gguf/gguf_writer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -183,13 +185,23 @@ Status GgufWriter::write(const std::string& path) const {
     out.pad_to(alignment_);
   }
 
-  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "wb"), &std::fclose);
+  // Written beside the target and renamed into place: readers that mmap the old file (another
+  // process, a running server) keep a valid mapping, and a failed write leaves no half file.
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(tmp.c_str(), "wb"), &std::fclose);
   if (!file) return Error{path + ": cannot create: " + std::strerror(errno)};
-  if (std::fwrite(out.data().data(), 1, out.size(), file.get()) != out.size()) {
-    return Error{path + ": write failed: " + std::strerror(errno)};
+  const bool wrote = std::fwrite(out.data().data(), 1, out.size(), file.get()) == out.size();
+  const int write_errno = errno;
+  const bool closed = std::fclose(file.release()) == 0;
+  if (!wrote || !closed) {
+    std::remove(tmp.c_str());
+    return Error{path + ": write failed: " + std::strerror(wrote ? errno : write_errno)};
   }
-  if (std::fclose(file.release()) != 0)
-    return Error{path + ": close failed: " + std::strerror(errno)};
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    std::remove(tmp.c_str());
+    return Error{path + ": cannot replace: " + std::strerror(e)};
+  }
   return {};
 }
 
