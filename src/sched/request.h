@@ -26,20 +26,11 @@ enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
 const char* to_string(RequestState s);
 const char* to_string(FinishReason r);
 
-// Opaque to the scheduler: carried for the engine's sampler.
-struct SamplingParams {
-  float temperature = 0.0f;  // 0 = greedy
-  float top_p = 1.0f;
-  int32_t top_k = 0;  // 0 = off
-  uint64_t seed = 0;
-};
-
 // What a client submits (the scheduler copies it into a Request).
 struct RequestInput {
   SeqId id{0};
   std::vector<int32_t> prompt;  // token ids
   int32_t max_tokens = 16;      // output tokens at most (>= 1)
-  SamplingParams sampling;
   // Chat turn start offsets into `prompt` (ascending, first == 0; turn 0 is the system prompt).
   // Needed only by the sliding-window overflow policy.
   std::vector<int64_t> turn_starts;
@@ -52,7 +43,6 @@ struct Request {
   std::vector<int32_t> token_ids;
   int64_t num_prompt_tokens = 0;
   int32_t max_tokens = 0;
-  SamplingParams sampling;
   std::vector<int64_t> turn_starts;       // after overflow handling
   int64_t num_dropped_prompt_tokens = 0;  // removed by truncate-left / sliding-window
 

@@ -28,7 +28,6 @@ Status Scheduler::add_request(RequestInput input) {
   r->token_ids = std::move(fitted->tokens);
   r->num_prompt_tokens = r->num_tokens();
   r->max_tokens = input.max_tokens;
-  r->sampling = input.sampling;
   r->turn_starts = std::move(fitted->turn_starts);
   r->num_dropped_prompt_tokens = fitted->num_dropped_tokens;
   r->arrival_order = next_arrival_++;

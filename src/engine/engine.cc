@@ -1,0 +1,181 @@
+// Engine start-up (budget table, allocation), the client-facing calls and shutdown.
+// The step loop is in engine_loop.cc.
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "core/check.h"
+#include "core/log.h"
+#include "gguf/gguf_file.h"
+#include "planner/memory_plan.h"
+#include "planner/model_source.h"
+
+namespace kvw {
+namespace {
+
+planner::KvDtype to_planner(KvDtype d) {
+  switch (d) {
+    case KvDtype::kF32:
+      return planner::KvDtype::kF32;
+    case KvDtype::kF16:
+      return planner::KvDtype::kF16;
+    case KvDtype::kBF16:
+      return planner::KvDtype::kBF16;
+    case KvDtype::kInt8:
+      return planner::KvDtype::kInt8;
+  }
+  return planner::KvDtype::kF16;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& cfg) {
+  auto e = std::make_unique<Engine>(PassKey{});
+  KVW_RETURN_IF_ERROR(e->init(cfg));
+  e->thread_ = std::thread([raw = e.get()] { raw->run(); });
+  return e;
+}
+
+Status Engine::plan_budget(const GgufFile& file) {
+  auto shape = planner::shape_from_gguf(file);
+  if (!shape.ok()) return shape.error();
+  const int64_t n_vocab = shape->n_vocab;
+  const int64_t logit_rows =
+      std::min<int64_t>(cfg_.sched.max_num_seqs, cfg_.sched.max_num_batched_tokens);
+  planner::EngineOptions opt;
+  opt.max_num_batched_tokens = cfg_.sched.max_num_batched_tokens;
+  opt.block_size = cfg_.block_size;
+  opt.kv_dtype = to_planner(cfg_.kv_dtype);
+  opt.n_threads =
+      cfg_.n_threads > 0 ? cfg_.n_threads : std::max(1u, std::thread::hardware_concurrency());
+  opt.memory_budget_bytes = cfg_.memory_budget_bytes;
+  opt.max_model_len = cfg_.sched.max_model_len;
+  opt.max_num_seqs = cfg_.sched.max_num_seqs;
+  // The engine's logits buffer is not in the planner's workspace formula; it joins the reserve.
+  opt.reserve_bytes = cfg_.reserve_bytes + (uint64_t)(logit_rows * n_vocab) * sizeof(float);
+  auto table = planner::plan_engine_budget(*shape, opt);
+  if (!table.ok()) {
+    // Show what the fixed rows need: the same plan without a budget, for one short sequence.
+    planner::EngineOptions need = opt;
+    need.memory_budget_bytes = 0;
+    need.max_model_len = cfg_.block_size;
+    need.max_num_seqs = 1;
+    auto fixed = planner::plan_engine_budget(*shape, need);
+    std::string msg = "memory budget too small: " + table.message();
+    if (fixed.ok()) msg += "\nminimum (one KV block):\n" + fixed->to_string();
+    msg += "raise --memory-budget (now " +
+           planner::format_bytes((int64_t)cfg_.memory_budget_bytes) +
+           "), or lower --max-num-batched-tokens / --max-num-seqs";
+    return Error{msg};
+  }
+  budget_ = *table;
+  if (budget_.num_blocks > UINT32_MAX - 1) budget_.num_blocks = UINT32_MAX - 1;
+  LOG(INFO, engine) << "memory budget "
+                    << (cfg_.memory_budget_bytes
+                            ? planner::format_bytes((int64_t)cfg_.memory_budget_bytes)
+                            : std::string("(none: max_num_seqs x max_model_len)"))
+                    << " (reserve includes " << logit_rows << " x " << n_vocab << " f32 logits):\n"
+                    << budget_.to_string();
+  return Status::ok_status();
+}
+
+Status Engine::init(const EngineConfig& cfg) {
+  KVW_RETURN_IF_ERROR(cfg.validate());
+  cfg_ = cfg;
+  {
+    auto file = GgufFile::open(cfg.model_path);  // plan before allocating anything
+    if (!file.ok()) return file.error();
+    KVW_RETURN_IF_ERROR(plan_budget(**file));
+  }
+  ModelOptions mo;
+  mo.n_threads = cfg.n_threads;
+  mo.max_batch_tokens = (int32_t)cfg.sched.max_num_batched_tokens;
+  auto model = Model::load(cfg.model_path, mo);
+  if (!model.ok()) return model.error();
+  model_ = std::move(*model);
+  if (model_->workspace_bytes() != budget_.workspace_bytes) {
+    LOG(WARN, engine) << "workspace " << model_->workspace_bytes() << " B, planned "
+                      << budget_.workspace_bytes << " B";
+  }
+  auto tok = Tokenizer::from_gguf(model_->file());
+  if (!tok.ok()) return tok.error();
+  tokenizer_ = std::move(*tok);
+
+  const auto num_blocks = (uint32_t)budget_.num_blocks;
+  arena_ = std::make_unique<KvArena>(model_->kv_config(num_blocks, cfg.block_size, cfg.kv_dtype));
+  KvManagerConfig kc{.num_blocks = num_blocks,
+                     .block_size = cfg.block_size,
+                     .enable_prefix_caching = cfg.enable_prefix_caching,
+                     .watermark_blocks = cfg.watermark_blocks};
+  KVW_RETURN_IF_ERROR(kc.validate());
+  kv_ = std::make_unique<KvManager>(kc, arena_.get());
+  if (cfg.swap_bytes > 0) {
+    auto swap = SwapSpace::open(SwapConfig{.path = cfg.swap_path, .swap_bytes = cfg.swap_bytes},
+                                arena_.get());
+    if (!swap.ok()) return swap.error();
+    kv_->attach_swap(std::move(*swap));
+    LOG(INFO, engine) << "swap tier " << planner::format_bytes((int64_t)cfg.swap_bytes) << " at "
+                      << cfg.swap_path;
+  }
+  sched_ = std::make_unique<Scheduler>(cfg.sched, kv_.get());
+  queue_ = std::make_unique<RequestQueue>(cfg.request_queue_capacity);
+  const int64_t rows = std::min<int64_t>(cfg.sched.max_num_seqs, cfg.sched.max_num_batched_tokens);
+  logits_.resize((size_t)(rows * model_->hparams().n_vocab));
+  inputs_.reserve((size_t)rows);
+  sampled_.reserve((size_t)rows);
+  LOG(INFO, engine) << num_blocks << " KV blocks of " << cfg.block_size << " tokens, "
+                    << kv_dtype_name(cfg.kv_dtype) << ", max_model_len " << sched_->max_model_len()
+                    << ", " << model_->num_threads() << " threads";
+  return Status::ok_status();
+}
+
+Engine::~Engine() {
+  shutdown();
+}
+
+Result<std::shared_ptr<TokenChannel>> Engine::submit(GenerationRequest req) {
+  if (req.prompt.empty()) return Error{"empty prompt"};
+  if (req.max_tokens < 1) return Error{"max_tokens must be >= 1"};
+  const int32_t n_vocab = model_->hparams().n_vocab;
+  for (int32_t t : req.prompt) {
+    if (t < 0 || t >= n_vocab) {
+      return Error{"prompt token " + std::to_string(t) + " outside the vocabulary [0, " +
+                   std::to_string(n_vocab) + ")"};
+    }
+  }
+  auto sampler = SeqSampler::create(req.sampling, n_vocab);  // validates before queueing
+  if (!sampler.ok()) return sampler.error();
+  const uint64_t id = next_request_id_.fetch_add(1);
+  auto channel = std::make_shared<TokenChannel>(id, req.max_tokens);
+  PendingRequest p{.request_id = id, .request = std::move(req), .channel = channel};
+  if (!queue_->try_push(std::move(p))) {
+    if (queue_->closed()) return Error{"engine is shut down"};
+    return Error{"request queue full (" + std::to_string(queue_->capacity()) +
+                 " waiting): retry later"};
+  }
+  return channel;
+}
+
+bool Engine::cancel(uint64_t request_id) {
+  return queue_->push_cancel(request_id);
+}
+
+void Engine::shutdown() {
+  if (joined_.exchange(true)) return;
+  if (!queue_) return;  // create() failed before the queue and thread existed
+  queue_->close();
+  if (thread_.joinable()) thread_.join();
+}
+
+const KvManager& Engine::kv_manager() const {
+  CHECK(joined_.load() && !thread_.joinable()) << "kv_manager() while the engine thread runs";
+  return *kv_;
+}
+
+const Scheduler& Engine::scheduler() const {
+  CHECK(joined_.load() && !thread_.joinable()) << "scheduler() while the engine thread runs";
+  return *sched_;
+}
+
+}  // namespace kvw

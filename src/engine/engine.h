@@ -1,0 +1,109 @@
+// engine/engine.h: continuous-batching inference over one model under a hard memory budget.
+// create() plans weights + workspace + KV pool + reserve against --memory-budget, logs the table
+// and allocates everything once; then one engine thread loops
+//   drain submissions -> Scheduler::schedule -> Model::forward -> numerics guard + sample
+//   -> Scheduler::update_from_output -> emit tokens to the per-request channels.
+// Ownership: the Engine owns the model, the KV arena, the KvManager and the Scheduler; only the
+// engine thread touches them while it runs. submit/cancel/stats/shutdown are thread-safe.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/engine_config.h"
+#include "engine/queues.h"
+#include "engine/seq_sampler.h"
+#include "kv/kv_arena.h"
+#include "kv/kv_manager.h"
+#include "model/model.h"
+#include "planner/engine_budget.h"
+#include "sched/scheduler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvw {
+
+class Engine {
+  struct PassKey {  // lets create() use make_unique while keeping construction private
+    explicit PassKey() = default;
+  };
+
+ public:
+  explicit Engine(PassKey) {}  // use create()
+  // Loads the model, plans and allocates the pools, starts the engine thread. Errors: a bad
+  // config or model file, a swap file that cannot be created, or a budget too small; the
+  // last one carries the budget table and names --memory-budget.
+  static Result<std::unique_ptr<Engine>> create(const EngineConfig& cfg);
+  ~Engine();  // shutdown()
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request; its tokens and end arrive on the returned channel (channel->request_id()
+  // is the id for cancel()). Errors (nothing queued): empty prompt, max_tokens < 1, token ids
+  // out of range, bad sampling values, queue full ("retry later": back-pressure), shut down.
+  // Requests the scheduler refuses (e.g. prompt over --max-model-len) end on the channel with
+  // FinishReason::kError and the scheduler's message.
+  Result<std::shared_ptr<TokenChannel>> submit(GenerationRequest req);
+  // Asks the engine to cancel: the request ends with kCancelled and its blocks are freed at the
+  // next step. False once shut down.
+  bool cancel(uint64_t request_id);
+  // Stops the engine thread after its current step and joins it. Queued and running requests end
+  // with kError ("engine shut down") and their blocks are freed. Idempotent; never terminates.
+  void shutdown();
+
+  const planner::BudgetTable& budget() const { return budget_; }
+  const Model& model() const { return *model_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  EngineStats stats() const { return stats_box_.read(); }
+  // Only after shutdown() (the engine thread no longer runs).
+  const KvManager& kv_manager() const;
+  const Scheduler& scheduler() const;
+
+ private:
+  struct Live {  // a request the scheduler knows (engine thread only)
+    std::shared_ptr<TokenChannel> channel;
+    std::unique_ptr<SeqSampler> sampler;
+    bool ignore_eos = false;
+    std::string error;  // set by the numerics guard, sent with kError
+  };
+  Status init(const EngineConfig& cfg);
+  Status plan_budget(const GgufFile& file);
+  void run();
+  void admit_pending();
+  bool step();  // false when nothing was scheduled
+  void sample_rows(const SchedulerOutput& out);
+  void publish_and_emit();
+  void finish_live(uint64_t id, FinishReason reason, const std::string& error);
+  void drain_at_shutdown();
+
+  EngineConfig cfg_;
+  planner::BudgetTable budget_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<KvArena> arena_;
+  std::unique_ptr<KvManager> kv_;
+  std::unique_ptr<Scheduler> sched_;
+  std::unique_ptr<RequestQueue> queue_;
+  StatsBox stats_box_;
+  std::atomic<uint64_t> next_request_id_{1};
+  std::atomic<bool> joined_{false};
+  std::thread thread_;
+
+  // Engine thread only.
+  std::unordered_map<uint64_t, Live> live_;
+  EngineStats stats_;
+  std::vector<float> logits_;          // [min(max_num_seqs, max_num_batched_tokens)][n_vocab] f32
+  std::vector<SeqInput> inputs_;       // per-step batch, reused
+  std::vector<SampledToken> sampled_;  // per-step samples, reused
+  std::vector<PendingRequest> pending_;
+  std::vector<uint64_t> cancels_;
+  // Emitted at the end of the step, after the stats that reflect it are published.
+  std::vector<std::pair<uint64_t, int32_t>> emit_tokens_;
+  std::vector<FinishedRequest> emit_finished_;
+};
+
+}  // namespace kvw

@@ -1,0 +1,52 @@
+// engine/engine_config.h: the engine's start-up knobs (model, threads, --memory-budget, KV
+// layout, swap tier, scheduler policies) and the memory-budget parser. Plain aggregate;
+// validate() before use. Thread safety: immutable after construction.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/kv_dtype.h"
+#include "core/status.h"
+#include "sched/sched_config.h"
+
+namespace kvw {
+
+struct EngineConfig {
+  std::string model_path;  // GGUF file
+  int n_threads = 0;       // forward worker threads; 0 = all cores
+  // --memory-budget, resolved to bytes (parse_memory_budget). 0: no budget; the KV pool is then
+  // sized for sched.max_num_seqs sequences of sched.max_model_len tokens.
+  uint64_t memory_budget_bytes = 0;
+  uint64_t reserve_bytes = uint64_t{64} << 20;  // tokenizer, norms, stacks, allocator slack
+  int32_t block_size = 16;                      // tokens per KV block
+  KvDtype kv_dtype = KvDtype::kF16;
+  bool enable_prefix_caching = true;
+  uint32_t watermark_blocks = 0;  // KvManagerConfig::watermark_blocks
+  uint64_t swap_bytes = 0;        // --swap-space; 0 = no swap tier
+  std::string swap_path;          // swap file location (needed when swap_bytes > 0)
+  // --max-num-batched-tokens (also the forward workspace size), --max-num-seqs,
+  // --max-model-len, --kv-reserve, --overflow, preemption mode.
+  SchedConfig sched;
+  size_t request_queue_capacity = 1024;      // submissions waiting for the engine thread
+  bool check_invariants_every_step = false;  // tests: KvManager + Scheduler CHECKs each step
+
+  Status validate() const;  // messages name the flag
+};
+
+// Parses --memory-budget: bytes ("8589934592"), with a binary suffix ("8G", "512MiB", "1.5GB"
+// = GiB), or a percentage ("75%") of min(machine memory, cgroup limit) given as
+// `machine_limit_bytes`. Errors name the flag and the text.
+Result<uint64_t> parse_memory_budget(std::string_view text, uint64_t machine_limit_bytes);
+
+// min(MemTotal of /proc/meminfo, /sys/fs/cgroup/memory.max when it is a number). 0 when neither
+// can be read.
+uint64_t machine_memory_limit_bytes();
+
+// Pure parts of the above, for tests: MemTotal in bytes from /proc/meminfo text (0 if absent),
+// and a cgroup v2 memory.max value (0 for "max" or garbage).
+uint64_t parse_meminfo_total(std::string_view meminfo);
+uint64_t parse_cgroup_memory_max(std::string_view text);
+
+}  // namespace kvw

@@ -1,0 +1,187 @@
+// The engine thread: drain -> schedule -> forward -> guard + sample -> update -> emit.
+#include <chrono>
+#include <span>
+
+#include "core/check.h"
+#include "core/log.h"
+#include "engine/engine.h"
+
+namespace kvw {
+namespace {
+
+uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
+  return (uint64_t)std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now() - since)
+      .count();
+}
+
+}  // namespace
+
+void Engine::run() {
+  using namespace std::chrono_literals;
+  while (true) {
+    admit_pending();
+    if (queue_->closed()) break;
+    if (!sched_->has_unfinished()) {
+      publish_and_emit();
+      queue_->wait_for_work(100ms);
+      continue;
+    }
+    // Nothing schedulable (all waiting on memory that no running request will free) should
+    // not happen; back off rather than spin if it does.
+    if (!step()) queue_->wait_for_work(1ms);
+  }
+  drain_at_shutdown();
+}
+
+void Engine::admit_pending() {
+  pending_.clear();
+  cancels_.clear();
+  queue_->drain(pending_, cancels_);
+  for (PendingRequest& p : pending_) {
+    const uint64_t id = p.request_id;
+    auto sampler = SeqSampler::create(p.request.sampling, model_->hparams().n_vocab);
+    CHECK(sampler.ok()) << "submit() validated the sampling of request " << id;
+    RequestInput in{.id = SeqId{id},
+                    .prompt = std::move(p.request.prompt),
+                    .max_tokens = p.request.max_tokens,
+                    .turn_starts = std::move(p.request.turn_starts)};
+    Status st = sched_->add_request(std::move(in));
+    if (!st.ok()) {
+      ++stats_.num_rejected;
+      ++stats_.num_finished;
+      LOG(INFO, engine) << "request " << id << " rejected: " << st.message();
+      p.channel->finish(FinishReason::kError, st.message());
+      continue;
+    }
+    live_.emplace(id, Live{.channel = std::move(p.channel),
+                           .sampler = std::move(*sampler),
+                           .ignore_eos = p.request.ignore_eos,
+                           .error = {}});
+  }
+  for (uint64_t id : cancels_) sched_->cancel(SeqId{id});  // unknown or finished: ignored
+}
+
+bool Engine::step() {
+  auto t0 = std::chrono::steady_clock::now();
+  SchedulerOutput out = sched_->schedule();
+  stats_.schedule_ns += elapsed_ns(t0);
+  for (const FinishedRequest& f : out.finished) emit_finished_.push_back(f);
+  if (out.empty()) {
+    sched_->update_from_output(out, {});
+    publish_and_emit();
+    return false;
+  }
+  inputs_.clear();
+  for (const ScheduledSeq& s : out.scheduled) {
+    const Request* r = sched_->find(s.seq_id);
+    CHECK(r != nullptr) << "scheduled request " << index_of(s.seq_id) << " unknown";
+    inputs_.push_back(SeqInput{.tokens = std::span<const int32_t>(r->token_ids)
+                                             .subspan((size_t)s.start_pos, (size_t)s.num_tokens),
+                               .start_pos = s.start_pos,
+                               .block_table = as_indices(kv_->block_table(s.seq_id)),
+                               .all_logits = false});
+  }
+  CHECK((size_t)Model::num_logit_rows(inputs_) * model_->hparams().n_vocab <= logits_.size());
+  t0 = std::chrono::steady_clock::now();
+  // Inputs are validated at submit and block tables come from the KvManager, so a refusal here
+  // is a broken invariant, not bad input.
+  Status st = model_->forward(inputs_, *arena_, logits_.data());
+  CHECK(st.ok()) << "forward of step " << out.step << ": " << st.message();
+  stats_.forward_ns += elapsed_ns(t0);
+
+  t0 = std::chrono::steady_clock::now();
+  sample_rows(out);
+  stats_.sample_ns += elapsed_ns(t0);
+
+  t0 = std::chrono::steady_clock::now();
+  std::vector<FinishedRequest> done = sched_->update_from_output(out, sampled_);
+  stats_.schedule_ns += elapsed_ns(t0);
+  for (const SampledToken& t : sampled_) {
+    if (!t.error) emit_tokens_.emplace_back(index_of(t.seq_id), t.token_id);
+  }
+  for (const FinishedRequest& f : done) emit_finished_.push_back(f);
+  ++stats_.num_steps;
+  if (cfg_.check_invariants_every_step) {
+    kv_->check_invariants();
+    sched_->check_invariants();
+  }
+  publish_and_emit();
+  return true;
+}
+
+void Engine::sample_rows(const SchedulerOutput& out) {
+  const int32_t n_vocab = model_->hparams().n_vocab;
+  sampled_.clear();
+  // One logit row per scheduled sequence (all_logits is off), in batch order.
+  for (size_t i = 0; i < out.scheduled.size(); ++i) {
+    const ScheduledSeq& s = out.scheduled[i];
+    if (!s.needs_logits) continue;
+    const float* row = logits_.data() + i * (size_t)n_vocab;
+    const uint64_t id = index_of(s.seq_id);
+    Live& live = live_.at(id);
+    SampledToken t{.seq_id = s.seq_id, .token_id = 0, .stop = false, .error = false};
+    if (!all_finite(row, n_vocab)) {
+      t.error = true;
+      ++stats_.num_numerics_errors;
+      live.error = "numerics guard: non-finite logits (NaN/Inf) at position " +
+                   std::to_string(s.start_pos + s.num_tokens - 1);
+      LOG(WARN, engine) << "request " << id << ": " << live.error;
+    } else {
+      const Request* r = sched_->find(s.seq_id);
+      t.token_id = live.sampler->sample(row, r->token_ids);
+      t.stop = !live.ignore_eos && tokenizer_->is_end_of_generation(t.token_id);
+    }
+    sampled_.push_back(t);
+  }
+}
+
+void Engine::publish_and_emit() {
+  const SchedCounters& c = sched_->counters();
+  stats_.num_preemptions = c.num_preemptions;
+  stats_.num_swap_outs = c.num_swap_outs;
+  stats_.num_swap_ins = c.num_swap_ins;
+  stats_.num_blocks = kv_->num_blocks();
+  stats_.num_allocatable_blocks = kv_->num_allocatable_blocks();
+  stats_.num_kv_sequences = kv_->num_sequences();
+  stats_.num_running = sched_->num_running();
+  stats_.num_waiting = sched_->num_waiting();
+  stats_.num_generated_tokens += emit_tokens_.size();
+  stats_.num_finished += emit_finished_.size();
+  stats_box_.publish(stats_);
+  // After publishing: a client that sees its request end also sees the freed blocks.
+  for (const auto& [id, token] : emit_tokens_) live_.at(id).channel->push_token(token);
+  emit_tokens_.clear();
+  for (const FinishedRequest& f : emit_finished_) {
+    finish_live(index_of(f.seq_id), f.reason, {});
+  }
+  emit_finished_.clear();
+}
+
+void Engine::finish_live(uint64_t id, FinishReason reason, const std::string& error) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
+  std::string msg = !error.empty() ? error : it->second.error;
+  if (reason == FinishReason::kError && msg.empty()) msg = "request failed";
+  it->second.channel->finish(reason, std::move(msg));
+  live_.erase(it);
+}
+
+void Engine::drain_at_shutdown() {
+  // Submissions that raced with close(): refuse them.
+  admit_pending();
+  // Cancel everything live so the KvManager ends with every block free, then fail the channels.
+  for (const auto& [id, live] : live_) sched_->cancel(SeqId{id});
+  SchedulerOutput out = sched_->schedule();
+  CHECK(out.empty()) << "every request was cancelled, yet " << out.scheduled.size()
+                     << " were scheduled";
+  sched_->update_from_output(out, {});
+  std::vector<uint64_t> ids;
+  for (const auto& [id, live] : live_) ids.push_back(id);
+  for (uint64_t id : ids) finish_live(id, FinishReason::kError, "engine shut down");
+  emit_tokens_.clear();
+  emit_finished_.clear();
+  publish_and_emit();
+}
+
+}  // namespace kvw

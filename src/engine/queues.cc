@@ -1,0 +1,135 @@
+#include "engine/queues.h"
+
+#include <utility>
+
+#include "core/check.h"
+
+namespace kvw {
+
+TokenChannel::TokenChannel(uint64_t request_id, int32_t max_tokens)
+    : request_id_(request_id), max_tokens_(max_tokens) {}
+
+void TokenChannel::push_token(int32_t token_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    CHECK(!finished_) << "request " << request_id_ << ": token after finish";
+    CHECK(num_pushed_ < max_tokens_)
+        << "request " << request_id_ << ": more than " << max_tokens_ << " tokens";
+    tokens_.push_back(token_id);
+    ++num_pushed_;
+  }
+  cv_.notify_all();
+}
+
+void TokenChannel::finish(FinishReason reason, std::string error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    finished_ = true;
+    final_.kind = ChannelEvent::Kind::kFinished;
+    final_.reason = reason;
+    final_.error = std::move(error);
+  }
+  cv_.notify_all();
+}
+
+std::optional<ChannelEvent> TokenChannel::pop_locked() {
+  if (!tokens_.empty()) {
+    ChannelEvent ev;
+    ev.token_id = tokens_.front();
+    tokens_.pop_front();
+    return ev;
+  }
+  if (finished_) return final_;
+  return std::nullopt;
+}
+
+ChannelEvent TokenChannel::next() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !tokens_.empty() || finished_; });
+  return *pop_locked();
+}
+
+std::optional<ChannelEvent> TokenChannel::next_for(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return !tokens_.empty() || finished_; });
+  return pop_locked();
+}
+
+bool TokenChannel::finished() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return finished_;
+}
+
+TokenChannel::Collected TokenChannel::collect() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return finished_; });
+  Collected c;
+  c.tokens.assign(tokens_.begin(), tokens_.end());
+  tokens_.clear();
+  c.reason = final_.reason;
+  c.error = final_.error;
+  return c;
+}
+
+RequestQueue::RequestQueue(size_t capacity) : capacity_(capacity) {
+  CHECK(capacity > 0) << "request queue capacity must be >= 1";
+}
+
+bool RequestQueue::try_push(PendingRequest&& p) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_ || requests_.size() >= capacity_) return false;
+    requests_.push_back(std::move(p));
+  }
+  cv_.notify_one();
+  return true;
+}
+
+bool RequestQueue::push_cancel(uint64_t request_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return false;
+    cancels_.push_back(request_id);
+  }
+  cv_.notify_one();
+  return true;
+}
+
+void RequestQueue::drain(std::vector<PendingRequest>& requests, std::vector<uint64_t>& cancels) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& p : requests_) requests.push_back(std::move(p));
+  requests_.clear();
+  cancels.insert(cancels.end(), cancels_.begin(), cancels_.end());
+  cancels_.clear();
+}
+
+void RequestQueue::wait_for_work(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return closed_ || !requests_.empty() || !cancels_.empty(); });
+}
+
+void RequestQueue::close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool RequestQueue::closed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return closed_;
+}
+
+void StatsBox::publish(const EngineStats& s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_ = s;
+}
+
+EngineStats StatsBox::read() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+}  // namespace kvw

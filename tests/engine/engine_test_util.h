@@ -1,0 +1,26 @@
+// tests/engine/engine_test_util.h: shared helpers for the engine tests: generated models, a
+// budget sized in KV blocks, and running requests to completion.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace kvw::testutil {
+
+// A generated llama model (MakeModelSpec defaults, `seed`) in the test temp dir.
+std::string tiny_model_path(uint64_t seed = 1);
+// Copy of `src` whose token_embd row `token` is set to `value` (f32 models only).
+std::string poisoned_model_path(const std::string& src, int32_t token, float value);
+// Config over `model` whose budget leaves exactly `num_blocks` KV blocks.
+EngineConfig config_with_blocks(const std::string& model, uint32_t num_blocks);
+// Distinct prompts of `len` tokens from the non-special range of the vocabulary.
+std::vector<int32_t> prompt(uint64_t seed, int len, int32_t n_vocab);
+
+std::unique_ptr<Engine> make_engine(const EngineConfig& cfg);
+TokenChannel::Collected run_one(Engine& e, const GenerationRequest& r);
+
+}  // namespace kvw::testutil
