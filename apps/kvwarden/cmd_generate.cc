@@ -17,7 +17,7 @@ struct GenerateFlags {
   std::vector<std::string> stop;
   int32_t max_tokens = 128, ctx_size = 0, block_size = 16, batch_size = 256;
   int threads = 0;
-  float rope_scale = 0, rope_freq_base = 0;
+  float rope_scale = 0, rope_freq_base = 0, activation_clamp = 0;
   int32_t rope_orig_ctx = 0;
   SamplingParams sampling;
   bool seed_given = false;
@@ -72,6 +72,7 @@ int run(GenerateFlags f) {
   ModelOptions opt;
   opt.n_threads = f.threads;
   opt.max_batch_tokens = f.batch_size;
+  opt.activation_clamp = f.activation_clamp;
   if (!f.rope_scaling.empty()) {
     auto rs = parse_rope_scaling(f.rope_scaling);
     if (!rs) return fail("--rope-scaling: " + rs.message(), 2);
@@ -204,6 +205,9 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--rope-scale", f->rope_scale, "Override the RoPE context extension factor");
   cmd->add_option("--rope-freq-base", f->rope_freq_base, "Override the RoPE frequency base");
   cmd->add_option("--yarn-orig-ctx", f->rope_orig_ctx, "Override YaRN's original context length");
+  cmd->add_option("--activation-clamp", f->activation_clamp,
+                  "Clamp residual activations to [-c, c] (0: off)")
+      ->check(CLI::NonNegativeNumber);
   cmd->callback([f, cmd, &exit_code] {
     if (cmd->count("--seed") == 0) {
       f->sampling.seed = (uint64_t)std::chrono::steady_clock::now().time_since_epoch().count();

@@ -91,6 +91,7 @@ Status Engine::init(const EngineConfig& cfg) {
   ModelOptions mo;
   mo.n_threads = cfg.n_threads;
   mo.max_batch_tokens = (int32_t)cfg.sched.max_num_batched_tokens;
+  mo.activation_clamp = cfg.activation_clamp;
   auto model = Model::load(cfg.model_path, mo);
   if (!model.ok()) return model.error();
   model_ = std::move(*model);

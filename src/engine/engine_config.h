@@ -29,6 +29,7 @@ struct EngineConfig {
   // --max-num-batched-tokens (also the forward workspace size), --max-num-seqs,
   // --max-model-len, --kv-reserve, --overflow, preemption mode.
   SchedConfig sched;
+  float activation_clamp = 0.0f;             // --activation-clamp (ModelOptions); 0 = off
   size_t request_queue_capacity = 1024;      // submissions waiting for the engine thread
   bool check_invariants_every_step = false;  // tests: KvManager + Scheduler CHECKs each step
 

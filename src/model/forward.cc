@@ -48,6 +48,16 @@ kernels::KvLayerView kv_head_view(const kernels::KvLayerView& v, int32_t g) {
   return out;
 }
 
+// Residual update x += add (add may be null), then the optional activation clamp.
+void residual(float* x, const float* add, int64_t n, float clamp) {
+  if (add != nullptr) {
+    for (int64_t i = 0; i < n; ++i) x[i] += add[i];
+  }
+  if (clamp > 0.0f) {
+    for (int64_t i = 0; i < n; ++i) x[i] = std::clamp(x[i], -clamp, clamp);
+  }
+}
+
 bool uses_q8_0(GgmlType t) {
   return t == GgmlType::kQ4_0 || t == GgmlType::kQ8_0;
 }
@@ -95,6 +105,7 @@ Status Model::forward(std::span<const SeqInput> seqs, KvArena& kv, float* logits
       const auto* row =
           static_cast<const uint8_t*>(w_.token_embd.data) + id * w_.token_embd.row_bytes;
       dequantize_row(w_.token_embd.type, row, x_.data() + t * d, d);
+      residual(x_.data() + t * d, nullptr, d, clamp_);
       rope_.cos_sin(tok_[t].pos, cs_.data() + t * hp_.rope.n_rot);
     }
   });
@@ -114,9 +125,7 @@ void Model::run_layer(int32_t l, KvArena& kv, int64_t n_tokens) {
   pool_.run([&](int ith, int nth) {
     auto [b, e] = share(n_tokens, ith, nth);
     for (int64_t t = b; t < e; ++t) {
-      if (l > 0) {
-        for (int64_t i = 0; i < d; ++i) x_[t * d + i] += tmp_[t * d + i];
-      }
+      if (l > 0) residual(x_.data() + t * d, tmp_.data() + t * d, d, clamp_);
       kt.rmsnorm(x_.data() + t * d, L.attn_norm.data(), d, hp_.norm_eps, xn + t * d);
       quantize_for(L.wq, xn, t, d);
       if (L.wk.type != L.wq.type) quantize_for(L.wk, xn, t, d);
@@ -176,7 +185,7 @@ void Model::run_layer(int32_t l, KvArena& kv, int64_t n_tokens) {
   pool_.run([&](int ith, int nth) {
     auto [b, e] = share(n_tokens, ith, nth);
     for (int64_t t = b; t < e; ++t) {
-      for (int64_t i = 0; i < d; ++i) x_[t * d + i] += tmp_[t * d + i];
+      residual(x_.data() + t * d, tmp_.data() + t * d, d, clamp_);
       kt.rmsnorm(x_.data() + t * d, L.ffn_norm.data(), d, hp_.norm_eps, xn + t * d);
       quantize_for(L.gate, xn, t, d);
       if (L.up.type != L.gate.type) quantize_for(L.up, xn, t, d);
@@ -209,7 +218,7 @@ void Model::compute_logits(int64_t n_rows, float* logits) {
     for (int64_t r = b; r < e; ++r) {
       const int64_t t = logit_src_[r];
       float* x = x_.data() + t * d;
-      for (int64_t i = 0; i < d; ++i) x[i] += tmp_[t * d + i];
+      residual(x, tmp_.data() + t * d, d, clamp_);
       kt.rmsnorm(x, w_.output_norm.data(), d, hp_.norm_eps, xn + r * d);
       quantize_for(w_.output, xn, r, d);
     }

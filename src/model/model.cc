@@ -39,7 +39,8 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
       w_(std::move(w)),
       rope_(hp_.rope, w_.rope_freqs),
       pool_(opt.n_threads),
-      max_tokens_(opt.max_batch_tokens) {
+      max_tokens_(opt.max_batch_tokens),
+      clamp_(opt.activation_clamp) {
   const int64_t T = max_tokens_;
   const int64_t max_in = std::max({hp_.n_embd, hp_.q_dim(), hp_.n_ff});
   tok_.resize(T);

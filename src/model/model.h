@@ -34,6 +34,10 @@ struct ModelOptions {
   int n_threads = 0;               // 0: all cores
   int32_t max_batch_tokens = 512;  // largest forward() call; sizes the workspace
   RopeOverride rope;               // command-line overrides of the GGUF rope metadata
+  // --activation-clamp: when > 0, residual-stream values are clamped to [-c, c] after the
+  // embedding and after every residual add, so one extreme row cannot overflow a later norm
+  // into Inf/NaN. 0 = off (the default; clamping changes numerics).
+  float activation_clamp = 0.0f;
 };
 
 // One sequence's part of a batch.
@@ -80,6 +84,7 @@ class Model {
   RopeTable rope_;
   ThreadPool pool_;
   int32_t max_tokens_;
+  float clamp_;  // ModelOptions::activation_clamp
   uint64_t workspace_bytes_ = 0;
 
   // Per-step token layout, rebuilt each forward() (capacity reserved at load).

@@ -227,6 +227,48 @@ TEST_F(EngineTest, NumericsGuardEndsPoisonedRequestWhileOthersContinue) {
   expect_no_leak(*e);
 }
 
+TEST_F(EngineTest, ActivationClampLetsAnOverflowingRequestFinish) {
+  // Same poisoned row as above: with --activation-clamp the inf embedding is clamped to a finite
+  // value, so the request completes and nothing trips the guard.
+  constexpr int32_t kPoison = 7;
+  const std::string poisoned =
+      testutil::poisoned_model_path(model_, kPoison, std::numeric_limits<float>::infinity());
+  EngineConfig cfg = config_with_blocks(poisoned, 64);
+  cfg.activation_clamp = 1e4f;
+  auto e = make_engine(cfg);
+  ASSERT_NE(e, nullptr);
+  std::vector<int32_t> bad = prompt(11, 20, e->model().hparams().n_vocab);
+  std::erase(bad, kPoison);
+  bad[5] = kPoison;
+  auto out = run_batch(*e, {greedy(bad, 8)});
+  EXPECT_EQ(out[0].reason, FinishReason::kLength) << out[0].error;
+  EXPECT_EQ(out[0].tokens.size(), 8u);
+  EXPECT_EQ(e->stats().num_numerics_errors, 0u);
+  expect_no_leak(*e);
+}
+
+TEST_F(EngineTest, ExtremeEmbeddingValuesFrom1e4To1e8StayFiniteWithAndWithoutClamp) {
+  // The residual stream is f32 and every matmul input is RMS-normalised, so rows of 1e4..1e8
+  // do not overflow here (they would in an fp16 residual); the guard must stay quiet and the
+  // clamp must not break generation.
+  constexpr int32_t kPoison = 7;
+  for (float v : {1e4f, 1e6f, 1e8f}) {
+    for (float clamp : {0.0f, 1e3f}) {
+      SCOPED_TRACE("value " + std::to_string(v) + " clamp " + std::to_string(clamp));
+      EngineConfig cfg = config_with_blocks(testutil::poisoned_model_path(model_, kPoison, v), 32);
+      cfg.activation_clamp = clamp;
+      auto e = make_engine(cfg);
+      ASSERT_NE(e, nullptr);
+      std::vector<int32_t> p = prompt(3, 12, e->model().hparams().n_vocab);
+      p[4] = kPoison;
+      auto out = run_batch(*e, {greedy(p, 4)});
+      EXPECT_EQ(out[0].reason, FinishReason::kLength) << out[0].error;
+      EXPECT_EQ(e->stats().num_numerics_errors, 0u);
+      expect_no_leak(*e);
+    }
+  }
+}
+
 TEST(EngineSharedModel, Stories260KGreedyBatchedMatchesAlone) {
   const char* dir = std::getenv("KVW_SHARED_MODELS");
   const std::string path = std::string(dir ? dir : "") + "/stories260K.gguf";
