@@ -52,8 +52,7 @@ Status Engine::plan_budget(const GgufFile& file) {
   opt.memory_budget_bytes = cfg_.memory_budget_bytes;
   opt.max_model_len = cfg_.sched.max_model_len;
   opt.max_num_seqs = cfg_.sched.max_num_seqs;
-  // The engine's logits buffer is not in the planner's workspace formula; it joins the reserve.
-  opt.reserve_bytes = cfg_.reserve_bytes + (uint64_t)(logit_rows * n_vocab) * sizeof(float);
+  opt.reserve_bytes = cfg_.reserve_bytes;  // the planner adds the logits buffer to this row
   auto table = planner::plan_engine_budget(*shape, opt);
   if (!table.ok()) {
     // Show what the fixed rows need: the same plan without a budget, for one short sequence.

@@ -62,7 +62,11 @@ Result<BudgetTable> plan_engine_budget(const ModelShape& m, const EngineOptions&
   b.weights_bytes = m.gguf ? m.gguf->weight_bytes : opt.weight_dtype.bytes(count_params(m).total());
   b.workspace_bytes =
       engine_workspace_bytes(m, opt.max_num_batched_tokens, opt.n_threads, opt.weight_dtype);
-  b.reserve_bytes = opt.reserve_bytes;
+  // The engine's logits buffer: one f32 row per sequence a step can sample.
+  const int64_t logit_rows = opt.max_num_seqs > 0
+                                 ? std::min(opt.max_num_seqs, opt.max_num_batched_tokens)
+                                 : opt.max_num_batched_tokens;
+  b.reserve_bytes = opt.reserve_bytes + (uint64_t)(logit_rows * m.n_vocab) * sizeof(float);
   b.kv_bytes_per_token = (uint64_t)m.n_layer * engine_kv_bytes_per_token_layer(m, opt.kv_dtype);
   b.kv_bytes_per_block = b.kv_bytes_per_token * (uint64_t)opt.block_size;
   const uint64_t fixed = b.weights_bytes + b.workspace_bytes + b.reserve_bytes;

@@ -25,7 +25,8 @@ struct EngineOptions {
   int64_t max_model_len = 0;
   int64_t max_num_seqs = 0;
   // Reserve for everything else: f32 copies of norms and biases, tokenizer, rope tables, thread
-  // stacks, allocator slack.
+  // stacks, allocator slack. The budget's reserve row adds the engine's logits buffer to it:
+  // min(max_num_seqs, max_num_batched_tokens) x n_vocab f32.
   uint64_t reserve_bytes = uint64_t{64} << 20;
 };
 

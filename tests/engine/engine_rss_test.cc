@@ -87,5 +87,33 @@ TEST(EngineMemory, PeakRssStaysUnderBudgetPlusFixedOverheadUnderLoad) {
   e.shutdown();
 }
 
+// The start-up table is the planner's (`kvwarden plan --engine`) and matches what was allocated.
+TEST(EngineMemory, StartupTableEqualsThePlanAndTheAllocations) {
+  MakeModelSpec s;
+  s.weight_type = GgmlType::kQ8_0;
+  const std::string path = ::testing::TempDir() + "/table_model.gguf";
+  ASSERT_TRUE(make_model(s, path).ok());
+  EngineConfig cfg = testutil::config_with_blocks(path, 50);
+  auto created = Engine::create(cfg);
+  ASSERT_TRUE(created.ok()) << created.message();
+  Engine& e = **created;
+  const auto& b = e.budget();
+  EXPECT_EQ(b.weights_bytes, e.model().weights().total_bytes);
+  EXPECT_EQ(b.workspace_bytes, e.model().workspace_bytes());
+  EXPECT_EQ(b.num_blocks, 50u);
+  EXPECT_EQ(b.kv_pool_bytes, b.num_blocks * b.kv_bytes_per_block);
+  EXPECT_EQ(b.total_bytes, b.weights_bytes + b.workspace_bytes + b.kv_pool_bytes + b.reserve_bytes);
+  EXPECT_LE(b.total_bytes, cfg.memory_budget_bytes);
+  e.shutdown();
+  EXPECT_EQ(e.kv_manager().num_blocks(), 50u);
+  EXPECT_EQ(b.kv_bytes_per_block,
+            KvArena::block_bytes(KvArenaConfig{.n_layer = e.model().hparams().n_layer,
+                                               .n_kv_heads = e.model().hparams().n_head_kv,
+                                               .head_dim = e.model().hparams().head_dim,
+                                               .block_size = cfg.block_size,
+                                               .num_blocks = 1,
+                                               .dtype = cfg.kv_dtype}));
+}
+
 }  // namespace
 }  // namespace kvw
