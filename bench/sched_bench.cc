@@ -23,7 +23,6 @@ void add(Scheduler& sched, uint64_t id) {
   const Status st = sched.add_request(RequestInput{.id = SeqId{id},
                                                    .prompt = std::move(prompt),
                                                    .max_tokens = int32_t(kMaxModelLen),
-                                                   .sampling = {},
                                                    .turn_starts = {}});
   if (!st.ok()) std::abort();
 }
