@@ -154,6 +154,7 @@ int run(GenerateFlags f) {
     std::fwrite(out.data(), 1, out.size(), stdout);
   }
   std::printf("\n");
+  std::fflush(stdout);  // the text ends before the summary on stderr
   const double decode_s = seconds_since(t0);
   std::fprintf(
       stderr,
