@@ -37,6 +37,20 @@ inline std::optional<KvDtype> parse_kv_dtype(std::string_view s) {
   return std::nullopt;
 }
 
+// Bytes of one stored element (int8 scales are extra, see kv_row_bytes).
+inline uint64_t kv_elem_bytes(KvDtype d) {
+  switch (d) {
+    case KvDtype::kF32:
+      return 4;
+    case KvDtype::kF16:
+    case KvDtype::kBF16:
+      return 2;
+    case KvDtype::kInt8:
+      return 1;
+  }
+  return 0;
+}
+
 // Bytes of one (token, kv head) row of head_dim elements, including the int8 scale.
 inline uint64_t kv_row_bytes(KvDtype d, int32_t head_dim) {
   switch (d) {

@@ -10,19 +10,6 @@
 namespace kvw::kernels {
 namespace {
 
-int64_t elem_bytes(KvDtype d) {
-  switch (d) {
-    case KvDtype::kF32:
-      return 4;
-    case KvDtype::kF16:
-    case KvDtype::kBF16:
-      return 2;
-    case KvDtype::kInt8:
-      return 1;
-  }
-  return 0;
-}
-
 // Byte offset of the row (block, kv_head, slot) from a base pointer; scales use elem = 4, dim 1.
 int64_t row_offset(const KvLayerView& kv, std::span<const uint32_t> table, int64_t pos,
                    int32_t kv_head, int64_t row_bytes) {
@@ -37,7 +24,8 @@ void kv_load_row(const KvLayerView& kv, bool value, std::span<const uint32_t> ta
                  int32_t kv_head, float* out) {
   const int32_t hd = kv.head_dim;
   const auto* base = static_cast<const uint8_t*>(value ? kv.v : kv.k);
-  const uint8_t* row = base + row_offset(kv, table, pos, kv_head, hd * elem_bytes(kv.dtype));
+  const uint8_t* row =
+      base + row_offset(kv, table, pos, kv_head, hd * (int64_t)kv_elem_bytes(kv.dtype));
   switch (kv.dtype) {
     case KvDtype::kF32:
       std::memcpy(out, row, hd * sizeof(float));
@@ -71,7 +59,7 @@ void kv_store_row(const KvLayerView& kv, bool value, std::span<const uint32_t> t
                   int32_t kv_head, const float* in) {
   const int32_t hd = kv.head_dim;
   auto* base = static_cast<uint8_t*>(value ? kv.v : kv.k);
-  uint8_t* row = base + row_offset(kv, table, pos, kv_head, hd * elem_bytes(kv.dtype));
+  uint8_t* row = base + row_offset(kv, table, pos, kv_head, hd * (int64_t)kv_elem_bytes(kv.dtype));
   switch (kv.dtype) {
     case KvDtype::kF32:
       std::memcpy(row, in, hd * sizeof(float));

@@ -5,20 +5,6 @@
 #include "core/check.h"
 
 namespace kvw {
-namespace {
-uint64_t elem_bytes_of(KvDtype d) {
-  switch (d) {
-    case KvDtype::kF32:
-      return 4;
-    case KvDtype::kF16:
-    case KvDtype::kBF16:
-      return 2;
-    case KvDtype::kInt8:
-      return 1;
-  }
-  return 0;
-}
-}  // namespace
 
 uint64_t KvArena::layer_block_bytes(const KvArenaConfig& c) {
   const uint64_t rows = (uint64_t)c.n_kv_heads * c.block_size;
@@ -30,7 +16,7 @@ KvArena::KvArena(const KvArenaConfig& cfg) : cfg_(cfg) {
         cfg.num_blocks > 0);
   elems_ = (uint64_t)cfg.n_kv_heads * cfg.block_size * cfg.head_dim;
   scales_ = cfg.dtype == KvDtype::kInt8 ? (uint64_t)cfg.n_kv_heads * cfg.block_size : 0;
-  elem_bytes_ = elem_bytes_of(cfg.dtype);
+  elem_bytes_ = kv_elem_bytes(cfg.dtype);
   bytes_ = block_bytes(cfg) * cfg.num_blocks;
   const uint64_t rounded = (bytes_ + 63) / 64 * 64;
   data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, rounded)));

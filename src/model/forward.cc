@@ -36,7 +36,7 @@ kernels::KvLayerView layer_view(const KvArena& kv, int32_t l) {
 // The same view narrowed to KV head g alone (its query-head group is computed as one item).
 kernels::KvLayerView kv_head_view(const kernels::KvLayerView& v, int32_t g) {
   const int64_t rows = (int64_t)g * v.block_size;
-  const int64_t elem = v.dtype == KvDtype::kF32 ? 4 : (v.dtype == KvDtype::kInt8 ? 1 : 2);
+  const int64_t elem = (int64_t)kv_elem_bytes(v.dtype);
   kernels::KvLayerView out = v;
   out.k = static_cast<uint8_t*>(v.k) + rows * v.head_dim * elem;
   out.v = static_cast<uint8_t*>(v.v) + rows * v.head_dim * elem;
