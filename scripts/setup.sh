@@ -7,8 +7,15 @@ KVW_PACKAGES=(
   build-essential cmake pkg-config g++
   libgtest-dev googletest libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libpcre2-dev libxxhash-dev
+  libcpp-httplib-dev
   python3 python3-numpy
+  # End-to-end tests: Node's `openai` client and playwright-core (tests/e2e), Chromium for the
+  # dashboard test, real Prometheus/promtool for metrics and alert rules.
+  chromium prometheus
 )
+# Node: a machine may already carry one (e.g. NodeSource's, which bundles npm and conflicts with
+# Debian's npm package); install Debian's only when there is none.
+command -v npm >/dev/null 2>&1 || KVW_PACKAGES+=(nodejs npm)
 
 kvw_missing=()
 for p in "${KVW_PACKAGES[@]}"; do

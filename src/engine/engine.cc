@@ -178,4 +178,10 @@ const Scheduler& Engine::scheduler() const {
   return *sched_;
 }
 
+std::shared_ptr<const KvSnapshot> Engine::kv_snapshot(std::chrono::milliseconds timeout) const {
+  const uint64_t generation = snapshot_box_.request();
+  queue_->wake();
+  return snapshot_box_.wait_newer(generation, timeout);
+}
+
 }  // namespace kvw

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <thread>
@@ -59,6 +60,9 @@ class Engine {
   const Model& model() const { return *model_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   EngineStats stats() const { return stats_box_.read(); }
+  // The block map as of the latest step (or idle tick) after this call's request; waits at most
+  // `timeout` for the engine thread, else returns the previous snapshot (null before the first).
+  std::shared_ptr<const KvSnapshot> kv_snapshot(std::chrono::milliseconds timeout) const;
   // Only after shutdown() (the engine thread no longer runs).
   const KvManager& kv_manager() const;
   const Scheduler& scheduler() const;
@@ -68,7 +72,8 @@ class Engine {
     std::shared_ptr<TokenChannel> channel;
     std::unique_ptr<SeqSampler> sampler;
     bool ignore_eos = false;
-    std::string error;  // set by the numerics guard, sent with kError
+    std::string error;        // set by the numerics guard, sent with kError
+    ChannelEvent next_event;  // log-probabilities of the token sampled this step
   };
   Status init(const EngineConfig& cfg);
   Status plan_budget(const GgufFile& file);
@@ -77,6 +82,9 @@ class Engine {
   bool step();  // false when nothing was scheduled
   void sample_rows(const SchedulerOutput& out);
   void publish_and_emit();
+  void publish_snapshot_if_wanted();
+  void observe_step(uint64_t step, std::chrono::steady_clock::time_point start,
+                    const SchedulerOutput& out, uint32_t used_before);
   void finish_live(uint64_t id, FinishReason reason, const std::string& error);
   void drain_at_shutdown();
 
@@ -89,6 +97,7 @@ class Engine {
   std::unique_ptr<Scheduler> sched_;
   std::unique_ptr<RequestQueue> queue_;
   StatsBox stats_box_;
+  mutable SnapshotBox snapshot_box_;
   std::atomic<uint64_t> next_request_id_{1};
   std::atomic<bool> joined_{false};
   std::thread thread_;
@@ -96,13 +105,14 @@ class Engine {
   // Engine thread only.
   std::unordered_map<uint64_t, Live> live_;
   EngineStats stats_;
+  std::chrono::steady_clock::time_point kv_stats_time_{};  // last KvLayoutStats refresh
   std::vector<float> logits_;          // [min(max_num_seqs, max_num_batched_tokens)][n_vocab] f32
   std::vector<SeqInput> inputs_;       // per-step batch, reused
   std::vector<SampledToken> sampled_;  // per-step samples, reused
   std::vector<PendingRequest> pending_;
   std::vector<uint64_t> cancels_;
   // Emitted at the end of the step, after the stats that reflect it are published.
-  std::vector<std::pair<uint64_t, int32_t>> emit_tokens_;
+  std::vector<std::pair<uint64_t, ChannelEvent>> emit_tokens_;
   std::vector<FinishedRequest> emit_finished_;
 };
 

@@ -4,12 +4,17 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
 #include "core/kv_dtype.h"
 #include "core/status.h"
 #include "sched/sched_config.h"
+
+namespace kvw {
+struct StepObservation;
+}
 
 namespace kvw {
 
@@ -32,6 +37,8 @@ struct EngineConfig {
   float activation_clamp = 0.0f;             // --activation-clamp (ModelOptions); 0 = off
   size_t request_queue_capacity = 1024;      // submissions waiting for the engine thread
   bool check_invariants_every_step = false;  // tests: KvManager + Scheduler CHECKs each step
+  // Called on the engine thread after every step (metrics, traces); empty = none.
+  std::function<void(const StepObservation&)> step_observer;
 
   Status validate() const;  // messages name the flag
 };

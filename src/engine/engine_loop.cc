@@ -21,6 +21,7 @@ void Engine::run() {
   using namespace std::chrono_literals;
   while (true) {
     admit_pending();
+    publish_snapshot_if_wanted();
     if (queue_->closed()) break;
     if (!sched_->has_unfinished()) {
       publish_and_emit();
@@ -57,13 +58,16 @@ void Engine::admit_pending() {
     live_.emplace(id, Live{.channel = std::move(p.channel),
                            .sampler = std::move(*sampler),
                            .ignore_eos = p.request.ignore_eos,
-                           .error = {}});
+                           .error = {},
+                           .next_event = {}});
   }
   for (uint64_t id : cancels_) sched_->cancel(SeqId{id});  // unknown or finished: ignored
 }
 
 bool Engine::step() {
-  auto t0 = std::chrono::steady_clock::now();
+  const auto step_start = std::chrono::steady_clock::now();
+  const uint32_t used_before = kv_->pool().num_used_blocks();
+  auto t0 = step_start;
   SchedulerOutput out = sched_->schedule();
   stats_.schedule_ns += elapsed_ns(t0);
   for (const FinishedRequest& f : out.finished) emit_finished_.push_back(f);
@@ -98,16 +102,61 @@ bool Engine::step() {
   std::vector<FinishedRequest> done = sched_->update_from_output(out, sampled_);
   stats_.schedule_ns += elapsed_ns(t0);
   for (const SampledToken& t : sampled_) {
-    if (!t.error) emit_tokens_.emplace_back(index_of(t.seq_id), t.token_id);
+    if (t.error) continue;
+    const uint64_t id = index_of(t.seq_id);
+    ChannelEvent ev = std::move(live_.at(id).next_event);
+    live_.at(id).next_event = {};
+    ev.token_id = t.token_id;
+    emit_tokens_.emplace_back(id, std::move(ev));
   }
   for (const FinishedRequest& f : done) emit_finished_.push_back(f);
   ++stats_.num_steps;
+  stats_.last_step_seqs = (uint32_t)out.scheduled.size();
+  stats_.last_step_tokens = 0;
+  for (const ScheduledSeq& s : out.scheduled) stats_.last_step_tokens += (uint32_t)s.num_tokens;
   if (cfg_.check_invariants_every_step) {
     kv_->check_invariants();
     sched_->check_invariants();
   }
+  if (cfg_.step_observer) observe_step(out.step, step_start, out, used_before);
   publish_and_emit();
   return true;
+}
+
+void Engine::observe_step(uint64_t step, std::chrono::steady_clock::time_point start,
+                          const SchedulerOutput& out, uint32_t used_before) {
+  StepObservation o;
+  o.step = step;
+  o.start_ns =
+      (uint64_t)std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch())
+          .count();
+  o.duration_ns = elapsed_ns(start);
+  o.num_seqs = stats_.last_step_seqs;
+  o.num_tokens = stats_.last_step_tokens;
+  // Net change of used blocks over the step (a block freed and reused within it is not seen).
+  const uint32_t used_after = kv_->pool().num_used_blocks();
+  o.blocks_allocated = used_after > used_before ? used_after - used_before : 0;
+  o.blocks_freed = used_before > used_after ? used_before - used_after : 0;
+  for (SeqId id : out.preempted) {
+    const Request* r = sched_->find(id);
+    const bool swapped = r != nullptr && r->state == RequestState::kPreemptedSwapped;
+    (swapped ? o.preempted_swap : o.preempted_recompute).push_back(index_of(id));
+  }
+  for (SeqId id : out.swapped_in) o.swapped_in.push_back(index_of(id));
+  for (const FinishedRequest& f : emit_finished_) o.finished.push_back(index_of(f.seq_id));
+  cfg_.step_observer(o);
+}
+
+void Engine::publish_snapshot_if_wanted() {
+  if (!snapshot_box_.wanted()) return;
+  auto snap = std::make_shared<KvSnapshot>();
+  snap->step = sched_->counters().num_steps;
+  snap->taken_ns = (uint64_t)std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::steady_clock::now().time_since_epoch())
+                       .count();
+  snap->stats = kv_->stats();
+  snap->blocks = kv_->block_map();
+  snapshot_box_.publish(std::move(snap));
 }
 
 void Engine::sample_rows(const SchedulerOutput& out) {
@@ -129,8 +178,13 @@ void Engine::sample_rows(const SchedulerOutput& out) {
       LOG(WARN, engine) << "request " << id << ": " << live.error;
     } else {
       const Request* r = sched_->find(s.seq_id);
-      t.token_id = live.sampler->sample(row, r->token_ids);
+      t.token_id = live.sampler->sample(row, r->token_ids, (size_t)r->num_output_tokens());
       t.stop = !live.ignore_eos && tokenizer_->is_end_of_generation(t.token_id);
+      if (live.sampler->num_logprobs() >= 0) {
+        ChannelEvent& ev = live.next_event;
+        compute_logprobs(row, n_vocab, t.token_id, live.sampler->num_logprobs(), &ev.logprob,
+                         &ev.top_logprobs);
+      }
     }
     sampled_.push_back(t);
   }
@@ -146,11 +200,27 @@ void Engine::publish_and_emit() {
   stats_.num_kv_sequences = kv_->num_sequences();
   stats_.num_running = sched_->num_running();
   stats_.num_waiting = sched_->num_waiting();
+  stats_.num_preemptions_swap = c.num_swap_outs;
+  stats_.num_preemptions_recompute = c.num_recomputes;
+  stats_.num_alloc_failures = c.num_alloc_failures;
+  stats_.num_admission_deferrals = c.num_admission_deferrals;
+  if (const SwapSpace* swap = kv_->swap_space(); swap != nullptr) {
+    stats_.swap_out_bytes = swap->counters().bytes_out;
+    stats_.swap_in_bytes = swap->counters().bytes_in;
+  }
+  stats_.num_swapped = sched_->num_swapped();
+  stats_.prefix = kv_->prefix_counters();
+  // KvManager::stats() walks every block: at most every 100 ms, so it costs nothing per step.
+  const auto now = std::chrono::steady_clock::now();
+  if (now - kv_stats_time_ >= std::chrono::milliseconds(100)) {
+    stats_.kv = kv_->stats();
+    kv_stats_time_ = now;
+  }
   stats_.num_generated_tokens += emit_tokens_.size();
   stats_.num_finished += emit_finished_.size();
   stats_box_.publish(stats_);
   // After publishing: a client that sees its request end also sees the freed blocks.
-  for (const auto& [id, token] : emit_tokens_) live_.at(id).channel->push_token(token);
+  for (auto& [id, ev] : emit_tokens_) live_.at(id).channel->push_token(std::move(ev));
   emit_tokens_.clear();
   for (const FinishedRequest& f : emit_finished_) {
     finish_live(index_of(f.seq_id), f.reason, {});

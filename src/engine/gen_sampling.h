@@ -7,6 +7,8 @@
 
 namespace kvw {
 
+inline constexpr int32_t kMaxLogprobs = 20;  // OpenAI's top_logprobs limit
+
 // Sampling knobs of one request (the engine maps them onto model/sampling.h's Sampler).
 struct GenSampling {
   float temperature = 0.0f;     // 0 = greedy (argmax, lowest id on ties)
@@ -14,7 +16,15 @@ struct GenSampling {
   float top_p = 1.0f;           // 1 = off
   float min_p = 0.0f;           // 0 = off
   float repeat_penalty = 1.0f;  // 1 = off
+  // OpenAI-style penalties over the generated tokens only: logit -= presence * [count > 0]
+  // + frequency * count. 0 = off; each in [-2, 2].
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
   uint64_t seed = 0;
+  // Log-probabilities to return with each token: -1 = none; k >= 0 = the sampled token's
+  // log-probability (of the model's raw distribution, before penalties and temperature, as
+  // vLLM reports) plus the k most likely alternatives (k <= 20).
+  int32_t logprobs = -1;
 };
 
 }  // namespace kvw

@@ -10,12 +10,19 @@ TokenChannel::TokenChannel(uint64_t request_id, int32_t max_tokens)
     : request_id_(request_id), max_tokens_(max_tokens) {}
 
 void TokenChannel::push_token(int32_t token_id) {
+  ChannelEvent ev;
+  ev.token_id = token_id;
+  push_token(std::move(ev));
+}
+
+void TokenChannel::push_token(ChannelEvent ev) {
+  CHECK(ev.kind == ChannelEvent::Kind::kToken);
   {
     std::lock_guard<std::mutex> lock(mu_);
     CHECK(!finished_) << "request " << request_id_ << ": token after finish";
     CHECK(num_pushed_ < max_tokens_)
         << "request " << request_id_ << ": more than " << max_tokens_ << " tokens";
-    tokens_.push_back(token_id);
+    tokens_.push_back(std::move(ev));
     ++num_pushed_;
   }
   cv_.notify_all();
@@ -35,8 +42,7 @@ void TokenChannel::finish(FinishReason reason, std::string error) {
 
 std::optional<ChannelEvent> TokenChannel::pop_locked() {
   if (!tokens_.empty()) {
-    ChannelEvent ev;
-    ev.token_id = tokens_.front();
+    ChannelEvent ev = std::move(tokens_.front());
     tokens_.pop_front();
     return ev;
   }
@@ -65,7 +71,7 @@ TokenChannel::Collected TokenChannel::collect() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return finished_; });
   Collected c;
-  c.tokens.assign(tokens_.begin(), tokens_.end());
+  for (const ChannelEvent& ev : tokens_) c.tokens.push_back(ev.token_id);
   tokens_.clear();
   c.reason = final_.reason;
   c.error = final_.error;
@@ -106,7 +112,17 @@ void RequestQueue::drain(std::vector<PendingRequest>& requests, std::vector<uint
 
 void RequestQueue::wait_for_work(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, timeout, [&] { return closed_ || !requests_.empty() || !cancels_.empty(); });
+  cv_.wait_for(lock, timeout,
+               [&] { return closed_ || woken_ || !requests_.empty() || !cancels_.empty(); });
+  woken_ = false;
+}
+
+void RequestQueue::wake() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    woken_ = true;
+  }
+  cv_.notify_one();
 }
 
 void RequestQueue::close() {
@@ -120,6 +136,34 @@ void RequestQueue::close() {
 bool RequestQueue::closed() const {
   std::lock_guard<std::mutex> lock(mu_);
   return closed_;
+}
+
+uint64_t SnapshotBox::request() {
+  std::lock_guard<std::mutex> lock(mu_);
+  wanted_ = true;
+  return generation_;
+}
+
+bool SnapshotBox::wanted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return wanted_;
+}
+
+void SnapshotBox::publish(std::shared_ptr<const KvSnapshot> s) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    latest_ = std::move(s);
+    ++generation_;
+    wanted_ = false;
+  }
+  cv_.notify_all();
+}
+
+std::shared_ptr<const KvSnapshot> SnapshotBox::wait_newer(uint64_t generation,
+                                                          std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return generation_ > generation; });
+  return latest_;
 }
 
 void StatsBox::publish(const EngineStats& s) {

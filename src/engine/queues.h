@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "engine/gen_sampling.h"
+#include "kv/layout_stats.h"
+#include "kv/prefix_cache.h"
 #include "sched/request.h"
 
 namespace kvw {
@@ -28,11 +30,18 @@ struct GenerationRequest {
   std::vector<int64_t> turn_starts;  // chat turn offsets (sliding-window overflow only)
 };
 
+struct TokenLogprob {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+};
+
 // What the client reads: tokens in order, then exactly one final event.
 struct ChannelEvent {
   enum class Kind { kToken, kFinished };
   Kind kind = Kind::kToken;
   int32_t token_id = 0;                       // kToken
+  float logprob = 0.0f;                       // kToken, when GenSampling::logprobs >= 0
+  std::vector<TokenLogprob> top_logprobs;     // kToken: GenSampling::logprobs entries, best first
   FinishReason reason = FinishReason::kNone;  // kFinished
   std::string error;                          // kFinished with kError: what went wrong
 };
@@ -46,6 +55,7 @@ class TokenChannel {
   // Engine side. push_token CHECKs that fewer than max_tokens tokens were pushed and that the
   // channel is not finished; finish() is idempotent (the first reason wins).
   void push_token(int32_t token_id);
+  void push_token(ChannelEvent ev);  // ev.kind == kToken, with log-probabilities
   void finish(FinishReason reason, std::string error = {});
 
   // Client side. next() blocks until an event is available; after the kFinished event it keeps
@@ -69,7 +79,7 @@ class TokenChannel {
   const int32_t max_tokens_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<int32_t> tokens_;  // unread tokens, at most max_tokens_
+  std::deque<ChannelEvent> tokens_;  // unread kToken events, at most max_tokens_
   int32_t num_pushed_ = 0;
   bool finished_ = false;
   ChannelEvent final_;
@@ -99,6 +109,8 @@ class RequestQueue {
   // Engine thread, when idle: blocks until something is queued, the queue is closed, or
   // `timeout` passes.
   void wait_for_work(std::chrono::milliseconds timeout);
+  // Wakes the engine thread from wait_for_work (e.g. a snapshot was asked for).
+  void wake();
   // Refuses further pushes and wakes the engine thread. Queued items stay for drain().
   void close();
   bool closed() const;
@@ -111,6 +123,7 @@ class RequestQueue {
   std::deque<PendingRequest> requests_;
   std::vector<uint64_t> cancels_;
   bool closed_ = false;
+  bool woken_ = false;
 };
 
 // Engine figures, published once per step by the engine thread (counters are cumulative).
@@ -131,6 +144,63 @@ struct EngineStats {
   uint64_t schedule_ns = 0;  // time inside Scheduler::schedule + update_from_output
   uint64_t forward_ns = 0;   // time inside Model::forward
   uint64_t sample_ns = 0;    // numerics guard + sampling
+
+  // For /metrics. Cumulative unless noted.
+  uint64_t num_preemptions_swap = 0;       // preempted to the swap tier
+  uint64_t num_preemptions_recompute = 0;  // preempted and dropped (recomputed later)
+  uint64_t swap_out_bytes = 0;
+  uint64_t swap_in_bytes = 0;
+  uint64_t num_alloc_failures = 0;       // a running sequence found no free block (-> preempted)
+  uint64_t num_admission_deferrals = 0;  // the queue head found no room; retried next step
+  size_t num_swapped = 0;                // now: preempted requests whose KV sits in the swap tier
+  PrefixCacheCounters prefix;
+  KvLayoutStats kv;               // now: refreshed at most every 100 ms (O(blocks))
+  uint32_t last_step_seqs = 0;    // now: sequences in the last step's batch
+  uint32_t last_step_tokens = 0;  // now: tokens in the last step's batch
+};
+
+// One engine step, reported to EngineConfig::step_observer on the engine thread right after
+// the step (metrics histograms, trace ring). Must be cheap; must not call into the Engine.
+struct StepObservation {
+  uint64_t step = 0;
+  uint64_t start_ns = 0;  // steady_clock
+  uint64_t duration_ns = 0;
+  uint32_t num_seqs = 0;
+  uint32_t num_tokens = 0;
+  uint32_t blocks_allocated = 0;              // pool blocks that went from free/cached to used
+  uint32_t blocks_freed = 0;                  // pool blocks that went from used to free/cached
+  std::vector<uint64_t> preempted_swap;       // request ids
+  std::vector<uint64_t> preempted_recompute;  // request ids
+  std::vector<uint64_t> swapped_in;           // request ids
+  std::vector<uint64_t> finished;             // request ids
+};
+
+// The KV pool's block map for /debug/kv and the dashboard. BlockRecord::owner is the request id.
+struct KvSnapshot {
+  uint64_t step = 0;
+  uint64_t taken_ns = 0;  // steady_clock
+  KvLayoutStats stats;
+  std::vector<BlockRecord> blocks;  // [num_blocks], index == block id
+};
+
+// The latest KvSnapshot. Readers ask (request()), the engine thread sees wanted() at its next
+// step or idle tick and publishes; a reader waits for a snapshot newer than its request.
+class SnapshotBox {
+ public:
+  uint64_t request();  // returns the generation a fresh snapshot will exceed
+  bool wanted() const;
+  void publish(std::shared_ptr<const KvSnapshot> s);
+  // The latest snapshot once one newer than `generation` exists, or after `timeout` whatever
+  // is there (null before the first).
+  std::shared_ptr<const KvSnapshot> wait_newer(uint64_t generation,
+                                               std::chrono::milliseconds timeout) const;
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  bool wanted_ = false;
+  uint64_t generation_ = 0;
+  std::shared_ptr<const KvSnapshot> latest_;
 };
 
 // Latest EngineStats: written by the engine thread, read by any thread.

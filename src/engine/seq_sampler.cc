@@ -1,6 +1,8 @@
 #include "engine/seq_sampler.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "model/sampling.h"
 
@@ -13,16 +15,46 @@ Result<std::unique_ptr<SeqSampler>> SeqSampler::create(const GenSampling& s, int
   p.top_p = s.top_p;
   p.min_p = s.min_p;
   p.repeat_penalty = s.repeat_penalty;
+  p.presence_penalty = s.presence_penalty;
+  p.frequency_penalty = s.frequency_penalty;
   p.seed = s.seed;
   KVW_RETURN_IF_ERROR(p.validate());
-  return std::make_unique<SeqSampler>(std::make_unique<Sampler>(p, n_vocab));
+  if (s.logprobs < -1 || s.logprobs > kMaxLogprobs) {
+    return Error{"logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "]"};
+  }
+  auto out = std::make_unique<SeqSampler>(std::make_unique<Sampler>(p, n_vocab));
+  out->num_logprobs_ = s.logprobs;
+  return out;
 }
 
 SeqSampler::SeqSampler(std::unique_ptr<Sampler> s) : sampler_(std::move(s)) {}
 SeqSampler::~SeqSampler() = default;
 
-int32_t SeqSampler::sample(const float* logits, std::span<const int32_t> history) {
-  return sampler_->sample(logits, history);
+int32_t SeqSampler::sample(const float* logits, std::span<const int32_t> history,
+                           size_t num_generated) {
+  return sampler_->sample(logits, history, history.last(std::min(num_generated, history.size())));
+}
+
+void compute_logprobs(const float* logits, int32_t n_vocab, int32_t token, int32_t k,
+                      float* logprob, std::vector<TokenLogprob>* top) {
+  float max_logit = logits[0];
+  for (int32_t i = 1; i < n_vocab; ++i) max_logit = std::max(max_logit, logits[i]);
+  double sum = 0.0;
+  for (int32_t i = 0; i < n_vocab; ++i) sum += std::exp(double(logits[i] - max_logit));
+  const float lse = max_logit + float(std::log(sum));
+  *logprob = logits[token] - lse;
+  top->clear();
+  if (k <= 0) return;
+  // Insertion into a sorted list of at most k entries; strict > keeps the lower id on ties.
+  for (int32_t i = 0; i < n_vocab; ++i) {
+    const float l = logits[i];
+    if ((int32_t)top->size() == k && !(l > top->back().logprob)) continue;
+    auto pos = std::find_if(top->begin(), top->end(),
+                            [l](const TokenLogprob& t) { return l > t.logprob; });
+    top->insert(pos, TokenLogprob{i, l});
+    if ((int32_t)top->size() > k) top->pop_back();
+  }
+  for (TokenLogprob& t : *top) t.logprob -= lse;
 }
 
 bool all_finite(const float* logits, int64_t n) {

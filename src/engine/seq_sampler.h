@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "core/status.h"
 #include "engine/gen_sampling.h"
+#include "engine/queues.h"
 
 namespace kvw {
 
@@ -21,12 +23,20 @@ class SeqSampler {
   static Result<std::unique_ptr<SeqSampler>> create(const GenSampling& s, int32_t n_vocab);
   explicit SeqSampler(std::unique_ptr<Sampler> s);  // use create()
   ~SeqSampler();
-  // logits: [n_vocab], all finite. history: prompt + generated tokens (repetition penalty).
-  int32_t sample(const float* logits, std::span<const int32_t> history);
+  // logits: [n_vocab], all finite. history: prompt + generated tokens, of which the last
+  // num_generated were generated (presence/frequency penalties).
+  int32_t sample(const float* logits, std::span<const int32_t> history, size_t num_generated);
+  int32_t num_logprobs() const { return num_logprobs_; }  // GenSampling::logprobs
 
  private:
   std::unique_ptr<Sampler> sampler_;
+  int32_t num_logprobs_ = -1;
 };
+
+// log-softmax of the raw row at `token` and the `k` most likely tokens (best first, ties by
+// lower id): what OpenAI's logprobs report. O(n_vocab * k), k <= 20.
+void compute_logprobs(const float* logits, int32_t n_vocab, int32_t token, int32_t k,
+                      float* logprob, std::vector<TokenLogprob>* top);
 
 // True when every one of logits[0, n) is finite (the numerics guard).
 bool all_finite(const float* logits, int64_t n);

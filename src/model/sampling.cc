@@ -12,13 +12,20 @@ Status SamplingParams::validate() const {
   if (!(min_p >= 0.0f && min_p <= 1.0f)) return Error{"--min-p must be in [0, 1]"};
   if (!(repeat_penalty > 0.0f)) return Error{"--repeat-penalty must be > 0"};
   if (repeat_last_n < 0) return Error{"--repeat-last-n must be >= 0"};
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) {
+    return Error{"presence_penalty must be in [-2, 2]"};
+  }
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) {
+    return Error{"frequency_penalty must be in [-2, 2]"};
+  }
   return {};
 }
 
 Sampler::Sampler(const SamplingParams& p, int32_t n_vocab)
     : p_(p), n_vocab_(n_vocab), rng_(p.seed), cand_(n_vocab), adjusted_(n_vocab) {}
 
-int32_t Sampler::sample(const float* logits, std::span<const int32_t> history) {
+int32_t Sampler::sample(const float* logits, std::span<const int32_t> history,
+                        std::span<const int32_t> generated) {
   std::copy(logits, logits + n_vocab_, adjusted_.begin());
   if (p_.repeat_penalty != 1.0f && p_.repeat_last_n > 0) {
     const size_t n = std::min<size_t>(history.size(), p_.repeat_last_n);
@@ -27,6 +34,19 @@ int32_t Sampler::sample(const float* logits, std::span<const int32_t> history) {
       float& l = adjusted_[id];
       // Penalise each distinct token once: mark by moving it, then skip if already moved.
       if (l == logits[id]) l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;
+    }
+  }
+  if ((p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) && !generated.empty()) {
+    counted_.assign(generated.begin(), generated.end());
+    std::sort(counted_.begin(), counted_.end());
+    for (size_t i = 0; i < counted_.size();) {
+      size_t j = i;
+      while (j < counted_.size() && counted_[j] == counted_[i]) ++j;
+      const int32_t id = counted_[i];
+      if (id >= 0 && id < n_vocab_) {
+        adjusted_[id] -= p_.presence_penalty + p_.frequency_penalty * float(j - i);
+      }
+      i = j;
     }
   }
   if (p_.temperature == 0.0f) {

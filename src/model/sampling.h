@@ -1,7 +1,8 @@
 // model/sampling.h: turns a row of logits into the next token.
-// Order (as llama.cpp): repetition penalty -> greedy if temperature == 0 -> top-k -> softmax at
-// temperature -> top-p -> min-p -> draw. Deterministic for a given seed on every platform.
-// Owner: one sequence; buffers are allocated once at construction (n_vocab entries).
+// Order (as llama.cpp): repetition penalty -> presence/frequency penalties -> greedy if temperature
+// == 0 -> top-k -> softmax at temperature -> top-p -> min-p -> draw. Deterministic for a given seed
+// on every platform. Owner: one sequence; buffers are allocated once at construction (n_vocab
+// entries).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,10 @@ struct SamplingParams {
   float min_p = 0.05f;          // 0 = off; keep tokens with p >= min_p * p_max
   float repeat_penalty = 1.0f;  // 1 = off; divides positive / multiplies negative logits
   int32_t repeat_last_n = 64;   // how many recent tokens the penalty looks at
+  // OpenAI's penalties over the generated tokens: logit -= presence * [count > 0] +
+  // frequency * count. 0 = off; each in [-2, 2].
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
   uint64_t seed = 0;
 
   Status validate() const;
@@ -29,8 +34,10 @@ struct SamplingParams {
 class Sampler {
  public:
   Sampler(const SamplingParams& p, int32_t n_vocab);
-  // history: tokens so far (prompt and generated), for the repetition penalty.
-  int32_t sample(const float* logits, std::span<const int32_t> history);
+  // history: tokens so far (prompt and generated), for the repetition penalty; generated: the
+  // generated ones only, for the presence and frequency penalties.
+  int32_t sample(const float* logits, std::span<const int32_t> history,
+                 std::span<const int32_t> generated = {});
 
  private:
   struct Candidate {
@@ -41,8 +48,9 @@ class Sampler {
   SamplingParams p_;
   int32_t n_vocab_;
   std::mt19937_64 rng_;
-  std::vector<Candidate> cand_;  // [n_vocab]
-  std::vector<float> adjusted_;  // [n_vocab] logits after the penalty
+  std::vector<Candidate> cand_;   // [n_vocab]
+  std::vector<float> adjusted_;   // [n_vocab] logits after the penalty
+  std::vector<int32_t> counted_;  // generated tokens, sorted (grows to max_tokens at most)
 };
 
 }  // namespace kvw

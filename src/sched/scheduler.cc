@@ -104,8 +104,17 @@ void Scheduler::schedule_one_running(Request* r, int64_t num_new, SchedulerOutpu
   push_scheduled(r, num_new, out);
 }
 
+size_t Scheduler::num_swapped() const {
+  size_t n = 0;
+  for (const WaitKey& k : waiting_) {
+    n += requests_.at(k.id)->state == RequestState::kPreemptedSwapped ? 1 : 0;
+  }
+  return n;
+}
+
 bool Scheduler::preempt_until_fits(Request* r, int64_t num_new, SchedulerOutput& out) {
   // allocate_slots already evicts unreferenced cached prefixes; can_allocate counts them.
+  if (!kv_->can_allocate(r->id, num_new)) ++counters_.num_alloc_failures;
   while (!kv_->can_allocate(r->id, num_new)) {
     Request* victim = pick_victim(r);
     preempt(victim, out);

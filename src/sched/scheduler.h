@@ -74,9 +74,11 @@ struct SchedCounters {
   uint64_t num_swap_outs = 0;
   uint64_t num_recomputes = 0;
   uint64_t num_swap_ins = 0;
-  uint64_t num_swap_lost = 0;              // swap_in found the data lost: recomputed instead
-  uint64_t num_rejected = 0;               // add_request errors
-  uint64_t num_truncated = 0;              // prompts shortened by the overflow policy
+  uint64_t num_swap_lost = 0;            // swap_in found the data lost: recomputed instead
+  uint64_t num_alloc_failures = 0;       // a running sequence's next slots did not fit (-> preempt)
+  uint64_t num_admission_deferrals = 0;  // the queue head did not fit; retried next step
+  uint64_t num_rejected = 0;             // add_request errors
+  uint64_t num_truncated = 0;            // prompts shortened by the overflow policy
   std::array<uint64_t, 5> num_finished{};  // indexed by FinishReason
   uint64_t finished(FinishReason r) const { return num_finished[static_cast<size_t>(r)]; }
 };
@@ -111,6 +113,7 @@ class Scheduler {
   const Request* find(SeqId id) const;
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
+  size_t num_swapped() const;  // waiting requests whose KV is in the swap tier, O(waiting)
   bool has_unfinished() const { return !requests_.empty(); }
   const SchedCounters& counters() const { return counters_; }
   const SchedConfig& config() const { return cfg_; }

@@ -58,7 +58,10 @@ void Scheduler::schedule_waiting(SchedulerOutput& out) {
     Request* r = requests_.at(waiting_.begin()->id).get();
     // FCFS: when the head does not fit, nothing behind it jumps the queue (no starvation of
     // long prompts).
-    if (!admit(r, running_reserve, out)) break;
+    if (!admit(r, running_reserve, out)) {
+      ++counters_.num_admission_deferrals;
+      break;
+    }
     running_reserve += reserve_blocks_for(r, kv_->num_tokens(r->id));
   }
 }

@@ -123,8 +123,16 @@ void run_under_tiny_budget(const std::string& model, bool with_swap) {
   }
   const EngineStats s = e->stats();
   EXPECT_GT(s.num_preemptions, 0u);
+  EXPECT_EQ(s.num_preemptions_swap + s.num_preemptions_recompute, s.num_preemptions);
+  EXPECT_GT(s.num_alloc_failures, 0u);  // preemptions happen only when a sequence did not fit
   if (with_swap) {
     EXPECT_GT(s.num_swap_outs, 0u);
+    EXPECT_GT(s.num_preemptions_swap, 0u);
+    EXPECT_GT(s.swap_out_bytes, 0u);
+    EXPECT_GT(s.swap_in_bytes, 0u);
+  } else {
+    EXPECT_EQ(s.num_preemptions_swap, 0u);
+    EXPECT_EQ(s.swap_out_bytes, 0u);
   }
   expect_no_leak(*e);
 }

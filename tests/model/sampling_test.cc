@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <map>
+#include <span>
 #include <vector>
 
 namespace kvw {
@@ -71,7 +72,29 @@ TEST(Sampler, RepeatPenaltyDemotesRecentTokens) {
   EXPECT_EQ(s.sample(l.data(), old), 0);
 }
 
+TEST(Sampler, PresenceAndFrequencyPenaltiesCountGeneratedTokensOnly) {
+  std::vector<float> l = {2.0f, 1.5f, 0.1f};
+  std::vector<int32_t> history = {0, 0, 1, 0, 0};  // prompt {0, 0}, generated {1, 0, 0}
+  std::span<const int32_t> generated = std::span<const int32_t>(history).last(3);
+  // Presence 0.6: token 0 -> 1.4 < 1.5 - 0.6? no: token 1 is generated too -> 0.9; 0 wins.
+  Sampler presence({.temperature = 0.0f, .presence_penalty = 0.6f}, 3);
+  EXPECT_EQ(presence.sample(l.data(), history, generated), 0);
+  // Frequency 0.4: token 0 (twice) -> 1.2, token 1 (once) -> 1.1: still 0; at 0.6: 0.8 < 0.9.
+  Sampler freq4({.temperature = 0.0f, .frequency_penalty = 0.4f}, 3);
+  EXPECT_EQ(freq4.sample(l.data(), history, generated), 0);
+  Sampler freq6({.temperature = 0.0f, .frequency_penalty = 0.6f}, 3);
+  EXPECT_EQ(freq6.sample(l.data(), history, generated), 1);
+  // The prompt's own tokens are not penalised.
+  EXPECT_EQ(freq6.sample(l.data(), history, {}), 0);
+  // Negative values encourage repetition.
+  Sampler encourage({.temperature = 0.0f, .presence_penalty = -2.0f}, 3);
+  std::vector<int32_t> only2 = {2};
+  EXPECT_EQ(encourage.sample(l.data(), only2, only2), 2);  // 0.1 + 2 = 2.1 > 2.0
+}
+
 TEST(SamplingParams, ValidateRejectsOutOfRange) {
+  EXPECT_FALSE(SamplingParams{.presence_penalty = 2.5f}.validate().ok());
+  EXPECT_FALSE(SamplingParams{.frequency_penalty = -2.1f}.validate().ok());
   EXPECT_FALSE(SamplingParams{.temperature = -1.0f}.validate().ok());
   EXPECT_FALSE(SamplingParams{.top_p = 0.0f}.validate().ok());
   EXPECT_FALSE(SamplingParams{.min_p = 1.5f}.validate().ok());

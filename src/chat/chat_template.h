@@ -1,0 +1,47 @@
+// chat/chat_template.h: renders chat messages into a prompt string with the model's own
+// tokenizer.chat_template (a Jinja2 template), through a small Jinja-subset interpreter.
+// Supported: what the chat templates of Llama-2, Llama-3.x, Mistral, Qwen2.5/ChatML, DeepSeek,
+// Gemma and Phi-3 use (see chat_template.cc's header for the exact subset).
+// Thread safety: a parsed ChatTemplate is immutable; render() may run on many threads at once.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+
+namespace kvw {
+
+struct ChatMessage {
+  std::string role;  // "system", "user", "assistant" (templates may reject other roles)
+  std::string content;
+};
+
+struct ChatRenderOptions {
+  bool add_generation_prompt = true;  // end with the assistant turn's opening
+  std::string bos_token;              // the vocab's BOS/EOS text, as the templates expect
+  std::string eos_token;
+};
+
+class ChatTemplate {
+ public:
+  // Errors name the line and column of the template text and what was not understood.
+  static Result<ChatTemplate> parse(std::string_view source);
+  // Errors: the template's raise_exception("...") message (e.g. roles must alternate), or a
+  // runtime type error naming the line.
+  Result<std::string> render(std::span<const ChatMessage> messages,
+                             const ChatRenderOptions& options) const;
+
+  ChatTemplate(ChatTemplate&&) noexcept;
+  ChatTemplate& operator=(ChatTemplate&&) noexcept;
+  ~ChatTemplate();
+
+ private:
+  struct Program;  // parsed node tree (chat_template.cc)
+  explicit ChatTemplate(std::unique_ptr<const Program> p);
+  std::unique_ptr<const Program> program_;
+};
+
+}  // namespace kvw
