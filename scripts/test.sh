@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds Release, runs the whole suite, then rebuilds the unit tests
-# with AddressSanitizer + UndefinedBehaviorSanitizer and runs them again.
+# Installs what is missing, builds Release, runs the whole suite (unit, reference, CLI, server
+# end-to-end with the official `openai` Node client, Chromium dashboard, real Prometheus), then
+# rebuilds the unit tests with AddressSanitizer + UndefinedBehaviorSanitizer and runs them again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 JOBS=$(nproc)
 
+# Node test clients, pinned by the lock file (npm registry).
+if [ -f tests/e2e/package-lock.json ]; then
+  npm ci --prefix tests/e2e --no-audit --no-fund --loglevel=error
+fi
+
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$JOBS"
-ctest --test-dir build --output-on-failure -j"$JOBS"
+# Label "bench" tests print numbers (run them by hand: ctest -L bench); everything else runs.
+ctest --test-dir build --output-on-failure -j"$JOBS" -LE bench
 
 # The sanitizer pass covers the unit tests only, so the binary and benchmarks are not built.
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKVW_SANITIZE=address,undefined \

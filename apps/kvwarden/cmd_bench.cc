@@ -1,8 +1,60 @@
-// apps/kvwarden/cmd_bench.cc: placeholder; the `bench` command is being built.
+// kvwarden bench: drives any OpenAI-compatible endpoint (kvwarden, vLLM, llama.cpp's server)
+// with a traffic pattern and a workload, and reports client latencies and the server's own
+// /metrics. Flags come from one table in loadgen/options.h, which scenario files also use.
+#include <memory>
+#include <string>
+
 #include "apps/kvwarden/commands.h"
+#include "loadgen/bench.h"
 
 namespace kvw::app {
 
-void add_bench_command(CLI::App&, int&) {}
+namespace {
+struct BenchFlags {
+  std::string scenario;
+  loadgen::OptionOverrides overrides;  // in command-line order
+};
+}  // namespace
+
+void add_bench_command(CLI::App& app, int& exit_code) {
+  auto flags = std::make_shared<BenchFlags>();  // shared: CLI11 keeps the callbacks past this call
+  CLI::App* sub = app.add_subcommand(
+      "bench",
+      "Benchmark an OpenAI-compatible server (default http://127.0.0.1:8000): traffic patterns,\n"
+      "workloads, TTFT/TPOT/ITL/E2EL percentiles, goodput, server /metrics, JSON and HTML "
+      "reports.\n"
+      "Example: kvwarden bench --pattern poisson --request-rate 4 --num-requests 200\n"
+      "         kvwarden bench --scenario bench/scenarios/bursts.json");
+  sub->add_option("--scenario", flags->scenario,
+                  "Scenario file (JSON: args + pass criteria); other flags override its args")
+      ->check(CLI::ExistingFile);
+  for (const auto& def : loadgen::option_defs()) {
+    const std::string name = def.name;
+    if (def.is_flag) {
+      sub->add_flag_function(
+          "--" + name, [flags, name](int64_t) { flags->overrides.emplace_back(name, "true"); },
+          def.help);
+    } else if (def.multi) {
+      sub->add_option_function<std::vector<std::string>>(
+          "--" + name,
+          [flags, name](const std::vector<std::string>& v) {
+            std::string joined;
+            for (const auto& x : v) {
+              if (!joined.empty()) joined += ' ';
+              joined += x;
+            }
+            flags->overrides.emplace_back(name, joined);
+          },
+          def.help);
+    } else {
+      sub->add_option_function<std::string>(
+          "--" + name,
+          [flags, name](const std::string& v) { flags->overrides.emplace_back(name, v); },
+          def.help);
+    }
+  }
+  sub->callback(
+      [flags, &exit_code] { exit_code = loadgen::run_bench(flags->scenario, flags->overrides); });
+}
 
 }  // namespace kvw::app

@@ -1,0 +1,63 @@
+// loadgen/stats.h: per-request measurements and the benchmark summary (vLLM's field names).
+// Pure functions over finished results; percentiles interpolate linearly like numpy's default,
+// std is the population std (numpy ddof=0), so numbers compare 1:1 with vLLM's benchmark.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace kvw::loadgen {
+
+// One request as the client saw it. Times in ms; ttft_ms < 0 when no token was streamed.
+struct RequestResult {
+  uint64_t index = 0;
+  double start_s = 0;          // send time from the start of the run
+  double ttft_ms = -1;         // first non-empty streamed chunk
+  double e2el_ms = 0;          // send to last byte
+  std::vector<double> itl_ms;  // gaps between streamed chunks after the first
+  int status = 0;              // HTTP status; 0 when the transport failed
+  std::string error;           // empty when ok; "http 429", "timeout", "connect: ..." otherwise
+  std::string error_body;      // first bytes of an error response (for OOM detection)
+  int input_tokens = 0;
+  int output_tokens = 0;  // usage.completion_tokens if reported, else streamed chunks
+  bool streamed = false;
+  bool warmup = false;  // sent during the warm-up window: not counted
+  bool ok() const { return status == 200 && error.empty(); }
+  // vLLM: (e2el - ttft) / (output_tokens - 1); 0 with a single token; <0 when not streamed.
+  double tpot_ms() const;
+};
+
+// Service-level objectives for goodput (vLLM --goodput ttft:500 tpot:50 e2el:2000), in ms.
+struct Slo {
+  std::string metric;  // ttft, tpot or e2el
+  double limit_ms = 0;
+};
+Result<std::vector<Slo>> parse_slos(const std::vector<std::string>& specs);
+bool meets_slos(const RequestResult& r, const std::vector<Slo>& slos);
+
+// numpy.percentile(values, p) with linear interpolation; 0 for an empty input.
+double percentile(std::vector<double> values, double p);
+double mean_of(const std::vector<double>& values);
+double std_of(const std::vector<double>& values);  // population std
+// "99" for 99, "99.9" for 99.9: the name vLLM gives p in "p99_ttft_ms".
+std::string percentile_name(double p);
+
+struct SummaryOptions {
+  std::vector<double> percentiles = {50, 90, 95, 99};
+  std::vector<Slo> slos;
+};
+
+// The vLLM-compatible summary of the measured (non-warm-up) requests over duration_s:
+// duration, completed, failed, total_input_tokens, total_output_tokens, request_throughput,
+// request_goodput (with SLOs), output_throughput, total_token_throughput,
+// {mean,median,std,pNN}_{ttft,tpot,itl,e2el}_ms, plus errors_by_status, refused (429/503),
+// errors_5xx and completed_or_refused_ratio.
+nlohmann::json summarize(const std::vector<RequestResult>& results, double duration_s,
+                         const SummaryOptions& options);
+
+}  // namespace kvw::loadgen

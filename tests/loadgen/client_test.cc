@@ -1,0 +1,269 @@
+// The epoll client and the run loop against the in-process fake server: measured TTFT/ITL
+// against the fake's known delays (lower bounds exact, upper bounds generous), error statuses,
+// keep-alive reuse, multi-turn history, and `kvwarden bench` end to end with a scenario file.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "fake_server.h"
+#include "loadgen/bench.h"
+#include "loadgen/http_client.h"
+#include "loadgen/runner.h"
+
+namespace kvw::loadgen {
+namespace {
+
+std::unique_ptr<HttpClient> client_for(const testing::FakeServer& s) {
+  auto c = HttpClient::create("127.0.0.1", s.port());
+  EXPECT_TRUE(c.ok()) << c.message();
+  return std::move(c.value());
+}
+
+std::vector<RequestSpec> specs(int n, int max_tokens,
+                               nlohmann::json extra = nlohmann::json::object()) {
+  std::vector<RequestSpec> v(n);
+  for (auto& s : v) {
+    s.prompt = "the cat sat";
+    s.input_tokens = 3;
+    s.max_tokens = max_tokens;
+    s.extra = extra;
+  }
+  return v;
+}
+
+RunConfig closed_loop(int concurrency, size_t n) {
+  RunConfig c;
+  c.model = "fake-model";
+  c.closed_loop = true;
+  c.concurrency = concurrency;
+  c.num_requests = n;
+  c.progress = false;
+  c.scrape_interval_s = 0.1;
+  return c;
+}
+
+TEST(HttpClient, FetchesAndReusesKeepAliveConnections) {
+  testing::FakeServer server;
+  auto client = client_for(server);
+  for (int i = 0; i < 5; ++i) {
+    HttpRequest req;
+    req.path = "/v1/models";
+    auto r = fetch(*client, req);
+    ASSERT_TRUE(r.ok()) << r.message();
+    EXPECT_EQ(r->status, 200);
+    EXPECT_NE(r->body.find("fake-model"), std::string::npos);
+  }
+  EXPECT_EQ(client->num_connections_opened(), 1u);
+}
+
+TEST(HttpClient, ConnectionRefusedIsAnErrorNotACrash) {
+  int port = 0;
+  {
+    testing::FakeServer gone;
+    port = gone.port();
+  }
+  auto c = HttpClient::create("127.0.0.1", port);
+  ASSERT_TRUE(c.ok());
+  HttpRequest req;
+  req.path = "/health";
+  auto r = fetch(*c.value(), req);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("connect"), std::string::npos) << r.message();
+}
+
+TEST(HttpClient, ParsesUrls) {
+  auto u = parse_url("http://localhost:8080/api/");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->host, "localhost");
+  EXPECT_EQ(u->port, 8080);
+  EXPECT_EQ(u->path_prefix, "/api");
+  EXPECT_EQ(parse_url("127.0.0.1").value().port, 80);
+  EXPECT_FALSE(parse_url("https://x").ok());
+  EXPECT_FALSE(parse_url("http://x:99999").ok());
+}
+
+TEST(Runner, StreamingTtftAndItlMatchTheFakesDelays) {
+  testing::FakeServer server;
+  auto client = client_for(server);
+  auto cfg = closed_loop(4, 12);
+  auto s = specs(12, 6, {{"fake_first_ms", 150}, {"fake_gap_ms", 40}});
+  auto out = run_benchmark(*client, cfg, s);
+  ASSERT_EQ(out.results.size(), 12u);
+  for (const auto& r : out.results) {
+    ASSERT_TRUE(r.ok()) << r.error;
+    EXPECT_EQ(r.output_tokens, 6);  // from usage
+    EXPECT_EQ(r.input_tokens, 7);   // usage.prompt_tokens wins over the estimate
+    EXPECT_GE(r.ttft_ms, 150.0);
+    EXPECT_LT(r.ttft_ms, 150.0 + 3000.0);
+    ASSERT_EQ(r.itl_ms.size(), 5u);
+    for (double g : r.itl_ms) EXPECT_GE(g, 35.0);  // sleep granularity, never much shorter
+    EXPECT_GE(r.e2el_ms, 150.0 + 5 * 40.0);
+    EXPECT_NEAR(r.tpot_ms(), (r.e2el_ms - r.ttft_ms) / 5, 1e-9);
+  }
+  EXPECT_EQ(out.peak_in_flight, 4u);
+  EXPECT_LE(out.connections_opened, 6u);  // 4 streams + the scraper, reused across requests
+  EXPECT_TRUE(out.metrics_available);
+  EXPECT_FALSE(out.server.empty());
+  EXPECT_DOUBLE_EQ(out.server.back().resident_memory_bytes, 1e8);
+}
+
+TEST(Runner, CountsChunksWithoutUsageAndSkipsRoleOnlyChatDeltas) {
+  testing::FakeServer server;
+  auto client = client_for(server);
+  auto cfg = closed_loop(2, 4);
+  cfg.endpoint = "/v1/chat/completions";
+  auto out = run_benchmark(
+      *client, cfg,
+      specs(4, 5, {{"fake_first_ms", 60}, {"fake_gap_ms", 5}, {"fake_no_usage", true}}));
+  ASSERT_EQ(out.results.size(), 4u);
+  for (const auto& r : out.results) {
+    ASSERT_TRUE(r.ok()) << r.error;
+    EXPECT_EQ(r.output_tokens, 5);
+    EXPECT_GE(r.ttft_ms, 60.0);  // the role delta came at once but is not a token
+    EXPECT_EQ(r.itl_ms.size(), 4u);
+  }
+  auto body = nlohmann::json::parse(server.last_body());
+  EXPECT_EQ(body["messages"][0]["role"], "user");
+  EXPECT_EQ(body["ignore_eos"], true);
+  EXPECT_EQ(body["stream_options"]["include_usage"], true);
+}
+
+TEST(Runner, NonStreamingMeasuresEndToEnd) {
+  testing::FakeServer server;
+  auto client = client_for(server);
+  auto cfg = closed_loop(3, 6);
+  cfg.stream = false;
+  auto out = run_benchmark(*client, cfg, specs(6, 4, {{"fake_first_ms", 80}, {"fake_gap_ms", 10}}));
+  ASSERT_EQ(out.results.size(), 6u);
+  for (const auto& r : out.results) {
+    ASSERT_TRUE(r.ok()) << r.error;
+    EXPECT_EQ(r.output_tokens, 4);
+    EXPECT_LT(r.ttft_ms, 0);  // not streamed: no TTFT
+    EXPECT_GE(r.e2el_ms, 80.0 + 3 * 10.0);
+  }
+}
+
+TEST(Runner, ErrorStatusesAreCountedByStatus) {
+  testing::FakeServer server;
+  auto client = client_for(server);
+  auto s = specs(9, 2, {{"fake_first_ms", 1}, {"fake_gap_ms", 1}});
+  for (int i = 0; i < 3; ++i) s[i].extra["fake_status"] = 429;
+  s[3].extra["fake_status"] = 503;
+  s[4].extra["fake_status"] = 500;
+  auto cfg = closed_loop(2, 9);
+  auto out = run_benchmark(*client, cfg, s);
+  auto j = summarize(out.results, out.measured_duration_s, SummaryOptions{});
+  EXPECT_EQ(j["completed"], 4);
+  EXPECT_EQ(j["errors_by_status"]["429"], 3);
+  EXPECT_EQ(j["errors_by_status"]["503"], 1);
+  EXPECT_EQ(j["errors_by_status"]["500"], 1);
+  EXPECT_EQ(j["refused"], 4);
+  EXPECT_EQ(j["errors_5xx"], 1);
+}
+
+TEST(Runner, OpenLoopSendsAtArrivalTimesAndHonoursTheCap) {
+  testing::FakeServer server;
+  auto client = client_for(server);
+  RunConfig cfg;
+  cfg.model = "m";
+  cfg.progress = false;
+  cfg.arrivals = {0.0, 0.2, 0.4, 0.6};
+  cfg.num_requests = 4;
+  auto out = run_benchmark(*client, cfg, specs(4, 2, {{"fake_first_ms", 1}, {"fake_gap_ms", 1}}));
+  ASSERT_EQ(out.results.size(), 4u);
+  std::vector<double> starts;
+  for (const auto& r : out.results) starts.push_back(r.start_s);
+  std::sort(starts.begin(), starts.end());
+  for (size_t i = 0; i < 4; ++i) EXPECT_GE(starts[i], cfg.arrivals[i]);
+  EXPECT_EQ(out.peak_in_flight, 1u);  // each finished long before the next arrival
+}
+
+TEST(Runner, MultiTurnResendsTheHistoryInOrder) {
+  testing::FakeServer server;
+  auto client = client_for(server);
+  std::vector<RequestSpec> s;
+  for (int round = 0; round < 3; ++round)
+    for (int c = 0; c < 2; ++c) {
+      RequestSpec r;
+      r.prompt = "conv" + std::to_string(c) + " round" + std::to_string(round);
+      r.max_tokens = 2;
+      r.conversation_id = c;
+      r.round = round;
+      r.extra = {{"fake_first_ms", 5}, {"fake_gap_ms", 1}};
+      s.push_back(r);
+    }
+  auto cfg = closed_loop(8, 6);
+  cfg.endpoint = "/v1/chat/completions";
+  auto out = run_benchmark(*client, cfg, s);
+  ASSERT_EQ(out.results.size(), 6u);
+  EXPECT_EQ(out.peak_in_flight, 2u);  // a round waits for the previous one of its conversation
+  auto body = nlohmann::json::parse(server.last_body());
+  const auto& m = body["messages"];
+  ASSERT_EQ(m.size(), 5u);  // 2 earlier rounds (user + assistant) + this user message
+  EXPECT_EQ(m[1]["role"], "assistant");
+  EXPECT_EQ(m[1]["content"], " w0 w1");
+  EXPECT_EQ(m[4]["content"].get<std::string>().substr(6), "round2");
+}
+
+TEST(Bench, ScenarioEndToEndWritesReportsAndJudgesCriteria) {
+  testing::FakeServer server;
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("kvw_loadgen_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const auto scenario = (dir / "s.json").string();
+  std::ofstream(scenario) << R"({"name": "fake", "description": "test",
+    "args": {"pattern": "constant", "request-rate": 40, "num-requests": 8, "input-len": "fixed:12",
+             "output-len": "fixed:3", "seed": 5, "scrape-interval": 0.1, "quiet": true,
+             "goodput": ["ttft:10000"], "percentiles": "50,99.9"},
+    "criteria": [{"metric": "completed", "op": "==", "value": 8},
+                 {"metric": "errors_5xx", "op": "==", "value": 0},
+                 {"metric": "server_alive_after", "op": "==", "value": 1}]})";
+  const std::string json_path = (dir / "r.json").string(), html_path = (dir / "r.html").string();
+  const int rc = run_bench(
+      scenario,
+      {{"base-url", server.url()}, {"output-json", json_path}, {"output-html", html_path}});
+  EXPECT_EQ(rc, 0);
+  std::ifstream jin(json_path);
+  auto j = nlohmann::json::parse(jin);
+  for (const char* k : {"duration", "completed", "total_input_tokens", "total_output_tokens",
+                        "request_throughput", "request_goodput", "output_throughput",
+                        "total_token_throughput", "mean_ttft_ms", "median_ttft_ms", "std_ttft_ms",
+                        "p99.9_ttft_ms", "p50_tpot_ms", "mean_itl_ms", "p99.9_e2el_ms"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_EQ(j["passed"], true);
+  EXPECT_EQ(j["tokenizer"], "target /tokenize");
+  EXPECT_EQ(j["total_input_tokens"], 8 * 7);  // usage from the fake
+  EXPECT_GT(server.num_tokenize(), 0);
+  std::ifstream hin(html_path);
+  const std::string html((std::istreambuf_iterator<char>(hin)), std::istreambuf_iterator<char>());
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_NE(html.find("KV cache"), std::string::npos);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  // The same run with an unmet criterion exits 1.
+  std::ofstream(scenario)
+      << R"({"name": "fake", "args": {"num-requests": 2, "request-rate": 100, "quiet": true},
+    "criteria": [{"metric": "completed", "op": ">=", "value": 3}]})";
+  EXPECT_EQ(run_bench(scenario, {{"base-url", server.url()},
+                                 {"output-json", json_path},
+                                 {"output-html", html_path}}),
+            1);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Bench, UnreachableTargetAndBadFlagsGiveDistinctExitCodes) {
+  int port = 0;
+  {
+    testing::FakeServer gone;
+    port = gone.port();
+  }
+  EXPECT_EQ(
+      run_bench("", {{"base-url", "http://127.0.0.1:" + std::to_string(port)}, {"quiet", "true"}}),
+      3);
+  EXPECT_EQ(run_bench("", {{"pattern", "closed"}}), 2);
+  EXPECT_EQ(run_bench("", {{"input-len", "gauss:3"}}), 2);
+}
+
+}  // namespace
+}  // namespace kvw::loadgen
