@@ -1,8 +1,258 @@
-// apps/kvwarden/cmd_serve.cc: placeholder; the `serve` command is being built.
+// kvwarden serve: the OpenAI-compatible HTTP server (src/server) over one Engine.
+// Start-up: flags -> EngineConfig + ServerConfig, Engine::create (logs the budget table), bind,
+// then one line "kvwarden serving MODEL on http://HOST:PORT" on stdout (tests wait for it).
+// SIGTERM/SIGINT: drain (503 for new work, in-flight requests finish up to --drain-timeout,
+// then are cancelled), stop the listener, shut the engine down, exit 0.
+#include <pthread.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
 #include "apps/kvwarden/commands.h"
+#include "apps/kvwarden/default_model.h"
+#include "engine/engine.h"
+#include "gguf/gguf_file.h"
+#include "planner/model_source.h"
+#include "server/http_server.h"
 
 namespace kvw::app {
+namespace {
 
-void add_serve_command(CLI::App&, int&) {}
+struct ServeFlags {
+  server::ServerConfig server;
+  EngineConfig engine;
+  std::string memory_budget, swap_space, kv_dtype = "f16", preemption_mode = "swap",
+                                         overflow = "error", kv_reserve = "none",
+                                         chat_template_file;
+  bool no_prefix_caching = false;
+  int64_t max_model_len = 0;  // 0: min(4096, the model's trained context)
+};
+
+Result<uint64_t> parse_size_flag(const std::string& flag, const std::string& text) {
+  auto v = parse_memory_budget(text, machine_memory_limit_bytes());
+  if (!v.ok()) {
+    std::string msg = v.message();
+    if (msg.starts_with("--memory-budget")) msg = flag + msg.substr(15);
+    return Error{msg};
+  }
+  return *v;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return {};
+  std::ostringstream os;
+  os << f.rdbuf();
+  return os.str();
+}
+
+// Flags that CLI11 leaves as text become config fields here; messages name the flag.
+Status resolve(ServeFlags& f) {
+  EngineConfig& e = f.engine;
+  if (e.model_path.empty()) {
+    e.model_path = find_default_model();
+    if (e.model_path.empty()) {
+      return Error{
+          "no --model given and no default model found ($KVW_DEFAULT_MODEL, "
+          "share/kvwarden/default.gguf or models/kvwarden-default.gguf)"};
+    }
+  }
+  if (!f.memory_budget.empty()) {
+    auto b = parse_size_flag("--memory-budget", f.memory_budget);
+    if (!b.ok()) return b.error();
+    e.memory_budget_bytes = *b;
+  }
+  if (!f.swap_space.empty()) {
+    auto b = parse_size_flag("--swap-space", f.swap_space);
+    if (!b.ok()) return b.error();
+    e.swap_bytes = *b;
+  }
+  auto dtype = parse_kv_dtype(f.kv_dtype);
+  if (!dtype) return Error{"--kv-dtype '" + f.kv_dtype + "': use f16, bf16, f32 or int8"};
+  e.kv_dtype = *dtype;
+  if (f.preemption_mode == "swap") {
+    e.sched.preemption_mode = PreemptionMode::kSwap;
+  } else if (f.preemption_mode == "recompute") {
+    e.sched.preemption_mode = PreemptionMode::kRecompute;
+  } else {
+    return Error{"--preemption-mode '" + f.preemption_mode + "': use swap or recompute"};
+  }
+  auto ov = parse_overflow_policy(f.overflow);
+  if (!ov.ok()) return ov.error();
+  e.sched.overflow = *ov;
+  auto kr = parse_kv_reserve_policy(f.kv_reserve);
+  if (!kr.ok()) return kr.error();
+  e.sched.kv_reserve = *kr;
+  e.enable_prefix_caching = !f.no_prefix_caching;
+  if (f.max_model_len > 0) {
+    e.sched.max_model_len = f.max_model_len;
+  } else {
+    auto file = GgufFile::open(e.model_path);
+    if (!file.ok()) return file.error();
+    auto shape = planner::shape_from_gguf(**file);
+    if (!shape.ok()) return shape.error();
+    e.sched.max_model_len =
+        shape->max_position > 0 ? std::min<int64_t>(4096, shape->max_position) : 4096;
+  }
+  if (!f.chat_template_file.empty()) {
+    f.server.chat_template = read_file(f.chat_template_file);
+    if (f.server.chat_template.empty()) {
+      return Error{"--chat-template " + f.chat_template_file + ": cannot read (or empty)"};
+    }
+  }
+  if (f.server.api_key.empty()) {
+    if (const char* k = std::getenv("KVW_API_KEY"); k != nullptr) f.server.api_key = k;
+  }
+  KVW_RETURN_IF_ERROR(e.validate());
+  return f.server.validate();
+}
+
+int run(ServeFlags f) {
+  auto fail = [](const std::string& msg, int code) {
+    std::cerr << "kvwarden serve: " << msg << "\n";
+    return code;
+  };
+  if (Status st = resolve(f); !st.ok()) return fail(st.message(), 2);
+  // Block the stop signals in every thread (the engine's and httplib's inherit this mask);
+  // the main thread takes them with sigwait, so no handler runs in an arbitrary thread.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
+
+  auto engine = Engine::create(f.engine);
+  if (!engine.ok()) return fail(engine.message(), 1);
+  auto srv = server::Server::create(f.server, **engine, f.engine);
+  if (!srv.ok()) return fail(srv.message(), 2);
+  if (Status st = (*srv)->start(); !st.ok()) return fail(st.message(), 1);
+  std::printf("kvwarden serving %s on %s\n", (*srv)->model_name().c_str(), (*srv)->url().c_str());
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  std::cerr << "kvwarden serve: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ": draining (up to "
+            << f.server.drain_timeout_s << " s)\n";
+  const size_t cancelled = (*srv)->drain_and_stop();
+  (*engine)->shutdown();
+  std::cerr << "kvwarden serve: stopped (" << cancelled
+            << " requests cancelled at the drain timeout)\n";
+  return 0;
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("serve",
+                                 "OpenAI-compatible HTTP server (/v1/completions, "
+                                 "/v1/chat/completions, /v1/models, /health, /ready)");
+  auto f = std::make_shared<ServeFlags>();
+  server::ServerConfig& s = f->server;
+  EngineConfig& e = f->engine;
+  // Server.
+  cmd->add_option("--model,-m", e.model_path,
+                  "GGUF model file (default: the embedded default model)");
+  cmd->add_option("--host", s.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", s.port, "Port to listen on (0: any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd->add_option("--api-key", s.api_key,
+                  "Require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize "
+                  "(default: $KVW_API_KEY; none: no auth)");
+  cmd->add_option("--served-model-name", s.served_model_name,
+                  "Model name in the API (default: the model file name without .gguf)");
+  cmd->add_option("--chat-template", f->chat_template_file,
+                  "Jinja chat template file (overrides the GGUF's tokenizer.chat_template; "
+                  "without either, chat uses a built-in ChatML template)");
+  cmd->add_option("--http-threads", s.http_threads,
+                  "HTTP worker threads (each open stream holds one)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  cmd->add_option("--max-body-bytes", s.max_body_bytes, "Larger request bodies get 413")
+      ->capture_default_str();
+  cmd->add_option("--drain-timeout", s.drain_timeout_s,
+                  "On SIGTERM/SIGINT, seconds in-flight requests may take before they are "
+                  "cancelled")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  // Admission and breaker.
+  cmd->add_option("--max-queue", s.admission.max_queue,
+                  "Requests that may wait for a running slot; more get 429 (0: unbounded)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-queue-wait", s.admission.max_queue_wait_s,
+                  "429 when the predicted queue wait exceeds this many seconds (0: off)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--breaker-kv-threshold", s.breaker.kv_high,
+                  "KV usage fraction above which the breaker warns, then sheds")
+      ->capture_default_str();
+  cmd->add_option("--breaker-kv-recover", s.breaker.kv_low,
+                  "KV usage fraction below which the breaker recovers")
+      ->capture_default_str();
+  cmd->add_option("--breaker-kv-seconds", s.breaker.kv_shed_after_s,
+                  "Seconds above the KV threshold before shedding new work (503)")
+      ->capture_default_str();
+  cmd->add_option("--latency-sla", s.breaker.latency_sla_s,
+                  "p95 end-to-end latency SLA in seconds; above it the breaker warns, then "
+                  "sheds (0: off)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--breaker-latency-seconds", s.breaker.latency_shed_after_s,
+                  "Seconds above the latency SLA before shedding")
+      ->capture_default_str();
+  cmd->add_option("--breaker-latency-recover", s.breaker.latency_recover_ratio,
+                  "Recovery needs p95 below this fraction of the SLA")
+      ->capture_default_str();
+  cmd->add_option("--breaker-recover-seconds", s.breaker.recover_hold_s,
+                  "Seconds below both recovery thresholds before the breaker returns to ok")
+      ->capture_default_str();
+  cmd->add_option("--breaker-tick-ms", s.breaker_tick_ms, "How often the breaker samples")
+      ->capture_default_str();
+  // Engine.
+  cmd->add_option("--threads,-t", e.n_threads, "Forward worker threads (0: all cores)")
+      ->capture_default_str();
+  cmd->add_option("--memory-budget", f->memory_budget,
+                  "Total memory for weights + workspace + KV pool + reserve: bytes, 8G, 512MiB "
+                  "or 75% of the machine (default: none; the KV pool then fits max-num-seqs x "
+                  "max-model-len)");
+  cmd->add_option("--block-size", e.block_size, "KV block size in tokens")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  cmd->add_option("--kv-dtype,--kv-cache-dtype", f->kv_dtype, "KV cache type: f16, bf16, f32, int8")
+      ->capture_default_str();
+  cmd->add_option("--max-num-seqs", e.sched.max_num_seqs, "Requests running at once")
+      ->capture_default_str();
+  cmd->add_option("--max-num-batched-tokens", e.sched.max_num_batched_tokens,
+                  "Tokens per engine step (also sizes the forward workspace)")
+      ->capture_default_str();
+  cmd->add_option("--max-model-len", f->max_model_len,
+                  "Prompt + output tokens per request (default: min(4096, the model's context))");
+  cmd->add_option("--swap-space", f->swap_space,
+                  "Swap tier for preempted KV (bytes or 4G; default: none)");
+  cmd->add_option("--swap-path", e.swap_path, "Swap file location (with --swap-space)");
+  cmd->add_option("--preemption-mode", f->preemption_mode,
+                  "swap (to the swap tier when it has room) or recompute")
+      ->capture_default_str();
+  cmd->add_option("--overflow", f->overflow,
+                  "Prompt over max-model-len: error (400 context_length_exceeded), truncate-left, "
+                  "or sliding-window (keep the system turn and the newest whole turns)")
+      ->capture_default_str();
+  cmd->add_option("--kv-reserve", f->kv_reserve, "KV admission reserve: none or p95")
+      ->capture_default_str();
+  cmd->add_flag("--no-prefix-caching", f->no_prefix_caching, "Disable prefix caching");
+  cmd->add_option("--activation-clamp", e.activation_clamp,
+                  "Clamp residual activations to [-c, c] (0: off)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-engine-queue", e.request_queue_capacity,
+                  "Submissions waiting for the engine thread at most")
+      ->capture_default_str();
+  cmd->callback([f, &exit_code] { exit_code = run(*f); });
+}
 
 }  // namespace kvw::app

@@ -1,0 +1,70 @@
+// server/admission.h: admission control for generation requests: a bounded queue and a
+// predicted-wait limit, both from a drain-rate estimate (EWMA of completion intervals).
+// Pure logic: time comes in as arguments (seconds on any monotonic clock), so tests drive it.
+// Thread safety: every method locks one mutex; HTTP threads call it concurrently.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+
+namespace kvw::server {
+
+struct AdmissionConfig {
+  // Engine requests that wait for a running slot at most (--max-queue); 0 = unbounded.
+  int64_t max_queue = 256;
+  // Refuse when the predicted wait exceeds this (--max-queue-wait, seconds); 0 = off.
+  double max_queue_wait_s = 0;
+  // Requests the engine runs at once (--max-num-seqs): only work beyond this is queued.
+  int64_t concurrency = 256;
+  // Completions per second assumed before the first completion (conservative, so the wait
+  // limit is not waived while nothing is known).
+  double initial_drain_rate = 1.0;
+  double ewma_alpha = 0.2;         // weight of the newest completion interval
+  double max_retry_after_s = 600;  // Retry-After never says more than this
+};
+
+enum class AdmissionVerdict { kAdmit, kQueueFull, kWaitTooLong };
+
+struct AdmissionDecision {
+  AdmissionVerdict verdict = AdmissionVerdict::kAdmit;
+  int64_t queued_ahead = 0;     // engine requests waiting ahead of this one
+  double predicted_wait_s = 0;  // queued_ahead / drain rate
+  int64_t retry_after_s = 1;    // for a refusal: ceil(predicted wait), >= 1
+};
+
+struct AdmissionSnapshot {
+  int64_t in_flight = 0;  // admitted engine requests not yet completed
+  double drain_rate = 0;  // completions per second (EWMA, or the initial estimate)
+  uint64_t num_completed = 0;
+};
+
+class AdmissionController {
+ public:
+  explicit AdmissionController(const AdmissionConfig& cfg) : cfg_(cfg) {}
+
+  // Decides on `n` engine requests (one HTTP request with n choices). `engine_waiting` is the
+  // engine's own waiting count (KV-limited admission can queue below `concurrency`). On kAdmit
+  // the n requests count as in flight until on_complete.
+  AdmissionDecision try_admit(double now_s, int64_t n, int64_t engine_waiting);
+  // One engine request ended (any reason); feeds the drain-rate estimate.
+  void on_complete(double now_s);
+  // Retry-After for refusals that are not about the queue (shedding, draining): the time to
+  // drain what is in flight now, >= 1 s.
+  int64_t retry_after_s() const;
+  AdmissionSnapshot snapshot() const;
+
+ private:
+  double drain_rate_locked() const;
+  int64_t queued_locked(int64_t engine_waiting) const;
+  int64_t retry_after_locked(int64_t queued) const;
+
+  const AdmissionConfig cfg_;
+  mutable std::mutex mu_;
+  int64_t in_flight_ = 0;
+  uint64_t num_completed_ = 0;
+  double busy_since_s_ = 0;       // when in_flight_ last went from 0 to > 0
+  double last_completion_s_ = 0;  // valid when num_completed_ > 0
+  double ewma_interval_s_ = 0;    // 0 until the first measured interval
+};
+
+}  // namespace kvw::server

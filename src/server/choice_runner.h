@@ -1,0 +1,72 @@
+// server/choice_runner.h: one OpenAI choice = one engine request. Reads its TokenChannel,
+// detokenises with a StreamDecoder (never splits a UTF-8 character), applies stop strings
+// (cancelling the engine request on a match) and keeps per-token logprobs.
+// RAII: the destructor cancels an unfinished engine request (client gone, drain) and does the
+// bookkeeping (admission drain rate, latency window, drain registry) exactly once.
+// Thread safety: one HTTP thread at a time.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/queues.h"
+#include "server/server_state.h"
+#include "server/stop_matcher.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvw::server {
+
+struct TokenInfo {
+  int32_t token_id = 0;
+  float logprob = 0;
+  std::vector<TokenLogprob> top;
+};
+
+// What one poll produced.
+struct ChoiceDelta {
+  std::string text;
+  std::vector<TokenInfo> tokens;  // only when logprobs were requested
+  bool finished = false;          // this poll saw the end
+};
+
+class ChoiceRunner {
+ public:
+  ChoiceRunner(ServerState& st, std::shared_ptr<TokenChannel> channel,
+               const std::vector<std::string>& stops, int32_t logprobs, bool ignore_eos,
+               double start_s);
+  ~ChoiceRunner();
+  ChoiceRunner(const ChoiceRunner&) = delete;
+  ChoiceRunner& operator=(const ChoiceRunner&) = delete;
+
+  // Waits up to `wait` for the first event, then takes whatever else is ready. Appends to `d`.
+  void poll(std::chrono::milliseconds wait, ChoiceDelta& d);
+  bool finished() const { return finished_; }
+  // "stop" or "length" when finished normally; empty while running or on error.
+  const std::string& finish_reason() const { return finish_reason_; }
+  // Set when the engine failed or cancelled the request (drain, shutdown, bad input).
+  const std::string& error() const { return error_; }
+  bool produced_tokens() const { return num_tokens_ > 0; }
+  int32_t num_tokens() const { return num_tokens_; }
+  uint64_t request_id() const { return channel_->request_id(); }
+
+ private:
+  void on_token(const ChannelEvent& ev, ChoiceDelta& d);
+  void on_finished(const ChannelEvent& ev, ChoiceDelta& d);
+  void end(ChoiceDelta& d);
+
+  ServerState& st_;
+  std::shared_ptr<TokenChannel> channel_;
+  StreamDecoder decoder_;
+  StopMatcher stop_;
+  const int32_t logprobs_;
+  const bool ignore_eos_;
+  const double start_s_;
+  int32_t num_tokens_ = 0;
+  bool finished_ = false;
+  std::string finish_reason_;
+  std::string error_;
+};
+
+}  // namespace kvw::server

@@ -1,0 +1,293 @@
+// /v1/completions and /v1/chat/completions: validate, admit, submit one engine request per
+// choice, then answer in one JSON body or as SSE chunks (`data: {json}\n\n` ... `data: [DONE]`).
+#include <cstdio>
+#include <ctime>
+#include <random>
+
+#include "server/choice_runner.h"
+#include "server/openai_request.h"
+#include "server/routes.h"
+#include "server/sse_writer.h"
+
+namespace kvw::server {
+namespace {
+
+using nlohmann::json;
+
+struct PreparedPrompt {
+  std::vector<int32_t> tokens;
+  std::vector<int64_t> turn_starts;
+  int32_t max_tokens = 0;
+};
+
+std::string random_id(const char* prefix) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)rng());
+  return std::string(prefix) + buf;
+}
+
+// max_tokens per prompt, and the context check under --overflow error.
+std::optional<ApiError> fit_max_tokens(const ServerState& st, const GenParams& p, bool chat,
+                                       PreparedPrompt& pp) {
+  const auto n_prompt = (int64_t)pp.tokens.size();
+  const int64_t len = st.max_model_len;
+  const int64_t room = len - n_prompt;
+  if (st.overflow == OverflowPolicy::kError &&
+      (room < 1 || (p.max_tokens && *p.max_tokens > room))) {
+    return ApiError(400, RefusalReason::kContextLength, "context_length_exceeded",
+                    "This model's maximum context length is " + std::to_string(len) +
+                        " tokens. However, you requested " +
+                        std::to_string(n_prompt + (p.max_tokens ? *p.max_tokens : 1)) +
+                        " tokens (" + std::to_string(n_prompt) + " in the " +
+                        (chat ? "messages" : "prompt") + ", " +
+                        std::to_string(p.max_tokens ? *p.max_tokens : 1) +
+                        " for the completion). Please reduce the length.")
+        .with_param(p.max_tokens && room >= 1 ? "max_tokens" : (chat ? "messages" : "prompt"));
+  }
+  // Defaults: completions 16 (OpenAI), chat up to the context limit. An overflowing prompt
+  // is cut by the engine under the other policies, leaving at least one token of room.
+  const int64_t cap = std::max<int64_t>(1, room);
+  pp.max_tokens = p.max_tokens ? *p.max_tokens : (int32_t)std::min<int64_t>(chat ? cap : 16, cap);
+  return std::nullopt;
+}
+
+GenerationRequest make_request(const GenParams& p, const PreparedPrompt& pp, int32_t choice) {
+  GenerationRequest r;
+  r.prompt = pp.tokens;
+  r.turn_starts = pp.turn_starts;
+  r.max_tokens = pp.max_tokens;
+  r.ignore_eos = p.ignore_eos;
+  GenSampling& s = r.sampling;
+  s.temperature = p.temperature;
+  s.top_p = p.top_p;
+  s.top_k = p.top_k;
+  s.min_p = p.min_p;
+  s.presence_penalty = p.presence_penalty;
+  s.frequency_penalty = p.frequency_penalty;
+  s.logprobs = p.logprobs;
+  // Choices of one request differ yet stay reproducible under a seed.
+  s.seed = p.seed ? *p.seed + (uint64_t)choice : std::random_device{}() * 0x9E3779B97F4A7C15ull;
+  return r;
+}
+
+ApiError engine_refusal(ServerState& st, const std::string& msg) {
+  if (msg.find("queue full") != std::string::npos) {
+    return ApiError(429, RefusalReason::kQueueFull, "queue_full", "server busy: " + msg)
+        .with_type("rate_limit_error")
+        .with_retry_after(st.admission.retry_after_s());
+  }
+  if (msg.find("shut") != std::string::npos) {
+    return ApiError(503, RefusalReason::kDraining, "draining", "server shutting down")
+        .with_type("server_error")
+        .with_retry_after(st.admission.retry_after_s());
+  }
+  if (msg.find("numerics") != std::string::npos) {
+    return ApiError(500, RefusalReason::kEngine, "", msg).with_type("server_error");
+  }
+  return ApiError(400, RefusalReason::kEngine, "", msg);
+}
+
+// 503 while draining or shedding, 429 when admission refuses; nullopt = admitted.
+std::optional<ApiError> gate(ServerState& st, int64_t num_choices) {
+  if (st.draining.load()) {
+    return ApiError(503, RefusalReason::kDraining, "draining",
+                    "server is shutting down; retry on another replica")
+        .with_type("server_error")
+        .with_retry_after(st.admission.retry_after_s());
+  }
+  if (st.breaker.state() == BreakerState::kShedding) {
+    return ApiError(503, RefusalReason::kShedding, "overloaded",
+                    "server overloaded (shedding load); retry later")
+        .with_type("server_error")
+        .with_retry_after(st.admission.retry_after_s());
+  }
+  const AdmissionDecision d =
+      st.admission.try_admit(now_s(), num_choices, (int64_t)st.engine->stats().num_waiting);
+  if (d.verdict == AdmissionVerdict::kAdmit) return std::nullopt;
+  const bool full = d.verdict == AdmissionVerdict::kQueueFull;
+  char wait[64];
+  std::snprintf(wait, sizeof wait, "%.1f", d.predicted_wait_s);
+  return ApiError(429, full ? RefusalReason::kQueueFull : RefusalReason::kQueueWait,
+                  full ? "queue_full" : "queue_wait_exceeded",
+                  full ? "server busy: request queue full (" + std::to_string(d.queued_ahead) +
+                             " waiting); retry later"
+                       : std::string("server busy: predicted queue wait ") + wait +
+                             " s exceeds --max-queue-wait; retry later")
+      .with_type("rate_limit_error")
+      .with_retry_after(d.retry_after_s);
+}
+
+// Admits and submits every choice (prompt-major: index = prompt * n + i).
+std::variant<std::vector<std::unique_ptr<ChoiceRunner>>, ApiError> submit_all(
+    ServerState& st, const GenParams& p, const std::vector<PreparedPrompt>& prompts) {
+  const int64_t total = (int64_t)prompts.size() * p.n;
+  if (auto e = gate(st, total)) return *e;
+  const double start = now_s();
+  std::vector<std::unique_ptr<ChoiceRunner>> runners;
+  for (size_t k = 0; k < prompts.size(); ++k) {
+    for (int32_t i = 0; i < p.n; ++i) {
+      auto ch = st.engine->submit(make_request(p, prompts[k], (int32_t)runners.size()));
+      if (!ch.ok()) {
+        // Runners made so far cancel and complete themselves; the rest never started.
+        for (int64_t left = total - (int64_t)runners.size(); left > 0; --left) {
+          st.admission.on_complete(now_s());
+        }
+        return engine_refusal(st, ch.message());
+      }
+      runners.push_back(std::make_unique<ChoiceRunner>(st, std::move(*ch), p.stop, p.logprobs,
+                                                       p.ignore_eos, start));
+    }
+  }
+  return runners;
+}
+
+// A choice that ended in error decides the status of a non-streamed response.
+ApiError choice_error(ServerState& st, const ChoiceRunner& r) {
+  if (r.error().find("shut") != std::string::npos) return engine_refusal(st, "shut down");
+  return engine_refusal(st, r.error());
+}
+
+struct Job {
+  bool chat = false;
+  GenParams params;
+  std::vector<PreparedPrompt> prompts;
+  std::string id;
+  int64_t created = 0;
+  int64_t prompt_tokens = 0;
+};
+
+json usage_json(int64_t prompt, int64_t completion) {
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion}};
+}
+
+void run_blocking(ServerState& st, Job& job, std::vector<std::unique_ptr<ChoiceRunner>>& runners,
+                  httplib::Response& res) {
+  LogprobBuilder lp(st.tokenizer(), job.chat);
+  json choices = json::array();
+  int64_t completion = 0;
+  for (size_t i = 0; i < runners.size(); ++i) {
+    ChoiceRunner& r = *runners[i];
+    ChoiceDelta d;
+    while (!r.finished()) r.poll(std::chrono::milliseconds(100), d);
+    if (!r.error().empty()) return send_error(st, res, choice_error(st, r));
+    completion += r.num_tokens();
+    json c = {{"index", i}};
+    if (job.chat) {
+      c["message"] = {{"role", "assistant"}, {"content", d.text}};
+    } else {
+      c["text"] = d.text;
+    }
+    size_t text_offset = 0;
+    c["logprobs"] = job.params.logprobs >= 0 ? lp.build(d.tokens, text_offset) : json();
+    c["finish_reason"] = r.finish_reason();
+    choices.push_back(std::move(c));
+  }
+  send_json(res, {{"id", job.id},
+                  {"object", job.chat ? "chat.completion" : "text_completion"},
+                  {"created", job.created},
+                  {"model", st.model_name},
+                  {"choices", std::move(choices)},
+                  {"usage", usage_json(job.prompt_tokens, completion)}});
+}
+
+void run(ServerState& st, Job job, httplib::Response& res) {
+  if (!job.params.model.empty() && job.params.model != st.model_name) {
+    return send_error(st, res,
+                      ApiError(404, RefusalReason::kModelNotFound, "model_not_found",
+                               "The model '" + job.params.model + "' does not exist (serving '" +
+                                   st.model_name + "')")
+                          .with_param("model"));
+  }
+  for (PreparedPrompt& pp : job.prompts) {
+    if (auto e = fit_max_tokens(st, job.params, job.chat, pp)) return send_error(st, res, *e);
+    job.prompt_tokens += (int64_t)pp.tokens.size();
+  }
+  st.counters.num_prompt_tokens.fetch_add((uint64_t)job.prompt_tokens);
+  auto submitted = submit_all(st, job.params, job.prompts);
+  if (auto* e = std::get_if<ApiError>(&submitted)) return send_error(st, res, *e);
+  auto runners = std::move(std::get<0>(submitted));
+  job.id = random_id(job.chat ? "chatcmpl-" : "cmpl-");
+  job.created = (int64_t)std::time(nullptr);
+  if (!job.params.stream) return run_blocking(st, job, runners, res);
+  auto stream = std::make_shared<SseJob>(st, job.chat, job.params, job.id, job.created,
+                                         job.prompt_tokens, std::move(runners));
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider("text/event-stream", [stream](size_t, httplib::DataSink& sink) {
+    return stream->step(sink);
+  });
+}
+
+template <typename Fn>
+void guarded(ServerState& st, httplib::Response& res, Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {  // user input must never escape as a crash
+    send_error(st, res,
+               ApiError(500, RefusalReason::kEngine, "", std::string("internal error: ") + e.what())
+                   .with_type("server_error"));
+  }
+}
+
+}  // namespace
+
+void handle_completions(ServerState& st, const httplib::Request& req, httplib::Response& res) {
+  guarded(st, res, [&] {
+    st.counters.num_requests.fetch_add(1);
+    auto body = parse_body(req.body);
+    if (auto* e = std::get_if<ApiError>(&body)) return send_error(st, res, *e);
+    auto parsed = parse_completion_request(std::get<json>(body));
+    if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(st, res, *e);
+    CompletionRequest& cr = std::get<CompletionRequest>(parsed);
+    Job job;
+    job.params = cr.params;
+    const int32_t n_vocab = st.tokenizer().n_vocab();
+    for (PromptInput& in : cr.prompts) {
+      PreparedPrompt pp;
+      if (in.is_tokens) {
+        for (int32_t t : in.tokens) {
+          if (t >= n_vocab) {
+            return send_error(st, res,
+                              invalid_param("prompt", "token id " + std::to_string(t) +
+                                                          " is outside the vocabulary [0, " +
+                                                          std::to_string(n_vocab) + ")"));
+          }
+        }
+        pp.tokens = std::move(in.tokens);
+      } else {
+        pp.tokens = st.tokenizer().encode(in.text, /*add_special=*/true, /*parse_special=*/true);
+      }
+      if (pp.tokens.empty())
+        return send_error(st, res, invalid_param("prompt", "the prompt is empty"));
+      job.prompts.push_back(std::move(pp));
+    }
+    run(st, std::move(job), res);
+  });
+}
+
+void handle_chat_completions(ServerState& st, const httplib::Request& req, httplib::Response& res) {
+  guarded(st, res, [&] {
+    st.counters.num_requests.fetch_add(1);
+    auto body = parse_body(req.body);
+    if (auto* e = std::get_if<ApiError>(&body)) return send_error(st, res, *e);
+    auto parsed = parse_chat_request(std::get<json>(body));
+    if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(st, res, *e);
+    ChatRequest& cr = std::get<ChatRequest>(parsed);
+    auto prompt =
+        st.prompter->build(cr.messages,
+                           /*with_turn_starts=*/st.overflow == OverflowPolicy::kSlidingWindow);
+    if (!prompt.ok()) return send_error(st, res, invalid_param("messages", prompt.message()));
+    if (prompt->tokens.empty())
+      return send_error(st, res, invalid_param("messages", "empty prompt"));
+    Job job;
+    job.chat = true;
+    job.params = cr.params;
+    job.prompts.push_back(PreparedPrompt{.tokens = std::move(prompt->tokens),
+                                         .turn_starts = std::move(prompt->turn_starts)});
+    run(st, std::move(job), res);
+  });
+}
+
+}  // namespace kvw::server

@@ -1,0 +1,74 @@
+// server/openai_request.h: OpenAI request bodies (/v1/completions, /v1/chat/completions) parsed
+// and validated into plain structs. Every refusal is a 400 ApiError naming the parameter;
+// nothing here throws on user input.
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "chat/chat_template.h"
+#include "server/api_error.h"
+
+namespace kvw::server {
+
+template <typename T>
+using ApiResult = std::variant<T, ApiError>;
+
+// Knobs shared by both endpoints.
+struct GenParams {
+  std::string model;                  // empty when absent
+  std::optional<int32_t> max_tokens;  // max_tokens / max_completion_tokens
+  float temperature = 1.0f;           // OpenAI's default
+  float top_p = 1.0f;
+  int32_t top_k = 0;   // vLLM extension; 0 or -1 = off
+  float min_p = 0.0f;  // vLLM extension
+  std::optional<uint64_t> seed;
+  int32_t n = 1;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int32_t logprobs = -1;    // engine GenSampling::logprobs: -1 none, k >= 0 top alternatives
+  bool ignore_eos = false;  // vLLM extension
+};
+
+// One completions prompt: text, or token ids when the client sent ids.
+struct PromptInput {
+  std::string text;
+  std::vector<int32_t> tokens;
+  bool is_tokens = false;
+};
+
+struct CompletionRequest {
+  GenParams params;
+  std::vector<PromptInput> prompts;  // a batch of prompts gives prompts.size() * n choices
+};
+
+struct ChatRequest {
+  GenParams params;
+  std::vector<ChatMessage> messages;
+};
+
+inline constexpr int32_t kMaxN = 16;
+inline constexpr int32_t kMaxLogprobs = 20;
+inline constexpr size_t kMaxStops = 16;
+
+ApiResult<CompletionRequest> parse_completion_request(const nlohmann::json& body);
+ApiResult<ChatRequest> parse_chat_request(const nlohmann::json& body);
+// `messages` alone (also used by /tokenize).
+ApiResult<std::vector<ChatMessage>> parse_messages(const nlohmann::json& messages);
+// A JSON array of token ids in [0, n_vocab) (param names the field for errors).
+ApiResult<std::vector<int32_t>> parse_token_ids(const nlohmann::json& v, const std::string& param,
+                                                int32_t n_vocab);
+
+// Parses a request body. Malformed JSON (including invalid UTF-8 in strings) and a body that is
+// not an object are 400s.
+ApiResult<nlohmann::json> parse_body(const std::string& body);
+
+}  // namespace kvw::server

@@ -1,0 +1,50 @@
+#include "server/server_state.h"
+
+namespace kvw::server {
+
+Status ServerConfig::validate() const {
+  if (port < 0 || port > 65535) return Error{"--port must be in [0, 65535]"};
+  if (http_threads < 1) return Error{"--http-threads must be >= 1"};
+  if (max_body_bytes < 1) return Error{"--max-body-bytes must be >= 1"};
+  if (read_timeout_s < 1 || write_timeout_s < 1) return Error{"HTTP timeouts must be >= 1 s"};
+  if (drain_timeout_s < 0) return Error{"--drain-timeout must be >= 0"};
+  if (breaker_tick_ms < 1) return Error{"breaker tick must be >= 1 ms"};
+  if (admission.max_queue < 0) return Error{"--max-queue must be >= 0"};
+  if (admission.max_queue_wait_s < 0) return Error{"--max-queue-wait must be >= 0"};
+  if (admission.initial_drain_rate <= 0) return Error{"the initial drain rate must be > 0"};
+  const BreakerConfig& b = breaker;
+  if (!(b.kv_low > 0 && b.kv_low <= b.kv_high && b.kv_high <= 1)) {
+    return Error{
+        "--breaker-kv-recover must be in (0, --breaker-kv-threshold] and the threshold <= 1"};
+  }
+  if (b.latency_sla_s < 0) return Error{"--latency-sla must be >= 0"};
+  if (b.kv_shed_after_s < 0 || b.latency_shed_after_s < 0 || b.recover_hold_s < 0) {
+    return Error{"breaker durations must be >= 0"};
+  }
+  if (!(b.latency_recover_ratio > 0 && b.latency_recover_ratio <= 1)) {
+    return Error{"--breaker-latency-recover must be in (0, 1]"};
+  }
+  return Status::ok_status();
+}
+
+void ServerState::register_request(uint64_t id) {
+  std::lock_guard lock(mu_);
+  in_flight_.insert(id);
+}
+
+void ServerState::unregister_request(uint64_t id) {
+  std::lock_guard lock(mu_);
+  in_flight_.erase(id);
+}
+
+size_t ServerState::num_registered() const {
+  std::lock_guard lock(mu_);
+  return in_flight_.size();
+}
+
+void ServerState::cancel_registered() {
+  std::lock_guard lock(mu_);
+  for (uint64_t id : in_flight_) engine->cancel(id);
+}
+
+}  // namespace kvw::server

@@ -1,0 +1,60 @@
+// server/server_state.h: what the route handlers share (internal to kvw_server): the engine,
+// the chat prompter, admission, breaker, latency window, counters and the registry of engine
+// requests in flight (so drain can cancel them).
+// Thread safety: everything here is thread-safe or immutable after Server::start().
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+
+#include "engine/engine.h"
+#include "engine/engine_config.h"
+#include "server/admission.h"
+#include "server/api_error.h"
+#include "server/breaker.h"
+#include "server/chat_prompt.h"
+#include "server/server_config.h"
+#include "server/server_stats.h"
+
+namespace kvw::server {
+
+struct ServerState {
+  ServerConfig cfg;
+  Engine* engine = nullptr;
+  std::string model_name;
+  int64_t max_model_len = 0;  // what one request may hold (config, clamped to the KV pool)
+  OverflowPolicy overflow = OverflowPolicy::kError;
+  std::unique_ptr<ChatPrompter> prompter;
+  AdmissionController admission;
+  Breaker breaker;
+  LatencyWindow latency;
+  RefusalCounters refusals;
+  ServerCounters counters;
+  std::atomic<bool> ready{false};
+  std::atomic<bool> draining{false};
+  std::atomic<bool> drain_cancelled{false};  // drain timed out: in-flight requests were cancelled
+
+  ServerState(const ServerConfig& c) : cfg(c), admission(c.admission), breaker(c.breaker) {}
+
+  const Tokenizer& tokenizer() const { return engine->tokenizer(); }
+
+  // Engine requests in flight (drain waits for them, then cancels the rest).
+  void register_request(uint64_t id);
+  void unregister_request(uint64_t id);
+  size_t num_registered() const;
+  void cancel_registered();
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_set<uint64_t> in_flight_;
+};
+
+inline double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace kvw::server

@@ -1,0 +1,44 @@
+#include "server/stop_matcher.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace kvw::server {
+
+StopMatcher::StopMatcher(std::vector<std::string> stops) {
+  for (auto& s : stops) {
+    if (!s.empty()) stops_.push_back(std::move(s));
+  }
+}
+
+bool StopMatcher::push(const std::string& text, std::string& out) {
+  if (matched_) return true;
+  held_ += text;
+  // The earliest match wins, whichever stop string it is.
+  size_t first = std::string::npos;
+  for (const auto& s : stops_) first = std::min(first, held_.find(s));
+  if (first != std::string::npos) {
+    out.append(held_, 0, first);
+    held_.clear();
+    matched_ = true;
+    return true;
+  }
+  size_t keep = 0;  // the longest suffix of held_ that is a proper prefix of some stop string
+  for (const auto& s : stops_) {
+    for (size_t n = std::min(s.size() - 1, held_.size()); n > keep; --n) {
+      if (held_.compare(held_.size() - n, n, s, 0, n) == 0) {
+        keep = n;
+        break;
+      }
+    }
+  }
+  out.append(held_, 0, held_.size() - keep);
+  held_.erase(0, held_.size() - keep);
+  return false;
+}
+
+std::string StopMatcher::flush() {
+  return std::exchange(held_, {});
+}
+
+}  // namespace kvw::server

@@ -1,0 +1,138 @@
+// Request parsing: every refusal is a 400 naming the parameter; accepted shapes map to fields.
+#include "server/openai_request.h"
+
+#include <gtest/gtest.h>
+
+namespace kvw::server {
+namespace {
+
+using nlohmann::json;
+
+template <typename T>
+ApiError error_of(const ApiResult<T>& r) {
+  EXPECT_TRUE(std::holds_alternative<ApiError>(r));
+  return std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r) : ApiError{};
+}
+
+TEST(OpenAiRequest, MalformedJsonAndInvalidUtf8AreRefused) {
+  EXPECT_EQ(error_of(parse_body("{\"a\": ")).status, 400);
+  EXPECT_EQ(error_of(parse_body("[1, 2]")).status, 400);
+  EXPECT_EQ(error_of(parse_body("{\"prompt\": \"\xFF\xFE\"}")).status, 400);
+  EXPECT_EQ(error_of(parse_body("{\"prompt\": \"\\ud800\"}")).status, 400);  // lone surrogate
+  EXPECT_TRUE(std::holds_alternative<json>(parse_body("{\"prompt\": \"caf\xC3\xA9\"}")));
+}
+
+TEST(OpenAiRequest, CompletionPromptShapes) {
+  auto one = parse_completion_request(json{{"prompt", "hi"}});
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(one));
+  EXPECT_EQ(std::get<CompletionRequest>(one).prompts.size(), 1u);
+  auto ids = parse_completion_request(json{{"prompt", {5, 6, 7}}});
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(ids));
+  EXPECT_TRUE(std::get<CompletionRequest>(ids).prompts[0].is_tokens);
+  EXPECT_EQ(std::get<CompletionRequest>(ids).prompts[0].tokens, (std::vector<int32_t>{5, 6, 7}));
+  auto batch = parse_completion_request(json{{"prompt", json::array({"a", {1, 2}})}});
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(batch));
+  EXPECT_EQ(std::get<CompletionRequest>(batch).prompts.size(), 2u);
+  for (json bad : {json(5), json::array(), json::array({1.5}), json::array({-1}),
+                   json::array({json::object()})}) {
+    EXPECT_EQ(error_of(parse_completion_request(json{{"prompt", bad}})).param, "prompt") << bad;
+  }
+  EXPECT_EQ(error_of(parse_completion_request(json::object())).param, "prompt");
+}
+
+TEST(OpenAiRequest, ParamsAreRangeCheckedAndNamed) {
+  const json base = {{"prompt", "x"}};
+  auto param_of = [&](const char* key, json v) {
+    json b = base;
+    b[key] = v;
+    return error_of(parse_completion_request(b)).param;
+  };
+  EXPECT_EQ(param_of("temperature", 2.5), "temperature");
+  EXPECT_EQ(param_of("temperature", "hot"), "temperature");
+  EXPECT_EQ(param_of("top_p", 0), "top_p");
+  EXPECT_EQ(param_of("max_tokens", 0), "max_tokens");
+  EXPECT_EQ(param_of("max_tokens", 1.5), "max_tokens");
+  EXPECT_EQ(param_of("max_completion_tokens", -3), "max_completion_tokens");
+  EXPECT_EQ(param_of("n", 0), "n");
+  EXPECT_EQ(param_of("n", kMaxN + 1), "n");
+  EXPECT_EQ(param_of("presence_penalty", 2.1), "presence_penalty");
+  EXPECT_EQ(param_of("frequency_penalty", -2.1), "frequency_penalty");
+  EXPECT_EQ(param_of("logprobs", 21), "logprobs");
+  EXPECT_EQ(param_of("stop", 3), "stop");
+  EXPECT_EQ(param_of("stop", json::array({"a", 1})), "stop");
+  EXPECT_EQ(param_of("stream", "yes"), "stream");
+  EXPECT_EQ(param_of("seed", "1"), "seed");
+  EXPECT_EQ(param_of("model", 3), "model");
+  json so = base;
+  so["stream_options"] = {{"include_usage", 1}};
+  EXPECT_EQ(error_of(parse_completion_request(so)).param, "stream_options.include_usage");
+}
+
+TEST(OpenAiRequest, AcceptedValuesMapToFields) {
+  json b = {{"prompt", "x"},
+            {"max_tokens", 7.0},
+            {"top_p", 0.5},
+            {"seed", 42},
+            {"n", 2},
+            {"stop", "END"},
+            {"stream", true},
+            {"stream_options", {{"include_usage", true}}},
+            {"presence_penalty", 0.5},
+            {"frequency_penalty", -0.5},
+            {"logprobs", 3},
+            {"temperature", nullptr}};
+  auto r = parse_completion_request(b);
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r));
+  const GenParams& p = std::get<CompletionRequest>(r).params;
+  EXPECT_EQ(*p.max_tokens, 7);
+  EXPECT_FLOAT_EQ(p.temperature, 1.0f);  // null = default
+  EXPECT_FLOAT_EQ(p.top_p, 0.5f);
+  EXPECT_EQ(*p.seed, 42u);
+  EXPECT_EQ(p.n, 2);
+  EXPECT_EQ(p.stop, (std::vector<std::string>{"END"}));
+  EXPECT_TRUE(p.stream && p.include_usage);
+  EXPECT_FLOAT_EQ(p.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(p.frequency_penalty, -0.5f);
+  EXPECT_EQ(p.logprobs, 3);
+}
+
+TEST(OpenAiRequest, ChatMessagesAndLogprobs) {
+  json b = {
+      {"messages",
+       {{{"role", "system"}, {"content", "be brief"}},
+        {{"role", "user"},
+         {"content", {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}}}}}},
+      {"logprobs", true},
+      {"top_logprobs", 2},
+      {"max_completion_tokens", 5}};
+  auto r = parse_chat_request(b);
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(r));
+  const ChatRequest& c = std::get<ChatRequest>(r);
+  ASSERT_EQ(c.messages.size(), 2u);
+  EXPECT_EQ(c.messages[1].content, "ab");
+  EXPECT_EQ(c.params.logprobs, 2);
+  EXPECT_EQ(*c.params.max_tokens, 5);
+
+  json no_lp = {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"top_logprobs", 2}};
+  EXPECT_EQ(error_of(parse_chat_request(no_lp)).param, "top_logprobs");
+  json bad_role = {{"messages", {{{"role", "wizard"}, {"content", "x"}}}}};
+  EXPECT_EQ(error_of(parse_chat_request(bad_role)).param, "messages[0].role");
+  json bad_part = {{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}}};
+  EXPECT_EQ(error_of(parse_chat_request(bad_part)).param, "messages[0].content");
+  EXPECT_EQ(error_of(parse_chat_request(json{{"messages", json::array()}})).param, "messages");
+  EXPECT_EQ(error_of(parse_chat_request(json{{"messages", "hi"}})).param, "messages");
+}
+
+TEST(OpenAiRequest, ErrorJsonHasOpenAiShape) {
+  ApiError e = invalid_param("n", "bad n");
+  json j = json::parse(e.to_json());
+  EXPECT_EQ(j["error"]["message"], "bad n");
+  EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(j["error"]["param"], "n");
+  EXPECT_TRUE(j["error"].contains("code"));
+  ApiError none(404, RefusalReason::kNotFound, "", "m");
+  EXPECT_TRUE(json::parse(none.to_json())["error"]["param"].is_null());
+}
+
+}  // namespace
+}  // namespace kvw::server

@@ -1,0 +1,507 @@
+// In-process `kvwarden serve`: a Server on an ephemeral port over an Engine on generated tiny
+// models, driven with httplib::Client. Covers response shapes (chat, completions, streaming,
+// usage, n, stop strings, logprobs), every error status, /tokenize, disconnect and drain.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "model/model_maker.h"
+#include "server/http_server.h"
+
+namespace kvw::server {
+namespace {
+
+using nlohmann::json;
+
+std::string make_test_model(const std::string& name, int32_t n_embd, int32_t n_layer,
+                            int32_t n_ctx) {
+  const std::string path = ::testing::TempDir() + "/server_" + name + ".gguf";
+  MakeModelSpec spec;
+  spec.n_embd = n_embd;
+  spec.n_layer = n_layer;
+  spec.n_ff = 4 * n_embd;
+  spec.n_ctx = n_ctx;
+  spec.seed = 7;
+  Status st = make_model(spec, path);
+  EXPECT_TRUE(st.ok()) << st.message();
+  return path;
+}
+
+// The small model answers in milliseconds; the long one (4k context, bigger) makes requests
+// that run for seconds, so disconnect, queueing and drain act on requests still running.
+const std::string& small_model() {
+  static const std::string p = make_test_model("small", 64, 2, 512);
+  return p;
+}
+const std::string& long_model() {
+  static const std::string p = make_test_model("long", 128, 4, 4096);
+  return p;
+}
+
+struct Harness {
+  EngineConfig ecfg;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<Server> server;
+  std::unique_ptr<httplib::Client> client;
+
+  explicit Harness(ServerConfig scfg = {}, const std::string& model = small_model(),
+                   int32_t max_num_seqs = 4, OverflowPolicy overflow = OverflowPolicy::kError) {
+    ecfg.model_path = model;
+    ecfg.n_threads = 1;
+    ecfg.reserve_bytes = 1 << 20;
+    ecfg.sched.max_num_batched_tokens = 256;
+    ecfg.sched.max_num_seqs = max_num_seqs;
+    ecfg.sched.max_model_len = model == small_model() ? 512 : 4096;
+    ecfg.sched.overflow = overflow;
+    auto e = Engine::create(ecfg);
+    EXPECT_TRUE(e.ok()) << e.message();
+    engine = std::move(*e);
+    scfg.port = 0;
+    scfg.served_model_name = "tiny";
+    scfg.http_threads = 16;
+    scfg.breaker_tick_ms = 20;
+    auto s = Server::create(scfg, *engine, ecfg);
+    EXPECT_TRUE(s.ok()) << s.message();
+    server = std::move(*s);
+    Status st = server->start();
+    EXPECT_TRUE(st.ok()) << st.message();
+    client = std::make_unique<httplib::Client>("127.0.0.1", server->port());
+    client->set_read_timeout(60);
+  }
+  ~Harness() {
+    server->stop();
+    engine->shutdown();
+  }
+
+  httplib::Result post(const std::string& path, const json& body) {
+    return client->Post(path.c_str(), body.dump(), "application/json");
+  }
+  json post_ok(const std::string& path, const json& body) {
+    auto r = post(path, body);
+    EXPECT_TRUE(r) << "no response";
+    if (!r) return {};
+    EXPECT_EQ(r->status, 200) << r->body;
+    return json::parse(r->body, nullptr, false);
+  }
+};
+
+// The `data:` payloads of an SSE body, in order.
+std::vector<std::string> sse_events(const std::string& body) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while ((at = body.find("data: ", at)) != std::string::npos) {
+    const size_t end = body.find("\n\n", at);
+    out.push_back(body.substr(at + 6, end - at - 6));
+    at = end;
+  }
+  return out;
+}
+
+void expect_error(const httplib::Result& r, int status, const std::string& code,
+                  const std::string& param = "") {
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, status) << r->body;
+  json j = json::parse(r->body, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r->body;
+  ASSERT_TRUE(j.contains("error")) << r->body;
+  EXPECT_TRUE(j["error"]["message"].is_string());
+  EXPECT_TRUE(j["error"]["type"].is_string());
+  if (!code.empty()) {
+    EXPECT_EQ(j["error"]["code"], code) << r->body;
+  }
+  if (!param.empty()) {
+    EXPECT_EQ(j["error"]["param"], param) << r->body;
+  }
+}
+
+const json kUser = {{{"role", "user"}, {"content", "Once upon a time"}}};
+
+TEST(Server, ChatCompletionHasOpenAiShapeAndUsage) {
+  Harness h;
+  json r = h.post_ok("/v1/chat/completions", {{"model", "tiny"},
+                                              {"messages", kUser},
+                                              {"max_tokens", 5},
+                                              {"temperature", 0},
+                                              {"ignore_eos", true}});
+  EXPECT_EQ(r["object"], "chat.completion");
+  EXPECT_TRUE(r["id"].get<std::string>().starts_with("chatcmpl-"));
+  EXPECT_TRUE(r["created"].is_number_integer());
+  EXPECT_EQ(r["model"], "tiny");
+  ASSERT_EQ(r["choices"].size(), 1u);
+  const json& c = r["choices"][0];
+  EXPECT_EQ(c["index"], 0);
+  EXPECT_EQ(c["message"]["role"], "assistant");
+  EXPECT_TRUE(c["message"]["content"].is_string());
+  EXPECT_TRUE(c["logprobs"].is_null());
+  EXPECT_EQ(c["finish_reason"], "length");
+  json tok = h.post_ok("/tokenize", {{"messages", kUser}});
+  EXPECT_EQ(r["usage"]["prompt_tokens"], tok["count"]);
+  EXPECT_EQ(r["usage"]["completion_tokens"], 5);
+  EXPECT_EQ(r["usage"]["total_tokens"], tok["count"].get<int>() + 5);
+}
+
+TEST(Server, StreamedCompletionEqualsNonStreamedAndEndsWithUsageAndDone) {
+  Harness h;
+  json req = {
+      {"prompt", "Once upon a time"}, {"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true}};
+  json whole = h.post_ok("/v1/completions", req);
+  EXPECT_EQ(whole["object"], "text_completion");
+  EXPECT_TRUE(whole["id"].get<std::string>().starts_with("cmpl-"));
+  const std::string text = whole["choices"][0]["text"];
+  EXPECT_FALSE(text.empty());
+
+  req["stream"] = true;
+  req["stream_options"] = {{"include_usage", true}};
+  auto r = h.post("/v1/completions", req);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  EXPECT_TRUE(r->get_header_value("Content-Type").starts_with("text/event-stream"));
+  auto events = sse_events(r->body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string streamed;
+  std::string finish;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    json c = json::parse(events[i]);
+    EXPECT_EQ(c["object"], "text_completion");
+    EXPECT_TRUE(c["usage"].is_null());
+    streamed += c["choices"][0]["text"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(streamed, text);
+  EXPECT_EQ(finish, "length");
+  json usage = json::parse(events[events.size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(usage["usage"], whole["usage"]);
+}
+
+TEST(Server, StreamedChatStartsWithRoleDeltaAndMatchesNonStreamed) {
+  Harness h;
+  json req = {{"messages", kUser}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}};
+  const std::string text =
+      h.post_ok("/v1/chat/completions", req)["choices"][0]["message"]["content"];
+  req["stream"] = true;
+  auto r = h.post("/v1/chat/completions", req);
+  ASSERT_TRUE(r);
+  auto events = sse_events(r->body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  json first = json::parse(events[0]);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_FALSE(first.contains("usage"));
+  std::string streamed;
+  for (size_t i = 1; i + 1 < events.size(); ++i) {
+    json d = json::parse(events[i])["choices"][0]["delta"];
+    if (d.contains("content")) streamed += d["content"].get<std::string>();
+  }
+  EXPECT_EQ(streamed, text);
+  EXPECT_EQ(json::parse(events[events.size() - 2])["choices"][0]["finish_reason"], "length");
+}
+
+TEST(Server, StopStringEndsTheChoiceExcludesItAndCancelsTheEngineRequest) {
+  Harness h;
+  json req = {
+      {"prompt", "Once upon a time"}, {"max_tokens", 40}, {"temperature", 0}, {"ignore_eos", true}};
+  const std::string text = h.post_ok("/v1/completions", req)["choices"][0]["text"];
+  ASSERT_GE(text.size(), 16u) << text;
+  // A stop string of whole UTF-8 characters from the middle of the text.
+  auto boundary = [&](size_t i) {
+    while (i < text.size() && ((unsigned char)text[i] & 0xC0) == 0x80) ++i;
+    return i;
+  };
+  const size_t from = boundary(text.size() / 2);
+  const std::string stop = text.substr(from, boundary(from + 3) - from);
+  ASSERT_FALSE(stop.empty());
+  const std::string expected = text.substr(0, text.find(stop));
+  req["stop"] = json::array({"\x01never", stop});
+  json r = h.post_ok("/v1/completions", req);
+  EXPECT_EQ(r["choices"][0]["text"], expected);
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  EXPECT_LT(r["usage"]["completion_tokens"].get<int>(), 40);
+  EXPECT_EQ(h.server->counters().num_cancelled_stop.load(), 1u);
+
+  req["stream"] = true;
+  auto s = h.post("/v1/completions", req);
+  ASSERT_TRUE(s);
+  std::string streamed;
+  for (const auto& e : sse_events(s->body)) {
+    if (e != "[DONE]") streamed += json::parse(e)["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(streamed, expected);
+}
+
+TEST(Server, NTwoGivesTwoIndexedChoicesAndSummedUsage) {
+  Harness h;
+  json r = h.post_ok(
+      "/v1/chat/completions",
+      {{"messages", kUser}, {"max_tokens", 4}, {"n", 2}, {"seed", 3}, {"ignore_eos", true}});
+  ASSERT_EQ(r["choices"].size(), 2u);
+  EXPECT_EQ(r["choices"][0]["index"], 0);
+  EXPECT_EQ(r["choices"][1]["index"], 1);
+  EXPECT_EQ(r["usage"]["completion_tokens"], 8);
+  json again = h.post_ok(
+      "/v1/chat/completions",
+      {{"messages", kUser}, {"max_tokens", 4}, {"n", 2}, {"seed", 3}, {"ignore_eos", true}});
+  EXPECT_EQ(again["choices"], r["choices"]);  // seeded: reproducible
+}
+
+TEST(Server, LogprobsShapes) {
+  Harness h;
+  json chat = h.post_ok("/v1/chat/completions", {{"messages", kUser},
+                                                 {"max_tokens", 3},
+                                                 {"logprobs", true},
+                                                 {"top_logprobs", 2},
+                                                 {"ignore_eos", true},
+                                                 {"temperature", 0}});
+  const json& content = chat["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 3u) << chat.dump();
+  for (const json& t : content) {
+    EXPECT_TRUE(t["token"].is_string());
+    EXPECT_LE(t["logprob"].get<double>(), 0.0);
+    EXPECT_TRUE(t["bytes"].is_array());
+    ASSERT_EQ(t["top_logprobs"].size(), 2u) << "engine logprobs not reported";
+    EXPECT_GE(t["top_logprobs"][0]["logprob"].get<double>(),
+              t["top_logprobs"][1]["logprob"].get<double>());
+  }
+  json cmpl = h.post_ok("/v1/completions", {{"prompt", "Once"},
+                                            {"max_tokens", 3},
+                                            {"logprobs", 1},
+                                            {"ignore_eos", true},
+                                            {"temperature", 0}});
+  const json& lp = cmpl["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"].size(), 3u);
+  EXPECT_EQ(lp["token_logprobs"].size(), 3u);
+  EXPECT_EQ(lp["top_logprobs"].size(), 3u);
+  EXPECT_EQ(lp["text_offset"][0], 0);
+}
+
+TEST(Server, InvalidRequestsGet400NamingTheParameter) {
+  Harness h;
+  auto raw = [&](const std::string& body) {
+    return h.client->Post("/v1/chat/completions", body, "application/json");
+  };
+  expect_error(raw("{\"messages\": ["), 400, "invalid_json");
+  expect_error(raw("{\"messages\": [{\"role\": \"user\", \"content\": \"\xC3\x28\"}]}"), 400,
+               "invalid_json");
+  expect_error(h.post("/v1/chat/completions", {{"messages", kUser}, {"temperature", "hot"}}), 400,
+               "invalid_value", "temperature");
+  expect_error(h.post("/v1/chat/completions", {{"messages", kUser}, {"n", 99}}), 400,
+               "invalid_value", "n");
+  expect_error(h.post("/v1/completions", {{"prompt", {1, 2, 999999}}}), 400, "", "prompt");
+  expect_error(h.post("/v1/completions", {{"prompt", "x"}, {"model", "gpt-4"}}), 404,
+               "model_not_found", "model");
+  EXPECT_EQ(h.server->refusals().get(RefusalReason::kInvalidRequest), 5u);
+  EXPECT_EQ(h.server->refusals().get(RefusalReason::kModelNotFound), 1u);
+}
+
+TEST(Server, PromptPlusMaxTokensOverContextIs400ContextLengthExceeded) {
+  Harness h;
+  expect_error(h.post("/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 510}}),
+               400, "context_length_exceeded", "max_tokens");
+  std::vector<int> long_prompt(600, 5);
+  expect_error(h.post("/v1/completions", {{"prompt", long_prompt}}), 400, "context_length_exceeded",
+               "prompt");
+  EXPECT_EQ(h.server->refusals().get(RefusalReason::kContextLength), 2u);
+}
+
+TEST(Server, PathMethodBodySizeAndAuthErrors) {
+  ServerConfig cfg;
+  cfg.api_key = "sekrit";
+  cfg.max_body_bytes = 4096;
+  Harness h(cfg);
+  expect_error(h.post("/v1/completions", {{"prompt", "x"}}), 401, "invalid_api_key");
+  h.client->set_bearer_token_auth("wrong");
+  expect_error(h.post("/v1/completions", {{"prompt", "x"}}), 401, "invalid_api_key");
+  h.client->set_bearer_token_auth("sekrit");
+  EXPECT_EQ(h.post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 1}})->status, 200);
+  expect_error(h.client->Get("/v1/nope"), 404, "not_found");
+  expect_error(h.client->Get("/v1/completions"), 405, "method_not_allowed");
+  expect_error(h.client->Post("/v1/completions", std::string(10000, ' '), "application/json"), 413,
+               "payload_too_large");
+  // Probes need no key.
+  h.client->set_bearer_token_auth("");
+  EXPECT_EQ(h.client->Get("/health")->status, 200);
+  EXPECT_EQ(h.server->refusals().get(RefusalReason::kUnauthorized), 2u);
+  EXPECT_EQ(h.server->refusals().get(RefusalReason::kMethodNotAllowed), 1u);
+  EXPECT_EQ(h.server->refusals().get(RefusalReason::kBodyTooLarge), 1u);
+}
+
+TEST(Server, ModelsHealthReadyAndTokenizeRoundTrip) {
+  Harness h;
+  auto m = json::parse(h.client->Get("/v1/models")->body);
+  EXPECT_EQ(m["object"], "list");
+  EXPECT_EQ(m["data"][0]["id"], "tiny");
+  EXPECT_EQ(m["data"][0]["object"], "model");
+  auto ready = h.client->Get("/ready");
+  EXPECT_EQ(ready->status, 200);
+  EXPECT_EQ(json::parse(ready->body)["status"], "ready");
+  EXPECT_EQ(json::parse(ready->body)["breaker"], "ok");
+  json t = h.post_ok("/tokenize", {{"prompt", "Once upon a time there was"}});
+  EXPECT_EQ(t["count"], t["tokens"].size());
+  EXPECT_EQ(t["max_model_len"], 512);
+  json d = h.post_ok("/detokenize", {{"tokens", t["tokens"]}});
+  EXPECT_EQ(d["prompt"], "Once upon a time there was");
+  expect_error(h.post("/detokenize", {{"tokens", {-1}}}), 400, "", "tokens");
+}
+
+// Under sliding-window the server sends turn offsets, so a chat over max_model_len keeps the
+// system turn and the newest whole turns instead of failing.
+TEST(Server, SlidingWindowOverflowServesLongChats) {
+  Harness h({}, small_model(), 4, OverflowPolicy::kSlidingWindow);
+  std::string filler;
+  for (int i = 0; i < 60; ++i) filler += "Once upon a time ";
+  json messages = json::array({{{"role", "system"}, {"content", "Be brief."}}});
+  for (int i = 0; i < 4; ++i) {
+    messages.push_back({{"role", "user"}, {"content", filler}});
+    messages.push_back({{"role", "assistant"}, {"content", "ok"}});
+  }
+  messages.push_back({{"role", "user"}, {"content", "the end"}});
+  ASSERT_GT(h.post_ok("/tokenize", {{"messages", messages}})["count"].get<int>(), 512);
+  json r = h.post_ok("/v1/chat/completions",
+                     {{"messages", messages}, {"max_tokens", 4}, {"ignore_eos", true}});
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r["usage"]["completion_tokens"], 4);
+}
+
+// Streams with a client that hangs up after the first chunk; the server must cancel the engine
+// request (it would otherwise run 4000 tokens).
+TEST(Server, ClientDisconnectMidStreamCancelsTheEngineRequest) {
+  Harness h({}, long_model());
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = json{
+      {"prompt", "Once upon a time"},
+      {"max_tokens", 4000},
+      {"stream", true},
+      {"ignore_eos",
+       true}}.dump();
+  req.set_header("Content-Type", "application/json");
+  int chunks = 0;
+  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 2; };
+  auto r = h.client->send(req);
+  EXPECT_FALSE(r);  // the client aborted
+  for (int i = 0; i < 1000 && h.server->counters().num_cancelled_disconnect.load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(h.server->counters().num_cancelled_disconnect.load(), 1u);
+  for (int i = 0; i < 1000 && h.engine->stats().num_finished == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const EngineStats s = h.engine->stats();
+  EXPECT_EQ(s.num_finished, 1u);
+  EXPECT_EQ(s.num_running, 0u);
+  EXPECT_LT(s.num_generated_tokens, 4000u);
+  EXPECT_EQ(h.server->admission().in_flight, 0);
+}
+
+void wait_in_flight(Server& s, int64_t n) {
+  for (int i = 0; i < 2000 && s.admission().in_flight < n; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(s.admission().in_flight, n);
+}
+
+TEST(Server, FullQueueGets429WithRetryAfterAndDrainGets503ThenCancels) {
+  ServerConfig cfg;
+  cfg.admission.max_queue = 1;
+  cfg.drain_timeout_s = 0.2;
+  Harness h(cfg, long_model(), /*max_num_seqs=*/1);
+  const json long_req = {
+      {"prompt", "Once upon a time"}, {"max_tokens", 4000}, {"stream", true}, {"ignore_eos", true}};
+  std::vector<std::string> bodies(2);
+  std::vector<std::thread> streams;
+  for (int i = 0; i < 2; ++i) {
+    streams.emplace_back([&, i] {
+      httplib::Client c("127.0.0.1", h.server->port());
+      c.set_read_timeout(60);
+      auto r = c.Post("/v1/completions", long_req.dump(), "application/json");
+      if (r) bodies[i] = r->body;
+    });
+    wait_in_flight(*h.server, i + 1);  // one runs, one queues
+  }
+  auto r = h.post("/v1/completions", long_req);
+  expect_error(r, 429, "queue_full");
+  EXPECT_GE(std::stoi(r->get_header_value("Retry-After")), 1);
+
+  h.server->begin_drain();
+  auto d = h.post("/v1/completions", {{"prompt", "x"}});
+  expect_error(d, 503, "draining");
+  EXPECT_GE(std::stoi(d->get_header_value("Retry-After")), 1);
+  auto ready = h.client->Get("/ready");
+  EXPECT_EQ(ready->status, 503);
+  EXPECT_EQ(json::parse(ready->body)["status"], "draining");
+
+  EXPECT_EQ(h.server->drain_and_stop(), 2u);  // neither finishes 4000 tokens in 0.2 s
+  for (auto& t : streams) t.join();
+  for (const auto& b : bodies) {
+    auto events = sse_events(b);
+    ASSERT_GE(events.size(), 2u) << b;
+    EXPECT_EQ(events.back(), "[DONE]");
+    EXPECT_TRUE(json::parse(events[events.size() - 2]).contains("error")) << b;
+  }
+  EXPECT_EQ(h.server->counters().num_cancelled_drain.load(), 2u);
+  EXPECT_EQ(h.server->refusals().get(RefusalReason::kQueueFull), 1u);
+  EXPECT_EQ(h.server->refusals().get(RefusalReason::kDraining), 1u);
+}
+
+// A KV threshold so low that one running request crosses it, with no shed delay: the breaker
+// sheds, new work gets 503 + Retry-After and /ready reports it.
+TEST(Server, BreakerSheddingGets503AndShowsInReady) {
+  ServerConfig cfg;
+  cfg.breaker.kv_high = 0.001;
+  cfg.breaker.kv_low = 0.0005;
+  cfg.breaker.kv_shed_after_s = 0;
+  cfg.drain_timeout_s = 0;
+  Harness h(cfg, long_model(), /*max_num_seqs=*/1);
+  std::thread t([&] {
+    httplib::Client c("127.0.0.1", h.server->port());
+    c.Post("/v1/completions",
+           json{{"prompt", "Once"}, {"max_tokens", 4000}, {"stream", true}, {"ignore_eos", true}}
+               .dump(),
+           "application/json");
+  });
+  for (int i = 0; i < 2000 && h.server->breaker().state != BreakerState::kShedding; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(h.server->breaker().state, BreakerState::kShedding);
+  auto r = h.post("/v1/chat/completions", {{"messages", kUser}});
+  expect_error(r, 503, "overloaded");
+  EXPECT_GE(std::stoi(r->get_header_value("Retry-After")), 1);
+  auto ready = h.client->Get("/ready");
+  EXPECT_EQ(ready->status, 503);
+  EXPECT_EQ(json::parse(ready->body)["breaker"], "shedding");
+  EXPECT_EQ(h.server->refusals().get(RefusalReason::kShedding), 1u);
+  h.server->drain_and_stop();
+  t.join();
+}
+
+TEST(Server, DrainLetsInFlightRequestsFinish) {
+  Harness h;
+  std::string body;
+  std::thread t([&] {
+    httplib::Client c("127.0.0.1", h.server->port());
+    auto r = c.Post(
+        "/v1/completions",
+        json{{"prompt", "Once"}, {"max_tokens", 30}, {"stream", true}, {"ignore_eos", true}}.dump(),
+        "application/json");
+    if (r) body = r->body;
+  });
+  // Drain only once the request was admitted (else it would rightly get 503).
+  for (int i = 0;
+       i < 2000 && h.server->admission().in_flight == 0 && h.server->admission().num_completed == 0;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(h.server->drain_and_stop(), 0u);
+  t.join();
+  auto events = sse_events(body);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(json::parse(events[events.size() - 2])["choices"][0]["finish_reason"], "length");
+}
+
+}  // namespace
+}  // namespace kvw::server
