@@ -1,19 +1,38 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds Release, writes a small random-weight model with
-# `kvwarden make-model` and generates from it; then generates from the small real model
-# (stories260K) when ../shared/models is present. (The server arrives with a later issue.)
+# Installs what is missing (Debian 12, apt), builds Release, starts `kvwarden serve` on the
+# embedded default model (models/kvwarden-default.gguf) and prints a working curl.
+# KVW_PORT / KVW_HOST change where it listens; extra arguments go to `kvwarden serve`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target kvwarden
 KVW=build/apps/kvwarden/kvwarden
-mkdir -p build/models
-$KVW make-model --out build/models/tiny.gguf --preset tiny --seed 1
-echo "== random-weight model (text is random by design):"
-$KVW generate --model build/models/tiny.gguf --prompt "once upon a time" --max-tokens 24 --seed 1
-REAL=../shared/models/stories260K.gguf
-if [ -f "$REAL" ]; then
-  echo "== stories260K (real trained weights), greedy:"
-  $KVW generate --model "$REAL" --prompt "Once upon a time" --max-tokens 120 --temperature 0
-fi
+HOST=${KVW_HOST:-127.0.0.1}
+PORT=${KVW_PORT:-8000}
+LOG=build/serve.log
+
+"$KVW" serve --host "$HOST" --port "$PORT" "$@" >"$LOG" 2>&1 &
+SERVER=$!
+trap 'kill "$SERVER" 2>/dev/null; wait "$SERVER" 2>/dev/null' EXIT INT TERM
+for _ in $(seq 1 120); do
+  grep -q "kvwarden serving" "$LOG" && break
+  kill -0 "$SERVER" 2>/dev/null || { cat "$LOG"; exit 1; }
+  sleep 0.5
+done
+cat "$LOG"
+
+CURL=(curl -s "http://$HOST:$PORT/v1/completions" -H 'Content-Type: application/json'
+  -d '{"prompt": "And God said", "max_tokens": 40, "temperature": 0}')
+echo
+echo "== try it:"
+printf '%q ' "${CURL[@]}"
+echo
+echo "== its answer:"
+"${CURL[@]}"
+echo
+echo
+echo "== dashboard: http://$HOST:$PORT/dashboard   metrics: http://$HOST:$PORT/metrics"
+echo "== serving until Ctrl-C (log: $LOG)"
+tail -n 0 -f "$LOG" &
+wait "$SERVER"

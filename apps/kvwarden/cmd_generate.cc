@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "apps/kvwarden/commands.h"
+#include "apps/kvwarden/default_model.h"
 #include "model/model.h"
 #include "model/sampling.h"
 #include "tokenizer/tokenizer.h"
@@ -81,6 +82,14 @@ int run(GenerateFlags f) {
   if (f.rope_scale > 0) opt.rope.scale_factor = f.rope_scale;
   if (f.rope_freq_base > 0) opt.rope.freq_base = f.rope_freq_base;
   if (f.rope_orig_ctx > 0) opt.rope.orig_ctx = f.rope_orig_ctx;
+  if (f.model.empty()) {
+    f.model = find_default_model();
+    if (f.model.empty()) {
+      return fail("no --model given and the default model (models/kvwarden-default.gguf) was "
+                  "not found; set --model or KVW_DEFAULT_MODEL",
+                  2);
+    }
+  }
   auto loaded = Model::load(f.model, opt);
   if (!loaded) return fail(loaded.message(), 1);
   Model& model = **loaded;
@@ -172,7 +181,8 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("generate", "Generate text from a prompt (streams to stdout)");
   auto f = std::make_shared<GenerateFlags>();
   SamplingParams& s = f->sampling;
-  cmd->add_option("--model,-m", f->model, "GGUF model file")->required();
+  cmd->add_option("--model,-m", f->model,
+                  "GGUF model file (default: the embedded models/kvwarden-default.gguf)");
   cmd->add_option("--prompt,-p", f->prompt, "Prompt text")->required();
   cmd->add_option("--max-tokens,-n", f->max_tokens, "Tokens to generate at most")
       ->capture_default_str();

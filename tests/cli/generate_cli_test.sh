@@ -27,6 +27,13 @@ head -c 500 "$WORK/m.gguf" >"$WORK/cut.gguf"
 [ $rc -eq 1 ] && [ "$(wc -l <"$WORK/err")" -eq 1 ] && grep -q "cut.gguf" "$WORK/err" ||
   fail "truncated model: rc=$rc $(cat "$WORK/err")"
 
+# No --model: the default model, or one clear line when it cannot be found.
+KVW_DEFAULT_MODEL="$WORK/missing.gguf" "$KVW" generate -p hi 2>"$WORK/err"; rc=$?
+[ $rc -eq 2 ] && [ "$(wc -l <"$WORK/err")" -eq 1 ] && grep -q "default model" "$WORK/err" ||
+  fail "missing default model: rc=$rc $(cat "$WORK/err")"
+a=$(KVW_DEFAULT_MODEL="$WORK/m.gguf" "$KVW" generate -p "the cat" -n 16 --seed 9 2>/dev/null)
+[ "$a" = "$b" ] || fail "KVW_DEFAULT_MODEL was not used as the default model"
+
 # Real weights: the greedy story.
 if [ -n "$MODELS" ] && [ -f "$MODELS/stories260K.gguf" ]; then
   out=$("$KVW" generate -m "$MODELS/stories260K.gguf" -p "Once upon a time" -n 40 \
