@@ -1,0 +1,115 @@
+"""export.py: writes a training checkpoint as a llama-architecture GGUF for kvwarden.
+
+  /usr/bin/python3 export.py --out /tmp/kvw-train --gguf ../../models/kvwarden-default.gguf
+
+Matrices are stored as F16, norm weights as F32. Tensor names and metadata keys are the ones
+src/model/hparams.cc and weights.cc read; the output projection is tied to token_embd (no
+output.weight). The tokenizer is a "llama" (SentencePiece) vocabulary with byte fallback.
+
+The chat template makes a plain completion prompt: the model is not instruction-tuned, so the
+messages' contents are joined by single spaces, with no role markers and nothing appended for the
+generation prompt; a "chat" request thus continues the user's text.
+"""
+
+import argparse
+import os
+
+import torch
+
+from gguf_writer import GgufWriter
+from model import Config, Llama
+from spm_bpe import BOS, EOS, UNK, Tokenizer
+
+CHAT_TEMPLATE = ("{% for message in messages %}{% if not loop.first %} {% endif %}"
+                 "{{ message['content'] }}{% endfor %}")
+
+
+def load_model(out):
+    ck = torch.load(os.path.join(out, "ckpt.pt"))
+    model = Llama(Config(**ck["config"]))
+    model.load_state_dict(ck["model"])
+    model.eval()
+    return model, ck["step"]
+
+
+def export(model, tok, path, step):
+    cfg = model.cfg
+    w = GgufWriter()
+    w.add_string("general.architecture", "llama")
+    w.add_string("general.name", "kvwarden-default")
+    w.add_string("general.description",
+                 "kvwarden's embedded default model: a %d-parameter Llama trained %d steps on "
+                 "the King James Bible (tools/train)" % (model.n_params(), step))
+    w.add_string("general.license", "public-domain text; model weights CC0")
+    w.add_u32("general.alignment", 32)
+    w.add_u32("general.file_type", 1)  # mostly F16
+    w.add_u32("llama.context_length", cfg.n_ctx)
+    w.add_u32("llama.embedding_length", cfg.n_embd)
+    w.add_u32("llama.block_count", cfg.n_layer)
+    w.add_u32("llama.feed_forward_length", cfg.n_ff)
+    w.add_u32("llama.attention.head_count", cfg.n_head)
+    w.add_u32("llama.attention.head_count_kv", cfg.n_head_kv)
+    w.add_u32("llama.rope.dimension_count", cfg.head_dim)
+    w.add_f32("llama.rope.freq_base", cfg.rope_base)
+    w.add_f32("llama.attention.layer_norm_rms_epsilon", cfg.norm_eps)
+    w.add_u32("llama.vocab_size", cfg.n_vocab)
+    w.add_string("tokenizer.ggml.model", "llama")
+    w.add_string_array("tokenizer.ggml.tokens", tok.pieces)
+    w.add_f32_array("tokenizer.ggml.scores", tok.scores)
+    w.add_i32_array("tokenizer.ggml.token_type", tok.types)
+    w.add_u32("tokenizer.ggml.bos_token_id", BOS)
+    w.add_u32("tokenizer.ggml.eos_token_id", EOS)
+    w.add_u32("tokenizer.ggml.unknown_token_id", UNK)
+    w.add_bool("tokenizer.ggml.add_bos_token", True)
+    w.add_bool("tokenizer.ggml.add_eos_token", False)
+    w.add_bool("tokenizer.ggml.add_space_prefix", True)
+    w.add_string("tokenizer.chat_template", CHAT_TEMPLATE)
+
+    def mat(name, t):
+        w.add_tensor(name, t.detach().float().numpy(), f16=True)
+
+    def vec(name, t):
+        w.add_tensor(name, t.detach().float().numpy(), f16=False)
+
+    mat("token_embd.weight", model.token_embd.weight)
+    vec("output_norm.weight", model.output_norm.weight)
+    for i, b in enumerate(model.blocks):
+        p = "blk.%d." % i
+        vec(p + "attn_norm.weight", b.attn_norm.weight)
+        mat(p + "attn_q.weight", b.wq.weight)
+        mat(p + "attn_k.weight", b.wk.weight)
+        mat(p + "attn_v.weight", b.wv.weight)
+        mat(p + "attn_output.weight", b.wo.weight)
+        vec(p + "ffn_norm.weight", b.ffn_norm.weight)
+        mat(p + "ffn_gate.weight", b.gate.weight)
+        mat(p + "ffn_up.weight", b.up.weight)
+        mat(p + "ffn_down.weight", b.down.weight)
+    w.write(path)
+
+
+def f16_model(model):
+    """A copy whose matrices went through float16, as the GGUF stores them."""
+    m = Llama(model.cfg)
+    m.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.dim() == 2:
+                p.copy_(p.half().float())
+    m.eval()
+    return m
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="/tmp/kvw-train", help="training directory")
+    ap.add_argument("--gguf", default=os.path.join(os.path.dirname(__file__),
+                                                   "../../models/kvwarden-default.gguf"))
+    args = ap.parse_args()
+    model, step = load_model(args.out)
+    tok = Tokenizer.load(os.path.join(args.out, "tokenizer.json"))
+    export(model, tok, args.gguf, step)
+    print("wrote %s (step %d, %d bytes)" % (args.gguf, step, os.path.getsize(args.gguf)))
+
+
+if __name__ == "__main__":
+    main()
