@@ -1,6 +1,8 @@
 // kvwarden serve: the OpenAI-compatible HTTP server (src/server) over one Engine.
 // Start-up: flags -> EngineConfig + ServerConfig, Engine::create (logs the budget table), bind,
 // then one line "kvwarden serving MODEL on http://HOST:PORT" on stdout (tests wait for it).
+// Observability (src/obs, wired by server/observability.h): /metrics, /dashboard, /debug/*, and
+// diagnostics dumps under --diagnostics-dir.
 // SIGTERM/SIGINT: drain (503 for new work, in-flight requests finish up to --drain-timeout,
 // then are cancelled), stop the listener, shut the engine down, exit 0.
 #include <pthread.h>
@@ -18,6 +20,7 @@
 #include "gguf/gguf_file.h"
 #include "planner/model_source.h"
 #include "server/http_server.h"
+#include "server/observability.h"
 
 namespace kvw::app {
 namespace {
@@ -27,7 +30,8 @@ struct ServeFlags {
   EngineConfig engine;
   std::string memory_budget, swap_space, kv_dtype = "f16", preemption_mode = "swap",
                                          overflow = "error", kv_reserve = "none",
-                                         chat_template_file;
+                                         chat_template_file, diagnostics_dir;
+  size_t trace_capacity = 65536;
   bool no_prefix_caching = false;
   int64_t max_model_len = 0;  // 0: min(4096, the model's trained context)
 };
@@ -111,6 +115,35 @@ Status resolve(ServeFlags& f) {
   return f.server.validate();
 }
 
+// The serve configuration, for diagnostics dumps.
+nlohmann::json config_json(const ServeFlags& f) {
+  const EngineConfig& e = f.engine;
+  const server::ServerConfig& s = f.server;
+  return {{"model", e.model_path},
+          {"served_model_name", s.served_model_name},
+          {"host", s.host},
+          {"port", s.port},
+          {"http_threads", s.http_threads},
+          {"max_body_bytes", s.max_body_bytes},
+          {"header_timeout_s", s.header_timeout_s},
+          {"max_queue", s.admission.max_queue},
+          {"max_queue_wait_s", s.admission.max_queue_wait_s},
+          {"breaker_kv_threshold", s.breaker.kv_high},
+          {"latency_sla_s", s.breaker.latency_sla_s},
+          {"threads", e.n_threads},
+          {"memory_budget_bytes", e.memory_budget_bytes},
+          {"block_size", e.block_size},
+          {"kv_dtype", f.kv_dtype},
+          {"max_num_seqs", e.sched.max_num_seqs},
+          {"max_num_batched_tokens", e.sched.max_num_batched_tokens},
+          {"max_model_len", e.sched.max_model_len},
+          {"swap_bytes", e.swap_bytes},
+          {"preemption_mode", f.preemption_mode},
+          {"overflow", f.overflow},
+          {"kv_reserve", f.kv_reserve},
+          {"enable_prefix_caching", e.enable_prefix_caching}};
+}
+
 int run(ServeFlags f) {
   auto fail = [](const std::string& msg, int code) {
     std::cerr << "kvwarden serve: " << msg << "\n";
@@ -126,11 +159,27 @@ int run(ServeFlags f) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
 
+  // Declared before the engine and the server so that they outlive both.
+  std::unique_ptr<obs::ObservabilityContext> metrics;
+  std::unique_ptr<server::ObsBridge> bridge;
+  server::StepRelay relay;
+  f.engine.step_observer = relay.observer();
   auto engine = Engine::create(f.engine);
   if (!engine.ok()) return fail(engine.message(), 1);
   auto srv = server::Server::create(f.server, **engine, f.engine);
   if (!srv.ok()) return fail(srv.message(), 2);
-  if (Status st = (*srv)->start(); !st.ok()) return fail(st.message(), 1);
+  metrics = std::make_unique<obs::ObservabilityContext>(
+      server::make_obs_config(f.engine, (*engine)->budget(),
+                              {.model_name = (*srv)->model_name(),
+                               .diagnostics_dir = f.diagnostics_dir,
+                               .trace_capacity = f.trace_capacity}));
+  relay.connect(metrics->step_observer());
+  bridge = std::make_unique<server::ObsBridge>(*metrics);
+  server::wire_observability(**srv, **engine, *metrics, *bridge, config_json(f));
+  if (Status st = (*srv)->start(); !st.ok()) {
+    metrics->stop_watcher();  // it reads the engine
+    return fail(st.message(), 1);
+  }
   std::printf("kvwarden serving %s on %s\n", (*srv)->model_name().c_str(), (*srv)->url().c_str());
   std::fflush(stdout);
 
@@ -139,6 +188,7 @@ int run(ServeFlags f) {
   std::cerr << "kvwarden serve: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ": draining (up to "
             << f.server.drain_timeout_s << " s)\n";
   const size_t cancelled = (*srv)->drain_and_stop();
+  metrics->stop_watcher();
   (*engine)->shutdown();
   std::cerr << "kvwarden serve: stopped (" << cancelled
             << " requests cancelled at the drain timeout)\n";
@@ -175,10 +225,27 @@ void add_serve_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--max-body-bytes", s.max_body_bytes, "Larger request bodies get 413")
       ->capture_default_str();
+  cmd->add_option("--header-timeout", s.header_timeout_s,
+                  "Seconds a request's headers may take from its first byte (slow clients get "
+                  "408 and are closed)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--listen-backlog", s.listen_backlog,
+                  "Pending-connection queue (capped by net.core.somaxconn)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   cmd->add_option("--drain-timeout", s.drain_timeout_s,
                   "On SIGTERM/SIGINT, seconds in-flight requests may take before they are "
                   "cancelled")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  // Observability.
+  cmd->add_option("--diagnostics-dir", f->diagnostics_dir,
+                  "Write diagnostics dumps (JSON) here on preemption storms, shedding, numerics "
+                  "errors and KV usage over 98% (default: none)");
+  cmd->add_option("--trace-capacity", f->trace_capacity,
+                  "Engine steps kept for /debug/trace (ring buffer)")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   // Admission and breaker.
   cmd->add_option("--max-queue", s.admission.max_queue,

@@ -78,8 +78,12 @@ void add_metric(nlohmann::json& out, const std::string& name, const std::vector<
   out["mean_" + name + "_ms"] = mean_of(v);
   out["median_" + name + "_ms"] = percentile(v, 50);
   out["std_" + name + "_ms"] = std_of(v);
-  for (double p : percentiles)
-    out["p" + percentile_name(p) + "_" + name + "_ms"] = percentile(v, p);
+  for (double p : percentiles) {
+    std::string key = "p";  // built by append: GCC 12 warns falsely on "p" + std::string&&
+    key += percentile_name(p);
+    key += "_" + name + "_ms";
+    out[key] = percentile(v, p);
+  }
 }
 
 std::string error_key(const RequestResult& r) {

@@ -20,6 +20,10 @@ const char* to_string(RefusalReason r) {
       return "method_not_allowed";
     case RefusalReason::kBodyTooLarge:
       return "body_too_large";
+    case RefusalReason::kHeaderTimeout:
+      return "header_timeout";
+    case RefusalReason::kHeadersTooLarge:
+      return "headers_too_large";
     case RefusalReason::kQueueFull:
       return "queue_full";
     case RefusalReason::kQueueWait:
@@ -43,6 +47,13 @@ std::string ApiError::to_json() const {
                       {"code", code.empty() ? nlohmann::json() : nlohmann::json(code)}};
   return nlohmann::json{{"error", e}}.dump(-1, ' ', false,
                                            nlohmann::json::error_handler_t::replace);
+}
+
+EngineErrorKind classify_engine_error(std::string_view m) {
+  if (m.starts_with("request queue full")) return EngineErrorKind::kQueueFull;
+  if (m == "engine is shut down" || m == "engine shut down") return EngineErrorKind::kShutDown;
+  if (m.starts_with("numerics guard")) return EngineErrorKind::kNumerics;
+  return EngineErrorKind::kBadRequest;
 }
 
 ApiError invalid_param(const std::string& param, const std::string& message) {

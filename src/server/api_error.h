@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace kvw::server {
@@ -20,6 +21,8 @@ enum class RefusalReason {
   kNotFound,          // 404 unknown path
   kMethodNotAllowed,  // 405
   kBodyTooLarge,      // 413
+  kHeaderTimeout,     // 408: headers not complete within --header-timeout
+  kHeadersTooLarge,   // 431: more than the header count or byte limit
   kQueueFull,         // 429: --max-queue
   kQueueWait,         // 429: predicted wait over --max-queue-wait
   kShedding,          // 503: breaker shedding
@@ -62,6 +65,13 @@ struct ApiError {
 };
 
 ApiError invalid_param(const std::string& param, const std::string& message);
+
+// What an engine error message means for the HTTP answer. Engine::submit and the channel's
+// kError report text only, so this matches the engine's own wording (src/engine/engine.cc
+// "request queue full (...)", "engine is shut down"; engine_loop.cc "engine shut down",
+// "numerics guard: ..."). Anything else is the request's fault (400).
+enum class EngineErrorKind { kQueueFull, kShutDown, kNumerics, kBadRequest };
+EngineErrorKind classify_engine_error(std::string_view message);
 
 // Cumulative counts, one per RefusalReason.
 class RefusalCounters {

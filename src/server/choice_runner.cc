@@ -4,19 +4,23 @@ namespace kvw::server {
 
 ChoiceRunner::ChoiceRunner(ServerState& st, std::shared_ptr<TokenChannel> channel,
                            const std::vector<std::string>& stops, int32_t logprobs, bool ignore_eos,
-                           double start_s)
+                           uint64_t arrival_ns, uint32_t num_prompt_tokens)
     : st_(st),
       channel_(std::move(channel)),
       decoder_(st.tokenizer()),
       stop_(stops),
       logprobs_(logprobs),
-      ignore_eos_(ignore_eos),
-      start_s_(start_s) {
+      ignore_eos_(ignore_eos) {
+  timing_.arrival_ns = arrival_ns;
+  timing_.num_prompt_tokens = num_prompt_tokens;
   st_.register_request(channel_->request_id());
 }
 
 ChoiceRunner::~ChoiceRunner() {
+  if (timing_.finish_ns == 0) timing_.finish_ns = steady_now_ns();
+  timing_.num_generation_tokens = (uint32_t)num_tokens_;
   if (!finished_) {
+    timing_.reason = FinishReason::kCancelled;
     st_.engine->cancel(channel_->request_id());
     if (st_.drain_cancelled.load()) {
       st_.counters.num_cancelled_drain.fetch_add(1);
@@ -25,8 +29,9 @@ ChoiceRunner::~ChoiceRunner() {
     }
   } else if (error_.empty()) {
     st_.counters.num_choices_finished.fetch_add(1);
-    st_.latency.add(now_s(), now_s() - start_s_);
+    st_.latency.add(now_s(), (double)(timing_.finish_ns - timing_.arrival_ns) * 1e-9);
   }
+  if (st_.observer != nullptr) st_.observer->on_choice_finished(timing_);
   st_.counters.num_completion_tokens.fetch_add((uint64_t)num_tokens_);
   st_.unregister_request(channel_->request_id());
   st_.admission.on_complete(now_s());
@@ -48,6 +53,8 @@ void ChoiceRunner::poll(std::chrono::milliseconds wait, ChoiceDelta& d) {
 
 void ChoiceRunner::on_token(const ChannelEvent& ev, ChoiceDelta& d) {
   ++num_tokens_;
+  timing_.token_ns.push_back(steady_now_ns());
+  if (timing_.first_token_ns == 0) timing_.first_token_ns = timing_.token_ns.back();
   if (logprobs_ >= 0) d.tokens.push_back({ev.token_id, ev.logprob, ev.top_logprobs});
   // The end-of-generation token ends the choice (the engine finishes it next); it has no text.
   if (!ignore_eos_ && st_.tokenizer().is_end_of_generation(ev.token_id)) return;
@@ -55,16 +62,19 @@ void ChoiceRunner::on_token(const ChannelEvent& ev, ChoiceDelta& d) {
     st_.engine->cancel(channel_->request_id());
     st_.counters.num_cancelled_stop.fetch_add(1);
     finish_reason_ = "stop";
+    timing_.reason = FinishReason::kStop;
     end(d);
   }
 }
 
 void ChoiceRunner::on_finished(const ChannelEvent& ev, ChoiceDelta& d) {
+  timing_.reason = ev.reason;
   switch (ev.reason) {
     case FinishReason::kStop:
     case FinishReason::kLength:
       if (!stop_.push(decoder_.flush(), d.text)) d.text += stop_.flush();
       finish_reason_ = stop_.matched() || ev.reason == FinishReason::kStop ? "stop" : "length";
+      if (stop_.matched()) timing_.reason = FinishReason::kStop;
       break;
     case FinishReason::kCancelled:
       if (st_.drain_cancelled.load()) {
@@ -75,6 +85,7 @@ void ChoiceRunner::on_finished(const ChannelEvent& ev, ChoiceDelta& d) {
       }
       break;
     default:
+      timing_.reason = FinishReason::kError;
       error_ = ev.error.empty() ? "request failed" : ev.error;
       break;
   }
@@ -84,6 +95,7 @@ void ChoiceRunner::on_finished(const ChannelEvent& ev, ChoiceDelta& d) {
 void ChoiceRunner::end(ChoiceDelta& d) {
   finished_ = true;
   d.finished = true;
+  timing_.finish_ns = steady_now_ns();
 }
 
 }  // namespace kvw::server

@@ -2,7 +2,8 @@
 // detokenises with a StreamDecoder (never splits a UTF-8 character), applies stop strings
 // (cancelling the engine request on a match) and keeps per-token logprobs.
 // RAII: the destructor cancels an unfinished engine request (client gone, drain) and does the
-// bookkeeping (admission drain rate, latency window, drain registry) exactly once.
+// bookkeeping (admission drain rate, latency window, drain registry, the observer's timing)
+// exactly once.
 // Thread safety: one HTTP thread at a time.
 #pragma once
 
@@ -33,9 +34,10 @@ struct ChoiceDelta {
 
 class ChoiceRunner {
  public:
+  // `arrival_ns`: when the HTTP request arrived (steady_now_ns()).
   ChoiceRunner(ServerState& st, std::shared_ptr<TokenChannel> channel,
                const std::vector<std::string>& stops, int32_t logprobs, bool ignore_eos,
-               double start_s);
+               uint64_t arrival_ns, uint32_t num_prompt_tokens);
   ~ChoiceRunner();
   ChoiceRunner(const ChoiceRunner&) = delete;
   ChoiceRunner& operator=(const ChoiceRunner&) = delete;
@@ -62,7 +64,7 @@ class ChoiceRunner {
   StopMatcher stop_;
   const int32_t logprobs_;
   const bool ignore_eos_;
-  const double start_s_;
+  ChoiceTiming timing_;
   int32_t num_tokens_ = 0;
   bool finished_ = false;
   std::string finish_reason_;

@@ -72,18 +72,19 @@ GenerationRequest make_request(const GenParams& p, const PreparedPrompt& pp, int
 }
 
 ApiError engine_refusal(ServerState& st, const std::string& msg) {
-  if (msg.find("queue full") != std::string::npos) {
-    return ApiError(429, RefusalReason::kQueueFull, "queue_full", "server busy: " + msg)
-        .with_type("rate_limit_error")
-        .with_retry_after(st.admission.retry_after_s());
-  }
-  if (msg.find("shut") != std::string::npos) {
-    return ApiError(503, RefusalReason::kDraining, "draining", "server shutting down")
-        .with_type("server_error")
-        .with_retry_after(st.admission.retry_after_s());
-  }
-  if (msg.find("numerics") != std::string::npos) {
-    return ApiError(500, RefusalReason::kEngine, "", msg).with_type("server_error");
+  switch (classify_engine_error(msg)) {
+    case EngineErrorKind::kQueueFull:
+      return ApiError(429, RefusalReason::kQueueFull, "queue_full", "server busy: " + msg)
+          .with_type("rate_limit_error")
+          .with_retry_after(st.admission.retry_after_s());
+    case EngineErrorKind::kShutDown:
+      return ApiError(503, RefusalReason::kDraining, "draining", "server shutting down")
+          .with_type("server_error")
+          .with_retry_after(st.admission.retry_after_s());
+    case EngineErrorKind::kNumerics:
+      return ApiError(500, RefusalReason::kEngine, "", msg).with_type("server_error");
+    case EngineErrorKind::kBadRequest:
+      break;
   }
   return ApiError(400, RefusalReason::kEngine, "", msg);
 }
@@ -120,10 +121,10 @@ std::optional<ApiError> gate(ServerState& st, int64_t num_choices) {
 
 // Admits and submits every choice (prompt-major: index = prompt * n + i).
 std::variant<std::vector<std::unique_ptr<ChoiceRunner>>, ApiError> submit_all(
-    ServerState& st, const GenParams& p, const std::vector<PreparedPrompt>& prompts) {
+    ServerState& st, const GenParams& p, const std::vector<PreparedPrompt>& prompts,
+    uint64_t arrival_ns) {
   const int64_t total = (int64_t)prompts.size() * p.n;
   if (auto e = gate(st, total)) return *e;
-  const double start = now_s();
   std::vector<std::unique_ptr<ChoiceRunner>> runners;
   for (size_t k = 0; k < prompts.size(); ++k) {
     for (int32_t i = 0; i < p.n; ++i) {
@@ -136,15 +137,17 @@ std::variant<std::vector<std::unique_ptr<ChoiceRunner>>, ApiError> submit_all(
         return engine_refusal(st, ch.message());
       }
       runners.push_back(std::make_unique<ChoiceRunner>(st, std::move(*ch), p.stop, p.logprobs,
-                                                       p.ignore_eos, start));
+                                                       p.ignore_eos, arrival_ns,
+                                                       (uint32_t)prompts[k].tokens.size()));
     }
   }
   return runners;
 }
 
-// A choice that ended in error decides the status of a non-streamed response.
+// A choice that ended in error decides the status of a non-streamed response. A request
+// cancelled at the end of a drain is refused like one arriving during it.
 ApiError choice_error(ServerState& st, const ChoiceRunner& r) {
-  if (r.error().find("shut") != std::string::npos) return engine_refusal(st, "shut down");
+  if (st.drain_cancelled.load()) return engine_refusal(st, "engine shut down");
   return engine_refusal(st, r.error());
 }
 
@@ -155,6 +158,7 @@ struct Job {
   std::string id;
   int64_t created = 0;
   int64_t prompt_tokens = 0;
+  uint64_t arrival_ns = 0;
 };
 
 json usage_json(int64_t prompt, int64_t completion) {
@@ -166,12 +170,21 @@ json usage_json(int64_t prompt, int64_t completion) {
 void run_blocking(ServerState& st, Job& job, std::vector<std::unique_ptr<ChoiceRunner>>& runners,
                   httplib::Response& res) {
   LogprobBuilder lp(st.tokenizer(), job.chat);
+  // Read every choice as its tokens come (not one after the other), so token times are real.
+  std::vector<ChoiceDelta> deltas(runners.size());
+  for (size_t open = runners.size(); open > 0;) {
+    open = 0;
+    for (size_t i = 0; i < runners.size(); ++i) {
+      if (runners[i]->finished()) continue;
+      runners[i]->poll(std::chrono::milliseconds(open == 0 ? 20 : 0), deltas[i]);
+      open += !runners[i]->finished();
+    }
+  }
   json choices = json::array();
   int64_t completion = 0;
   for (size_t i = 0; i < runners.size(); ++i) {
     ChoiceRunner& r = *runners[i];
-    ChoiceDelta d;
-    while (!r.finished()) r.poll(std::chrono::milliseconds(100), d);
+    ChoiceDelta& d = deltas[i];
     if (!r.error().empty()) return send_error(st, res, choice_error(st, r));
     completion += r.num_tokens();
     json c = {{"index", i}};
@@ -206,7 +219,7 @@ void run(ServerState& st, Job job, httplib::Response& res) {
     job.prompt_tokens += (int64_t)pp.tokens.size();
   }
   st.counters.num_prompt_tokens.fetch_add((uint64_t)job.prompt_tokens);
-  auto submitted = submit_all(st, job.params, job.prompts);
+  auto submitted = submit_all(st, job.params, job.prompts, job.arrival_ns);
   if (auto* e = std::get_if<ApiError>(&submitted)) return send_error(st, res, *e);
   auto runners = std::move(std::get<0>(submitted));
   job.id = random_id(job.chat ? "chatcmpl-" : "cmpl-");
@@ -234,6 +247,7 @@ void guarded(ServerState& st, httplib::Response& res, Fn&& fn) {
 }  // namespace
 
 void handle_completions(ServerState& st, const httplib::Request& req, httplib::Response& res) {
+  const uint64_t arrival_ns = steady_now_ns();
   guarded(st, res, [&] {
     st.counters.num_requests.fetch_add(1);
     auto body = parse_body(req.body);
@@ -243,6 +257,7 @@ void handle_completions(ServerState& st, const httplib::Request& req, httplib::R
     CompletionRequest& cr = std::get<CompletionRequest>(parsed);
     Job job;
     job.params = cr.params;
+    job.arrival_ns = arrival_ns;
     const int32_t n_vocab = st.tokenizer().n_vocab();
     for (PromptInput& in : cr.prompts) {
       PreparedPrompt pp;
@@ -268,6 +283,7 @@ void handle_completions(ServerState& st, const httplib::Request& req, httplib::R
 }
 
 void handle_chat_completions(ServerState& st, const httplib::Request& req, httplib::Response& res) {
+  const uint64_t arrival_ns = steady_now_ns();
   guarded(st, res, [&] {
     st.counters.num_requests.fetch_add(1);
     auto body = parse_body(req.body);
@@ -284,6 +300,7 @@ void handle_chat_completions(ServerState& st, const httplib::Request& req, httpl
     Job job;
     job.chat = true;
     job.params = cr.params;
+    job.arrival_ns = arrival_ns;
     job.prompts.push_back(PreparedPrompt{.tokens = std::move(prompt->tokens),
                                          .turn_starts = std::move(prompt->turn_starts)});
     run(st, std::move(job), res);

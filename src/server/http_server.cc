@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <regex>
@@ -10,6 +11,32 @@
 namespace kvw::server {
 
 using nlohmann::json;
+
+namespace {
+
+TransportConfig transport_config(ServerState& st) {
+  const ServerConfig& c = st.cfg;
+  TransportConfig t;
+  t.worker_threads = c.http_threads;
+  t.read_timeout_s = c.read_timeout_s;
+  t.write_timeout_s = c.write_timeout_s;
+  t.keep_alive_timeout_s = c.keep_alive_timeout_s;
+  t.keep_alive_max_count = (size_t)c.keep_alive_max_count;
+  t.header_timeout_s = c.header_timeout_s;
+  t.body_timeout_s = c.body_timeout_s;
+  t.max_header_bytes = c.max_header_bytes;
+  t.max_headers = (size_t)c.max_headers;
+  t.listen_backlog = c.listen_backlog;
+  t.on_gate_refusal = [&st](int status) {
+    st.refused(status == 408 ? RefusalReason::kHeaderTimeout : RefusalReason::kHeadersTooLarge);
+  };
+  return t;
+}
+
+}  // namespace
+
+Server::Server(PassKey, const ServerConfig& cfg)
+    : st_(std::make_unique<ServerState>(cfg)), http_(transport_config(*st_)) {}
 
 Result<std::unique_ptr<Server>> Server::create(const ServerConfig& cfg, Engine& engine,
                                                const EngineConfig& engine_cfg) {
@@ -116,29 +143,60 @@ void Server::install_routes() {
   });
 }
 
+namespace {
+
+ApiError body_too_large(const ServerConfig& c) {
+  return ApiError(
+      413, RefusalReason::kBodyTooLarge, "payload_too_large",
+      "request body over --max-body-bytes (" + std::to_string(c.max_body_bytes) + " bytes)");
+}
+
+ApiError headers_too_large(const ServerConfig& c) {
+  return ApiError(431, RefusalReason::kHeadersTooLarge, "headers_too_large",
+                  "request headers over " + std::to_string(c.max_headers) + " fields or " +
+                      std::to_string(c.max_header_bytes) + " bytes");
+}
+
+}  // namespace
+
 void Server::install_hooks() {
   ServerState& st = *st_;
   const ServerConfig& c = st.cfg;
-  // One streaming response holds one worker for its whole life; httplib's default pool is
-  // max(8, cores) workers, far too few for max_num_seqs concurrent streams. httplib owns it.
-  const size_t threads = (size_t)c.http_threads;
-  http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http_.set_read_timeout(c.read_timeout_s);
-  http_.set_write_timeout(c.write_timeout_s);
-  http_.set_keep_alive_timeout(c.keep_alive_timeout_s);
-  http_.set_keep_alive_max_count((size_t)c.keep_alive_max_count);
+  // Timeouts, keep-alive and the worker pool are the transport's (http_transport.h).
   http_.set_payload_max_length(c.max_body_bytes);
+  // Runs after the headers and before the body is read: refusals that the headers alone decide.
+  // The body stays unread, so the transport closes such a connection after the answer (a body
+  // left in the stream would be parsed as the next request); the client is told so.
   http_.set_pre_routing_handler([this, &st](const httplib::Request& req, httplib::Response& res) {
+    auto refuse = [&](const ApiError& e) {
+      if (req.has_header("Content-Length") || req.has_header("Transfer-Encoding")) {
+        res.set_header("Connection", "close");
+      }
+      send_error(st, res, e);
+      return httplib::Server::HandlerResponse::Handled;
+    };
+    if (GatedHttpServer::current_header_refusal() == 431) {
+      GatedHttpServer::current_close_after_response();
+      res.set_header("Connection", "close");
+      send_error(st, res, headers_too_large(st.cfg));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (req.has_header("Content-Length")) {
+      const std::string v = req.get_header_value("Content-Length");
+      char* end = nullptr;
+      const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+      if (end != v.c_str() && *end == '\0' && n > st.cfg.max_body_bytes) {
+        return refuse(body_too_large(st.cfg));
+      }
+    }
     if (st.cfg.api_key.empty()) return httplib::Server::HandlerResponse::Unhandled;
     const bool needs_key = req.path.starts_with("/v1/") || auth_paths_.contains(req.path);
     if (!needs_key) return httplib::Server::HandlerResponse::Unhandled;
     if (req.get_header_value("Authorization") == "Bearer " + st.cfg.api_key) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
-    send_error(st, res,
-               ApiError(401, RefusalReason::kUnauthorized, "invalid_api_key",
-                        "invalid or missing API key (Authorization: Bearer ...)"));
-    return httplib::Server::HandlerResponse::Handled;
+    return refuse(ApiError(401, RefusalReason::kUnauthorized, "invalid_api_key",
+                           "invalid or missing API key (Authorization: Bearer ...)"));
   });
   // httplib calls this for every status >= 400; only its own bodiless answers get a body here.
   using HandlerResponse = httplib::Server::HandlerResponse;
@@ -148,16 +206,16 @@ void Server::install_hooks() {
           return httplib::Server::HandlerResponse::Unhandled;
         }
         ApiError e(res.status, RefusalReason::kInvalidRequest, "bad_request", "bad request");
-        if (res.status == 404 && path_known(req.path)) {
+        if (GatedHttpServer::current_header_refusal() == 431) {
+          e = headers_too_large(st.cfg);  // httplib saw a read error (our byte cap) and said 400
+        } else if (res.status == 404 && path_known(req.path)) {
           e = ApiError(405, RefusalReason::kMethodNotAllowed, "method_not_allowed",
                        "method " + req.method + " not allowed on " + req.path);
         } else if (res.status == 404) {
           e = ApiError(404, RefusalReason::kNotFound, "not_found",
                        "no route " + req.method + " " + req.path);
         } else if (res.status == 413) {
-          e = ApiError(413, RefusalReason::kBodyTooLarge, "payload_too_large",
-                       "request body over --max-body-bytes (" +
-                           std::to_string(st.cfg.max_body_bytes) + " bytes)");
+          e = body_too_large(st.cfg);
         }
         send_error(st, res, e);
         return httplib::Server::HandlerResponse::Handled;
@@ -172,16 +230,12 @@ void Server::install_hooks() {
 
 Status Server::start() {
   const ServerConfig& c = st_->cfg;
-  if (c.port == 0) {
-    port_ = http_.bind_to_any_port(c.host);
-  } else {
-    port_ = http_.bind_to_port(c.host, c.port) ? c.port : -1;
-  }
+  port_ = http_.bind(c.host, c.port);
   if (port_ <= 0) {
     return Error{"cannot listen on " + c.host + ":" + std::to_string(c.port) +
                  " (address in use or not available; see --host/--port)"};
   }
-  listener_ = std::thread([this] { http_.listen_after_bind(); });
+  listener_ = std::thread([this] { http_.serve(); });
   monitor_ = std::thread([this] { monitor_loop(); });
   st_->ready.store(true);
   return Status::ok_status();
@@ -201,6 +255,7 @@ void Server::monitor_loop() {
     const BreakerState before = st.breaker.state();
     const BreakerState after = st.breaker.observe(now, kv, st.latency.p95(now));
     if (after != before) {
+      if (st.observer != nullptr) st.observer->on_breaker_change(after);
       LOG(WARN, server) << "breaker " << to_string(before) << " -> " << to_string(after)
                         << " (kv usage " << kv << ")";
     }
@@ -245,6 +300,7 @@ void Server::stop() {
   stop_cv_.notify_all();
   http_.stop();
   if (listener_.joinable()) listener_.join();
+  http_.shutdown();
   if (monitor_.joinable()) monitor_.join();
 }
 

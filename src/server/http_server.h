@@ -3,6 +3,9 @@
 // GET /v1/models, /health, /ready. Errors are OpenAI error JSON; admission (bounded queue,
 // predicted wait) gives 429, the breaker and drain give 503, both with Retry-After.
 // Other modules add routes (/metrics, /dashboard, /debug/*) with add_route() before start().
+// Connections are handled by GatedHttpServer (http_transport.h): a request reaches a worker only
+// once its headers are complete; slow headers get 408, header floods 431, an announced body over
+// --max-body-bytes 413 before it is read.
 // Ownership: the Server borrows the Engine, which must outlive it. Thread safety: start(),
 // add_route() and drain_and_stop() from one controlling thread; handlers run on the HTTP pool;
 // the accessors are thread-safe.
@@ -20,7 +23,9 @@
 
 #include "core/status.h"
 #include "engine/engine.h"
+#include "server/http_transport.h"
 #include "server/server_config.h"
+#include "server/server_observer.h"
 #include "server/server_state.h"
 
 namespace kvw::server {
@@ -33,7 +38,7 @@ class Server {
  public:
   using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
 
-  explicit Server(PassKey, const ServerConfig& cfg) : st_(std::make_unique<ServerState>(cfg)) {}
+  Server(PassKey, const ServerConfig& cfg);
   // Errors: a bad config, or a chat template that does not parse. `engine_cfg` is what the
   // engine was created with (max_model_len, overflow policy, max_num_seqs).
   static Result<std::unique_ptr<Server>> create(const ServerConfig& cfg, Engine& engine,
@@ -47,6 +52,10 @@ class Server {
   // handler should answer errors with OpenAI error JSON (see api_error.h). Before start() only.
   void add_route(const std::string& method, const std::string& path, Handler handler,
                  bool require_auth = false);
+
+  // Reports finished choices, refusals and breaker changes to `observer` (which must outlive
+  // the Server). Before start() only.
+  void set_observer(ServerObserver* observer) { st_->observer = observer; }
 
   // Binds host:port (port 0: any free port) and serves on a background thread.
   Status start();
@@ -77,7 +86,7 @@ class Server {
   bool path_known(const std::string& path) const;
 
   std::unique_ptr<ServerState> st_;
-  httplib::Server http_;
+  GatedHttpServer http_;
   std::set<std::string> auth_paths_;   // exact paths that require the API key
   std::set<std::string> known_paths_;  // for 405 vs 404
   int port_ = 0;

@@ -7,20 +7,27 @@ namespace kvw::server {
 
 using nlohmann::json;
 
+namespace {
+// Debian's httplib brotli-compresses exactly "application/json" (quality 11) for clients that
+// accept br: a 135 kB logprobs response took ~0.3 s longer to send. With the charset parameter
+// the type no longer matches and bodies go out plain (JSON is UTF-8 anyway).
+constexpr const char* kJson = "application/json; charset=utf-8";
+}  // namespace
+
 std::string dump_json(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 void send_json(httplib::Response& res, const json& j, int status) {
   res.status = status;
-  res.set_content(dump_json(j), "application/json");
+  res.set_content(dump_json(j), kJson);
 }
 
 void send_error(ServerState& st, httplib::Response& res, const ApiError& err) {
-  st.refusals.add(err.reason);
+  st.refused(err.reason);
   res.status = err.status;
   if (err.retry_after_s > 0) res.set_header("Retry-After", std::to_string(err.retry_after_s));
-  res.set_content(err.to_json(), "application/json");
+  res.set_content(err.to_json(), kJson);
 }
 
 void handle_tokenize(ServerState& st, const httplib::Request& req, httplib::Response& res) {

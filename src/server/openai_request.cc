@@ -112,9 +112,15 @@ std::optional<ApiError> read_common(const json& body, GenParams& p) {
   return std::nullopt;
 }
 
-ApiResult<std::string> read_content(const json& m, const std::string& param) {
+ApiResult<std::string> read_content(const json& m, const std::string& role,
+                                    const std::string& param) {
   auto it = m.find("content");
-  if (it == m.end() || it->is_null()) return std::string();  // e.g. an assistant tool turn
+  if (it == m.end() || it->is_null()) {
+    // Only an assistant turn may omit content (OpenAI: a tool-call turn); a user or system
+    // turn without text is a client bug, not an empty prompt.
+    if (role == "assistant") return std::string();
+    return invalid_param(param, param + " is required for a " + role + " message");
+  }
   if (it->is_string()) return it->get<std::string>();
   if (!it->is_array()) return invalid_param(param, "'content' must be a string or a list of parts");
   std::string text;
@@ -167,7 +173,7 @@ ApiResult<std::vector<ChatMessage>> parse_messages(const json& messages) {
       return invalid_param(param + ".role",
                            "role '" + r + "' is not one of system, user, assistant");
     }
-    auto content = read_content(m, param + ".content");
+    auto content = read_content(m, r, param + ".content");
     if (auto* e = std::get_if<ApiError>(&content)) return *e;
     out.push_back(ChatMessage{.role = std::move(r), .content = std::get<std::string>(content)});
   }

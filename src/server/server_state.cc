@@ -7,6 +7,12 @@ Status ServerConfig::validate() const {
   if (http_threads < 1) return Error{"--http-threads must be >= 1"};
   if (max_body_bytes < 1) return Error{"--max-body-bytes must be >= 1"};
   if (read_timeout_s < 1 || write_timeout_s < 1) return Error{"HTTP timeouts must be >= 1 s"};
+  if (!(header_timeout_s > 0) || !(body_timeout_s > 0)) {
+    return Error{"--header-timeout and the body timeout must be > 0"};
+  }
+  if (max_header_bytes < 1024 || max_headers < 1 || listen_backlog < 1) {
+    return Error{"header limits must be >= 1 KiB and >= 1 field; the backlog >= 1"};
+  }
   if (drain_timeout_s < 0) return Error{"--drain-timeout must be >= 0"};
   if (breaker_tick_ms < 1) return Error{"breaker tick must be >= 1 ms"};
   if (admission.max_queue < 0) return Error{"--max-queue must be >= 0"};
@@ -25,6 +31,12 @@ Status ServerConfig::validate() const {
     return Error{"--breaker-latency-recover must be in (0, 1]"};
   }
   return Status::ok_status();
+}
+
+uint64_t steady_now_ns() {
+  return (uint64_t)std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 void ServerState::register_request(uint64_t id) {

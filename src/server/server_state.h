@@ -18,6 +18,7 @@
 #include "server/breaker.h"
 #include "server/chat_prompt.h"
 #include "server/server_config.h"
+#include "server/server_observer.h"
 #include "server/server_stats.h"
 
 namespace kvw::server {
@@ -37,6 +38,13 @@ struct ServerState {
   std::atomic<bool> ready{false};
   std::atomic<bool> draining{false};
   std::atomic<bool> drain_cancelled{false};  // drain timed out: in-flight requests were cancelled
+  ServerObserver* observer = nullptr;        // set before start(); may stay null
+
+  // Counts a refusal and tells the observer.
+  void refused(RefusalReason r) {
+    refusals.add(r);
+    if (observer != nullptr) observer->on_refusal(r);
+  }
 
   ServerState(const ServerConfig& c) : cfg(c), admission(c.admission), breaker(c.breaker) {}
 

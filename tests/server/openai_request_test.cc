@@ -123,6 +123,23 @@ TEST(OpenAiRequest, ChatMessagesAndLogprobs) {
   EXPECT_EQ(error_of(parse_chat_request(json{{"messages", "hi"}})).param, "messages");
 }
 
+// A user or system turn needs content (missing or null is 400 naming the field); an assistant
+// turn may omit it (a tool-call turn in OpenAI's API).
+TEST(OpenAiRequest, ChatContentRequiredExceptForAssistant) {
+  json no_content = {{"messages", {{{"role", "user"}}}}};
+  EXPECT_EQ(error_of(parse_chat_request(no_content)).param, "messages[0].content");
+  json null_system = {
+      {"messages",
+       {{{"role", "user"}, {"content", "x"}}, {{"role", "system"}, {"content", nullptr}}}}};
+  EXPECT_EQ(error_of(parse_chat_request(null_system)).param, "messages[1].content");
+  json assistant = {
+      {"messages",
+       {{{"role", "user"}, {"content", "x"}}, {{"role", "assistant"}, {"content", nullptr}}}}};
+  auto r = parse_chat_request(assistant);
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(r));
+  EXPECT_EQ(std::get<ChatRequest>(r).messages[1].content, "");
+}
+
 TEST(OpenAiRequest, ErrorJsonHasOpenAiShape) {
   ApiError e = invalid_param("n", "bad n");
   json j = json::parse(e.to_json());

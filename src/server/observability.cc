@@ -1,0 +1,78 @@
+#include "server/observability.h"
+
+#include <chrono>
+#include <utility>
+
+#include "core/check.h"
+#include "core/kv_dtype.h"
+#include "obs/routes.h"
+
+namespace kvw::server {
+
+StepRelay::Fn StepRelay::observer() const {
+  return [state = state_](const StepObservation& s) {
+    if (state->ready.load(std::memory_order_acquire)) state->target(s);
+  };
+}
+
+void StepRelay::connect(Fn target) {
+  CHECK(!state_->ready.load()) << "StepRelay::connect called twice";
+  state_->target = std::move(target);
+  state_->ready.store(true, std::memory_order_release);
+}
+
+obs::ObsConfig make_obs_config(const EngineConfig& e, const planner::BudgetTable& budget,
+                               const ObsOptions& o) {
+  obs::ObsConfig c;
+  c.metrics.model_name = o.model_name;
+  c.metrics.block_size = (uint32_t)e.block_size;
+  c.metrics.num_gpu_blocks = budget.num_blocks;
+  c.metrics.swap_space_bytes = e.swap_bytes;
+  c.metrics.cache_dtype = std::string(kv_dtype_name(e.kv_dtype));
+  c.metrics.enable_prefix_caching = e.enable_prefix_caching;
+  c.diagnostics.dir = o.diagnostics_dir;
+  c.trace_capacity = o.trace_capacity;
+  return c;
+}
+
+void ObsBridge::on_choice_finished(const ChoiceTiming& t) {
+  obs::RequestTiming r;
+  r.arrival_ns = t.arrival_ns;
+  r.first_token_ns = t.first_token_ns;
+  r.finish_ns = t.finish_ns;
+  r.token_ns = t.token_ns;
+  r.num_prompt_tokens = t.num_prompt_tokens;
+  r.num_generation_tokens = t.num_generation_tokens;
+  r.reason = t.reason;
+  ctx_.observe_request(r);
+}
+
+void ObsBridge::on_refusal(RefusalReason reason) {
+  ctx_.observe_shed(to_string(reason));
+}
+
+void ObsBridge::on_breaker_change(BreakerState state) {
+  static_assert((int)BreakerState::kOk == (int)obs::BreakerState::kOk &&
+                (int)BreakerState::kWarn == (int)obs::BreakerState::kWarn &&
+                (int)BreakerState::kShedding == (int)obs::BreakerState::kShedding);
+  ctx_.metrics().set_breaker_state(obs::BreakerState((int)state));
+}
+
+void wire_observability(Server& server, Engine& engine, obs::ObservabilityContext& ctx,
+                        ObsBridge& bridge, nlohmann::json config) {
+  ctx.attach(
+      {.stats = [&engine] { return engine.stats(); },
+       .kv_snapshot = [&engine] { return engine.kv_snapshot(std::chrono::milliseconds(200)); },
+       .budget = [&engine] { return engine.budget(); },
+       .config = [config = std::move(config)] { return config; }});
+  ctx.metrics().set_breaker_state(obs::BreakerState::kOk);
+  server.set_observer(&bridge);
+  obs::register_observability_routes(
+      [&server](const std::string& path, obs::RouteHandler h) {
+        server.add_route("GET", path, std::move(h));
+      },
+      ctx);
+  ctx.start_watcher();
+}
+
+}  // namespace kvw::server

@@ -1,0 +1,207 @@
+// The connection layer (server/http_transport.h) against raw sockets: slow headers get 408 while
+// others are served, an announced body over the limit is refused from the headers alone, header
+// floods get 431, pipelined and keep-alive requests work, and the engine's error wording maps to
+// the intended statuses.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "harness.h"
+
+namespace kvw::server {
+namespace {
+
+using harness::Harness;
+using Clock = std::chrono::steady_clock;
+
+int connect_to(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool send_all(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    const ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    off += (size_t)n;
+  }
+  return true;
+}
+
+// Reads until the peer closes or `timeout` passes; `closed` tells which.
+std::string read_until_close(int fd, std::chrono::milliseconds timeout, bool& closed) {
+  std::string out;
+  const auto end = Clock::now() + timeout;
+  closed = false;
+  char buf[4096];
+  while (Clock::now() < end) {
+    pollfd p{fd, POLLIN, 0};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now());
+    if (::poll(&p, 1, (int)std::max<int64_t>(1, left.count())) <= 0) continue;
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) {
+      closed = true;
+      break;
+    }
+    out.append(buf, (size_t)n);
+  }
+  return out;
+}
+
+int count(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (size_t at = 0; (at = s.find(what, at)) != std::string::npos; at += what.size()) ++n;
+  return n;
+}
+
+TEST(ServerTransport, SlowHeadersGet408WhileOtherClientsAreServed) {
+  ServerConfig cfg;
+  cfg.header_timeout_s = 1;
+  Harness h(cfg);  // 16 HTTP workers
+  // More trickling clients than workers: a server that parked a worker per connection could not
+  // answer /health below.
+  constexpr int kSlow = 24;
+  std::vector<int> fds;
+  for (int i = 0; i < kSlow; ++i) {
+    fds.push_back(connect_to(h.server->port()));
+    ASSERT_GE(fds.back(), 0);
+    ASSERT_TRUE(send_all(fds.back(), "GET /health HTTP/1.1\r\nHost: x\r\n"));
+  }
+  for (int tick = 0; tick < 3; ++tick) {
+    for (int fd : fds) send_all(fd, "X");  // a byte each, never the blank line
+    auto r = h.client->Get("/health");
+    ASSERT_TRUE(r) << "health during slowloris";
+    EXPECT_EQ(r->status, 200);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (int fd : fds) {
+    bool closed = false;
+    const std::string got = read_until_close(fd, std::chrono::seconds(20), closed);
+    EXPECT_TRUE(closed) << "slow connection still open";
+    EXPECT_TRUE(got.starts_with("HTTP/1.1 408")) << got;
+    ::close(fd);
+  }
+  EXPECT_EQ(h.server->refusals().get(RefusalReason::kHeaderTimeout), (uint64_t)kSlow);
+}
+
+TEST(ServerTransport, AnnouncedBodyOverTheLimitIs413WithoutWaitingForIt) {
+  ServerConfig cfg;
+  cfg.max_body_bytes = 4096;
+  cfg.read_timeout_s = 60;  // a server that waited for the body would not answer in the test
+  Harness h(cfg);
+  int fd = connect_to(h.server->port());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(send_all(fd,
+                       "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                       "application/json\r\nContent-Length: 1000000000\r\n\r\n{"));
+  bool closed = false;
+  const std::string got = read_until_close(fd, std::chrono::seconds(20), closed);
+  ::close(fd);
+  EXPECT_TRUE(got.starts_with("HTTP/1.1 413")) << got;
+  EXPECT_NE(got.find("payload_too_large"), std::string::npos) << got;
+  EXPECT_TRUE(closed) << "the unread body must not be parsed as the next request";
+  EXPECT_EQ(h.server->refusals().get(RefusalReason::kBodyTooLarge), 1u);
+}
+
+TEST(ServerTransport, HeaderFloodsGet431AndTheServerGoesOn) {
+  Harness h;
+  std::string many_small;  // over the field limit, under the byte limit
+  for (int i = 0; i < 150; ++i) many_small += "X-" + std::to_string(i) + ": v\r\n";
+  std::string many_big;  // over the byte limit
+  for (int i = 0; i < 5000; ++i) many_big += "X-Flood-" + std::to_string(i) + ": v\r\n";
+  for (const std::string& headers : {many_small, many_big}) {
+    int fd = connect_to(h.server->port());
+    ASSERT_GE(fd, 0);
+    send_all(fd, "GET /health HTTP/1.1\r\nHost: x\r\n" + headers + "\r\n");
+    bool closed = false;
+    const std::string got = read_until_close(fd, std::chrono::seconds(20), closed);
+    ::close(fd);
+    EXPECT_TRUE(got.starts_with("HTTP/1.1 431")) << got.substr(0, 200);
+    EXPECT_NE(got.find("headers_too_large"), std::string::npos) << got.substr(0, 300);
+  }
+  EXPECT_EQ(h.server->refusals().get(RefusalReason::kHeadersTooLarge), 2u);
+  auto r = h.client->Get("/health");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
+TEST(ServerTransport, PipelinedAndKeepAliveRequestsAreAllAnswered) {
+  Harness h;
+  int fd = connect_to(h.server->port());
+  ASSERT_GE(fd, 0);
+  const std::string get = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_TRUE(send_all(fd, get + get + get));  // one write: the 2nd and 3rd are buffered
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_TRUE(send_all(fd, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  bool closed = false;
+  const std::string got = read_until_close(fd, std::chrono::seconds(20), closed);
+  ::close(fd);
+  EXPECT_EQ(count(got, "HTTP/1.1 200"), 4) << got;
+  EXPECT_TRUE(closed);
+  // httplib's client keeps its connection: the second request comes back through the gate.
+  h.client->set_keep_alive(true);
+  for (int i = 0; i < 3; ++i) {
+    auto r = h.client->Get("/health");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+  }
+}
+
+// A refusal from the headers alone (401 here) leaves the body unread: the connection must close
+// (and say so) rather than parse the body as the next request (which used to answer 400).
+TEST(ServerTransport, RefusalBeforeTheBodyClosesTheConnection) {
+  ServerConfig cfg;
+  cfg.api_key = "sekrit";
+  Harness h(cfg);
+  int fd = connect_to(h.server->port());
+  ASSERT_GE(fd, 0);
+  const std::string body = R"({"prompt":"hi","max_tokens":2})";
+  ASSERT_TRUE(send_all(fd,
+                       "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer no\r\n"
+                       "Content-Type: application/json\r\nContent-Length: " +
+                           std::to_string(body.size()) + "\r\n\r\n" + body));
+  bool closed = false;
+  const std::string got = read_until_close(fd, std::chrono::seconds(20), closed);
+  ::close(fd);
+  EXPECT_TRUE(got.starts_with("HTTP/1.1 401")) << got;
+  EXPECT_NE(got.find("Connection: close"), std::string::npos) << got;
+  EXPECT_EQ(count(got, "HTTP/1.1 "), 1) << got;
+  EXPECT_TRUE(closed);
+}
+
+TEST(ServerTransport, EngineErrorWordingMapsToStatuses) {
+  EXPECT_EQ(classify_engine_error("request queue full (64 waiting); retry later"),
+            EngineErrorKind::kQueueFull);
+  EXPECT_EQ(classify_engine_error("engine shut down"), EngineErrorKind::kShutDown);
+  EXPECT_EQ(classify_engine_error("numerics guard: non-finite logits (NaN/Inf) at position 3"),
+            EngineErrorKind::kNumerics);
+  EXPECT_EQ(classify_engine_error("prompt token 99999 outside the vocabulary [0, 512)"),
+            EngineErrorKind::kBadRequest);
+  // The real engine's wording, so a change on its side fails here rather than turning 503s
+  // into 400s.
+  Harness h;
+  h.engine->shutdown();
+  GenerationRequest req;
+  req.prompt = {1, 2, 3};
+  req.max_tokens = 1;
+  auto ch = h.engine->submit(std::move(req));
+  ASSERT_FALSE(ch.ok());
+  EXPECT_EQ(classify_engine_error(ch.message()), EngineErrorKind::kShutDown) << ch.message();
+}
+
+}  // namespace
+}  // namespace kvw::server
