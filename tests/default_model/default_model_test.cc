@@ -114,7 +114,7 @@ TEST(DefaultModel, HeldOutPerplexityMatchesPyTorch) {
   const double ppl = std::exp(nll / (double)count);
   const double expected = std::stod(read_file(kData + "/pytorch_ppl.txt"));
   EXPECT_NEAR(ppl, expected, 0.01 * expected) << "engine " << ppl << ", PyTorch " << expected;
-  EXPECT_LT(ppl, V / 4.0);  // uniform guessing scores n_vocab
+  EXPECT_LT(ppl, V / 16.0);  // uniform guessing scores n_vocab; this model ~206
 }
 
 std::string run_generate(const std::string& prompt) {
