@@ -22,12 +22,12 @@ for _ in $(seq 1 120); do
 done
 cat "$LOG"
 
-CURL=(curl -s "http://$HOST:$PORT/v1/completions" -H 'Content-Type: application/json'
-  -d '{"prompt": "And God said", "max_tokens": 40, "temperature": 0}')
+BODY='{"prompt": "And God said", "max_tokens": 40, "temperature": 0}'
+CURL=(curl -s "http://$HOST:$PORT/v1/completions" -H 'Content-Type: application/json' -d "$BODY")
 echo
 echo "== try it:"
-printf '%q ' "${CURL[@]}"
-echo
+echo "curl -s http://$HOST:$PORT/v1/completions -H 'Content-Type: application/json' -d '$BODY'"
+
 echo "== its answer:"
 "${CURL[@]}"
 echo
