@@ -78,13 +78,9 @@ Status resolve(ServeFlags& f) {
   auto dtype = parse_kv_dtype(f.kv_dtype);
   if (!dtype) return Error{"--kv-dtype '" + f.kv_dtype + "': use f16, bf16, f32 or int8"};
   e.kv_dtype = *dtype;
-  if (f.preemption_mode == "swap") {
-    e.sched.preemption_mode = PreemptionMode::kSwap;
-  } else if (f.preemption_mode == "recompute") {
-    e.sched.preemption_mode = PreemptionMode::kRecompute;
-  } else {
-    return Error{"--preemption-mode '" + f.preemption_mode + "': use swap or recompute"};
-  }
+  auto pm = parse_preemption_mode(f.preemption_mode);
+  if (!pm.ok()) return pm.error();
+  e.sched.preemption_mode = *pm;
   auto ov = parse_overflow_policy(f.overflow);
   if (!ov.ok()) return ov.error();
   e.sched.overflow = *ov;

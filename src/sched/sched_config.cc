@@ -12,6 +12,12 @@ Result<KvReservePolicy> parse_kv_reserve_policy(std::string_view s) {
   return Error{"--kv-reserve: unknown policy '" + std::string(s) + "' (expected none or p95)"};
 }
 
+Result<PreemptionMode> parse_preemption_mode(std::string_view s) {
+  if (s == "swap") return PreemptionMode::kSwap;
+  if (s == "recompute") return PreemptionMode::kRecompute;
+  return Error{"--preemption-mode '" + std::string(s) + "': use swap or recompute"};
+}
+
 const char* to_string(KvReservePolicy p) {
   return p == KvReservePolicy::kP95 ? "p95" : "none";
 }

@@ -16,6 +16,7 @@ enum class KvReservePolicy { kNone, kP95 };
 enum class PreemptionMode { kSwap, kRecompute };
 
 Result<KvReservePolicy> parse_kv_reserve_policy(std::string_view s);  // none|p95
+Result<PreemptionMode> parse_preemption_mode(std::string_view s);     // swap|recompute
 const char* to_string(KvReservePolicy p);
 
 struct SchedConfig {

@@ -73,6 +73,9 @@ TEST(ContextOverflow, ParsesFlagValues) {
   EXPECT_FALSE(parse_overflow_policy("drop").ok());
   EXPECT_EQ(parse_kv_reserve_policy("p95").value(), KvReservePolicy::kP95);
   EXPECT_FALSE(parse_kv_reserve_policy("p99").ok());
+  EXPECT_EQ(parse_preemption_mode("recompute").value(), PreemptionMode::kRecompute);
+  EXPECT_EQ(parse_preemption_mode("swap").value(), PreemptionMode::kSwap);
+  EXPECT_FALSE(parse_preemption_mode("drop").ok());
 }
 
 KvManagerConfig small_kv() {
