@@ -32,6 +32,8 @@ struct PlanArgs {
   int64_t max_num_batched_tokens = 8192;
   std::string overhead = "1GiB";
   int64_t engine_threads = 0;
+  std::string request_memory = "64MiB";  // --engine: serve's request row
+  int64_t max_queue = 256;
   bool json = false;
   bool explain = false;
   bool engine = false;
@@ -180,18 +182,25 @@ int run_plan(const PlanArgs& a) {
       opt.weight_dtype = *parse_weight_dtype(a.weight_dtype.empty() ? "f32" : a.weight_dtype);
     opt.max_model_len = in->max_model_len;
     opt.max_num_seqs = a.concurrency;
+    auto rm = parse_size("--request-memory", a.request_memory);
+    if (!rm.ok()) {
+      std::cerr << "kvwarden plan: " << rm.message() << "\n";
+      return 2;
+    }
+    opt.request_bytes = request_row_bytes({.request_memory_bytes = *rm,
+                                           .max_num_seqs = a.concurrency,
+                                           .max_queue = a.max_queue,
+                                           .max_model_len = in->max_model_len});
     auto b = plan_engine_budget(*m, opt);
     if (!b.ok()) {
       std::cerr << "kvwarden plan: --engine: " << b.message() << "\n";
       return 1;
     }
-    j["engine"] = {{"weights_bytes", b->weights_bytes},
-                   {"workspace_bytes", b->workspace_bytes},
-                   {"kv_pool_bytes", b->kv_pool_bytes},
-                   {"reserve_bytes", b->reserve_bytes},
-                   {"total_bytes", b->total_bytes},
-                   {"num_blocks", b->num_blocks},
-                   {"kv_per_token_bytes", b->kv_bytes_per_token}};
+    j["engine"] = {
+        {"weights_bytes", b->weights_bytes}, {"workspace_bytes", b->workspace_bytes},
+        {"kv_pool_bytes", b->kv_pool_bytes}, {"reserve_bytes", b->reserve_bytes},
+        {"request_bytes", b->request_bytes}, {"total_bytes", b->total_bytes},
+        {"num_blocks", b->num_blocks},       {"kv_per_token_bytes", b->kv_bytes_per_token}};
     if (!a.json) {
       std::cout << "kvwarden CPU engine budget (" << a.concurrency << " x " << in->max_model_len
                 << " tokens, " << kv_dtype_name(opt.kv_dtype) << " KV, " << opt.n_threads
@@ -254,6 +263,12 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--engine", a->engine,
                 "Also print kvwarden's own CPU engine budget (weights + workspace + KV pool + "
                 "reserve) for --concurrency sequences of --max-model-len");
+  cmd->add_option("--request-memory", a->request_memory,
+                  "--engine: serve's --request-memory (the request row also counts connections "
+                  "and streams for --concurrency and --max-queue)")
+      ->capture_default_str();
+  cmd->add_option("--max-queue", a->max_queue, "--engine: serve's --max-queue")
+      ->capture_default_str();
   cmd->add_option("--engine-threads", a->engine_threads, "Worker threads for --engine")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   cmd->add_flag("--json", a->json, "Print the plan as JSON");

@@ -5,7 +5,9 @@
 // diagnostics dumps under --diagnostics-dir.
 // SIGTERM/SIGINT: drain (503 for new work, in-flight requests finish up to --drain-timeout,
 // then are cancelled), stop the listener, shut the engine down, exit 0.
+#include <malloc.h>
 #include <pthread.h>
+#include <sys/resource.h>
 
 #include <csignal>
 #include <cstdio>
@@ -18,6 +20,7 @@
 #include "apps/kvwarden/default_model.h"
 #include "engine/engine.h"
 #include "gguf/gguf_file.h"
+#include "planner/engine_budget.h"
 #include "planner/model_source.h"
 #include "server/http_server.h"
 #include "server/observability.h"
@@ -28,9 +31,9 @@ namespace {
 struct ServeFlags {
   server::ServerConfig server;
   EngineConfig engine;
-  std::string memory_budget, swap_space, kv_dtype = "f16", preemption_mode = "swap",
-                                         overflow = "error", kv_reserve = "none",
-                                         chat_template_file, diagnostics_dir;
+  std::string memory_budget, request_memory = "64MiB", swap_space, kv_dtype = "f16",
+                             preemption_mode = "swap", overflow = "error", kv_reserve = "none",
+                             chat_template_file, diagnostics_dir;
   size_t trace_capacity = 65536;
   bool no_prefix_caching = false;
   int64_t max_model_len = 0;  // 0: min(4096, the model's trained context)
@@ -70,6 +73,11 @@ Status resolve(ServeFlags& f) {
     if (!b.ok()) return b.error();
     e.memory_budget_bytes = *b;
   }
+  {
+    auto b = parse_size_flag("--request-memory", f.request_memory);
+    if (!b.ok()) return b.error();
+    f.server.http.request_memory_bytes = *b;
+  }
   if (!f.swap_space.empty()) {
     auto b = parse_size_flag("--swap-space", f.swap_space);
     if (!b.ok()) return b.error();
@@ -104,9 +112,35 @@ Status resolve(ServeFlags& f) {
       return Error{"--chat-template " + f.chat_template_file + ": cannot read (or empty)"};
     }
   }
-  if (f.server.api_key.empty()) {
-    if (const char* k = std::getenv("KVW_API_KEY"); k != nullptr) f.server.api_key = k;
+  if (f.server.http.api_key.empty()) {
+    if (const char* k = std::getenv("KVW_API_KEY"); k != nullptr) f.server.http.api_key = k;
   }
+  http::HttpServerConfig& h = f.server.http;
+  if (h.max_connections == 0) {
+    h.max_connections = (size_t)planner::default_max_connections(e.sched.max_num_seqs,
+                                                                 f.server.admission.max_queue);
+  }
+  // Every connection is a file descriptor: raise the soft limit to the hard one, and refuse a
+  // --max-connections the process could not hold.
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+    if (nofile.rlim_cur < nofile.rlim_max) {
+      nofile.rlim_cur = nofile.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &nofile);
+    }
+    const uint64_t spare = 64;  // model file, swap file, epoll, logs
+    if (nofile.rlim_cur != RLIM_INFINITY && h.max_connections + spare > nofile.rlim_cur) {
+      return Error{"--max-connections " + std::to_string(h.max_connections) +
+                   " needs more file descriptors than this process may open (" +
+                   std::to_string(nofile.rlim_cur) + "; raise `ulimit -n`)"};
+    }
+  }
+  e.request_bytes = planner::request_row_bytes({.request_memory_bytes = h.request_memory_bytes,
+                                                .max_connections = (int64_t)h.max_connections,
+                                                .max_num_seqs = e.sched.max_num_seqs,
+                                                .max_queue = f.server.admission.max_queue,
+                                                .stream_buffer_bytes = h.stream_buffer_bytes,
+                                                .max_model_len = e.sched.max_model_len});
   KVW_RETURN_IF_ERROR(e.validate());
   return f.server.validate();
 }
@@ -117,11 +151,15 @@ nlohmann::json config_json(const ServeFlags& f) {
   const server::ServerConfig& s = f.server;
   return {{"model", e.model_path},
           {"served_model_name", s.served_model_name},
-          {"host", s.host},
-          {"port", s.port},
-          {"http_threads", s.http_threads},
-          {"max_body_bytes", s.max_body_bytes},
-          {"header_timeout_s", s.header_timeout_s},
+          {"host", s.http.host},
+          {"port", s.http.port},
+          {"io_threads", s.http.io_threads},
+          {"http_threads", s.http.handler_threads},
+          {"max_connections", s.http.max_connections},
+          {"request_memory_bytes", s.http.request_memory_bytes},
+          {"stream_buffer_bytes", s.http.stream_buffer_bytes},
+          {"max_body_bytes", s.http.max_body_bytes},
+          {"header_timeout_s", s.http.header_timeout_s},
           {"max_queue", s.admission.max_queue},
           {"max_queue_wait_s", s.admission.max_queue_wait_s},
           {"breaker_kv_threshold", s.breaker.kv_high},
@@ -146,7 +184,12 @@ int run(ServeFlags f) {
     return code;
   };
   if (Status st = resolve(f); !st.ok()) return fail(st.message(), 2);
-  // Block the stop signals in every thread (the engine's and httplib's inherit this mask);
+  // Request bodies and parsed prompts (up to --max-body-bytes each) are mmapped and unmapped
+  // when freed: a fixed threshold stops glibc from raising it after the first large free and
+  // keeping later bursts in the heap. The server trims the heap after bursts as well.
+  mallopt(M_MMAP_THRESHOLD, 256 << 10);
+  mallopt(M_TRIM_THRESHOLD, 1 << 20);
+  // Block the stop signals in every thread (the engine's and the server's inherit this mask);
   // the main thread takes them with sigwait, so no handler runs in an arbitrary thread.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -203,11 +246,12 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   // Server.
   cmd->add_option("--model,-m", e.model_path,
                   "GGUF model file (default: the embedded default model)");
-  cmd->add_option("--host", s.host, "Address to listen on")->capture_default_str();
-  cmd->add_option("--port", s.port, "Port to listen on (0: any free port)")
+  http::HttpServerConfig& h = s.http;
+  cmd->add_option("--host", h.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", h.port, "Port to listen on (0: any free port)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  cmd->add_option("--api-key", s.api_key,
+  cmd->add_option("--api-key", h.api_key,
                   "Require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize "
                   "(default: $KVW_API_KEY; none: no auth)");
   cmd->add_option("--served-model-name", s.served_model_name,
@@ -215,18 +259,48 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--chat-template", f->chat_template_file,
                   "Jinja chat template file (overrides the GGUF's tokenizer.chat_template; "
                   "without either, chat uses a built-in ChatML template)");
-  cmd->add_option("--http-threads", s.http_threads,
-                  "HTTP worker threads (each open stream holds one)")
-      ->check(CLI::Range(1, 4096))
+  // Transport (src/http): event-driven; no connection or stream holds a thread.
+  cmd->add_option("--io-threads", h.io_threads,
+                  "I/O threads: every connection, stream, probe and /metrics scrape runs on these")
+      ->check(CLI::Range(1, 256))
       ->capture_default_str();
-  cmd->add_option("--max-body-bytes", s.max_body_bytes, "Larger request bodies get 413")
+  cmd->add_option("--http-threads", h.handler_threads,
+                  "Handler threads for request preparation (JSON parsing, chat templates, "
+                  "tokenising) and /debug/*; streams hold none")
+      ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  cmd->add_option("--header-timeout", s.header_timeout_s,
+  cmd->add_option("--max-connections", h.max_connections,
+                  "Open connections at most; beyond it 503 + Retry-After at once (default: "
+                  "max(1024, 2 x (max-num-seqs + max-queue) + 512))");
+  cmd->add_option("--request-memory", f->request_memory,
+                  "Memory for request bodies, their parsed JSON and prompts before they reach "
+                  "the engine (4 x body + 256 KiB each); when spent, bodies wait unread, then "
+                  "get 503 (part of the budget table's request row)")
+      ->capture_default_str();
+  cmd->add_option("--stream-buffer-bytes", h.stream_buffer_bytes,
+                  "Unsent bytes one stream may hold; a client that reads slower is dropped")
+      ->capture_default_str();
+  cmd->add_option("--max-body-bytes", h.max_body_bytes, "Larger request bodies get 413")
+      ->capture_default_str();
+  cmd->add_option("--header-timeout", h.header_timeout_s,
                   "Seconds a request's headers may take from its first byte (slow clients get "
                   "408 and are closed)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--listen-backlog", s.listen_backlog,
+  cmd->add_option("--body-timeout", h.body_timeout_s,
+                  "Seconds from a request's headers to its complete body, waiting for request "
+                  "memory included (408, or 503 when memory stayed spent)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--keep-alive-timeout", h.keep_alive_timeout_s,
+                  "Seconds an idle keep-alive connection stays open")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--write-timeout", h.write_timeout_s,
+                  "Seconds a client may accept no bytes before it is dropped")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--listen-backlog", h.listen_backlog,
                   "Pending-connection queue (capped by net.core.somaxconn)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();

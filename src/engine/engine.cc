@@ -53,6 +53,7 @@ Status Engine::plan_budget(const GgufFile& file) {
   opt.max_model_len = cfg_.sched.max_model_len;
   opt.max_num_seqs = cfg_.sched.max_num_seqs;
   opt.reserve_bytes = cfg_.reserve_bytes;  // the planner adds the logits buffer to this row
+  opt.request_bytes = cfg_.request_bytes;
   auto table = planner::plan_engine_budget(*shape, opt);
   if (!table.ok()) {
     // Show what the fixed rows need: the same plan without a budget, for one short sequence.

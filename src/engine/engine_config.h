@@ -25,7 +25,9 @@ struct EngineConfig {
   // sized for sched.max_num_seqs sequences of sched.max_model_len tokens.
   uint64_t memory_budget_bytes = 0;
   uint64_t reserve_bytes = uint64_t{64} << 20;  // tokenizer, norms, stacks, allocator slack
-  int32_t block_size = 16;                      // tokens per KV block
+  uint64_t request_bytes =
+      0;                    // the HTTP front door's row (planner::request_row_bytes); serve sets it
+  int32_t block_size = 16;  // tokens per KV block
   KvDtype kv_dtype = KvDtype::kF16;
   bool enable_prefix_caching = true;
   uint32_t watermark_blocks = 0;  // KvManagerConfig::watermark_blocks

@@ -26,6 +26,7 @@ void TokenChannel::push_token(ChannelEvent ev) {
     ++num_pushed_;
   }
   cv_.notify_all();
+  notify();
 }
 
 void TokenChannel::finish(FinishReason reason, std::string error) {
@@ -38,6 +39,23 @@ void TokenChannel::finish(FinishReason reason, std::string error) {
     final_.error = std::move(error);
   }
   cv_.notify_all();
+  notify();
+}
+
+void TokenChannel::notify() {
+  std::lock_guard<std::mutex> lock(notify_mu_);
+  if (notify_) notify_();
+}
+
+void TokenChannel::set_notify(std::function<void()> fn) {
+  bool ready = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready = !tokens_.empty() || finished_;
+  }
+  std::lock_guard<std::mutex> lock(notify_mu_);
+  notify_ = std::move(fn);
+  if (ready && notify_) notify_();
 }
 
 std::optional<ChannelEvent> TokenChannel::pop_locked() {

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -64,6 +65,12 @@ class TokenChannel {
   std::optional<ChannelEvent> next_for(std::chrono::milliseconds timeout);
   bool finished() const;
 
+  // Event-driven clients: `fn` runs on the engine thread after every push and finish (and once
+  // at once when events are already waiting). It must be cheap and must not call back into the
+  // channel. set_notify({}) returns only after any running call ended, so what `fn` captures
+  // may be destroyed after it.
+  void set_notify(std::function<void()> fn);
+
   // Blocks until finished; returns every token not yet read and the final event.
   struct Collected {
     std::vector<int32_t> tokens;
@@ -74,6 +81,7 @@ class TokenChannel {
 
  private:
   std::optional<ChannelEvent> pop_locked();
+  void notify();
 
   const uint64_t request_id_;
   const int32_t max_tokens_;
@@ -83,6 +91,8 @@ class TokenChannel {
   int32_t num_pushed_ = 0;
   bool finished_ = false;
   ChannelEvent final_;
+  std::mutex notify_mu_;  // serialises notify_ calls with set_notify
+  std::function<void()> notify_;
 };
 
 // A submission on its way to the engine thread. The channel is shared: the client holds it to

@@ -112,6 +112,7 @@ void ObservabilityContext::stop_watcher() {
 std::string ObservabilityContext::metrics_text() {
   const ObsProviders p = providers();
   if (p.stats) metrics_.update_engine(p.stats());
+  if (p.transport) metrics_.update_transport(p.transport());
   if (p.budget) metrics_.update_budget(p.budget());
   metrics_.update_process();
   return metrics_.render();

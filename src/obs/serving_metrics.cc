@@ -141,6 +141,39 @@ void ServingMetrics::init_kvwarden() {
   gen_tokens_ = &r.counter("kvwarden_generation_tokens_total", "Generated tokens.").with({});
   rss_ = &r.gauge("kvwarden_process_resident_memory_bytes", "Resident set size of the process.")
               .with({});
+  http_conns_ = &r.gauge("kvwarden_http_connections", "Open HTTP connections.").with({});
+  http_peak_conns_ =
+      &r.gauge("kvwarden_http_connections_peak", "Most HTTP connections open at once.").with({});
+  http_streams_ =
+      &r.gauge("kvwarden_http_streams", "Responses being produced (SSE or waiting on the engine).")
+           .with({});
+  http_buffered_ = &r.gauge("kvwarden_http_stream_buffered_bytes",
+                            "Unsent response bytes over all streams (slow clients).")
+                        .with({});
+  http_preparing_ = &r.gauge("kvwarden_http_requests_preparing",
+                             "Requests before the engine: waiting for request memory or a "
+                             "handler thread, or being parsed and tokenised.")
+                         .with({});
+  http_accepted_ =
+      &r.counter("kvwarden_http_connections_accepted_total", "Accepted connections.").with({});
+  http_rejected_ = &r.counter("kvwarden_http_connections_rejected_total",
+                              "Connections answered 503 at once (over --max-connections).")
+                        .with({});
+  http_slow_ = &r.counter("kvwarden_http_slow_consumers_total",
+                          "Streams dropped because the client read too slowly.")
+                    .with({});
+  auto& mem =
+      r.gauge("kvwarden_request_memory_bytes",
+              "Request memory (--request-memory): bodies, parsed JSON, prompts.", {"state"});
+  req_mem_used_ = &mem.with({"used"});
+  req_mem_capacity_ = &mem.with({"capacity"});
+  req_mem_peak_ = &mem.with({"peak"});
+  req_mem_waiting_ = &r.gauge("kvwarden_request_memory_waiters",
+                              "Requests whose body waits unread for request memory.")
+                          .with({});
+  req_mem_timeouts_ = &r.counter("kvwarden_request_memory_timeouts_total",
+                                 "Requests answered 503 after waiting for request memory.")
+                           .with({});
   budget_family_ =
       &r.gauge("kvwarden_memory_budget_bytes",
                "Start-up memory budget by component (--memory-budget).", {"component"});
@@ -222,6 +255,7 @@ void ServingMetrics::update_engine(const EngineStats& s) {
   prefix_hits_->set_total(double(s.prefix.num_hit_tokens));
   running_->set(double(s.num_running));
   waiting_->set(double(s.num_waiting));
+  engine_waiting_ = double(s.num_waiting);
   swapped_->set(double(s.num_swapped));
   numerics_->set_total(double(s.num_numerics_errors));
   gen_tokens_->set_total(double(s.num_generated_tokens));
@@ -242,7 +276,28 @@ void ServingMetrics::update_budget(const planner::BudgetTable& b) {
   budget_family_->with({"kv_pool"}).set(double(b.kv_pool_bytes));
   budget_family_->with({"workspace"}).set(double(b.workspace_bytes));
   budget_family_->with({"reserve"}).set(double(b.reserve_bytes));
+  budget_family_->with({"request"}).set(double(b.request_bytes));
   budget_family_->with({"total"}).set(double(b.total_bytes));
+}
+
+void ServingMetrics::update_transport(const http::HttpServerStats& t) {
+  http_conns_->set(double(t.open_connections));
+  http_peak_conns_->set(double(t.peak_connections));
+  http_streams_->set(double(t.active_streams));
+  http_buffered_->set(double(t.stream_buffered_bytes));
+  const double preparing =
+      double(t.handlers_queued + t.handlers_running + t.request_memory.num_waiting);
+  http_preparing_->set(preparing);
+  waiting_->set(engine_waiting_ + preparing);
+  v_waiting_->set(engine_waiting_ + preparing);
+  http_accepted_->set_total(double(t.accepted_total));
+  http_rejected_->set_total(double(t.rejected_connections_total));
+  http_slow_->set_total(double(t.slow_consumers_total));
+  req_mem_used_->set(double(t.request_memory.used));
+  req_mem_capacity_->set(double(t.request_memory.capacity));
+  req_mem_peak_->set(double(t.request_memory.peak));
+  req_mem_waiting_->set(double(t.request_memory.num_waiting));
+  req_mem_timeouts_->set_total(double(t.request_memory.num_timed_out));
 }
 
 void ServingMetrics::update_process() {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/queues.h"
+#include "http/http_server.h"
 #include "obs/metrics.h"
 #include "planner/engine_budget.h"
 
@@ -63,6 +64,10 @@ class ServingMetrics {
   void update_engine(const EngineStats& s);
   void update_budget(const planner::BudgetTable& b);
   void update_process();  // kvwarden_process_resident_memory_bytes from /proc/self/statm
+  // The HTTP front door. Requests it holds before the engine (waiting for request memory or a
+  // handler thread, or being prepared) are added to kvwarden_requests{state="waiting"} and
+  // vllm:num_requests_waiting, so every accepted request is visible. After update_engine.
+  void update_transport(const http::HttpServerStats& t);
 
   // Observes TTFT, TPOT, ITL, e2e and queue time (when known), counts prompt tokens and the
   // finish reason. Generation tokens are counted from EngineStats, not here (no double count).
@@ -104,6 +109,10 @@ class ServingMetrics {
   Gauge* breaker_labelled_[3];
   Histogram *ttft_, *tpot_, *itl_, *e2e_, *queue_, *step_duration_, *batch_seqs_, *batch_tokens_;
   Gauge* rss_;
+  Gauge *http_conns_, *http_peak_conns_, *http_streams_, *http_buffered_, *http_preparing_,
+      *req_mem_used_, *req_mem_capacity_, *req_mem_peak_, *req_mem_waiting_;
+  Counter *http_accepted_, *http_rejected_, *http_slow_, *req_mem_timeouts_;
+  double engine_waiting_ = 0;
   // vllm:*
   Gauge *v_kv_usage_, *v_gpu_usage_, *v_running_, *v_waiting_, *v_swapped_;
   Counter *v_preemptions_, *v_prefix_queries_, *v_prefix_hits_, *v_prompt_, *v_gen_;

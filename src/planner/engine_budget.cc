@@ -69,12 +69,14 @@ Result<BudgetTable> plan_engine_budget(const ModelShape& m, const EngineOptions&
   b.reserve_bytes = opt.reserve_bytes + (uint64_t)(logit_rows * m.n_vocab) * sizeof(float);
   b.kv_bytes_per_token = (uint64_t)m.n_layer * engine_kv_bytes_per_token_layer(m, opt.kv_dtype);
   b.kv_bytes_per_block = b.kv_bytes_per_token * (uint64_t)opt.block_size;
-  const uint64_t fixed = b.weights_bytes + b.workspace_bytes + b.reserve_bytes;
+  b.request_bytes = opt.request_bytes;
+  const uint64_t fixed = b.weights_bytes + b.workspace_bytes + b.reserve_bytes + b.request_bytes;
   if (opt.memory_budget_bytes > 0) {
     if (opt.memory_budget_bytes < fixed + b.kv_bytes_per_block) {
-      return Error{"needs " + format_bytes((int64_t)fixed) + " for weights, workspace and reserve" +
-                   " plus " + format_bytes((int64_t)b.kv_bytes_per_block) +
-                   " for one KV block, budget " + format_bytes((int64_t)opt.memory_budget_bytes)};
+      return Error{"needs " + format_bytes((int64_t)fixed) +
+                   " for weights, workspace, reserve and requests" + " plus " +
+                   format_bytes((int64_t)b.kv_bytes_per_block) + " for one KV block, budget " +
+                   format_bytes((int64_t)opt.memory_budget_bytes)};
     }
     b.num_blocks = (opt.memory_budget_bytes - fixed) / b.kv_bytes_per_block;
   } else {
@@ -90,6 +92,23 @@ Result<BudgetTable> plan_engine_budget(const ModelShape& m, const EngineOptions&
   return b;
 }
 
+int64_t default_max_connections(int64_t max_num_seqs, int64_t max_queue) {
+  return std::max<int64_t>(1024, 2 * max_open_streams(max_num_seqs, max_queue) + 512);
+}
+
+int64_t max_open_streams(int64_t max_num_seqs, int64_t max_queue) {
+  return max_num_seqs + (max_queue > 0 ? max_queue : max_num_seqs);
+}
+
+uint64_t request_row_bytes(const RequestMemoryOptions& o) {
+  const int64_t conns = o.max_connections > 0
+                            ? o.max_connections
+                            : default_max_connections(o.max_num_seqs, o.max_queue);
+  const auto streams = (uint64_t)max_open_streams(o.max_num_seqs, o.max_queue);
+  return o.request_memory_bytes + (uint64_t)conns * kConnectionBytes +
+         streams * (o.stream_buffer_bytes + (uint64_t)o.max_model_len * kAnswerBytesPerToken);
+}
+
 std::string BudgetTable::to_string() const {
   std::ostringstream os;
   auto row = [&](const char* what, uint64_t v) {
@@ -100,6 +119,7 @@ std::string BudgetTable::to_string() const {
   row("workspace", workspace_bytes);
   row("kv_pool", kv_pool_bytes);
   row("reserve", reserve_bytes);
+  if (request_bytes > 0) row("request", request_bytes);
   row("total", total_bytes);
   os << "  kv: " << kv_bytes_per_token << " B/token, " << kv_bytes_per_block << " B/block, "
      << num_blocks << " blocks\n";

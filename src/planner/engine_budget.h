@@ -28,14 +28,37 @@ struct EngineOptions {
   // stacks, allocator slack. The budget's reserve row adds the engine's logits buffer to it:
   // min(max_num_seqs, max_num_batched_tokens) x n_vocab f32.
   uint64_t reserve_bytes = uint64_t{64} << 20;
+  // The HTTP front door's request memory (request_row_bytes below); 0 for engine-only use.
+  uint64_t request_bytes = 0;
 };
+
+// What `kvwarden serve` holds for requests before and beside the KV cache, all bounded at
+// start-up: request bodies with their parsed JSON and rendered prompts (--request-memory, a
+// hard cap enforced by the transport), per-connection state (kConnectionBytes each, up to
+// --max-connections), and per-stream output (--stream-buffer-bytes of unsent SSE plus the
+// accumulated answer of a non-streamed request, max_model_len x kAnswerBytesPerToken).
+struct RequestMemoryOptions {
+  uint64_t request_memory_bytes = uint64_t{64} << 20;  // --request-memory
+  int64_t max_connections = 0;                         // 0: default_max_connections()
+  int64_t max_num_seqs = 256;
+  int64_t max_queue = 256;  // --max-queue (0: unbounded; then max_num_seqs more)
+  uint64_t stream_buffer_bytes = uint64_t{64} << 10;
+  int64_t max_model_len = 4096;
+};
+inline constexpr uint64_t kConnectionBytes = 16u << 10;  // measured: bench/http_front_bench
+inline constexpr uint64_t kAnswerBytesPerToken = 16;
+int64_t default_max_connections(int64_t max_num_seqs, int64_t max_queue);
+// Streams that can be open at once: every request admission lets run or wait.
+int64_t max_open_streams(int64_t max_num_seqs, int64_t max_queue);
+uint64_t request_row_bytes(const RequestMemoryOptions& o);
 
 struct BudgetTable {
   uint64_t weights_bytes = 0;    // mmapped tensors (GGUF: exact sum of tensor bytes)
   uint64_t workspace_bytes = 0;  // activation buffers for max_num_batched_tokens
   uint64_t kv_pool_bytes = 0;    // num_blocks * kv_bytes_per_block
   uint64_t reserve_bytes = 0;
-  uint64_t total_bytes = 0;         // the four above
+  uint64_t request_bytes = 0;       // the HTTP front door (request_row_bytes)
+  uint64_t total_bytes = 0;         // the five above
   uint64_t kv_bytes_per_token = 0;  // all layers
   uint64_t kv_bytes_per_block = 0;
   uint64_t num_blocks = 0;

@@ -24,6 +24,18 @@ const char* to_string(RefusalReason r) {
       return "header_timeout";
     case RefusalReason::kHeadersTooLarge:
       return "headers_too_large";
+    case RefusalReason::kBodyTimeout:
+      return "body_timeout";
+    case RefusalReason::kMalformedHttp:
+      return "malformed_http";
+    case RefusalReason::kTooManyConnections:
+      return "too_many_connections";
+    case RefusalReason::kRequestMemory:
+      return "request_memory";
+    case RefusalReason::kSlowConsumer:
+      return "slow_consumer";
+    case RefusalReason::kInternal:
+      return "internal";
     case RefusalReason::kQueueFull:
       return "queue_full";
     case RefusalReason::kQueueWait:

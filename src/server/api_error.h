@@ -14,20 +14,26 @@ namespace kvw::server {
 
 // Why a request was refused. Every non-2xx answer counts under exactly one reason.
 enum class RefusalReason {
-  kInvalidRequest,    // 400: bad JSON, wrong type, out of range
-  kContextLength,     // 400 context_length_exceeded
-  kUnauthorized,      // 401
-  kModelNotFound,     // 404 model_not_found
-  kNotFound,          // 404 unknown path
-  kMethodNotAllowed,  // 405
-  kBodyTooLarge,      // 413
-  kHeaderTimeout,     // 408: headers not complete within --header-timeout
-  kHeadersTooLarge,   // 431: more than the header count or byte limit
-  kQueueFull,         // 429: --max-queue
-  kQueueWait,         // 429: predicted wait over --max-queue-wait
-  kShedding,          // 503: breaker shedding
-  kDraining,          // 503: shutting down
-  kEngine,            // engine refused or failed the request
+  kInvalidRequest,      // 400: bad JSON, wrong type, out of range
+  kContextLength,       // 400 context_length_exceeded
+  kUnauthorized,        // 401
+  kModelNotFound,       // 404 model_not_found
+  kNotFound,            // 404 unknown path
+  kMethodNotAllowed,    // 405
+  kBodyTooLarge,        // 413
+  kHeaderTimeout,       // 408: headers not complete within --header-timeout
+  kBodyTimeout,         // 408: body not complete within --body-timeout
+  kHeadersTooLarge,     // 431: more than the header count or byte limit
+  kMalformedHttp,       // 400: not HTTP/1.1
+  kTooManyConnections,  // 503: over --max-connections
+  kRequestMemory,       // 503: request memory (--request-memory) stayed spent too long
+  kSlowConsumer,        // stream dropped: the client read too slowly (no answer possible)
+  kInternal,            // 500: a handler failed
+  kQueueFull,           // 429: --max-queue
+  kQueueWait,           // 429: predicted wait over --max-queue-wait
+  kShedding,            // 503: breaker shedding
+  kDraining,            // 503: shutting down
+  kEngine,              // engine refused or failed the request
   kCount,
 };
 const char* to_string(RefusalReason r);

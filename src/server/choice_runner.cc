@@ -17,6 +17,7 @@ ChoiceRunner::ChoiceRunner(ServerState& st, std::shared_ptr<TokenChannel> channe
 }
 
 ChoiceRunner::~ChoiceRunner() {
+  channel_->set_notify({});  // after this no engine-thread call reaches what the wake captured
   if (timing_.finish_ns == 0) timing_.finish_ns = steady_now_ns();
   timing_.num_generation_tokens = (uint32_t)num_tokens_;
   if (!finished_) {
@@ -37,9 +38,9 @@ ChoiceRunner::~ChoiceRunner() {
   st_.admission.on_complete(now_s());
 }
 
-void ChoiceRunner::poll(std::chrono::milliseconds wait, ChoiceDelta& d) {
+void ChoiceRunner::poll(ChoiceDelta& d) {
   if (finished_) return;
-  std::optional<ChannelEvent> ev = channel_->next_for(wait);
+  std::optional<ChannelEvent> ev = channel_->next_for(std::chrono::milliseconds(0));
   while (ev && !finished_) {
     if (ev->kind == ChannelEvent::Kind::kToken) {
       on_token(*ev, d);

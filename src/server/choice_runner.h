@@ -4,10 +4,10 @@
 // RAII: the destructor cancels an unfinished engine request (client gone, drain) and does the
 // bookkeeping (admission drain rate, latency window, drain registry, the observer's timing)
 // exactly once.
-// Thread safety: one HTTP thread at a time.
+// Thread safety: one thread at a time (the connection's strand).
 #pragma once
 
-#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,8 +42,10 @@ class ChoiceRunner {
   ChoiceRunner(const ChoiceRunner&) = delete;
   ChoiceRunner& operator=(const ChoiceRunner&) = delete;
 
-  // Waits up to `wait` for the first event, then takes whatever else is ready. Appends to `d`.
-  void poll(std::chrono::milliseconds wait, ChoiceDelta& d);
+  // Takes whatever events are ready (never waits). Appends to `d`.
+  void poll(ChoiceDelta& d);
+  // `fn` runs on the engine thread whenever the channel has something new (TokenChannel).
+  void set_notify(std::function<void()> fn) { channel_->set_notify(std::move(fn)); }
   bool finished() const { return finished_; }
   // "stop" or "length" when finished normally; empty while running or on error.
   const std::string& finish_reason() const { return finish_reason_; }

@@ -5,9 +5,9 @@
 #include <random>
 
 #include "server/choice_runner.h"
+#include "server/generation_stream.h"
 #include "server/openai_request.h"
 #include "server/routes.h"
-#include "server/sse_writer.h"
 
 namespace kvw::server {
 namespace {
@@ -27,6 +27,52 @@ std::string random_id(const char* prefix) {
   return std::string(prefix) + buf;
 }
 
+ApiError context_exceeded(const ServerState& st, int64_t n_prompt, const GenParams& p, bool chat) {
+  const int64_t len = st.max_model_len;
+  const int64_t room = len - n_prompt;
+  const int64_t want = p.max_tokens ? *p.max_tokens : 1;
+  return ApiError(400, RefusalReason::kContextLength, "context_length_exceeded",
+                  "This model's maximum context length is " + std::to_string(len) +
+                      " tokens. However, you requested " + std::to_string(n_prompt + want) +
+                      " tokens (" + std::to_string(n_prompt) + " in the " +
+                      (chat ? "messages" : "prompt") + ", " + std::to_string(want) +
+                      " for the completion). Please reduce the length.")
+      .with_param(p.max_tokens && room >= 1 ? "max_tokens" : (chat ? "messages" : "prompt"));
+}
+
+// Under truncate-left and sliding-window only the newest (max_model_len + 1) x max_token_bytes
+// bytes of the conversation can reach the context: older messages are dropped and the oldest
+// kept one is cut to its tail before rendering, so tokenising stays O(max_model_len). System
+// messages are kept (sliding-window keeps the system turn). The engine then applies the exact
+// policy on tokens.
+void trim_to_context(const ServerState& st, std::vector<ChatMessage>& msgs) {
+  const uint64_t keep =
+      (uint64_t)(st.max_model_len + 1) * (uint64_t)std::max<int64_t>(1, st.max_token_bytes);
+  uint64_t total = 0;
+  for (const ChatMessage& m : msgs) total += m.content.size();
+  if (total <= keep) return;
+  uint64_t used = 0;
+  for (const ChatMessage& m : msgs) used += m.role == "system" ? m.content.size() : 0;
+  std::vector<bool> drop(msgs.size(), false);
+  for (size_t k = msgs.size(); k-- > 0;) {
+    ChatMessage& m = msgs[k];
+    if (m.role == "system") continue;
+    if (used >= keep) {
+      drop[k] = true;
+      continue;
+    }
+    if (used + m.content.size() > keep) {
+      m.content = std::string(tokenizable_tail_bytes(m.content, keep - used));
+    }
+    used += m.content.size();
+  }
+  std::vector<ChatMessage> kept;
+  for (size_t k = 0; k < msgs.size(); ++k) {
+    if (!drop[k]) kept.push_back(std::move(msgs[k]));
+  }
+  msgs = std::move(kept);
+}
+
 // max_tokens per prompt, and the context check under --overflow error.
 std::optional<ApiError> fit_max_tokens(const ServerState& st, const GenParams& p, bool chat,
                                        PreparedPrompt& pp) {
@@ -35,15 +81,7 @@ std::optional<ApiError> fit_max_tokens(const ServerState& st, const GenParams& p
   const int64_t room = len - n_prompt;
   if (st.overflow == OverflowPolicy::kError &&
       (room < 1 || (p.max_tokens && *p.max_tokens > room))) {
-    return ApiError(400, RefusalReason::kContextLength, "context_length_exceeded",
-                    "This model's maximum context length is " + std::to_string(len) +
-                        " tokens. However, you requested " +
-                        std::to_string(n_prompt + (p.max_tokens ? *p.max_tokens : 1)) +
-                        " tokens (" + std::to_string(n_prompt) + " in the " +
-                        (chat ? "messages" : "prompt") + ", " +
-                        std::to_string(p.max_tokens ? *p.max_tokens : 1) +
-                        " for the completion). Please reduce the length.")
-        .with_param(p.max_tokens && room >= 1 ? "max_tokens" : (chat ? "messages" : "prompt"));
+    return context_exceeded(st, n_prompt, p, chat);
   }
   // Defaults: completions 16 (OpenAI), chat up to the context limit. An overflowing prompt
   // is cut by the engine under the other policies, leaving at least one token of room.
@@ -71,6 +109,8 @@ GenerationRequest make_request(const GenParams& p, const PreparedPrompt& pp, int
   return r;
 }
 
+}  // namespace
+
 ApiError engine_refusal(ServerState& st, const std::string& msg) {
   switch (classify_engine_error(msg)) {
     case EngineErrorKind::kQueueFull:
@@ -88,6 +128,13 @@ ApiError engine_refusal(ServerState& st, const std::string& msg) {
   }
   return ApiError(400, RefusalReason::kEngine, "", msg);
 }
+
+ApiError choice_error(ServerState& st, const ChoiceRunner& r) {
+  if (st.drain_cancelled.load()) return engine_refusal(st, "engine shut down");
+  return engine_refusal(st, r.error());
+}
+
+namespace {
 
 // 503 while draining or shedding, 429 when admission refuses; nullopt = admitted.
 std::optional<ApiError> gate(ServerState& st, int64_t num_choices) {
@@ -144,13 +191,6 @@ std::variant<std::vector<std::unique_ptr<ChoiceRunner>>, ApiError> submit_all(
   return runners;
 }
 
-// A choice that ended in error decides the status of a non-streamed response. A request
-// cancelled at the end of a drain is refused like one arriving during it.
-ApiError choice_error(ServerState& st, const ChoiceRunner& r) {
-  if (st.drain_cancelled.load()) return engine_refusal(st, "engine shut down");
-  return engine_refusal(st, r.error());
-}
-
 struct Job {
   bool chat = false;
   GenParams params;
@@ -161,52 +201,7 @@ struct Job {
   uint64_t arrival_ns = 0;
 };
 
-json usage_json(int64_t prompt, int64_t completion) {
-  return {{"prompt_tokens", prompt},
-          {"completion_tokens", completion},
-          {"total_tokens", prompt + completion}};
-}
-
-void run_blocking(ServerState& st, Job& job, std::vector<std::unique_ptr<ChoiceRunner>>& runners,
-                  httplib::Response& res) {
-  LogprobBuilder lp(st.tokenizer(), job.chat);
-  // Read every choice as its tokens come (not one after the other), so token times are real.
-  std::vector<ChoiceDelta> deltas(runners.size());
-  for (size_t open = runners.size(); open > 0;) {
-    open = 0;
-    for (size_t i = 0; i < runners.size(); ++i) {
-      if (runners[i]->finished()) continue;
-      runners[i]->poll(std::chrono::milliseconds(open == 0 ? 20 : 0), deltas[i]);
-      open += !runners[i]->finished();
-    }
-  }
-  json choices = json::array();
-  int64_t completion = 0;
-  for (size_t i = 0; i < runners.size(); ++i) {
-    ChoiceRunner& r = *runners[i];
-    ChoiceDelta& d = deltas[i];
-    if (!r.error().empty()) return send_error(st, res, choice_error(st, r));
-    completion += r.num_tokens();
-    json c = {{"index", i}};
-    if (job.chat) {
-      c["message"] = {{"role", "assistant"}, {"content", d.text}};
-    } else {
-      c["text"] = d.text;
-    }
-    size_t text_offset = 0;
-    c["logprobs"] = job.params.logprobs >= 0 ? lp.build(d.tokens, text_offset) : json();
-    c["finish_reason"] = r.finish_reason();
-    choices.push_back(std::move(c));
-  }
-  send_json(res, {{"id", job.id},
-                  {"object", job.chat ? "chat.completion" : "text_completion"},
-                  {"created", job.created},
-                  {"model", st.model_name},
-                  {"choices", std::move(choices)},
-                  {"usage", usage_json(job.prompt_tokens, completion)}});
-}
-
-void run(ServerState& st, Job job, httplib::Response& res) {
+void run(ServerState& st, Job job, HttpResponse& res) {
   if (!job.params.model.empty() && job.params.model != st.model_name) {
     return send_error(st, res,
                       ApiError(404, RefusalReason::kModelNotFound, "model_not_found",
@@ -224,17 +219,12 @@ void run(ServerState& st, Job job, httplib::Response& res) {
   auto runners = std::move(std::get<0>(submitted));
   job.id = random_id(job.chat ? "chatcmpl-" : "cmpl-");
   job.created = (int64_t)std::time(nullptr);
-  if (!job.params.stream) return run_blocking(st, job, runners, res);
-  auto stream = std::make_shared<SseJob>(st, job.chat, job.params, job.id, job.created,
-                                         job.prompt_tokens, std::move(runners));
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream", [stream](size_t, httplib::DataSink& sink) {
-    return stream->step(sink);
-  });
+  res.stream = std::make_shared<GenerationStream>(st, job.chat, job.params, job.id, job.created,
+                                                  job.prompt_tokens, std::move(runners));
 }
 
 template <typename Fn>
-void guarded(ServerState& st, httplib::Response& res, Fn&& fn) {
+void guarded(ServerState& st, HttpResponse& res, Fn&& fn) {
   try {
     fn();
   } catch (const std::exception& e) {  // user input must never escape as a crash
@@ -246,11 +236,12 @@ void guarded(ServerState& st, httplib::Response& res, Fn&& fn) {
 
 }  // namespace
 
-void handle_completions(ServerState& st, const httplib::Request& req, httplib::Response& res) {
-  const uint64_t arrival_ns = steady_now_ns();
+void handle_completions(ServerState& st, HttpRequest& req, HttpResponse& res) {
+  const uint64_t arrival_ns = req.arrival_ns;
   guarded(st, res, [&] {
     st.counters.num_requests.fetch_add(1);
-    auto body = parse_body(req.body);
+    auto body = parse_body(req.body, dom_budget(req));
+    std::string().swap(req.body);  // the parsed copy is all that is needed now
     if (auto* e = std::get_if<ApiError>(&body)) return send_error(st, res, *e);
     auto parsed = parse_completion_request(std::get<json>(body));
     if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(st, res, *e);
@@ -270,9 +261,18 @@ void handle_completions(ServerState& st, const httplib::Request& req, httplib::R
                                                           std::to_string(n_vocab) + ")"));
           }
         }
+        if ((int64_t)in.tokens.size() > st.max_model_len && st.overflow == OverflowPolicy::kError) {
+          return send_error(st, res,
+                            context_exceeded(st, (int64_t)in.tokens.size(), cr.params, false));
+        }
         pp.tokens = std::move(in.tokens);
       } else {
-        pp.tokens = st.tokenizer().encode(in.text, /*add_special=*/true, /*parse_special=*/true);
+        if (auto e = prompt_bytes_over_context(st, in.text.size(), false)) {
+          return send_error(st, res, *e);
+        }
+        pp.tokens = st.tokenizer().encode(tokenizable_tail(st, in.text), /*add_special=*/true,
+                                          /*parse_special=*/true);
+        std::string().swap(in.text);
       }
       if (pp.tokens.empty())
         return send_error(st, res, invalid_param("prompt", "the prompt is empty"));
@@ -282,15 +282,21 @@ void handle_completions(ServerState& st, const httplib::Request& req, httplib::R
   });
 }
 
-void handle_chat_completions(ServerState& st, const httplib::Request& req, httplib::Response& res) {
-  const uint64_t arrival_ns = steady_now_ns();
+void handle_chat_completions(ServerState& st, HttpRequest& req, HttpResponse& res) {
+  const uint64_t arrival_ns = req.arrival_ns;
   guarded(st, res, [&] {
     st.counters.num_requests.fetch_add(1);
-    auto body = parse_body(req.body);
+    auto body = parse_body(req.body, dom_budget(req));
+    std::string().swap(req.body);
     if (auto* e = std::get_if<ApiError>(&body)) return send_error(st, res, *e);
     auto parsed = parse_chat_request(std::get<json>(body));
+    body = json();  // the messages were copied out
     if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(st, res, *e);
     ChatRequest& cr = std::get<ChatRequest>(parsed);
+    size_t bytes = 0;
+    for (const ChatMessage& m : cr.messages) bytes += m.content.size();
+    if (auto e = prompt_bytes_over_context(st, bytes, true)) return send_error(st, res, *e);
+    trim_to_context(st, cr.messages);
     auto prompt =
         st.prompter->build(cr.messages,
                            /*with_turn_starts=*/st.overflow == OverflowPolicy::kSlidingWindow);

@@ -1,29 +1,24 @@
-// server/http_server.h: `kvwarden serve`'s OpenAI-compatible HTTP server over one Engine
-// (cpp-httplib). Routes: POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize;
-// GET /v1/models, /health, /ready. Errors are OpenAI error JSON; admission (bounded queue,
-// predicted wait) gives 429, the breaker and drain give 503, both with Retry-After.
-// Other modules add routes (/metrics, /dashboard, /debug/*) with add_route() before start().
-// Connections are handled by GatedHttpServer (http_transport.h): a request reaches a worker only
-// once its headers are complete; slow headers get 408, header floods 431, an announced body over
-// --max-body-bytes 413 before it is read.
+// server/http_server.h: `kvwarden serve`'s OpenAI-compatible HTTP server over one Engine, on
+// the event-driven transport in http/http_server.h. Routes: POST /v1/completions,
+// /v1/chat/completions, /tokenize, /detokenize; GET /v1/models, /health, /ready. Errors are
+// OpenAI error JSON; admission (bounded queue, predicted wait) gives 429, the breaker and drain
+// give 503, both with Retry-After. Other modules add routes (/metrics, /dashboard, /debug/*)
+// with add_route() before start(). /health and /ready run on the I/O threads, so they answer
+// whatever generation work is queued.
 // Ownership: the Server borrows the Engine, which must outlive it. Thread safety: start(),
-// add_route() and drain_and_stop() from one controlling thread; handlers run on the HTTP pool;
-// the accessors are thread-safe.
+// add_route() and drain_and_stop() from one controlling thread; handlers run on the handler
+// pool (or I/O threads when inline); the accessors are thread-safe.
 #pragma once
 
-#include <httplib.h>
-
 #include <condition_variable>
-#include <functional>
 #include <memory>
-#include <set>
+#include <mutex>
 #include <string>
 #include <thread>
-#include <utility>
 
 #include "core/status.h"
 #include "engine/engine.h"
-#include "server/http_transport.h"
+#include "http/http_server.h"
 #include "server/server_config.h"
 #include "server/server_observer.h"
 #include "server/server_state.h"
@@ -36,8 +31,6 @@ class Server {
   };
 
  public:
-  using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
-
   Server(PassKey, const ServerConfig& cfg);
   // Errors: a bad config, or a chat template that does not parse. `engine_cfg` is what the
   // engine was created with (max_model_len, overflow policy, max_num_seqs).
@@ -47,19 +40,20 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // The hook for other modules: registers `handler` for `method` ("GET", "POST", ...) and
-  // `path` (an httplib regex pattern). With require_auth the --api-key check applies. The
-  // handler should answer errors with OpenAI error JSON (see api_error.h). Before start() only.
-  void add_route(const std::string& method, const std::string& path, Handler handler,
-                 bool require_auth = false);
+  // The hook for other modules: registers `handler` for `method` and the exact `path`. With
+  // require_auth the --api-key check applies. inline_io handlers run on the I/O threads and
+  // must be quick and never block (probes, /metrics). The handler should answer errors with
+  // OpenAI error JSON (see api_error.h). Before start() only.
+  void add_route(const std::string& method, const std::string& path, http::Handler handler,
+                 bool require_auth = false, bool inline_io = false);
 
   // Reports finished choices, refusals and breaker changes to `observer` (which must outlive
   // the Server). Before start() only.
   void set_observer(ServerObserver* observer) { st_->observer = observer; }
 
-  // Binds host:port (port 0: any free port) and serves on a background thread.
+  // Binds host:port (port 0: any free port) and serves on background threads.
   Status start();
-  int port() const { return port_; }
+  int port() const { return http_->port(); }
   std::string url() const;
 
   // Stops taking new generation work: new requests get 503 + Retry-After, /ready says
@@ -68,7 +62,7 @@ class Server {
   // begin_drain(), waits up to --drain-timeout for in-flight requests, cancels the rest, then
   // stops the listener. Returns the number of requests it had to cancel.
   size_t drain_and_stop();
-  // Stops the listener now (in-flight handlers finish on their own). Idempotent.
+  // Stops the transport now (open streams are cancelled). Idempotent.
   void stop();
 
   // For metrics and tests.
@@ -76,21 +70,19 @@ class Server {
   AdmissionSnapshot admission() const { return st_->admission.snapshot(); }
   const RefusalCounters& refusals() const { return st_->refusals; }
   const ServerCounters& counters() const { return st_->counters; }
+  http::HttpServerStats transport() const { return http_->stats(); }
+  const http::HttpServerConfig& transport_config() const { return http_->config(); }
   const std::string& model_name() const { return st_->model_name; }
+  // The most text bytes one token stands for (bounds tokens per prompt byte).
+  int64_t max_token_bytes() const { return st_->max_token_bytes; }
   bool draining() const { return st_->draining.load(); }
 
  private:
   void install_routes();
-  void install_hooks();
   void monitor_loop();
-  bool path_known(const std::string& path) const;
 
   std::unique_ptr<ServerState> st_;
-  GatedHttpServer http_;
-  std::set<std::string> auth_paths_;   // exact paths that require the API key
-  std::set<std::string> known_paths_;  // for 405 vs 404
-  int port_ = 0;
-  std::thread listener_;
+  std::unique_ptr<http::HttpServer> http_;
   std::thread monitor_;
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;

@@ -7,31 +7,57 @@ namespace kvw::server {
 
 using nlohmann::json;
 
-namespace {
-// Debian's httplib brotli-compresses exactly "application/json" (quality 11) for clients that
-// accept br: a 135 kB logprobs response took ~0.3 s longer to send. With the charset parameter
-// the type no longer matches and bodies go out plain (JSON is UTF-8 anyway).
-constexpr const char* kJson = "application/json; charset=utf-8";
-}  // namespace
-
 std::string dump_json(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-void send_json(httplib::Response& res, const json& j, int status) {
+void send_json(HttpResponse& res, const json& j, int status) {
   res.status = status;
-  res.set_content(dump_json(j), kJson);
+  res.set_content(dump_json(j), kJsonType);
 }
 
-void send_error(ServerState& st, httplib::Response& res, const ApiError& err) {
+void send_error(ServerState& st, HttpResponse& res, const ApiError& err) {
   st.refused(err.reason);
   res.status = err.status;
   if (err.retry_after_s > 0) res.set_header("Retry-After", std::to_string(err.retry_after_s));
-  res.set_content(err.to_json(), kJson);
+  res.set_content(err.to_json(), kJsonType);
 }
 
-void handle_tokenize(ServerState& st, const httplib::Request& req, httplib::Response& res) {
-  auto body = parse_body(req.body);
+uint64_t dom_budget(const HttpRequest& req) {
+  const uint64_t held = req.lease.bytes();
+  return held > req.body.size() ? held - req.body.size() : UINT64_MAX;  // no lease: no body
+}
+
+std::optional<ApiError> prompt_bytes_over_context(const ServerState& st, size_t bytes, bool chat) {
+  const auto per_token = (uint64_t)std::max<int64_t>(1, st.max_token_bytes);
+  const uint64_t at_least = (bytes + per_token - 1) / per_token;
+  if (st.overflow != OverflowPolicy::kError || at_least <= (uint64_t)st.max_model_len) {
+    return std::nullopt;
+  }
+  const char* what = chat ? "messages" : "prompt";
+  return ApiError(400, RefusalReason::kContextLength, "context_length_exceeded",
+                  "This model's maximum context length is " + std::to_string(st.max_model_len) +
+                      " tokens. However, your " + what + " is at least " +
+                      std::to_string(at_least) + " tokens (" + std::to_string(bytes) +
+                      " bytes; no token covers more than " + std::to_string(per_token) +
+                      " bytes). Please reduce the length.")
+      .with_param(what);
+}
+
+std::string_view tokenizable_tail_bytes(std::string_view text, uint64_t keep) {
+  if (text.size() <= keep) return text;
+  size_t start = text.size() - keep;
+  while (start < text.size() && ((unsigned char)text[start] & 0xC0) == 0x80) ++start;
+  return text.substr(start);
+}
+
+std::string_view tokenizable_tail(const ServerState& st, std::string_view text) {
+  return tokenizable_tail_bytes(
+      text, (uint64_t)(st.max_model_len + 1) * (uint64_t)std::max<int64_t>(1, st.max_token_bytes));
+}
+
+void handle_tokenize(ServerState& st, HttpRequest& req, HttpResponse& res) {
+  auto body = parse_body(req.body, dom_budget(req));
   if (auto* e = std::get_if<ApiError>(&body)) return send_error(st, res, *e);
   const json& j = std::get<json>(body);
   if (auto m = j.find("model"); m != j.end() && !m->is_null()) {
@@ -53,10 +79,16 @@ void handle_tokenize(ServerState& st, const httplib::Request& req, httplib::Resp
       }
       add_special = a->get<bool>();
     }
-    tokens = st.tokenizer().encode(p->get<std::string>(), add_special, /*parse_special=*/true);
+    const std::string& text = p->get_ref<const std::string&>();
+    if (auto e = prompt_bytes_over_context(st, text.size(), false)) return send_error(st, res, *e);
+    tokens = st.tokenizer().encode(tokenizable_tail(st, text), add_special, /*parse_special=*/true);
   } else if (auto m = j.find("messages"); m != j.end()) {
     auto msgs = parse_messages(*m);
     if (auto* e = std::get_if<ApiError>(&msgs)) return send_error(st, res, *e);
+    size_t bytes = 0;
+    for (const ChatMessage& cm : std::get<std::vector<ChatMessage>>(msgs))
+      bytes += cm.content.size();
+    if (auto e = prompt_bytes_over_context(st, bytes, true)) return send_error(st, res, *e);
     auto prompt = st.prompter->build(std::get<std::vector<ChatMessage>>(msgs), false);
     if (!prompt.ok()) return send_error(st, res, invalid_param("messages", prompt.message()));
     tokens = std::move(prompt->tokens);
@@ -67,8 +99,8 @@ void handle_tokenize(ServerState& st, const httplib::Request& req, httplib::Resp
             {{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", st.max_model_len}});
 }
 
-void handle_detokenize(ServerState& st, const httplib::Request& req, httplib::Response& res) {
-  auto body = parse_body(req.body);
+void handle_detokenize(ServerState& st, HttpRequest& req, HttpResponse& res) {
+  auto body = parse_body(req.body, dom_budget(req));
   if (auto* e = std::get_if<ApiError>(&body)) return send_error(st, res, *e);
   const json& j = std::get<json>(body);
   auto t = j.find("tokens");

@@ -64,12 +64,13 @@ void wire_observability(Server& server, Engine& engine, obs::ObservabilityContex
       {.stats = [&engine] { return engine.stats(); },
        .kv_snapshot = [&engine] { return engine.kv_snapshot(std::chrono::milliseconds(200)); },
        .budget = [&engine] { return engine.budget(); },
-       .config = [config = std::move(config)] { return config; }});
+       .config = [config = std::move(config)] { return config; },
+       .transport = [&server] { return server.transport(); }});
   ctx.metrics().set_breaker_state(obs::BreakerState::kOk);
   server.set_observer(&bridge);
   obs::register_observability_routes(
-      [&server](const std::string& path, obs::RouteHandler h) {
-        server.add_route("GET", path, std::move(h));
+      [&server](const std::string& path, http::Handler h, bool inline_io) {
+        server.add_route("GET", path, std::move(h), /*require_auth=*/false, inline_io);
       },
       ctx);
   ctx.start_watcher();

@@ -141,8 +141,45 @@ ApiResult<std::string> read_content(const json& m, const std::string& role,
 
 }  // namespace
 
-ApiResult<json> parse_body(const std::string& body) {
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+namespace {
+struct JsonTooLarge {};
+struct JsonTooDeep {};
+}  // namespace
+
+ApiResult<json> parse_body(const std::string& body, uint64_t dom_budget_bytes) {
+  uint64_t cost = 0;
+  auto count = [&](int depth, json::parse_event_t ev, json& v) {
+    if (depth > kMaxJsonDepth) throw JsonTooDeep{};
+    switch (ev) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        cost += kJsonContainerBytes;
+        break;
+      case json::parse_event_t::key:
+        cost += kJsonNodeBytes + v.get_ref<const std::string&>().size();
+        break;
+      case json::parse_event_t::value:
+        cost += kJsonNodeBytes + (v.is_string() ? v.get_ref<const std::string&>().size() : 0);
+        break;
+      default:
+        break;
+    }
+    if (cost > dom_budget_bytes) throw JsonTooLarge{};
+    return true;
+  };
+  json j;
+  try {
+    j = dom_budget_bytes == UINT64_MAX ? json::parse(body, nullptr, /*allow_exceptions=*/false)
+                                       : json::parse(body, count, /*allow_exceptions=*/false);
+  } catch (const JsonTooDeep&) {
+    return ApiError(400, RefusalReason::kInvalidRequest, "invalid_json",
+                    "request body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  } catch (const JsonTooLarge&) {
+    return ApiError(413, RefusalReason::kBodyTooLarge, "request_too_large",
+                    "the request's JSON needs more than the " + std::to_string(dom_budget_bytes) +
+                        " bytes of request memory reserved for a body of " +
+                        std::to_string(body.size()) + " bytes (too many small values)");
+  }
   if (j.is_discarded()) {
     return ApiError(400, RefusalReason::kInvalidRequest, "invalid_json",
                     "request body is not valid JSON (or has invalid UTF-8)");

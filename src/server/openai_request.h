@@ -68,7 +68,15 @@ ApiResult<std::vector<int32_t>> parse_token_ids(const nlohmann::json& v, const s
                                                 int32_t n_vocab);
 
 // Parses a request body. Malformed JSON (including invalid UTF-8 in strings) and a body that is
-// not an object are 400s.
-ApiResult<nlohmann::json> parse_body(const std::string& body);
+// not an object are 400s. The parsed document may cost at most `dom_budget_bytes` (estimated
+// as it is built: nodes, keys and strings); a body whose JSON would need more is refused with
+// 413 before it is built, so request memory stays within what the transport reserved; JSON
+// nested deeper than kMaxJsonDepth is a 400 (no OpenAI request comes close).
+ApiResult<nlohmann::json> parse_body(const std::string& body,
+                                     uint64_t dom_budget_bytes = UINT64_MAX);
+// Estimated heap bytes of a JSON document as parse_body counts them, per node kind.
+inline constexpr uint64_t kJsonNodeBytes = 32;       // a value in its parent container
+inline constexpr uint64_t kJsonContainerBytes = 64;  // an object or array's own allocation
+inline constexpr int kMaxJsonDepth = 64;
 
 }  // namespace kvw::server

@@ -1,18 +1,23 @@
 #include "server/server_state.h"
 
+#include <algorithm>
+
 namespace kvw::server {
 
 Status ServerConfig::validate() const {
-  if (port < 0 || port > 65535) return Error{"--port must be in [0, 65535]"};
-  if (http_threads < 1) return Error{"--http-threads must be >= 1"};
-  if (max_body_bytes < 1) return Error{"--max-body-bytes must be >= 1"};
-  if (read_timeout_s < 1 || write_timeout_s < 1) return Error{"HTTP timeouts must be >= 1 s"};
-  if (!(header_timeout_s > 0) || !(body_timeout_s > 0)) {
-    return Error{"--header-timeout and the body timeout must be > 0"};
+  const http::HttpServerConfig& h = http;
+  if (h.port < 0 || h.port > 65535) return Error{"--port must be in [0, 65535]"};
+  if (h.max_body_bytes < 1) return Error{"--max-body-bytes must be >= 1"};
+  if (!(h.write_timeout_s > 0) || !(h.keep_alive_timeout_s > 0)) {
+    return Error{"HTTP timeouts must be > 0"};
   }
-  if (max_header_bytes < 1024 || max_headers < 1 || listen_backlog < 1) {
+  if (!(h.header_timeout_s > 0) || !(h.body_timeout_s > 0)) {
+    return Error{"--header-timeout and --body-timeout must be > 0"};
+  }
+  if (h.max_header_bytes < 1024 || h.max_headers < 1 || h.listen_backlog < 1) {
     return Error{"header limits must be >= 1 KiB and >= 1 field; the backlog >= 1"};
   }
+  if (h.max_connections > 0) KVW_RETURN_IF_ERROR(h.validate());
   if (drain_timeout_s < 0) return Error{"--drain-timeout must be >= 0"};
   if (breaker_tick_ms < 1) return Error{"breaker tick must be >= 1 ms"};
   if (admission.max_queue < 0) return Error{"--max-queue must be >= 0"};
@@ -60,3 +65,5 @@ void ServerState::cancel_registered() {
 }
 
 }  // namespace kvw::server
+
+namespace kvw::server {}  // namespace kvw::server

@@ -27,7 +27,8 @@ struct ServerState {
   ServerConfig cfg;
   Engine* engine = nullptr;
   std::string model_name;
-  int64_t max_model_len = 0;  // what one request may hold (config, clamped to the KV pool)
+  int64_t max_model_len = 0;    // what one request may hold (config, clamped to the KV pool)
+  int64_t max_token_bytes = 1;  // the most text bytes one token stands for (vocab, specials too)
   OverflowPolicy overflow = OverflowPolicy::kError;
   std::unique_ptr<ChatPrompter> prompter;
   AdmissionController admission;

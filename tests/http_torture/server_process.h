@@ -49,6 +49,7 @@ class ServerProcess {
   std::optional<std::string> start(const std::string& model, const std::vector<std::string>& extra,
                                    std::chrono::seconds timeout = std::chrono::seconds{60});
   uint16_t port() const { return port_; }
+  pid_t pid() const { return pid_; }
   bool alive();  // the process has not exited
   // SIGTERM, then waits up to `grace` (SIGKILL after); returns the wait status, or -1 if killed.
   int stop(std::chrono::seconds grace = std::chrono::seconds{20});

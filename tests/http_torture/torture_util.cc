@@ -15,6 +15,14 @@ std::unique_ptr<ServedModel> serve_generated_model(const std::vector<std::string
   const std::string model = served->dir->path() + "/model.gguf";
   int rc = run_command({kvwarden_bin(), "make-model", "--out", model, "--seed", "7"});
   EXPECT_EQ(rc, 0) << "kvwarden make-model failed";
+  auto started = serve_model_file(model, flags);
+  started->dir = std::move(served->dir);
+  return started;
+}
+
+std::unique_ptr<ServedModel> serve_model_file(const std::string& model,
+                                              const std::vector<std::string>& flags) {
+  auto served = std::make_unique<ServedModel>();
   served->server = std::make_unique<ServerProcess>();
   if (auto err = served->server->start(model, flags)) {
     ADD_FAILURE() << *err;

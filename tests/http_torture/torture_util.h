@@ -23,6 +23,9 @@ struct ServedModel {
 
 // Writes a generated model and starts `kvwarden serve` with `flags`; fails the suite on error.
 std::unique_ptr<ServedModel> serve_generated_model(const std::vector<std::string>& flags);
+// Starts `kvwarden serve --model MODEL flags...` on an existing file.
+std::unique_ptr<ServedModel> serve_model_file(const std::string& model,
+                                              const std::vector<std::string>& flags);
 // SIGTERM; expects a clean exit (status 0).
 void stop_and_expect_clean_exit(ServedModel& served);
 

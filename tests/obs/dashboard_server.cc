@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
   t.num_generation_tokens = 9;
   ctx.observe_request(t);
   httplib::Server server;
-  kvw::obs::register_observability_routes(server, ctx);
+  kvw::obs::test::serve_routes(server, ctx);
   g_server = &server;
   signal(SIGTERM, on_signal);
   signal(SIGINT, on_signal);

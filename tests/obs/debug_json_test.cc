@@ -53,7 +53,7 @@ class RoutesTest : public ::testing::Test {
     s.duration_ns = 1000;
     s.preempted_swap = {3};
     ctx_.step_observer()(s);
-    register_observability_routes(server_, ctx_);
+    test::serve_routes(server_, ctx_);
     port_ = server_.bind_to_any_port("127.0.0.1");
     ASSERT_GT(port_, 0);
     thread_ = std::thread([this] { server_.listen_after_bind(); });

@@ -55,7 +55,7 @@ TEST(PrometheusE2e, ScrapesMetricsAndAnswersQueries) {
               .budget = [] { return test::make_budget(300); }});
   ctx.observe_shed("queue_full");
   httplib::Server server;
-  register_observability_routes(server, ctx);
+  test::serve_routes(server, ctx);
   const int port = server.bind_to_any_port("127.0.0.1");
   ASSERT_GT(port, 0);
   std::thread th([&] { server.listen_after_bind(); });

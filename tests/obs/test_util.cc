@@ -1,5 +1,6 @@
 #include "test_util.h"
 
+#include <httplib.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -7,7 +8,27 @@
 #include <fstream>
 #include <sstream>
 
+#include "obs/routes.h"
+
 namespace kvw::obs::test {
+
+void serve_routes(httplib::Server& server, ObservabilityContext& ctx) {
+  register_observability_routes(
+      [&server](const std::string& path, http::Handler h, bool) {
+        server.Get(path, [h](const httplib::Request& in, httplib::Response& out) {
+          http::HttpRequest req;
+          req.method = in.method;
+          req.path = in.path;
+          for (const auto& [k, v] : in.headers) req.headers.emplace_back(k, v);
+          http::HttpResponse res;
+          h(req, res);
+          out.status = res.status;
+          for (const auto& [k, v] : res.headers) out.set_header(k, v);
+          out.set_content(res.body, res.content_type);
+        });
+      },
+      ctx);
+}
 
 KvSnapshot make_snapshot(uint32_t num_blocks, int32_t block_size) {
   KvSnapshot s;

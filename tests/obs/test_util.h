@@ -6,9 +6,17 @@
 #include <string>
 
 #include "engine/queues.h"
+#include "obs/obs_context.h"
 #include "planner/engine_budget.h"
 
+namespace httplib {
+class Server;
+}
+
 namespace kvw::obs::test {
+
+// Registers the observability routes (http::Handler) on a bare cpp-httplib server.
+void serve_routes(httplib::Server& server, ObservabilityContext& ctx);
 
 // A pool of `num_blocks` blocks: every 3rd free, every 5th (not free) cached, the rest used by
 // request (i / 7) + 1; steps increase with the id.

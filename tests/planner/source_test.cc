@@ -230,5 +230,42 @@ TEST(EngineBudget, BudgetModeGivesTheKvPoolWhatIsLeft) {
   EXPECT_FALSE(plan_engine_budget(*find_model("deepseek-v2-lite"), EngineOptions{}).ok());
 }
 
+// serve's request row: request memory, connections and streams, taken from the KV pool's share
+// of a budget and shown in the table.
+TEST(EngineBudget, RequestRowIsCountedAndComesOutOfTheKvPool) {
+  RequestMemoryOptions r;
+  r.request_memory_bytes = 64 * kMiB;
+  r.max_num_seqs = 16;
+  r.max_queue = 48;
+  r.stream_buffer_bytes = 64 << 10;
+  r.max_model_len = 256;
+  const int64_t conns = default_max_connections(16, 48);
+  EXPECT_EQ(conns, 1024);  // 2 x 64 + 512 < 1024
+  EXPECT_EQ(max_open_streams(16, 48), 64);
+  EXPECT_EQ(request_row_bytes(r),
+            64 * kMiB + 1024 * kConnectionBytes + 64 * ((64 << 10) + 256 * kAnswerBytesPerToken));
+  EXPECT_EQ(max_open_streams(16, 0), 32);  // unbounded queue: the engine's own bound
+  MakeModelSpec s;
+  s.n_embd = 128;
+  s.n_head = 4;
+  s.n_head_kv = 4;
+  s.n_ff = 256;
+  auto shape = load_model_shape(make(s, "planner_request_row.gguf"));
+  ASSERT_TRUE(shape.ok());
+  EngineOptions opt;
+  opt.memory_budget_bytes = 256 * kMiB;
+  auto without = plan_engine_budget(*shape, opt);
+  opt.request_bytes = request_row_bytes(r);
+  auto with = plan_engine_budget(*shape, opt);
+  ASSERT_TRUE(without.ok() && with.ok());
+  EXPECT_EQ(with->request_bytes, request_row_bytes(r));
+  EXPECT_EQ(with->total_bytes, with->weights_bytes + with->workspace_bytes + with->kv_pool_bytes +
+                                   with->reserve_bytes + with->request_bytes);
+  EXPECT_LE(with->total_bytes, 256 * kMiB);
+  EXPECT_LT(with->num_blocks, without->num_blocks);
+  EXPECT_NE(with->to_string().find("request"), std::string::npos);
+  EXPECT_EQ(without->to_string().find("request"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kvw::planner

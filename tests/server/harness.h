@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <functional>
 #include <memory>
@@ -66,9 +67,9 @@ struct Harness {
     auto e = Engine::create(ecfg);
     EXPECT_TRUE(e.ok()) << e.message();
     engine = std::move(*e);
-    scfg.port = 0;
+    scfg.http.port = 0;
     scfg.served_model_name = "tiny";
-    scfg.http_threads = 16;
+    scfg.http.handler_threads = 2;
     scfg.breaker_tick_ms = 20;
     auto s = Server::create(scfg, *engine, ecfg);
     EXPECT_TRUE(s.ok()) << s.message();

@@ -212,8 +212,8 @@ TEST(Server, PromptPlusMaxTokensOverContextIs400ContextLengthExceeded) {
 
 TEST(Server, PathMethodBodySizeAndAuthErrors) {
   ServerConfig cfg;
-  cfg.api_key = "sekrit";
-  cfg.max_body_bytes = 4096;
+  cfg.http.api_key = "sekrit";
+  cfg.http.max_body_bytes = 4096;
   Harness h(cfg);
   expect_error(h.post("/v1/completions", {{"prompt", "x"}}), 401, "invalid_api_key");
   h.client->set_bearer_token_auth("wrong");

@@ -1,0 +1,83 @@
+// http/http_message.h: what route handlers see of HTTP/1.1 (plain values, no I/O): the request,
+// the response, and ResponseStream for answers produced later (SSE, or a body that waits on the
+// engine) without holding a thread.
+// Thread safety: HttpRequest/HttpResponse are values owned by one handler at a time. A
+// ResponseStream's poll() runs on its connection's strand; wake() may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "http/byte_budget.h"
+
+namespace kvw::http {
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+// ASCII case-insensitive equality, for header names.
+bool iequals(std::string_view a, std::string_view b);
+
+struct HttpRequest {
+  std::string method;  // "GET", "POST", ...
+  std::string path;    // without the query
+  std::string query;   // after '?', undecoded; empty when none
+  Headers headers;
+  std::string body;
+  uint64_t arrival_ns = 0;  // steady clock: when the request's headers were complete
+  ByteLease lease;          // request memory reserved for this request (body, parse, prompt)
+
+  // Empty when absent; the first field of that name otherwise.
+  std::string header(std::string_view name) const;
+  bool has_header(std::string_view name) const;
+};
+
+// What a ResponseStream hands the transport on one poll.
+struct StreamOutput {
+  // The status line and headers, exactly once, before any data. A chunked head streams data
+  // as it comes; an unchunked one must come with all of the body and `end`.
+  bool head = false;
+  int status = 200;
+  std::string content_type;
+  Headers headers;
+  bool chunked = true;
+  std::string data;  // body bytes (unframed)
+  bool end = false;  // the body is complete
+};
+
+// A response body produced over time. The transport calls start() once with a wake function;
+// the stream calls wake() (any thread, cheap, coalesced by the transport) whenever poll() would
+// return something new. Destroying the stream must stop its work (e.g. cancel engine requests):
+// the transport drops it when the client goes away or reads too slowly.
+class ResponseStream {
+ public:
+  virtual ~ResponseStream() = default;
+  virtual void start(std::function<void()> wake) = 0;
+  virtual void poll(StreamOutput& out) = 0;
+};
+
+struct HttpResponse {
+  int status = 200;
+  Headers headers;
+  std::string content_type;
+  std::string body;
+  std::shared_ptr<ResponseStream> stream;  // when set: status, headers and body come from it
+  bool close = false;                      // close the connection after this response
+
+  void set_header(std::string name, std::string value);
+  void set_content(std::string b, std::string type) {
+    body = std::move(b);
+    content_type = std::move(type);
+  }
+};
+
+using Handler = std::function<void(HttpRequest&, HttpResponse&)>;
+
+// The reason phrase for a status ("Too Many Requests").
+const char* status_reason(int status);
+
+}  // namespace kvw::http

@@ -1,0 +1,130 @@
+// http/http_server.h: kvwarden's event-driven HTTP/1.1 server (Boost.Asio + Boost.Beast's
+// parser). A few I/O threads run every connection as a small state machine on a strand; no
+// connection, idle or streaming, holds a thread:
+//  - idle keep-alive connections wait in epoll with no buffer (closed after keep_alive_timeout_s);
+//  - headers must be complete header_timeout_s after the first byte (slowloris: 408), within
+//    max_header_bytes / max_headers (431); an announced body over max_body_bytes is refused from
+//    the headers alone (413); the body must arrive within body_timeout_s (408);
+//  - before its body is read, a request reserves request memory (ByteBudget): body_bytes x
+//    reserve_per_body_byte + reserve_fixed_bytes. When the budget is spent the body is not read
+//    (back-pressure) until memory comes back; past body_timeout_s the answer is 503;
+//  - past max_connections, a new connection gets 503 + Retry-After at once and is closed;
+//  - handlers marked inline (probes, /metrics) run on the I/O thread; the rest run on a small
+//    handler pool (parsing, tokenising). A handler answers at once or returns a ResponseStream,
+//    which is polled on the connection's strand when it wakes the connection;
+//  - a stream whose unsent bytes exceed stream_buffer_bytes (a client that reads too slowly) or
+//    that accepts no bytes for write_timeout_s is dropped, so the engine never waits for a
+//    client and a slow client costs at most stream_buffer_bytes;
+//  - TCP_NODELAY on every connection (each SSE event leaves at once).
+// Thread safety: add_route and start from one controlling thread before serving; stop() from
+// that thread; stats() from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "http/byte_budget.h"
+#include "http/http_message.h"
+
+namespace kvw::http {
+
+struct HttpServerConfig {
+  std::string host = "127.0.0.1";
+  int port = 8000;  // 0: any free port
+  int io_threads = 2;
+  int handler_threads = 4;
+  size_t max_connections = 2048;
+  int listen_backlog = 4096;  // capped by net.core.somaxconn
+  double header_timeout_s = 10;
+  double body_timeout_s = 60;  // headers complete -> body read (includes waiting for memory)
+  double keep_alive_timeout_s = 5;
+  double write_timeout_s = 30;
+  size_t keep_alive_max_count = 1000;  // requests per connection
+  size_t max_header_bytes = 32768;     // request line + headers
+  size_t max_headers = 100;
+  size_t max_body_bytes = 8u << 20;
+  size_t stream_buffer_bytes = 64u << 10;  // unsent bytes one stream may hold
+  uint64_t request_memory_bytes = 64ull << 20;
+  uint64_t reserve_per_body_byte = 4;  // body + parsed JSON + rendered prompt
+  uint64_t reserve_fixed_bytes = 256u << 10;
+  int retry_after_s = 1;             // Retry-After on the transport's own 503s
+  std::string api_key;               // empty: no auth
+  std::string auth_prefix = "/v1/";  // every path under it needs the key (known or not)
+
+  // The request memory one body of `body_bytes` reserves.
+  uint64_t reservation(uint64_t body_bytes) const {
+    return body_bytes * reserve_per_body_byte + reserve_fixed_bytes;
+  }
+  Status validate() const;
+};
+
+// Answers the transport gives on its own; the server's hook writes their bodies.
+enum class Refusal {
+  kBadRequest,          // 400: malformed HTTP
+  kUnauthorized,        // 401
+  kNotFound,            // 404
+  kMethodNotAllowed,    // 405
+  kHeaderTimeout,       // 408: headers not complete in time
+  kBodyTimeout,         // 408: body not complete in time
+  kBodyTooLarge,        // 413
+  kHeadersTooLarge,     // 431
+  kTooManyConnections,  // 503 at accept
+  kRequestMemory,       // 503: request memory stayed spent for body_timeout_s
+  kSlowConsumer,        // stream dropped: over stream_buffer_bytes or write timeout (no answer)
+  kInternal,            // 500: a handler threw
+};
+int refusal_status(Refusal r);
+
+struct HttpServerStats {
+  uint64_t open_connections = 0;
+  uint64_t peak_connections = 0;
+  uint64_t active_streams = 0;
+  uint64_t handlers_queued = 0;  // requests waiting for a handler thread
+  uint64_t handlers_running = 0;
+  uint64_t accepted_total = 0;
+  uint64_t rejected_connections_total = 0;  // over max_connections
+  uint64_t slow_consumers_total = 0;
+  uint64_t stream_buffered_bytes = 0;  // now: unsent bytes over all streams
+  ByteBudgetStats request_memory;
+};
+
+struct RouteOptions {
+  bool auth = false;       // needs the API key (paths under auth_prefix always do)
+  bool inline_io = false;  // run on the I/O thread: must be quick and never block
+};
+
+class HttpServer {
+ public:
+  // `refuse` builds the answer for a refusal (called on I/O threads; `req` has method, path and
+  // headers, maybe no body). Must not throw.
+  using RefusalHook = std::function<HttpResponse(Refusal, const HttpRequest& req)>;
+  HttpServer(HttpServerConfig cfg, RefusalHook refuse);
+  ~HttpServer();  // stop()
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Exact path match. Before start() only.
+  void add_route(const std::string& method, const std::string& path, Handler handler,
+                 RouteOptions opt = {});
+  // Binds, listens and starts the threads. Errors name the address.
+  Status start();
+  int port() const;
+  // Closes the listener (new connections are refused by the kernel); open ones go on.
+  void stop_accepting();
+  // Stops everything: handler pool, I/O threads; open streams are dropped (their destructors
+  // cancel what they started). Idempotent.
+  void stop();
+
+  HttpServerStats stats() const;
+  const HttpServerConfig& config() const;
+
+  struct Impl;  // defined in http_server.cc (keeps Boost out of this header)
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvw::http

@@ -1,0 +1,392 @@
+// The event-driven transport on its own (no engine): routes inline and pooled, the connection
+// limit, request-memory back-pressure, streams pushed from another thread, many open streams on
+// one I/O thread, slow consumers dropped at their buffer limit, and Expect: 100-continue.
+#include "http/http_server.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
+
+namespace kvw::http {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+int connect_to(int port, int rcvbuf = 0) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (rcvbuf > 0) ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool send_all(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    const ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    off += (size_t)n;
+  }
+  return true;
+}
+
+// Reads until `done(text)` holds, the peer closes, or `timeout` passes.
+std::string read_until(int fd, std::chrono::milliseconds timeout,
+                       const std::function<bool(const std::string&)>& done,
+                       bool* closed = nullptr) {
+  std::string out;
+  const auto end = Clock::now() + timeout;
+  if (closed) *closed = false;
+  char buf[8192];
+  while (Clock::now() < end && !done(out)) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 20) <= 0) continue;
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) {
+      if (closed) *closed = true;
+      break;
+    }
+    out.append(buf, (size_t)n);
+  }
+  return out;
+}
+
+bool has_response_end(const std::string& s) {
+  return s.find("\r\n0\r\n\r\n") != std::string::npos ||
+         (s.find("Content-Length: ") != std::string::npos &&
+          s.find("\r\n\r\n") != std::string::npos &&
+          s.size() >=
+              s.find("\r\n\r\n") + 4 + std::stoul(s.substr(s.find("Content-Length: ") + 16)));
+}
+
+std::string exchange(int port, const std::string& raw, std::chrono::milliseconds timeout = 5s) {
+  const int fd = connect_to(port);
+  if (fd < 0) return {};
+  send_all(fd, raw);
+  std::string r = read_until(fd, timeout, has_response_end);
+  ::close(fd);
+  return r;
+}
+
+int status_of(const std::string& r) {
+  return r.size() > 12 && r.starts_with("HTTP/1.1 ") ? std::stoi(r.substr(9, 3)) : 0;
+}
+
+std::string get(const std::string& path) {
+  return "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n";
+}
+std::string post(const std::string& path, const std::string& body) {
+  return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\n\r\n" + body;
+}
+
+HttpResponse refuse(Refusal r, const HttpRequest&) {
+  HttpResponse res;
+  res.status = refusal_status(r);
+  if (res.status == 503) res.set_header("Retry-After", "1");
+  res.set_content("refused", "text/plain");
+  return res;
+}
+
+// A stream fed by the test thread.
+class PushStream : public ResponseStream {
+ public:
+  explicit PushStream(std::atomic<int>* destroyed = nullptr) : destroyed_(destroyed) {}
+  ~PushStream() override {
+    if (destroyed_) ++*destroyed_;
+  }
+  void start(std::function<void()> wake) override {
+    std::lock_guard lock(mu_);
+    wake_ = std::move(wake);
+  }
+  void poll(StreamOutput& out) override {
+    std::lock_guard lock(mu_);
+    if (!head_) {
+      head_ = true;
+      out.head = true;
+      out.content_type = "text/plain";
+    }
+    for (std::string& c : chunks_) out.data += c;
+    chunks_.clear();
+    out.end = end_;
+  }
+  void push(std::string data, bool end = false) {
+    std::function<void()> wake;
+    {
+      std::lock_guard lock(mu_);
+      chunks_.push_back(std::move(data));
+      end_ = end_ || end;
+      wake = wake_;
+    }
+    if (wake) wake();
+  }
+
+ private:
+  std::atomic<int>* destroyed_;
+  std::mutex mu_;
+  std::function<void()> wake_;
+  std::deque<std::string> chunks_;
+  bool head_ = false;
+  bool end_ = false;
+};
+
+// 1000 client sockets and 1000 server sockets live in this one process.
+void raise_fd_limit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
+}
+
+HttpServerConfig test_config() {
+  HttpServerConfig c;
+  c.port = 0;
+  c.io_threads = 1;
+  c.handler_threads = 1;
+  c.max_connections = 4096;
+  return c;
+}
+
+TEST(HttpServer, InlineAndPooledRoutesAnswerAndUnknownOnesAre404Or405) {
+  HttpServer s(test_config(), refuse);
+  s.add_route("GET", "/ping",
+              [](HttpRequest&, HttpResponse& res) { res.set_content("pong", "text/plain"); },
+              {.inline_io = true});
+  s.add_route("POST", "/echo", [](HttpRequest& req, HttpResponse& res) {
+    res.set_content(req.body + "|" + req.header("x-tag"), "text/plain");
+  });
+  ASSERT_TRUE(s.start().ok());
+  const std::string a = exchange(s.port(), get("/ping"));
+  EXPECT_EQ(status_of(a), 200) << a;
+  EXPECT_TRUE(a.ends_with("pong")) << a;
+  const std::string b = exchange(
+      s.port(), "POST /echo HTTP/1.1\r\nHost: x\r\nX-Tag: t1\r\nContent-Length: 5\r\n\r\nhello");
+  EXPECT_TRUE(b.ends_with("hello|t1")) << b;
+  EXPECT_EQ(status_of(exchange(s.port(), get("/nope"))), 404);
+  EXPECT_EQ(status_of(exchange(s.port(), get("/echo"))), 405);
+  EXPECT_EQ(status_of(exchange(s.port(), "GARBAGE\r\n\r\n")), 400);
+}
+
+TEST(HttpServer, ConnectionsOverTheLimitGet503AtOnce) {
+  HttpServerConfig c = test_config();
+  c.max_connections = 4;
+  c.keep_alive_timeout_s = 30;
+  HttpServer s(c, refuse);
+  s.add_route("GET", "/ping",
+              [](HttpRequest&, HttpResponse& res) { res.set_content("pong", "text/plain"); },
+              {.inline_io = true});
+  ASSERT_TRUE(s.start().ok());
+  std::vector<int> idle;
+  for (int i = 0; i < 4; ++i) idle.push_back(connect_to(s.port()));
+  for (int k = 0; k < 200 && s.stats().open_connections < 4; ++k) std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(s.stats().open_connections, 4u);
+  const int fd = connect_to(s.port());
+  // The answer comes without a request being sent.
+  bool closed = false;
+  const std::string r = read_until(fd, 3s, has_response_end, &closed);
+  EXPECT_EQ(status_of(r), 503) << r;
+  EXPECT_NE(r.find("Retry-After: 1"), std::string::npos) << r;
+  ::close(fd);
+  EXPECT_EQ(s.stats().rejected_connections_total, 1u);
+  ::close(idle.back());
+  idle.pop_back();
+  for (int k = 0; k < 200 && s.stats().open_connections >= 4; ++k) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(status_of(exchange(s.port(), get("/ping"))), 200);
+  for (int f : idle) ::close(f);
+}
+
+TEST(HttpServer, BodiesWaitUnreadForRequestMemoryThenGet503) {
+  HttpServerConfig c = test_config();
+  c.handler_threads = 2;
+  c.max_body_bytes = 1000;
+  c.reserve_per_body_byte = 1;
+  c.reserve_fixed_bytes = 0;
+  c.request_memory_bytes = 1000;  // one full body at a time
+  c.body_timeout_s = 0.5;
+  HttpServer s(c, refuse);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  s.add_route("POST", "/hold", [released](HttpRequest& req, HttpResponse& res) {
+    released.wait();  // keeps this request's memory
+    res.set_content(std::to_string(req.body.size()), "text/plain");
+  });
+  ASSERT_TRUE(s.start().ok());
+  const std::string body(1000, 'x');
+  const int a = connect_to(s.port());
+  send_all(a, post("/hold", body));
+  for (int k = 0; k < 200 && s.stats().request_memory.used < 1000; ++k)
+    std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(s.stats().request_memory.used, 1000u);
+  // The second body cannot be taken in: it waits, then gets 503 with Retry-After.
+  const int b = connect_to(s.port());
+  send_all(b, post("/hold", body));
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(s.stats().request_memory.num_waiting, 1u);
+  const std::string rb = read_until(b, 5s, has_response_end);
+  EXPECT_EQ(status_of(rb), 503) << rb;
+  EXPECT_NE(rb.find("Retry-After"), std::string::npos);
+  EXPECT_EQ(s.stats().request_memory.num_timed_out, 1u);
+  ::close(b);
+  release.set_value();
+  const std::string ra = read_until(a, 5s, has_response_end);
+  EXPECT_EQ(status_of(ra), 200) << ra;
+  EXPECT_TRUE(ra.ends_with("1000"));
+  ::close(a);
+  EXPECT_EQ(status_of(exchange(s.port(), post("/hold", body))), 200);
+  EXPECT_LE(s.stats().request_memory.peak, 1000u);
+  EXPECT_EQ(s.stats().request_memory.used, 0u);
+}
+
+TEST(HttpServer, StreamsArePushedFromAnotherThreadWhileTheHandlerPoolIsBusy) {
+  HttpServer s(test_config(), refuse);  // one handler thread
+  auto stream = std::make_shared<PushStream>();
+  std::promise<void> unblock;
+  std::shared_future<void> unblocked = unblock.get_future().share();
+  s.add_route("GET", "/stream", [stream](HttpRequest&, HttpResponse& res) { res.stream = stream; });
+  s.add_route("GET", "/block", [unblocked](HttpRequest&, HttpResponse& res) {
+    unblocked.wait();
+    res.set_content("done", "text/plain");
+  });
+  s.add_route("GET", "/health",
+              [](HttpRequest&, HttpResponse& res) { res.set_content("ok", "text/plain"); },
+              {.inline_io = true});
+  ASSERT_TRUE(s.start().ok());
+  const int fs = connect_to(s.port());
+  send_all(fs, get("/stream"));
+  for (int k = 0; k < 200 && s.stats().active_streams < 1; ++k) std::this_thread::sleep_for(5ms);
+  const int fb = connect_to(s.port());
+  send_all(fb, get("/block"));  // occupies the only handler thread
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(status_of(exchange(s.port(), get("/health"))), 200);  // inline: not behind /block
+  std::thread producer([&] {
+    for (int i = 0; i < 50; ++i) stream->push("tok" + std::to_string(i) + " ");
+    stream->push("end", true);
+  });
+  const std::string r = read_until(fs, 5s, has_response_end);
+  producer.join();
+  EXPECT_EQ(status_of(r), 200) << r;
+  EXPECT_NE(r.find("Transfer-Encoding: chunked"), std::string::npos);
+  std::string body;  // de-chunk
+  for (size_t at = r.find("\r\n\r\n") + 4; at < r.size();) {
+    const size_t eol = r.find("\r\n", at);
+    const size_t n = std::stoul(r.substr(at, eol - at), nullptr, 16);
+    if (n == 0) break;
+    body += r.substr(eol + 2, n);
+    at = eol + 2 + n + 2;
+  }
+  std::string want;
+  for (int i = 0; i < 50; ++i) want += "tok" + std::to_string(i) + " ";
+  EXPECT_EQ(body, want + "end");
+  unblock.set_value();
+  EXPECT_EQ(status_of(read_until(fb, 5s, has_response_end)), 200);
+  ::close(fs);
+  ::close(fb);
+}
+
+TEST(HttpServer, ThousandOpenStreamsOnOneIoThreadLeaveProbesAnswering) {
+  raise_fd_limit();
+  rlimit r{};
+  getrlimit(RLIMIT_NOFILE, &r);
+  ASSERT_GE(r.rlim_cur, 2100u) << "needs 2 x 1000 sockets; raise the hard limit (ulimit -Hn)";
+  HttpServer s(test_config(), refuse);  // one I/O thread, one handler thread
+  constexpr int kStreams = 1000;
+  std::mutex mu;
+  std::vector<std::shared_ptr<PushStream>> streams;
+  s.add_route("GET", "/stream", [&](HttpRequest&, HttpResponse& res) {
+    auto st = std::make_shared<PushStream>();
+    std::lock_guard lock(mu);
+    streams.push_back(st);
+    res.stream = st;
+  });
+  s.add_route("GET", "/health",
+              [](HttpRequest&, HttpResponse& res) { res.set_content("ok", "text/plain"); },
+              {.inline_io = true});
+  ASSERT_TRUE(s.start().ok());
+  std::vector<int> fds;
+  for (int i = 0; i < kStreams; ++i) {
+    fds.push_back(connect_to(s.port()));
+    ASSERT_GE(fds.back(), 0);
+    send_all(fds.back(), get("/stream"));
+  }
+  for (int k = 0; k < 1000 && s.stats().active_streams < kStreams; ++k)
+    std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(s.stats().active_streams, (uint64_t)kStreams);
+  EXPECT_EQ(status_of(exchange(s.port(), get("/health"), 1s)), 200);
+  {
+    std::lock_guard lock(mu);
+    for (auto& st : streams) st->push("bye", true);
+  }
+  int complete = 0;
+  for (int fd : fds) {
+    complete += read_until(fd, 5s, has_response_end).ends_with("3\r\nbye\r\n0\r\n\r\n");
+    ::close(fd);
+  }
+  EXPECT_EQ(complete, kStreams);
+}
+
+TEST(HttpServer, SlowConsumerIsDroppedAtItsBufferLimitAndItsStreamDestroyed) {
+  HttpServerConfig c = test_config();
+  c.stream_buffer_bytes = 64 << 10;
+  HttpServer s(c, refuse);
+  std::atomic<int> destroyed{0};
+  std::shared_ptr<PushStream> stream = std::make_shared<PushStream>(&destroyed);
+  std::weak_ptr<PushStream> weak = stream;
+  s.add_route("GET", "/firehose",
+              [&stream](HttpRequest&, HttpResponse& res) { res.stream = std::move(stream); });
+  ASSERT_TRUE(s.start().ok());
+  const int fd = connect_to(s.port(), /*rcvbuf=*/4096);
+  send_all(fd, get("/firehose"));
+  for (int k = 0; k < 200 && s.stats().active_streams < 1; ++k) std::this_thread::sleep_for(5ms);
+  const std::string chunk(16 << 10, 'z');
+  // Never read: the kernel buffers fill, then the server's pending bytes pass the limit.
+  for (int i = 0; i < 8192 && destroyed.load() == 0; ++i) {
+    if (auto st = weak.lock()) st->push(chunk);
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(destroyed.load(), 1);
+  EXPECT_EQ(s.stats().slow_consumers_total, 1u);
+  EXPECT_EQ(s.stats().active_streams, 0u);
+  EXPECT_EQ(s.stats().stream_buffered_bytes, 0u);
+  ::close(fd);
+}
+
+TEST(HttpServer, ExpectContinueGetsAnInterimAnswerBeforeTheBody) {
+  HttpServer s(test_config(), refuse);
+  s.add_route("POST", "/echo",
+              [](HttpRequest& req, HttpResponse& res) { res.set_content(req.body, "text/plain"); });
+  ASSERT_TRUE(s.start().ok());
+  const int fd = connect_to(s.port());
+  send_all(fd,
+           "POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n");
+  const std::string interim = read_until(
+      fd, 3s, [](const std::string& t) { return t.find("\r\n\r\n") != std::string::npos; });
+  EXPECT_TRUE(interim.starts_with("HTTP/1.1 100 Continue")) << interim;
+  send_all(fd, "abc");
+  const std::string r = read_until(fd, 3s, has_response_end);
+  EXPECT_EQ(status_of(r), 200) << r;
+  EXPECT_TRUE(r.ends_with("abc"));
+  ::close(fd);
+}
+
+}  // namespace
+}  // namespace kvw::http
