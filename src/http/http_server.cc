@@ -122,7 +122,7 @@ struct HttpServer::Impl {
 
   std::atomic<uint64_t> open_connections{0}, peak_connections{0}, active_streams{0},
       handlers_queued{0}, handlers_running{0}, accepted_total{0}, rejected_total{0}, slow_total{0},
-      stream_buffered{0};
+      stream_buffered{0}, busy{0};
 
   std::mutex conns_mu;
   std::unordered_set<Connection*> conns;  // live connections, for stop()
@@ -343,6 +343,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // --- running the handler.
   void dispatch() {
     phase_ = Phase::kHandling;
+    set_busy(true);
     parser_.reset();
     const Route* route = route_;
     if (route->opt.inline_io) {
@@ -404,6 +405,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
                        self->disarm();
                        self->out_.clear();
                        self->out_.shrink_to_fit();
+                       self->set_busy(false);
                        if (ec) return self->close();
                        if (close_after) return self->linger_close();
                        self->wait_idle();
@@ -523,6 +525,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void finish_stream() {
     end_stream();
+    set_busy(false);
     ++io_gen_;  // the disconnect watch is now stale
     beast::error_code ec;
     sock_.cancel(ec);
@@ -537,6 +540,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
     s_.stream_buffered -= pending_.size() + (write_in_flight_ ? 0 : writing_.size());
     pending_.clear();
     pending_.shrink_to_fit();
+  }
+
+  // A request between its handler and the last byte of its answer: stop() lets these finish.
+  void set_busy(bool busy) {
+    if (busy == busy_) return;
+    busy_ = busy;
+    if (busy) {
+      ++s_.busy;
+    } else {
+      --s_.busy;
+    }
   }
 
   // --- closing. After an answer with unread input, half-close and drain for a moment so the
@@ -566,6 +580,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     beast::error_code ec;
     timer_.cancel();
     end_stream();
+    set_busy(false);
     sock_.shutdown(tcp::socket::shutdown_both, ec);
     sock_.close(ec);
     req_ = HttpRequest{};
@@ -583,6 +598,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool timed_out_ = false;
   bool keep_alive_ = true;
   bool body_pending_ = false;
+  bool busy_ = false;
   size_t num_requests_ = 0;
   beast::flat_buffer buf_{(std::size_t)64 << 10};
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
@@ -684,6 +700,11 @@ void HttpServer::stop() {
   if (s.io_threads.empty()) return;  // never started
   stop_accepting();
   s.handlers->join();  // handlers in flight finish and post their answers
+  // Answers already accepted get their last bytes out (bounded: a client that does not read
+  // is dropped by the write timeout, and stop() waits at most 5 s).
+  for (int i = 0; i < 500 && s.busy.load() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   {
     std::lock_guard lock(s.hub->mu);
     s.hub->alive = false;
