@@ -7,7 +7,7 @@
 // Usage: front_door_bench --host 127.0.0.1 --port 8000 --pid PID [--idle 10000]
 //        [--streams 250,500,1000,2000] [--max-tokens 200] [--hold-s 4]
 // The server needs keep-alive longer than the run and room for the connections (kvwarden:
-// --keep-alive-timeout 600 --max-connections 30000 --max-queue 20000). bench/front_door.sh
+// --keep-alive-timeout 600 --max-connections 16000 --max-queue 20000). bench/front_door.sh
 // runs it against kvwarden (and llama-server when one is built).
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -22,16 +22,23 @@ Status SamplingParams::validate() const {
 }
 
 Sampler::Sampler(const SamplingParams& p, int32_t n_vocab)
-    : p_(p), n_vocab_(n_vocab), rng_(p.seed), cand_(n_vocab), adjusted_(n_vocab) {}
+    : p_(p), n_vocab_(n_vocab), rng_(p.seed) {}
 
 int32_t Sampler::sample(const float* logits, std::span<const int32_t> history,
                         std::span<const int32_t> generated) {
-  std::copy(logits, logits + n_vocab_, adjusted_.begin());
+  // Scratch is per thread, not per sampler: a server holds one sampler per request (hundreds
+  // waiting), and n_vocab-sized buffers each (1.5 MiB at a 128k vocabulary) would grow memory
+  // with load outside the budget. Every entry is rewritten below before it is read.
+  thread_local std::vector<Candidate> cand;
+  thread_local std::vector<float> adjusted;
+  cand.resize((size_t)n_vocab_);
+  adjusted.resize((size_t)n_vocab_);
+  std::copy(logits, logits + n_vocab_, adjusted.begin());
   if (p_.repeat_penalty != 1.0f && p_.repeat_last_n > 0) {
     const size_t n = std::min<size_t>(history.size(), p_.repeat_last_n);
     for (int32_t id : history.last(n)) {
       if (id < 0 || id >= n_vocab_) continue;
-      float& l = adjusted_[id];
+      float& l = adjusted[id];
       // Penalise each distinct token once: mark by moving it, then skip if already moved.
       if (l == logits[id]) l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;
     }
@@ -44,38 +51,38 @@ int32_t Sampler::sample(const float* logits, std::span<const int32_t> history,
       while (j < counted_.size() && counted_[j] == counted_[i]) ++j;
       const int32_t id = counted_[i];
       if (id >= 0 && id < n_vocab_) {
-        adjusted_[id] -= p_.presence_penalty + p_.frequency_penalty * float(j - i);
+        adjusted[id] -= p_.presence_penalty + p_.frequency_penalty * float(j - i);
       }
       i = j;
     }
   }
   if (p_.temperature == 0.0f) {
-    return (int32_t)(std::max_element(adjusted_.begin(), adjusted_.end()) - adjusted_.begin());
+    return (int32_t)(std::max_element(adjusted.begin(), adjusted.end()) - adjusted.begin());
   }
-  for (int32_t i = 0; i < n_vocab_; ++i) cand_[i] = {i, adjusted_[i], 0.0f};
+  for (int32_t i = 0; i < n_vocab_; ++i) cand[i] = {i, adjusted[i], 0.0f};
   // Sort by logit (ties: lower id first) so every later step is order-deterministic.
   auto by_logit = [](const Candidate& a, const Candidate& b) {
     return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
   };
-  size_t n = cand_.size();
+  size_t n = cand.size();
   if (p_.top_k > 0 && (size_t)p_.top_k < n) {
-    std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
+    std::partial_sort(cand.begin(), cand.begin() + p_.top_k, cand.end(), by_logit);
     n = p_.top_k;
   } else {
-    std::sort(cand_.begin(), cand_.end(), by_logit);
+    std::sort(cand.begin(), cand.end(), by_logit);
   }
-  const float max_logit = cand_[0].logit;
+  const float max_logit = cand[0].logit;
   double sum = 0.0;
   for (size_t i = 0; i < n; ++i) {
-    cand_[i].p = std::exp((cand_[i].logit - max_logit) / p_.temperature);
-    sum += cand_[i].p;
+    cand[i].p = std::exp((cand[i].logit - max_logit) / p_.temperature);
+    sum += cand[i].p;
   }
-  for (size_t i = 0; i < n; ++i) cand_[i].p = (float)(cand_[i].p / sum);
+  for (size_t i = 0; i < n; ++i) cand[i].p = (float)(cand[i].p / sum);
   if (p_.top_p < 1.0f) {
     double cum = 0.0;
     size_t keep = n;
     for (size_t i = 0; i < n; ++i) {
-      cum += cand_[i].p;
+      cum += cand[i].p;
       if (cum >= p_.top_p) {
         keep = i + 1;
         break;
@@ -84,20 +91,20 @@ int32_t Sampler::sample(const float* logits, std::span<const int32_t> history,
     n = keep;
   }
   if (p_.min_p > 0.0f) {
-    const float floor = p_.min_p * cand_[0].p;
+    const float floor = p_.min_p * cand[0].p;
     size_t keep = 1;
-    while (keep < n && cand_[keep].p >= floor) ++keep;
+    while (keep < n && cand[keep].p >= floor) ++keep;
     n = keep;
   }
   double total = 0.0;
-  for (size_t i = 0; i < n; ++i) total += cand_[i].p;
+  for (size_t i = 0; i < n; ++i) total += cand[i].p;
   const double r = (double)(rng_() >> 11) * 0x1.0p-53 * total;
   double cum = 0.0;
   for (size_t i = 0; i < n; ++i) {
-    cum += cand_[i].p;
-    if (r < cum) return cand_[i].id;
+    cum += cand[i].p;
+    if (r < cum) return cand[i].id;
   }
-  return cand_[n - 1].id;
+  return cand[n - 1].id;
 }
 
 }  // namespace kvw

@@ -1,8 +1,8 @@
 // model/sampling.h: turns a row of logits into the next token.
 // Order (as llama.cpp): repetition penalty -> presence/frequency penalties -> greedy if temperature
 // == 0 -> top-k -> softmax at temperature -> top-p -> min-p -> draw. Deterministic for a given seed
-// on every platform. Owner: one sequence; buffers are allocated once at construction (n_vocab
-// entries).
+// on every platform. Owner: one sequence, used from one thread at a time; the n_vocab-sized
+// scratch is per thread (shared by every sampler that thread runs), so a sampler itself is small.
 #pragma once
 
 #include <cstdint>
@@ -48,8 +48,6 @@ class Sampler {
   SamplingParams p_;
   int32_t n_vocab_;
   std::mt19937_64 rng_;
-  std::vector<Candidate> cand_;   // [n_vocab]
-  std::vector<float> adjusted_;   // [n_vocab] logits after the penalty
   std::vector<int32_t> counted_;  // generated tokens, sorted (grows to max_tokens at most)
 };
 
