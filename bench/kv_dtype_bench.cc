@@ -1,9 +1,9 @@
 // bench/kv_dtype_bench.cc: what each KV cache dtype costs in accuracy and saves in memory.
-// For generated models (and stories260K when ../shared/models is given), runs the same prompts
+// For generated models (and stories260K when --stories is given), runs the same prompts
 // with the KV cache in f32, f16, bf16 and int8 and reports the logit deviation against f16 (the
 // default) and f32, argmax agreement, and KV bytes per token.
 //
-//   build/bench/kv_dtype_bench [--dir /tmp/kvdtype] [--stories ../shared/models/stories260K.gguf]
+//   build/bench/kv_dtype_bench [--dir /tmp/kvdtype] [--stories tests/models/stories260K.gguf]
 #include <cmath>
 #include <cstdio>
 #include <filesystem>

@@ -3,7 +3,7 @@
 # determinism for a fixed seed, and one-line errors with the right exit codes.
 set -u
 KVW="$1"
-MODELS="${KVW_SHARED_MODELS:-}"
+MODELS="${KVW_TEST_MODELS:-$(dirname "$0")/../models}"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
@@ -35,7 +35,8 @@ a=$(KVW_DEFAULT_MODEL="$WORK/m.gguf" "$KVW" generate -p "the cat" -n 16 --seed 9
 [ "$a" = "$b" ] || fail "KVW_DEFAULT_MODEL was not used as the default model"
 
 # Real weights: the greedy story.
-if [ -n "$MODELS" ] && [ -f "$MODELS/stories260K.gguf" ]; then
+[ -f "$MODELS/stories260K.gguf" ] || fail "no $MODELS/stories260K.gguf (tests/models)"
+if true; then
   out=$("$KVW" generate -m "$MODELS/stories260K.gguf" -p "Once upon a time" -n 40 \
     --temperature 0 2>/dev/null)
   case "$out" in

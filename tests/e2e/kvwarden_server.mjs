@@ -107,3 +107,15 @@ export async function startServer(modelPath, extraArgs = [], startTimeoutMs = 60
     },
   };
 }
+
+// A missing optional tool fails the test unless KVW_ALLOW_SKIP (comma-separated names) allows
+// skipping it by name; then the test exits 77 (CTest "skipped"). No silent skips.
+export function missingTool(name, why) {
+  const allowed = (process.env.KVW_ALLOW_SKIP || "").split(",").map((s) => s.trim());
+  if (allowed.includes(name)) {
+    console.log(`skipped: ${why} (allowed by KVW_ALLOW_SKIP=${name})`);
+    process.exit(77);
+  }
+  console.error(`FAIL: ${why}; install it, or set KVW_ALLOW_SKIP=${name} to skip on purpose`);
+  process.exit(1);
+}

@@ -2,15 +2,14 @@
 // as a user's application would drive it. One server (random-weight model, --api-key) serves every
 // test; the client never retries, so each status the server sends reaches the assertion.
 // Run: KVWARDEN_BIN=/path/to/kvwarden node tests/e2e/openai_client.test.mjs
-// Exits 77 (CTest "skipped") when `npm ci` has not been run in this folder.
+// Fails when `npm ci` has not been run in this folder, unless KVW_ALLOW_SKIP=node_modules.
 import { existsSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { makeModel, makeTempDir, startServer } from "./kvwarden_server.mjs";
+import { makeModel, makeTempDir, missingTool, startServer } from "./kvwarden_server.mjs";
 
 if (!existsSync(new URL("./node_modules/openai/package.json", import.meta.url))) {
-  console.log("SKIP: tests/e2e/node_modules is missing; run `npm ci --prefix tests/e2e`");
-  process.exit(77);
+  missingTool("node_modules", "tests/e2e/node_modules is missing; run `npm ci --prefix tests/e2e`");
 }
 const { default: OpenAI } = await import("openai");
 

@@ -4,13 +4,13 @@
 //   2. /dashboard in headless Chromium (playwright-core) draws the blocks that the running load
 //      holds, keeps updating, and a screenshot is saved as a test artefact
 //      ($KVW_ARTIFACT_DIR, default the build's working directory).
-// Needs node_modules (npm ci) and /usr/bin/prometheus + /usr/bin/chromium; exits 77 (skipped)
-// when one is missing.
+// Needs node_modules (npm ci) and /usr/bin/prometheus + /usr/bin/chromium; a missing one fails
+// the test unless KVW_ALLOW_SKIP names it (then exit 77, skipped).
 import { spawn } from "node:child_process";
 import assert from "node:assert/strict";
 import { existsSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { freePort, makeModel, makeTempDir, startServer } from "./kvwarden_server.mjs";
+import { freePort, makeModel, makeTempDir, missingTool, startServer } from "./kvwarden_server.mjs";
 
 const PROMETHEUS = "/usr/bin/prometheus";
 const CHROMIUM = "/usr/bin/chromium";
@@ -18,13 +18,10 @@ let chromium;
 try {
   ({ chromium } = await import("playwright-core"));
 } catch {
-  console.log("skipped: playwright-core not installed (npm ci --prefix tests/e2e)");
-  process.exit(77);
+  missingTool("node_modules", "playwright-core not installed (npm ci --prefix tests/e2e)");
 }
-if (!existsSync(PROMETHEUS) || !existsSync(CHROMIUM)) {
-  console.log("skipped: prometheus or chromium missing");
-  process.exit(77);
-}
+if (!existsSync(PROMETHEUS)) missingTool("prometheus", PROMETHEUS + " missing");
+if (!existsSync(CHROMIUM)) missingTool("chromium", CHROMIUM + " missing");
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 async function waitFor(what, fn, timeoutMs) {

@@ -1,6 +1,6 @@
 // Tests for GgufWriter -> GgufFile round trips: every metadata value type (nested arrays too),
 // every tensor type, v2 and v3, several alignments; typed getters and their errors; and the
-// real stories260K model when KVW_SHARED_MODELS is set.
+// real stories260K model when KVW_TEST_MODELS is set.
 
 #include "gguf/gguf_file.h"
 
@@ -286,8 +286,8 @@ TEST(GgufWriter, FailsWithPathWhenDirectoryMissing) {
 }
 
 TEST(RealModel, Stories260KOpens) {
-  const char* dir = std::getenv("KVW_SHARED_MODELS");
-  if (dir == nullptr) GTEST_SKIP() << "KVW_SHARED_MODELS not set";
+  const char* dir = std::getenv("KVW_TEST_MODELS");
+  ASSERT_NE(dir, nullptr) << "KVW_TEST_MODELS not set (ctest sets it to tests/models)";
   auto f = GgufFile::open(std::string(dir) + "/stories260K.gguf");
   ASSERT_TRUE(f.ok()) << f.message();
   const GgufFile& m = **f;

@@ -1,5 +1,5 @@
 // Tests for gguf/inspect: value formatting and the full `kvwarden inspect` text of a generated
-// file, plus the real model when KVW_SHARED_MODELS is set.
+// file, plus the real model when KVW_TEST_MODELS is set.
 
 #include "gguf/inspect.h"
 
@@ -78,8 +78,8 @@ TEST(PrintInspect, ErrorComesFromOpen) {
 }
 
 TEST(PrintInspect, RealModel) {
-  const char* dir = std::getenv("KVW_SHARED_MODELS");
-  if (dir == nullptr) GTEST_SKIP() << "KVW_SHARED_MODELS not set";
+  const char* dir = std::getenv("KVW_TEST_MODELS");
+  ASSERT_NE(dir, nullptr) << "KVW_TEST_MODELS not set (ctest sets it to tests/models)";
   std::ostringstream out;
   ASSERT_TRUE(print_inspect(std::string(dir) + "/stories260K.gguf", out).ok());
   EXPECT_THAT(out.str(), HasSubstr("GGUF v3, alignment 32, 1185376 bytes"));

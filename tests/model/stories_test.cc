@@ -1,4 +1,4 @@
-// End to end on real trained weights (stories260K, ../shared/models): greedy generation is
+// End to end on real trained weights (stories260K, tests/models): greedy generation is
 // coherent, deterministic, and identical alone, batched with other prompts, and with chunked
 // prefill. The golden text begins exactly as the greedy output that llama2.c's own test suite
 // expects from this model; the logits behind it are checked against tests/reference.
@@ -17,7 +17,7 @@ namespace kvw {
 namespace {
 
 std::string stories_path() {
-  const char* dir = std::getenv("KVW_SHARED_MODELS");
+  const char* dir = std::getenv("KVW_TEST_MODELS");
   if (dir == nullptr) return "";
   const std::string p = std::string(dir) + "/stories260K.gguf";
   return std::filesystem::exists(p) ? p : "";
@@ -91,7 +91,7 @@ std::vector<std::string> greedy_batch(Runner& r, const std::vector<std::string>&
 }
 
 TEST(Stories260K, GreedyStoryMatchesGoldenAndIsDeterministic) {
-  if (stories_path().empty()) GTEST_SKIP() << "KVW_SHARED_MODELS/stories260K.gguf not found";
+  if (stories_path().empty()) FAIL() << "KVW_TEST_MODELS/stories260K.gguf not found (tests/models)";
   Runner r = open_stories(256);
   const auto a = greedy_batch(r, {"Once upon a time"}, 80, 256)[0];
   const auto b = greedy_batch(r, {"Once upon a time"}, 80, 256)[0];
@@ -103,7 +103,7 @@ TEST(Stories260K, GreedyStoryMatchesGoldenAndIsDeterministic) {
 }
 
 TEST(Stories260K, SameTextAloneBatchedAndChunked) {
-  if (stories_path().empty()) GTEST_SKIP() << "KVW_SHARED_MODELS/stories260K.gguf not found";
+  if (stories_path().empty()) FAIL() << "KVW_TEST_MODELS/stories260K.gguf not found (tests/models)";
   Runner r = open_stories(256);
   const std::vector<std::string> prompts = {"Once upon a time", "Tom and his dog went to the park",
                                             "The little bird", "Lily was sad because"};

@@ -16,7 +16,7 @@ namespace {
 const std::string kDeploy = KVW_DEPLOY_DIR;
 
 TEST(DeployRules, PromtoolCheckRulesAndUnitTestsPass) {
-  if (!test::have_program("/usr/bin/promtool")) GTEST_SKIP() << "promtool not installed";
+  KVW_REQUIRE_TOOL(test::have_program("/usr/bin/promtool"), "promtool");
   std::string out;
   EXPECT_EQ(
       test::run_command(
@@ -93,9 +93,9 @@ TEST(DeployGrafana, DashboardQueriesOnlyExportedMetrics) {
 
 TEST(DeployKubernetes, ProbesResourcesAndArgsAreWired) {
   const char* py = "/usr/bin/python3";
-  if (!test::have_program(py)) GTEST_SKIP() << "no /usr/bin/python3";
-  if (test::run_command(std::string(py) + " -c 'import yaml'", nullptr) != 0)
-    GTEST_SKIP() << "python3-yaml not installed";
+  KVW_REQUIRE_TOOL(test::have_program(py), "python3");
+  KVW_REQUIRE_TOOL(test::run_command(std::string(py) + " -c 'import yaml'", nullptr) == 0,
+                   "python3-yaml");
   const std::string dir = test::temp_dir("k8s");
   test::write_file(dir + "/check.py", R"(
 import sys, yaml

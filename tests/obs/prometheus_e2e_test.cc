@@ -48,7 +48,7 @@ std::optional<double> query(int prom_port, const std::string& q) {
 
 TEST(PrometheusE2e, ScrapesMetricsAndAnswersQueries) {
   const char* prom = "/usr/bin/prometheus";
-  if (!test::have_program(prom)) GTEST_SKIP() << "prometheus not installed";
+  KVW_REQUIRE_TOOL(test::have_program(prom), "prometheus");
 
   ObservabilityContext ctx{ObsConfig{}};
   ctx.attach({.stats = [] { return test::make_stats(); },

@@ -12,7 +12,7 @@ namespace {
 // promtool lints the names and format; vllm:* names are left out because promtool flags colons
 // (reserved for recording rules) by design.
 TEST(ServingMetrics, PromtoolCheckMetricsPassesOnKvwardenNames) {
-  if (!test::have_program("/usr/bin/promtool")) GTEST_SKIP() << "promtool not installed";
+  KVW_REQUIRE_TOOL(test::have_program("/usr/bin/promtool"), "promtool");
   ServingMetrics m(ServingMetricsConfig{.model_name = "tiny"});
   m.update_engine(test::make_stats());
   m.update_budget(test::make_budget(300));

@@ -15,6 +15,17 @@ class Server;
 
 namespace kvw::obs::test {
 
+// A test that needs an optional tool fails when it is missing, unless the KVW_ALLOW_SKIP
+// environment variable (comma-separated names) allows skipping it by name.
+bool skip_allowed(const std::string& name);
+#define KVW_REQUIRE_TOOL(present, name)                                                       \
+  do {                                                                                      \
+    if (!(present)) {                                                                       \
+      if (::kvw::obs::test::skip_allowed(name)) GTEST_SKIP() << name << " missing (allowed)"; \
+      FAIL() << name << " missing: install it, or set KVW_ALLOW_SKIP=" << name;              \
+    }                                                                                       \
+  } while (0)
+
 // Registers the observability routes (http::Handler) on a bare cpp-httplib server.
 void serve_routes(httplib::Server& server, ObservabilityContext& ctx);
 

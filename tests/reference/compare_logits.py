@@ -4,7 +4,7 @@
   /usr/bin/python3 compare_logits.py --kvwarden PATH --case all --workdir DIR   (measure every case)
 
 Each case builds a small random model with `kvwarden make-model` (or uses a real model from
-$KVW_SHARED_MODELS), checks that the file really carries the feature under test (metadata keys,
+$KVW_TEST_MODELS), checks that the file really carries the feature under test (metadata keys,
 tensor types), runs every sequence of the case in ONE batched `kvwarden logits` call and compares
 all positions. Exit status 0 = pass.
 """
@@ -233,9 +233,8 @@ def run_case(kvw, name, workdir, threads):
     c = CASES[name]
     os.makedirs(workdir, exist_ok=True)
     if "real_model" in c:
-        models_dir = os.environ.get("KVW_SHARED_MODELS",
-                                    os.path.join(os.path.dirname(__file__),
-                                                 "../../../shared/models"))
+        models_dir = os.environ.get("KVW_TEST_MODELS",
+                                    os.path.join(os.path.dirname(__file__), "../models"))
         model_path = os.path.join(models_dir, c["real_model"])
         model = LlamaRef(model_path)
         seqs = real_model_sequences(c, model)

@@ -2,7 +2,7 @@
 vectorised dequantisation against plain per-element loops written from ggml's dequantize_row_*,
 RoPE/attention identities, and greedy text from the real stories260K model.
 
-  /usr/bin/python3 selftest_reference.py          (KVW_SHARED_MODELS locates stories260K.gguf)
+  /usr/bin/python3 selftest_reference.py          (KVW_TEST_MODELS locates stories260K.gguf)
 """
 
 import math
@@ -273,8 +273,8 @@ class RopeTest(unittest.TestCase):
 class ModelTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        d = os.environ.get("KVW_SHARED_MODELS",
-                           os.path.join(os.path.dirname(__file__), "../../../shared/models"))
+        d = os.environ.get("KVW_TEST_MODELS",
+                           os.path.join(os.path.dirname(__file__), "../models"))
         cls.model = llama_ref.LlamaRef(os.path.join(d, "stories260K.gguf"))
         cls.vocab = llama_ref.SpmVocab(cls.model.file)
 

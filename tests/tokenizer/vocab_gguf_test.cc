@@ -1,5 +1,5 @@
 // tests/tokenizer/vocab_gguf_test.cc: tokenizer.ggml.* metadata <-> Vocab, and the real
-// 512-token SentencePiece vocabulary of stories260K.gguf (skipped if KVW_SHARED_MODELS is unset).
+// 512-token SentencePiece vocabulary of stories260K.gguf (skipped if KVW_TEST_MODELS is unset).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -18,7 +18,7 @@ namespace {
 using Ids = std::vector<int32_t>;
 
 std::unique_ptr<GgufFile> open_stories() {
-  const char* dir = std::getenv("KVW_SHARED_MODELS");
+  const char* dir = std::getenv("KVW_TEST_MODELS");
   if (dir == nullptr) return nullptr;
   auto f = GgufFile::open(std::string(dir) + "/stories260K.gguf");
   EXPECT_TRUE(f.ok()) << f.message();
@@ -27,7 +27,7 @@ std::unique_ptr<GgufFile> open_stories() {
 
 TEST(VocabGguf, Stories260KEncodesOnceUponATime) {
   auto file = open_stories();
-  if (!file) GTEST_SKIP() << "KVW_SHARED_MODELS not set";
+  ASSERT_TRUE(file) << "KVW_TEST_MODELS/stories260K.gguf not found (tests/models)";
   auto tok = Tokenizer::from_gguf(*file);
   ASSERT_TRUE(tok.ok()) << tok.message();
   EXPECT_EQ((*tok)->n_vocab(), 512);
@@ -41,7 +41,7 @@ TEST(VocabGguf, Stories260KEncodesOnceUponATime) {
 
 TEST(VocabGguf, Stories260KRoundTripsAStoryAndTheTortureCorpus) {
   auto file = open_stories();
-  if (!file) GTEST_SKIP() << "KVW_SHARED_MODELS not set";
+  ASSERT_TRUE(file) << "KVW_TEST_MODELS/stories260K.gguf not found (tests/models)";
   auto tok = Tokenizer::from_gguf(*file);
   ASSERT_TRUE(tok.ok()) << tok.message();
   const std::string story =
