@@ -1,0 +1,177 @@
+// tests/http_torture/fault_test.cc: process-level faults against a real `kvwarden serve` on the
+// default model:
+//  - a tiny --memory-budget with a swap tier under 16 concurrent long prompts: every request
+//    completes or gets 429/503 with Retry-After, nothing else; the engine preempted (swap);
+//    peak RSS (VmHWM) stays within the budget plus the swap staging and the fixed overhead;
+//  - SIGTERM while 10 streams are mid-generation: every stream finishes with [DONE], a new
+//    request during the drain gets 503 + Retry-After, the process exits 0;
+//  - the breaker flags trip (503 "overloaded", /ready 503) and recover (/ready 200) as set.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <thread>
+
+#include "torture_util.h"
+
+namespace kvw::torture {
+namespace {
+
+constexpr uint64_t kFixedOverheadBytes = 64ull << 20;  // README, "Serving limits"
+
+uint64_t vm_hwm(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+double metric(const std::string& text, const std::string& series) {
+  for (size_t at = 0; (at = text.find(series, at)) != std::string::npos; at += series.size()) {
+    if (at > 0 && text[at - 1] != '\n') continue;
+    const size_t sp = at + series.size();
+    if (sp < text.size() && text[sp] == ' ') return std::stod(text.substr(sp + 1));
+  }
+  return -1;
+}
+
+std::string long_prompt() {
+  std::string p;
+  while (p.size() < 700) p += "And God said, Let there be light: and there was light. ";
+  return p;  // about 180 tokens of the default model's vocabulary
+}
+
+std::unique_ptr<ServedModel> serve_default(const std::vector<std::string>& flags) {
+  return serve_model_file(KVW_DEFAULT_MODEL_PATH, flags);
+}
+
+TEST(Faults, TinyBudgetWithSwapServesOrRefusesEveryLongPrompt) {
+  // 125 MiB leaves about 32 KV blocks (~2 of these sequences) after the fixed rows
+  // (weights 9.9, workspace 23.3, reserve 64.3, request 26.1 MiB with these flags).
+  constexpr uint64_t kBudget = 125ull << 20, kSwap = 8ull << 20;
+  TempDir tmp;
+  auto served = serve_default({"--memory-budget", "125MiB", "--max-num-seqs", "16", "--max-queue",
+                               "16", "--request-memory", "8MiB", "--max-body-bytes", "1048576",
+                               "--swap-space", "8MiB", "--swap-path", tmp.path() + "/swap"});
+  ASSERT_TRUE(served->server && served->server->alive());
+  const uint16_t port = served->server->port();
+  std::vector<PlannedRequest> reqs;
+  for (int i = 0; i < 16; ++i) {
+    const std::string body = R"({"prompt":")" + long_prompt() +
+                             R"(","max_tokens":48,"ignore_eos":true)" +
+                             (i % 2 ? R"(,"stream":true)" : "") + "}";
+    reqs.push_back(
+        {make_post_json("/v1/completions", body), Millis{0}, i % 2 ? "stream" : "whole"});
+  }
+  std::vector<RawResponse> out = run_batch(port, reqs, Millis{120000});
+  int ok = 0, refused = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const RawResponse& r = out[i];
+    ASSERT_TRUE(r.answered()) << i << " lost: " << r.describe();
+    if (r.status == 429 || r.status == 503) {
+      expect_openai_error(r, r.status, "refused");
+      expect_retry_after(r, "refused");
+      ++refused;
+      continue;
+    }
+    ASSERT_EQ(r.status, 200) << r.describe();
+    if (reqs[i].label == "stream") {
+      expect_stream_shape(r, "stream");
+    } else {
+      expect_completion_shape(r, false, "whole");
+    }
+    ++ok;
+  }
+  RawResponse m = torture::exchange(port, make_get("/metrics"));
+  const double swapped = metric(m.body, "kvwarden_preemptions_total{mode=\"swap\"}");
+  const double recomputed = metric(m.body, "kvwarden_preemptions_total{mode=\"recompute\"}");
+  const uint64_t hwm = vm_hwm(served->server->pid());
+  std::printf(
+      "  16 long prompts, 125 MiB budget: %d completed, %d refused; preemptions swap %.0f "
+      "recompute %.0f; VmHWM %.1f MiB (budget + swap staging + overhead = %.0f MiB)\n",
+      ok, refused, swapped, recomputed, hwm / 1048576.0,
+      (kBudget + kSwap + kFixedOverheadBytes) / 1048576.0);
+  EXPECT_GT(ok, 0);
+  EXPECT_GT(swapped + recomputed, 0) << "16 x ~230 tokens cannot fit ~512 tokens of KV at once";
+  EXPECT_LE(hwm, kBudget + kSwap + kFixedOverheadBytes);
+  stop_and_expect_clean_exit(*served);
+}
+
+TEST(Faults, SigtermMidStreamFinishesEveryStreamRefusesNewWorkAndExitsZero) {
+  auto served = serve_default({});
+  ASSERT_TRUE(served->server && served->server->alive());
+  const uint16_t port = served->server->port();
+  std::vector<PlannedRequest> reqs;
+  for (int i = 0; i < 10; ++i) {
+    reqs.push_back(
+        {make_post_json(
+             "/v1/completions",
+             R"({"prompt":"And God said","max_tokens":200,"ignore_eos":true,"stream":true})"),
+         Millis{0}, "stream"});
+  }
+  std::vector<RawResponse> out;
+  std::thread clients([&] { out = run_batch(port, reqs, Millis{60000}); });
+  std::this_thread::sleep_for(Millis{400});  // the streams are running
+  ASSERT_EQ(::kill(served->server->pid(), SIGTERM), 0);
+  std::this_thread::sleep_for(Millis{100});
+  RawResponse late = torture::exchange(
+      port, make_post_json("/v1/completions", R"({"prompt":"In","max_tokens":2})"));
+  clients.join();
+  EXPECT_EQ(late.status, 503) << late.describe();
+  if (late.status == 503) expect_retry_after(late, "request during the drain");
+  for (const RawResponse& r : out) {
+    EXPECT_TRUE(r.answered() && r.status == 200) << r.describe();
+    if (r.status == 200) expect_stream_shape(r, "stream during SIGTERM");
+  }
+  stop_and_expect_clean_exit(*served);
+}
+
+TEST(Faults, BreakerFlagsTripAndRecover) {
+  auto served = serve_default({"--max-num-seqs", "8", "--breaker-kv-threshold", "0.3",
+                               "--breaker-kv-recover", "0.1", "--breaker-kv-seconds", "0.3",
+                               "--breaker-recover-seconds", "0.5", "--breaker-tick-ms", "50"});
+  ASSERT_TRUE(served->server && served->server->alive());
+  const uint16_t port = served->server->port();
+  // 8 sequences x ~205 tokens hold ~80% of a pool sized for 8 x 256 tokens.
+  std::vector<PlannedRequest> load;
+  for (int i = 0; i < 8; ++i) {
+    load.push_back(
+        {make_post_json(
+             "/v1/completions",
+             R"({"prompt":"And God said","max_tokens":200,"ignore_eos":true,"stream":true})"),
+         Millis{0}, "load"});
+  }
+  std::thread clients([&] { run_batch(port, load, Millis{60000}); });
+  bool shed = false;
+  RawResponse refused;
+  for (int i = 0; i < 100 && !shed; ++i) {
+    std::this_thread::sleep_for(Millis{50});
+    RawResponse ready = torture::exchange(port, make_get("/ready"));
+    if (ready.status == 503 && ready.body.find("shedding") != std::string::npos) {
+      shed = true;
+      refused = torture::exchange(
+          port, make_post_json("/v1/completions", R"({"prompt":"In","max_tokens":2})"));
+    }
+  }
+  clients.join();
+  EXPECT_TRUE(shed) << "KV usage over 0.3 for 0.3 s must shed";
+  EXPECT_EQ(refused.status, 503) << refused.describe();
+  EXPECT_NE(refused.body.find("overloaded"), std::string::npos) << refused.describe();
+  expect_retry_after(refused, "shedding");
+  bool recovered = false;
+  for (int i = 0; i < 100 && !recovered; ++i) {
+    std::this_thread::sleep_for(Millis{50});
+    recovered = torture::exchange(port, make_get("/ready")).status == 200;
+  }
+  EXPECT_TRUE(recovered) << "below 0.1 for 0.5 s the breaker returns to ok";
+  RawResponse ok = torture::exchange(
+      port, make_post_json("/v1/completions", R"({"prompt":"In","max_tokens":2})"));
+  EXPECT_EQ(ok.status, 200) << ok.describe();
+  stop_and_expect_clean_exit(*served);
+}
+
+}  // namespace
+}  // namespace kvw::torture
