@@ -151,9 +151,10 @@ Result<std::shared_ptr<TokenChannel>> Engine::submit(GenerationRequest req) {
   auto channel = std::make_shared<TokenChannel>(id, req.max_tokens);
   PendingRequest p{.request_id = id, .request = std::move(req), .channel = channel};
   if (!queue_->try_push(std::move(p))) {
-    if (queue_->closed()) return Error{"engine is shut down"};
-    return Error{"request queue full (" + std::to_string(queue_->capacity()) +
-                 " waiting): retry later"};
+    if (queue_->closed()) return Error{"engine is shut down", ErrorKind::kUnavailable};
+    return Error{
+        "request queue full (" + std::to_string(queue_->capacity()) + " waiting): retry later",
+        ErrorKind::kOverloaded};
   }
   return channel;
 }

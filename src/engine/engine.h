@@ -72,7 +72,8 @@ class Engine {
     std::shared_ptr<TokenChannel> channel;
     std::unique_ptr<SeqSampler> sampler;
     bool ignore_eos = false;
-    std::string error;        // set by the numerics guard, sent with kError
+    std::string error;  // set by the numerics guard, sent with kError
+    ErrorKind error_kind = ErrorKind::kInternal;
     ChannelEvent next_event;  // log-probabilities of the token sampled this step
   };
   Status init(const EngineConfig& cfg);
@@ -85,7 +86,8 @@ class Engine {
   void publish_snapshot_if_wanted();
   void observe_step(uint64_t step, std::chrono::steady_clock::time_point start,
                     const SchedulerOutput& out, uint32_t used_before);
-  void finish_live(uint64_t id, FinishReason reason, const std::string& error);
+  void finish_live(uint64_t id, FinishReason reason, const std::string& error,
+                   ErrorKind kind = ErrorKind::kInternal);
   void drain_at_shutdown();
 
   EngineConfig cfg_;

@@ -52,7 +52,7 @@ void Engine::admit_pending() {
       ++stats_.num_rejected;
       ++stats_.num_finished;
       LOG(INFO, engine) << "request " << id << " rejected: " << st.message();
-      p.channel->finish(FinishReason::kError, st.message());
+      p.channel->finish(FinishReason::kError, st.message(), st.kind());
       continue;
     }
     live_.emplace(id, Live{.channel = std::move(p.channel),
@@ -173,6 +173,7 @@ void Engine::sample_rows(const SchedulerOutput& out) {
     if (!all_finite(row, n_vocab)) {
       t.error = true;
       ++stats_.num_numerics_errors;
+      live.error_kind = ErrorKind::kNumerics;
       live.error = "numerics guard: non-finite logits (NaN/Inf) at position " +
                    std::to_string(s.start_pos + s.num_tokens - 1);
       LOG(WARN, engine) << "request " << id << ": " << live.error;
@@ -228,12 +229,14 @@ void Engine::publish_and_emit() {
   emit_finished_.clear();
 }
 
-void Engine::finish_live(uint64_t id, FinishReason reason, const std::string& error) {
+void Engine::finish_live(uint64_t id, FinishReason reason, const std::string& error,
+                         ErrorKind kind) {
   auto it = live_.find(id);
   if (it == live_.end()) return;
   std::string msg = !error.empty() ? error : it->second.error;
+  if (error.empty() && !it->second.error.empty()) kind = it->second.error_kind;
   if (reason == FinishReason::kError && msg.empty()) msg = "request failed";
-  it->second.channel->finish(reason, std::move(msg));
+  it->second.channel->finish(reason, std::move(msg), kind);
   live_.erase(it);
 }
 
@@ -248,7 +251,9 @@ void Engine::drain_at_shutdown() {
   sched_->update_from_output(out, {});
   std::vector<uint64_t> ids;
   for (const auto& [id, live] : live_) ids.push_back(id);
-  for (uint64_t id : ids) finish_live(id, FinishReason::kError, "engine shut down");
+  for (uint64_t id : ids) {
+    finish_live(id, FinishReason::kError, "engine shut down", ErrorKind::kUnavailable);
+  }
   emit_tokens_.clear();
   emit_finished_.clear();
   publish_and_emit();

@@ -29,7 +29,7 @@ void TokenChannel::push_token(ChannelEvent ev) {
   notify();
 }
 
-void TokenChannel::finish(FinishReason reason, std::string error) {
+void TokenChannel::finish(FinishReason reason, std::string error, ErrorKind kind) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_) return;
@@ -37,6 +37,7 @@ void TokenChannel::finish(FinishReason reason, std::string error) {
     final_.kind = ChannelEvent::Kind::kFinished;
     final_.reason = reason;
     final_.error = std::move(error);
+    final_.error_kind = kind;
   }
   cv_.notify_all();
   notify();
@@ -93,6 +94,7 @@ TokenChannel::Collected TokenChannel::collect() {
   tokens_.clear();
   c.reason = final_.reason;
   c.error = final_.error;
+  c.error_kind = final_.error_kind;
   return c;
 }
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "engine/gen_sampling.h"
 #include "kv/layout_stats.h"
 #include "kv/prefix_cache.h"
@@ -40,11 +41,12 @@ struct TokenLogprob {
 struct ChannelEvent {
   enum class Kind { kToken, kFinished };
   Kind kind = Kind::kToken;
-  int32_t token_id = 0;                       // kToken
-  float logprob = 0.0f;                       // kToken, when GenSampling::logprobs >= 0
-  std::vector<TokenLogprob> top_logprobs;     // kToken: GenSampling::logprobs entries, best first
-  FinishReason reason = FinishReason::kNone;  // kFinished
-  std::string error;                          // kFinished with kError: what went wrong
+  int32_t token_id = 0;                         // kToken
+  float logprob = 0.0f;                         // kToken, when GenSampling::logprobs >= 0
+  std::vector<TokenLogprob> top_logprobs;       // kToken: GenSampling::logprobs entries, best first
+  FinishReason reason = FinishReason::kNone;    // kFinished
+  std::string error;                            // kFinished with kError: what went wrong
+  ErrorKind error_kind = ErrorKind::kInternal;  // kFinished with kError: which kind of fault
 };
 
 // One request's output stream. Producer: the engine thread; consumer: one client thread.
@@ -57,7 +59,7 @@ class TokenChannel {
   // channel is not finished; finish() is idempotent (the first reason wins).
   void push_token(int32_t token_id);
   void push_token(ChannelEvent ev);  // ev.kind == kToken, with log-probabilities
-  void finish(FinishReason reason, std::string error = {});
+  void finish(FinishReason reason, std::string error = {}, ErrorKind kind = ErrorKind::kInternal);
 
   // Client side. next() blocks until an event is available; after the kFinished event it keeps
   // returning that event. next_for() returns nullopt on timeout.
@@ -76,6 +78,7 @@ class TokenChannel {
     std::vector<int32_t> tokens;
     FinishReason reason = FinishReason::kNone;
     std::string error;
+    ErrorKind error_kind = ErrorKind::kInternal;
   };
   Collected collect();
 

@@ -61,7 +61,8 @@ Result<FittedPrompt> slide(std::span<const int32_t> prompt, std::span<const int6
   }
   if (first_kept == turns.size()) {
     return Error{too_long(prompt.size(), limit, max_model_len) +
-                 "; sliding-window: the system prompt plus the last turn do not fit"};
+                     "; sliding-window: the system prompt plus the last turn do not fit",
+                 ErrorKind::kContextOverflow};
   }
   FittedPrompt f;
   f.tokens.assign(prompt.begin(), prompt.begin() + system_len);
@@ -87,7 +88,8 @@ Result<FittedPrompt> fit_prompt(std::span<const int32_t> prompt,
   switch (policy) {
     case OverflowPolicy::kError:
       return Error{too_long(prompt.size(), max_prompt_tokens, max_model_len) +
-                   "; use --overflow truncate-left or sliding-window to shorten it"};
+                       "; use --overflow truncate-left or sliding-window to shorten it",
+                   ErrorKind::kContextOverflow};
     case OverflowPolicy::kTruncateLeft: {
       const int64_t cut = n - max_prompt_tokens;
       FittedPrompt f{.tokens = {prompt.begin() + cut, prompt.end()},

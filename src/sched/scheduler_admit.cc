@@ -11,9 +11,9 @@ namespace kvw {
 
 Status Scheduler::add_request(RequestInput input) {
   const std::string who = "request " + std::to_string(index_of(input.id)) + ": ";
-  auto reject = [&](std::string msg) -> Status {
+  auto reject = [&](std::string msg, ErrorKind kind = ErrorKind::kInvalidInput) -> Status {
     ++counters_.num_rejected;
-    return Error{who + msg};
+    return Error{who + msg, kind};
   };
   if (requests_.contains(input.id)) return reject("id already in use");
   if (input.prompt.empty()) return reject("empty prompt");
@@ -21,7 +21,7 @@ Status Scheduler::add_request(RequestInput input) {
   // The prompt must leave room for at least one output token.
   Result<FittedPrompt> fitted =
       fit_prompt(input.prompt, input.turn_starts, max_len_ - 1, max_len_, cfg_.overflow);
-  if (!fitted.ok()) return reject(fitted.message());
+  if (!fitted.ok()) return reject(fitted.message(), fitted.kind());
 
   auto r = std::make_unique<Request>();
   r->id = input.id;

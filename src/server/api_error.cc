@@ -3,54 +3,75 @@
 #include <nlohmann/json.hpp>
 
 namespace kvw::server {
+namespace {
+
+constexpr const char* kInvalid = "invalid_request_error";
+constexpr const char* kServer = "server_error";
+constexpr const char* kRate = "rate_limit_error";
+
+struct Row {
+  const char* label;  // the metrics label (kvwarden_requests_shed_total{reason=...})
+  RefusalSpec spec;
+};
+
+// The one table: index = RefusalReason.
+constexpr std::array<Row, (size_t)RefusalReason::kCount> kTable = {{
+    {"invalid_request", {400, kInvalid, "invalid_value"}},
+    {"context_length_exceeded", {400, kInvalid, "context_length_exceeded"}},
+    {"unauthorized", {401, kInvalid, "invalid_api_key"}},
+    {"model_not_found", {404, kInvalid, "model_not_found"}},
+    {"not_found", {404, kInvalid, "not_found"}},
+    {"method_not_allowed", {405, kInvalid, "method_not_allowed"}},
+    {"body_too_large", {413, kInvalid, "payload_too_large"}},
+    {"header_timeout", {408, kInvalid, "request_timeout"}},
+    {"body_timeout", {408, kInvalid, "request_timeout"}},
+    {"headers_too_large", {431, kInvalid, "headers_too_large"}},
+    {"malformed_http", {400, kInvalid, "bad_request"}},
+    {"too_many_connections", {503, kServer, "too_many_connections"}},
+    {"request_memory", {503, kServer, "request_memory_exhausted"}},
+    {"slow_consumer", {500, kServer, "slow_consumer"}},
+    {"internal", {500, kServer, nullptr}},
+    {"numerics", {500, kServer, "numerics_error"}},
+    {"queue_full", {429, kRate, "queue_full"}},
+    {"queue_wait", {429, kRate, "queue_wait_exceeded"}},
+    {"shedding", {503, kServer, "overloaded"}},
+    {"draining", {503, kServer, "draining"}},
+}};
+
+}  // namespace
 
 const char* to_string(RefusalReason r) {
-  switch (r) {
-    case RefusalReason::kInvalidRequest:
-      return "invalid_request";
-    case RefusalReason::kContextLength:
-      return "context_length_exceeded";
-    case RefusalReason::kUnauthorized:
-      return "unauthorized";
-    case RefusalReason::kModelNotFound:
-      return "model_not_found";
-    case RefusalReason::kNotFound:
-      return "not_found";
-    case RefusalReason::kMethodNotAllowed:
-      return "method_not_allowed";
-    case RefusalReason::kBodyTooLarge:
-      return "body_too_large";
-    case RefusalReason::kHeaderTimeout:
-      return "header_timeout";
-    case RefusalReason::kHeadersTooLarge:
-      return "headers_too_large";
-    case RefusalReason::kBodyTimeout:
-      return "body_timeout";
-    case RefusalReason::kMalformedHttp:
-      return "malformed_http";
-    case RefusalReason::kTooManyConnections:
-      return "too_many_connections";
-    case RefusalReason::kRequestMemory:
-      return "request_memory";
-    case RefusalReason::kSlowConsumer:
-      return "slow_consumer";
-    case RefusalReason::kInternal:
-      return "internal";
-    case RefusalReason::kQueueFull:
-      return "queue_full";
-    case RefusalReason::kQueueWait:
-      return "queue_wait";
-    case RefusalReason::kShedding:
-      return "shedding";
-    case RefusalReason::kDraining:
-      return "draining";
-    case RefusalReason::kEngine:
-      return "engine";
-    case RefusalReason::kCount:
+  return r < RefusalReason::kCount ? kTable[(size_t)r].label : "?";
+}
+
+const RefusalSpec& refusal_spec(RefusalReason r) {
+  return kTable[r < RefusalReason::kCount ? (size_t)r : (size_t)RefusalReason::kInternal].spec;
+}
+
+RefusalReason refusal_for(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kInvalidInput:
+      return RefusalReason::kInvalidRequest;
+    case ErrorKind::kContextOverflow:
+      return RefusalReason::kContextLength;
+    case ErrorKind::kOverloaded:
+      return RefusalReason::kQueueFull;
+    case ErrorKind::kUnavailable:
+      return RefusalReason::kDraining;
+    case ErrorKind::kNumerics:
+      return RefusalReason::kNumerics;
+    case ErrorKind::kInternal:
       break;
   }
-  return "?";
+  return RefusalReason::kInternal;
 }
+
+ApiError::ApiError(RefusalReason reason_, std::string message_)
+    : status(refusal_spec(reason_).status),
+      message(std::move(message_)),
+      type(refusal_spec(reason_).type),
+      code(refusal_spec(reason_).code ? refusal_spec(reason_).code : ""),
+      reason(reason_) {}
 
 std::string ApiError::to_json() const {
   nlohmann::json e = {{"message", message},
@@ -61,15 +82,14 @@ std::string ApiError::to_json() const {
                                            nlohmann::json::error_handler_t::replace);
 }
 
-EngineErrorKind classify_engine_error(std::string_view m) {
-  if (m.starts_with("request queue full")) return EngineErrorKind::kQueueFull;
-  if (m == "engine is shut down" || m == "engine shut down") return EngineErrorKind::kShutDown;
-  if (m.starts_with("numerics guard")) return EngineErrorKind::kNumerics;
-  return EngineErrorKind::kBadRequest;
+ApiError invalid_param(const std::string& param, const std::string& message) {
+  return ApiError(RefusalReason::kInvalidRequest, message).with_param(param);
 }
 
-ApiError invalid_param(const std::string& param, const std::string& message) {
-  return ApiError(400, RefusalReason::kInvalidRequest, "invalid_value", message).with_param(param);
+ApiError engine_error(const Error& e, int64_t retry_after_s) {
+  ApiError a(refusal_for(e.kind), e.message);
+  if (a.status == 429 || a.status == 503) a.retry_after_s = retry_after_s;
+  return a;
 }
 
 }  // namespace kvw::server

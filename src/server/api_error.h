@@ -1,5 +1,6 @@
-// server/api_error.h: OpenAI-style error responses ({"error":{"message","type","param","code"}})
-// and the refusal counters (one per reason) that /metrics can export.
+// server/api_error.h: OpenAI-style error responses ({"error":{"message","type","param","code"}}),
+// the one table that gives every refusal reason its HTTP status, error type and code, the map
+// from the engine's typed faults (ErrorKind) to reasons, and the refusal counters for /metrics.
 // Thread safety: ApiError is a value; RefusalCounters are atomics, any thread.
 #pragma once
 
@@ -7,12 +8,14 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include <utility>
+
+#include "core/status.h"
 
 namespace kvw::server {
 
-// Why a request was refused. Every non-2xx answer counts under exactly one reason.
+// Why a request was refused. Every non-2xx answer counts under exactly one reason, and each
+// reason has exactly one status (refusal_spec), streamed or not.
 enum class RefusalReason {
   kInvalidRequest,      // 400: bad JSON, wrong type, out of range
   kContextLength,       // 400 context_length_exceeded
@@ -27,21 +30,31 @@ enum class RefusalReason {
   kMalformedHttp,       // 400: not HTTP/1.1
   kTooManyConnections,  // 503: over --max-connections
   kRequestMemory,       // 503: request memory (--request-memory) stayed spent too long
-  kSlowConsumer,        // stream dropped: the client read too slowly (no answer possible)
-  kInternal,            // 500: a handler failed
-  kQueueFull,           // 429: --max-queue
+  kSlowConsumer,        // 500: stream dropped, the client read too slowly (no answer possible)
+  kInternal,            // 500: a handler or the engine failed
+  kNumerics,            // 500: the numerics guard ended the request
+  kQueueFull,           // 429: --max-queue or the engine's request queue
   kQueueWait,           // 429: predicted wait over --max-queue-wait
   kShedding,            // 503: breaker shedding
   kDraining,            // 503: shutting down
-  kEngine,              // engine refused or failed the request
   kCount,
 };
 const char* to_string(RefusalReason r);
 
+struct RefusalSpec {
+  int status;
+  const char* type;  // OpenAI error type
+  const char* code;  // default code; nullptr: null
+};
+const RefusalSpec& refusal_spec(RefusalReason r);
+
+// The reason for an engine fault of this kind.
+RefusalReason refusal_for(ErrorKind kind);
+
 struct ApiError {
   ApiError() = default;
-  ApiError(int status_, RefusalReason reason_, std::string code_, std::string message_)
-      : status(status_), message(std::move(message_)), code(std::move(code_)), reason(reason_) {}
+  // Status, type and code come from refusal_spec(reason).
+  ApiError(RefusalReason reason_, std::string message_);
   ApiError& with_param(std::string p) & {
     param = std::move(p);
     return *this;
@@ -50,8 +63,8 @@ struct ApiError {
     param = std::move(p);
     return std::move(*this);
   }
-  ApiError&& with_type(std::string t) && {
-    type = std::move(t);
+  ApiError&& with_code(std::string c) && {  // a more precise code than the reason's default
+    code = std::move(c);
     return std::move(*this);
   }
   ApiError&& with_retry_after(int64_t s) && {
@@ -71,13 +84,9 @@ struct ApiError {
 };
 
 ApiError invalid_param(const std::string& param, const std::string& message);
-
-// What an engine error message means for the HTTP answer. Engine::submit and the channel's
-// kError report text only, so this matches the engine's own wording (src/engine/engine.cc
-// "request queue full (...)", "engine is shut down"; engine_loop.cc "engine shut down",
-// "numerics guard: ..."). Anything else is the request's fault (400).
-enum class EngineErrorKind { kQueueFull, kShutDown, kNumerics, kBadRequest };
-EngineErrorKind classify_engine_error(std::string_view message);
+// An engine Error (submit() or a channel's kError) as the answer; `retry_after_s` is used for
+// the kinds that ask the client to come back (overloaded, unavailable).
+ApiError engine_error(const Error& e, int64_t retry_after_s);
 
 // Cumulative counts, one per RefusalReason.
 class RefusalCounters {

@@ -81,13 +81,16 @@ void ChoiceRunner::on_finished(const ChannelEvent& ev, ChoiceDelta& d) {
       if (st_.drain_cancelled.load()) {
         st_.counters.num_cancelled_drain.fetch_add(1);
         error_ = "request cancelled: the server is shutting down";
+        error_kind_ = ErrorKind::kUnavailable;
       } else {
         error_ = "request cancelled";
+        error_kind_ = ErrorKind::kInternal;
       }
       break;
     default:
       timing_.reason = FinishReason::kError;
       error_ = ev.error.empty() ? "request failed" : ev.error;
+      error_kind_ = ev.error_kind;
       break;
   }
   end(d);

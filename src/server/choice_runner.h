@@ -51,6 +51,7 @@ class ChoiceRunner {
   const std::string& finish_reason() const { return finish_reason_; }
   // Set when the engine failed or cancelled the request (drain, shutdown, bad input).
   const std::string& error() const { return error_; }
+  ErrorKind error_kind() const { return error_kind_; }
   bool produced_tokens() const { return num_tokens_ > 0; }
   int32_t num_tokens() const { return num_tokens_; }
   uint64_t request_id() const { return channel_->request_id(); }
@@ -71,6 +72,7 @@ class ChoiceRunner {
   bool finished_ = false;
   std::string finish_reason_;
   std::string error_;
+  ErrorKind error_kind_ = ErrorKind::kInternal;
 };
 
 }  // namespace kvw::server

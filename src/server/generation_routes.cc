@@ -31,7 +31,7 @@ ApiError context_exceeded(const ServerState& st, int64_t n_prompt, const GenPara
   const int64_t len = st.max_model_len;
   const int64_t room = len - n_prompt;
   const int64_t want = p.max_tokens ? *p.max_tokens : 1;
-  return ApiError(400, RefusalReason::kContextLength, "context_length_exceeded",
+  return ApiError(RefusalReason::kContextLength,
                   "This model's maximum context length is " + std::to_string(len) +
                       " tokens. However, you requested " + std::to_string(n_prompt + want) +
                       " tokens (" + std::to_string(n_prompt) + " in the " +
@@ -111,27 +111,16 @@ GenerationRequest make_request(const GenParams& p, const PreparedPrompt& pp, int
 
 }  // namespace
 
-ApiError engine_refusal(ServerState& st, const std::string& msg) {
-  switch (classify_engine_error(msg)) {
-    case EngineErrorKind::kQueueFull:
-      return ApiError(429, RefusalReason::kQueueFull, "queue_full", "server busy: " + msg)
-          .with_type("rate_limit_error")
-          .with_retry_after(st.admission.retry_after_s());
-    case EngineErrorKind::kShutDown:
-      return ApiError(503, RefusalReason::kDraining, "draining", "server shutting down")
-          .with_type("server_error")
-          .with_retry_after(st.admission.retry_after_s());
-    case EngineErrorKind::kNumerics:
-      return ApiError(500, RefusalReason::kEngine, "", msg).with_type("server_error");
-    case EngineErrorKind::kBadRequest:
-      break;
-  }
-  return ApiError(400, RefusalReason::kEngine, "", msg);
+ApiError engine_refusal(ServerState& st, const Error& e) {
+  return engine_error(e, st.admission.retry_after_s());
 }
 
 ApiError choice_error(ServerState& st, const ChoiceRunner& r) {
-  if (st.drain_cancelled.load()) return engine_refusal(st, "engine shut down");
-  return engine_refusal(st, r.error());
+  if (st.drain_cancelled.load()) {
+    return engine_refusal(
+        st, Error{"request cancelled: the server is shutting down", ErrorKind::kUnavailable});
+  }
+  return engine_refusal(st, Error{r.error(), r.error_kind()});
 }
 
 namespace {
@@ -139,15 +128,11 @@ namespace {
 // 503 while draining or shedding, 429 when admission refuses; nullopt = admitted.
 std::optional<ApiError> gate(ServerState& st, int64_t num_choices) {
   if (st.draining.load()) {
-    return ApiError(503, RefusalReason::kDraining, "draining",
-                    "server is shutting down; retry on another replica")
-        .with_type("server_error")
+    return ApiError(RefusalReason::kDraining, "server is shutting down; retry on another replica")
         .with_retry_after(st.admission.retry_after_s());
   }
   if (st.breaker.state() == BreakerState::kShedding) {
-    return ApiError(503, RefusalReason::kShedding, "overloaded",
-                    "server overloaded (shedding load); retry later")
-        .with_type("server_error")
+    return ApiError(RefusalReason::kShedding, "server overloaded (shedding load); retry later")
         .with_retry_after(st.admission.retry_after_s());
   }
   const AdmissionDecision d =
@@ -156,13 +141,11 @@ std::optional<ApiError> gate(ServerState& st, int64_t num_choices) {
   const bool full = d.verdict == AdmissionVerdict::kQueueFull;
   char wait[64];
   std::snprintf(wait, sizeof wait, "%.1f", d.predicted_wait_s);
-  return ApiError(429, full ? RefusalReason::kQueueFull : RefusalReason::kQueueWait,
-                  full ? "queue_full" : "queue_wait_exceeded",
+  return ApiError(full ? RefusalReason::kQueueFull : RefusalReason::kQueueWait,
                   full ? "server busy: request queue full (" + std::to_string(d.queued_ahead) +
                              " waiting); retry later"
                        : std::string("server busy: predicted queue wait ") + wait +
                              " s exceeds --max-queue-wait; retry later")
-      .with_type("rate_limit_error")
       .with_retry_after(d.retry_after_s);
 }
 
@@ -181,7 +164,7 @@ std::variant<std::vector<std::unique_ptr<ChoiceRunner>>, ApiError> submit_all(
         for (int64_t left = total - (int64_t)runners.size(); left > 0; --left) {
           st.admission.on_complete(now_s());
         }
-        return engine_refusal(st, ch.message());
+        return engine_refusal(st, ch.error());
       }
       runners.push_back(std::make_unique<ChoiceRunner>(st, std::move(*ch), p.stop, p.logprobs,
                                                        p.ignore_eos, arrival_ns,
@@ -204,9 +187,9 @@ struct Job {
 void run(ServerState& st, Job job, HttpResponse& res) {
   if (!job.params.model.empty() && job.params.model != st.model_name) {
     return send_error(st, res,
-                      ApiError(404, RefusalReason::kModelNotFound, "model_not_found",
-                               "The model '" + job.params.model + "' does not exist (serving '" +
-                                   st.model_name + "')")
+                      ApiError(RefusalReason::kModelNotFound, "The model '" + job.params.model +
+                                                                  "' does not exist (serving '" +
+                                                                  st.model_name + "')")
                           .with_param("model"));
   }
   for (PreparedPrompt& pp : job.prompts) {
@@ -229,8 +212,7 @@ void guarded(ServerState& st, HttpResponse& res, Fn&& fn) {
     fn();
   } catch (const std::exception& e) {  // user input must never escape as a crash
     send_error(st, res,
-               ApiError(500, RefusalReason::kEngine, "", std::string("internal error: ") + e.what())
-                   .with_type("server_error"));
+               ApiError(RefusalReason::kInternal, std::string("internal error: ") + e.what()));
   }
 }
 

@@ -133,7 +133,18 @@ void GenerationStream::poll(http::StreamOutput& out) {
 
 void GenerationStream::poll_streamed(http::StreamOutput& out) {
   if (!started_) {
-    started_ = true;
+    // The status line waits for the first event, so a request that fails before producing
+    // anything (context overflow, queue full in the engine, shutdown) gets the same status as
+    // a non-streamed one; once 200 is sent, a failure is an SSE error event with that body.
+    bool any = false, all_done = true, any_error = false;
+    for (size_t i = 0; i < runners_.size(); ++i) {
+      runners_[i]->poll(whole_[i]);
+      any = any || runners_[i]->num_tokens() > 0;
+      all_done = all_done && runners_[i]->finished();
+      any_error = any_error || !runners_[i]->error().empty();
+    }
+    if (!any && !all_done) return;
+    if (!any && any_error) return poll_whole(out);
     out.head = true;
     out.status = 200;
     out.content_type = "text/event-stream";
@@ -150,7 +161,8 @@ void GenerationStream::poll_streamed(http::StreamOutput& out) {
   }
   for (size_t i = 0; i < runners_.size(); ++i) {
     if (ended_[i]) continue;
-    ChoiceDelta d;
+    ChoiceDelta d = std::move(whole_[i]);  // what arrived before the status line, if anything
+    whole_[i] = ChoiceDelta{};
     runners_[i]->poll(d);
     emit(i, d, out.data);
   }

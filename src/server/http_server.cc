@@ -16,55 +16,52 @@ using nlohmann::json;
 
 namespace {
 
+// The transport's own refusals, as reasons of the one table (api_error.h).
 ApiError transport_refusal(const ServerConfig& c, http::Refusal r, const http::HttpRequest& req) {
   const http::HttpServerConfig& h = c.http;
   using http::Refusal;
   switch (r) {
     case Refusal::kBadRequest:
-      return ApiError(400, RefusalReason::kMalformedHttp, "bad_request", "malformed HTTP request");
+      return ApiError(RefusalReason::kMalformedHttp, "malformed HTTP request");
     case Refusal::kUnauthorized:
-      return ApiError(401, RefusalReason::kUnauthorized, "invalid_api_key",
+      return ApiError(RefusalReason::kUnauthorized,
                       "invalid or missing API key (Authorization: Bearer ...)");
     case Refusal::kNotFound:
-      return ApiError(404, RefusalReason::kNotFound, "not_found",
-                      "no route " + req.method + " " + req.path);
+      return ApiError(RefusalReason::kNotFound, "no route " + req.method + " " + req.path);
     case Refusal::kMethodNotAllowed:
-      return ApiError(405, RefusalReason::kMethodNotAllowed, "method_not_allowed",
+      return ApiError(RefusalReason::kMethodNotAllowed,
                       "method " + req.method + " not allowed on " + req.path);
     case Refusal::kHeaderTimeout:
-      return ApiError(408, RefusalReason::kHeaderTimeout, "request_timeout",
+      return ApiError(RefusalReason::kHeaderTimeout,
                       "request headers not complete within --header-timeout");
     case Refusal::kBodyTimeout:
-      return ApiError(408, RefusalReason::kBodyTimeout, "request_timeout",
+      return ApiError(RefusalReason::kBodyTimeout,
                       "request body not complete within --body-timeout");
     case Refusal::kBodyTooLarge:
       return ApiError(
-          413, RefusalReason::kBodyTooLarge, "payload_too_large",
+          RefusalReason::kBodyTooLarge,
           "request body over --max-body-bytes (" + std::to_string(h.max_body_bytes) + " bytes)");
     case Refusal::kHeadersTooLarge:
-      return ApiError(431, RefusalReason::kHeadersTooLarge, "headers_too_large",
+      return ApiError(RefusalReason::kHeadersTooLarge,
                       "request headers over " + std::to_string(h.max_headers) + " fields or " +
                           std::to_string(h.max_header_bytes) + " bytes");
     case Refusal::kTooManyConnections:
-      return ApiError(503, RefusalReason::kTooManyConnections, "too_many_connections",
-                      "server at --max-connections (" + std::to_string(h.max_connections) +
-                          "); retry later")
-          .with_type("server_error")
+      return ApiError(RefusalReason::kTooManyConnections, "server at --max-connections (" +
+                                                              std::to_string(h.max_connections) +
+                                                              "); retry later")
           .with_retry_after(h.retry_after_s);
     case Refusal::kRequestMemory:
-      return ApiError(503, RefusalReason::kRequestMemory, "request_memory_exhausted",
+      return ApiError(RefusalReason::kRequestMemory,
                       "request memory (--request-memory " + std::to_string(h.request_memory_bytes) +
                           " bytes) stayed in use by other requests; retry later")
-          .with_type("server_error")
           .with_retry_after(h.retry_after_s);
     case Refusal::kSlowConsumer:
-      return ApiError(500, RefusalReason::kSlowConsumer, "slow_consumer",
-                      "client read too slowly (--stream-buffer-bytes)")
-          .with_type("server_error");
+      return ApiError(RefusalReason::kSlowConsumer,
+                      "client read too slowly (--stream-buffer-bytes)");
     case Refusal::kInternal:
       break;
   }
-  return ApiError(500, RefusalReason::kInternal, "", "internal error").with_type("server_error");
+  return ApiError(RefusalReason::kInternal, "internal error");
 }
 
 // The most text one token can stand for: bounds how many tokens a prompt of N bytes has.

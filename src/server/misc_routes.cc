@@ -35,7 +35,7 @@ std::optional<ApiError> prompt_bytes_over_context(const ServerState& st, size_t 
     return std::nullopt;
   }
   const char* what = chat ? "messages" : "prompt";
-  return ApiError(400, RefusalReason::kContextLength, "context_length_exceeded",
+  return ApiError(RefusalReason::kContextLength,
                   "This model's maximum context length is " + std::to_string(st.max_model_len) +
                       " tokens. However, your " + what + " is at least " +
                       std::to_string(at_least) + " tokens (" + std::to_string(bytes) +
@@ -62,10 +62,10 @@ void handle_tokenize(ServerState& st, HttpRequest& req, HttpResponse& res) {
   const json& j = std::get<json>(body);
   if (auto m = j.find("model"); m != j.end() && !m->is_null()) {
     if (!m->is_string() || m->get<std::string>() != st.model_name) {
-      return send_error(st, res,
-                        ApiError(404, RefusalReason::kModelNotFound, "model_not_found",
-                                 "The model " + m->dump() + " does not exist")
-                            .with_param("model"));
+      return send_error(
+          st, res,
+          ApiError(RefusalReason::kModelNotFound, "The model " + m->dump() + " does not exist")
+              .with_param("model"));
     }
   }
   std::vector<int32_t> tokens;

@@ -172,21 +172,24 @@ ApiResult<json> parse_body(const std::string& body, uint64_t dom_budget_bytes) {
     j = dom_budget_bytes == UINT64_MAX ? json::parse(body, nullptr, /*allow_exceptions=*/false)
                                        : json::parse(body, count, /*allow_exceptions=*/false);
   } catch (const JsonTooDeep&) {
-    return ApiError(400, RefusalReason::kInvalidRequest, "invalid_json",
-                    "request body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    return ApiError(RefusalReason::kInvalidRequest,
+                    "request body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels")
+        .with_code("invalid_json");
   } catch (const JsonTooLarge&) {
-    return ApiError(413, RefusalReason::kBodyTooLarge, "request_too_large",
+    return ApiError(RefusalReason::kBodyTooLarge,
                     "the request's JSON needs more than the " + std::to_string(dom_budget_bytes) +
                         " bytes of request memory reserved for a body of " +
-                        std::to_string(body.size()) + " bytes (too many small values)");
+                        std::to_string(body.size()) + " bytes (too many small values)")
+        .with_code("request_too_large");
   }
   if (j.is_discarded()) {
-    return ApiError(400, RefusalReason::kInvalidRequest, "invalid_json",
-                    "request body is not valid JSON (or has invalid UTF-8)");
+    return ApiError(RefusalReason::kInvalidRequest,
+                    "request body is not valid JSON (or has invalid UTF-8)")
+        .with_code("invalid_json");
   }
   if (!j.is_object()) {
-    return ApiError(400, RefusalReason::kInvalidRequest, "invalid_json",
-                    "request body must be a JSON object");
+    return ApiError(RefusalReason::kInvalidRequest, "request body must be a JSON object")
+        .with_code("invalid_json");
   }
   return j;
 }

@@ -37,7 +37,7 @@ std::string_view tokenizable_tail_bytes(std::string_view text, uint64_t keep);
 
 // The HTTP answer for an engine error message; choice_error for a choice that ended in error
 // (a request cancelled at the end of a drain is refused like one arriving during it).
-ApiError engine_refusal(ServerState& st, const std::string& msg);
+ApiError engine_refusal(ServerState& st, const Error& e);
 class ChoiceRunner;
 ApiError choice_error(ServerState& st, const ChoiceRunner& r);
 

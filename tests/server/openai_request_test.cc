@@ -147,8 +147,13 @@ TEST(OpenAiRequest, ErrorJsonHasOpenAiShape) {
   EXPECT_EQ(j["error"]["type"], "invalid_request_error");
   EXPECT_EQ(j["error"]["param"], "n");
   EXPECT_TRUE(j["error"].contains("code"));
-  ApiError none(404, RefusalReason::kNotFound, "", "m");
+  ApiError none(RefusalReason::kNotFound, "m");
+  EXPECT_EQ(none.status, 404);
   EXPECT_TRUE(json::parse(none.to_json())["error"]["param"].is_null());
+  ApiError internal(RefusalReason::kInternal, "m");
+  EXPECT_EQ(internal.status, 500);
+  EXPECT_EQ(json::parse(internal.to_json())["error"]["type"], "server_error");
+  EXPECT_TRUE(json::parse(internal.to_json())["error"]["code"].is_null());
 }
 
 }  // namespace

@@ -316,13 +316,17 @@ TEST(Server, FullQueueGets429WithRetryAfterAndDrainGets503ThenCancels) {
   const json long_req = {
       {"prompt", "Once upon a time"}, {"max_tokens", 4000}, {"stream", true}, {"ignore_eos", true}};
   std::vector<std::string> bodies(2);
+  std::vector<int> statuses(2, 0);
   std::vector<std::thread> streams;
   for (int i = 0; i < 2; ++i) {
     streams.emplace_back([&, i] {
       httplib::Client c("127.0.0.1", h.server->port());
       c.set_read_timeout(60);
       auto r = c.Post("/v1/completions", long_req.dump(), "application/json");
-      if (r) bodies[i] = r->body;
+      if (r) {
+        bodies[i] = r->body;
+        statuses[i] = r->status;
+      }
     });
     wait_in_flight(*h.server, i + 1);  // one runs, one queues
   }
@@ -340,15 +344,19 @@ TEST(Server, FullQueueGets429WithRetryAfterAndDrainGets503ThenCancels) {
 
   EXPECT_EQ(h.server->drain_and_stop(), 2u);  // neither finishes 4000 tokens in 0.2 s
   for (auto& t : streams) t.join();
-  for (const auto& b : bodies) {
-    auto events = sse_events(b);
-    ASSERT_GE(events.size(), 2u) << b;
-    EXPECT_EQ(events.back(), "[DONE]");
-    EXPECT_TRUE(json::parse(events[events.size() - 2]).contains("error")) << b;
-  }
+  // The running stream had sent 200 and tokens: it ends with an SSE error event, then [DONE].
+  EXPECT_EQ(statuses[0], 200);
+  auto events = sse_events(bodies[0]);
+  ASSERT_GE(events.size(), 2u) << bodies[0];
+  EXPECT_EQ(events.back(), "[DONE]");
+  EXPECT_EQ(json::parse(events[events.size() - 2])["error"]["code"], "draining") << bodies[0];
+  // The queued one had sent nothing: it gets the status a non-streamed request would.
+  EXPECT_EQ(statuses[1], 503) << bodies[1];
+  EXPECT_EQ(json::parse(bodies[1], nullptr, false)["error"]["code"], "draining") << bodies[1];
   EXPECT_EQ(h.server->counters().num_cancelled_drain.load(), 2u);
   EXPECT_EQ(h.server->refusals().get(RefusalReason::kQueueFull), 1u);
-  EXPECT_EQ(h.server->refusals().get(RefusalReason::kDraining), 1u);
+  EXPECT_EQ(h.server->refusals().get(RefusalReason::kDraining),
+            2u);  // the late one, the queued one
 }
 
 // A KV threshold so low that one running request crosses it, with no shed delay: the breaker

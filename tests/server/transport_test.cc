@@ -182,24 +182,40 @@ TEST(ServerTransport, RefusalBeforeTheBodyClosesTheConnection) {
   EXPECT_TRUE(closed);
 }
 
-TEST(ServerTransport, EngineErrorWordingMapsToStatuses) {
-  EXPECT_EQ(classify_engine_error("request queue full (64 waiting); retry later"),
-            EngineErrorKind::kQueueFull);
-  EXPECT_EQ(classify_engine_error("engine shut down"), EngineErrorKind::kShutDown);
-  EXPECT_EQ(classify_engine_error("numerics guard: non-finite logits (NaN/Inf) at position 3"),
-            EngineErrorKind::kNumerics);
-  EXPECT_EQ(classify_engine_error("prompt token 99999 outside the vocabulary [0, 512)"),
-            EngineErrorKind::kBadRequest);
-  // The real engine's wording, so a change on its side fails here rather than turning 503s
-  // into 400s.
+// Engine faults carry their kind from where they are found; the one table maps each kind to
+// one status, streamed or not.
+TEST(ServerTransport, EngineFaultKindsMapToOneStatusEach) {
+  EXPECT_EQ(engine_error(Error{"x", ErrorKind::kOverloaded}, 3).status, 429);
+  EXPECT_EQ(engine_error(Error{"x", ErrorKind::kOverloaded}, 3).retry_after_s, 3);
+  EXPECT_EQ(engine_error(Error{"x", ErrorKind::kUnavailable}, 3).status, 503);
+  EXPECT_EQ(engine_error(Error{"x", ErrorKind::kNumerics}, 3).status, 500);
+  EXPECT_EQ(engine_error(Error{"x", ErrorKind::kNumerics}, 3).retry_after_s, 0);
+  EXPECT_EQ(engine_error(Error{"x", ErrorKind::kContextOverflow}, 3).code,
+            "context_length_exceeded");
+  EXPECT_EQ(engine_error(Error{"x", ErrorKind::kInvalidInput}, 3).status, 400);
+  EXPECT_EQ(engine_error(Error{"x", ErrorKind::kInternal}, 3).status, 500);
+  for (int r = 0; r < (int)RefusalReason::kCount; ++r) {
+    const RefusalSpec& spec = refusal_spec(RefusalReason(r));
+    EXPECT_TRUE(spec.status >= 400 && spec.status < 600) << to_string(RefusalReason(r));
+    EXPECT_STRNE(to_string(RefusalReason(r)), "?");
+  }
+  // The real engine's faults carry their kinds.
   Harness h;
+  GenerationRequest big;
+  big.prompt.assign(600, 3);  // over max_model_len 512
+  big.max_tokens = 1;
+  auto ch = h.engine->submit(std::move(big));
+  ASSERT_TRUE(ch.ok());
+  const TokenChannel::Collected c = (*ch)->collect();
+  EXPECT_EQ(c.reason, FinishReason::kError);
+  EXPECT_EQ(c.error_kind, ErrorKind::kContextOverflow) << c.error;
   h.engine->shutdown();
   GenerationRequest req;
   req.prompt = {1, 2, 3};
   req.max_tokens = 1;
-  auto ch = h.engine->submit(std::move(req));
-  ASSERT_FALSE(ch.ok());
-  EXPECT_EQ(classify_engine_error(ch.message()), EngineErrorKind::kShutDown) << ch.message();
+  auto late = h.engine->submit(std::move(req));
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.kind(), ErrorKind::kUnavailable) << late.message();
 }
 
 }  // namespace
