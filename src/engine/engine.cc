@@ -149,7 +149,10 @@ Result<std::shared_ptr<TokenChannel>> Engine::submit(GenerationRequest req) {
   if (!sampler.ok()) return sampler.error();
   const uint64_t id = next_request_id_.fetch_add(1);
   auto channel = std::make_shared<TokenChannel>(id, req.max_tokens);
-  PendingRequest p{.request_id = id, .request = std::move(req), .channel = channel};
+  PendingRequest p{.request_id = id,
+                   .request = std::move(req),
+                   .channel = channel,
+                   .sampler = std::move(*sampler)};
   if (!queue_->try_push(std::move(p))) {
     if (queue_->closed()) return Error{"engine is shut down", ErrorKind::kUnavailable};
     return Error{

@@ -70,7 +70,7 @@ class Engine {
  private:
   struct Live {  // a request the scheduler knows (engine thread only)
     std::shared_ptr<TokenChannel> channel;
-    std::unique_ptr<SeqSampler> sampler;
+    std::shared_ptr<SeqSampler> sampler;
     bool ignore_eos = false;
     std::string error;  // set by the numerics guard, sent with kError
     ErrorKind error_kind = ErrorKind::kInternal;

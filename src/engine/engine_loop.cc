@@ -41,8 +41,6 @@ void Engine::admit_pending() {
   queue_->drain(pending_, cancels_);
   for (PendingRequest& p : pending_) {
     const uint64_t id = p.request_id;
-    auto sampler = SeqSampler::create(p.request.sampling, model_->hparams().n_vocab);
-    CHECK(sampler.ok()) << "submit() validated the sampling of request " << id;
     RequestInput in{.id = SeqId{id},
                     .prompt = std::move(p.request.prompt),
                     .max_tokens = p.request.max_tokens,
@@ -56,7 +54,7 @@ void Engine::admit_pending() {
       continue;
     }
     live_.emplace(id, Live{.channel = std::move(p.channel),
-                           .sampler = std::move(*sampler),
+                           .sampler = std::move(p.sampler),
                            .ignore_eos = p.request.ignore_eos,
                            .error = {},
                            .next_event = {}});

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 namespace kvw {
 
@@ -25,6 +27,9 @@ struct GenSampling {
   // log-probability (of the model's raw distribution, before penalties and temperature, as
   // vLLM reports) plus the k most likely alternatives (k <= 20).
   int32_t logprobs = -1;
+  // OpenAI logit_bias: (token id, bias in [-100, 100]) added to that token's logit before
+  // penalties and sampling. Ids must be in [0, n_vocab).
+  std::vector<std::pair<int32_t, float>> logit_bias = {};
 };
 
 }  // namespace kvw

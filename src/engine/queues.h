@@ -100,10 +100,12 @@ class TokenChannel {
 
 // A submission on its way to the engine thread. The channel is shared: the client holds it to
 // read, the engine to write, and either may finish first (hence shared_ptr).
+class SeqSampler;
 struct PendingRequest {
   uint64_t request_id = 0;
   GenerationRequest request;
   std::shared_ptr<TokenChannel> channel;
+  std::shared_ptr<SeqSampler> sampler;  // built (and validated) once, by submit()
 };
 
 // Bounded multi-producer, single-consumer queue of submissions and cancellations.

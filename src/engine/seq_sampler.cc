@@ -18,7 +18,8 @@ Result<std::unique_ptr<SeqSampler>> SeqSampler::create(const GenSampling& s, int
   p.presence_penalty = s.presence_penalty;
   p.frequency_penalty = s.frequency_penalty;
   p.seed = s.seed;
-  KVW_RETURN_IF_ERROR(p.validate());
+  p.logit_bias = s.logit_bias;
+  KVW_RETURN_IF_ERROR(p.validate(n_vocab));
   if (s.logprobs < -1 || s.logprobs > kMaxLogprobs) {
     return Error{"logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "]"};
   }

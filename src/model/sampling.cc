@@ -2,10 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 namespace kvw {
 
-Status SamplingParams::validate() const {
+Status SamplingParams::validate(int32_t n_vocab) const {
   if (!(temperature >= 0.0f)) return Error{"--temperature must be >= 0"};
   if (top_k < 0) return Error{"--top-k must be >= 0"};
   if (!(top_p > 0.0f && top_p <= 1.0f)) return Error{"--top-p must be in (0, 1]"};
@@ -17,6 +18,16 @@ Status SamplingParams::validate() const {
   }
   if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) {
     return Error{"frequency_penalty must be in [-2, 2]"};
+  }
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0 || id >= n_vocab) {
+      return Error{"logit_bias: token id " + std::to_string(id) +
+                   " is outside the vocabulary [0, " + std::to_string(n_vocab) + ")"};
+    }
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return Error{"logit_bias: bias " + std::to_string(bias) + " for token " + std::to_string(id) +
+                   " is outside [-100, 100]"};
+    }
   }
   return {};
 }
@@ -34,6 +45,7 @@ int32_t Sampler::sample(const float* logits, std::span<const int32_t> history,
   cand.resize((size_t)n_vocab_);
   adjusted.resize((size_t)n_vocab_);
   std::copy(logits, logits + n_vocab_, adjusted.begin());
+  for (const auto& [id, bias] : p_.logit_bias) adjusted[id] += bias;
   if (p_.repeat_penalty != 1.0f && p_.repeat_last_n > 0) {
     const size_t n = std::min<size_t>(history.size(), p_.repeat_last_n);
     for (int32_t id : history.last(n)) {

@@ -9,6 +9,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -26,9 +27,12 @@ struct SamplingParams {
   // frequency * count. 0 = off; each in [-2, 2].
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
+  // OpenAI logit_bias: added to the token's logit before the penalties; each in [-100, 100],
+  // ids in [0, n_vocab) (checked by validate(n_vocab)).
+  std::vector<std::pair<int32_t, float>> logit_bias = {};
   uint64_t seed = 0;
 
-  Status validate() const;
+  Status validate(int32_t n_vocab = INT32_MAX) const;
 };
 
 class Sampler {

@@ -104,6 +104,7 @@ GenerationRequest make_request(const GenParams& p, const PreparedPrompt& pp, int
   s.presence_penalty = p.presence_penalty;
   s.frequency_penalty = p.frequency_penalty;
   s.logprobs = p.logprobs;
+  s.logit_bias = p.logit_bias;
   // Choices of one request differ yet stay reproducible under a seed.
   s.seed = p.seed ? *p.seed + (uint64_t)choice : std::random_device{}() * 0x9E3779B97F4A7C15ull;
   return r;

@@ -1,6 +1,8 @@
 #include "server/openai_request.h"
 
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 
 namespace kvw::server {
 namespace {
@@ -71,6 +73,31 @@ std::optional<ApiError> read_stop(const json& body, std::vector<std::string>& ou
   return std::nullopt;
 }
 
+// OpenAI logit_bias: {"50256": -100, ...}; keys are token ids as strings, values in
+// [-100, 100]. Ids are checked against the vocabulary by the engine (submit()).
+std::optional<ApiError> read_logit_bias(const json& body,
+                                        std::vector<std::pair<int32_t, float>>& out) {
+  const json* v = field(body, "logit_bias");
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_object()) {
+    return invalid_param("logit_bias", "'logit_bias' must be an object of token id -> bias");
+  }
+  for (const auto& [key, bias] : v->items()) {
+    char* end = nullptr;
+    errno = 0;
+    const long id = std::strtol(key.c_str(), &end, 10);
+    if (key.empty() || *end != '\0' || errno != 0 || id < 0 || id > INT32_MAX) {
+      return invalid_param("logit_bias", "logit_bias key '" + key + "' is not a token id");
+    }
+    if (!bias.is_number() || !(bias.get<double>() >= -100 && bias.get<double>() <= 100)) {
+      return invalid_param("logit_bias",
+                           "logit_bias['" + key + "'] must be a number in [-100, 100]");
+    }
+    out.emplace_back((int32_t)id, bias.get<float>());
+  }
+  return std::nullopt;
+}
+
 // Everything but the prompt/messages and the endpoint-specific logprobs fields.
 std::optional<ApiError> read_common(const json& body, GenParams& p) {
   if (const json* m = field(body, "model")) {
@@ -99,6 +126,7 @@ std::optional<ApiError> read_common(const json& body, GenParams& p) {
   if (auto e = read_int(body, "n", 1, kMaxN, i)) return e;
   if (i) p.n = (int32_t)*i;
   if (auto e = read_stop(body, p.stop)) return e;
+  if (auto e = read_logit_bias(body, p.logit_bias)) return e;
   if (auto e = read_bool(body, "stream", p.stream)) return e;
   if (auto e = read_bool(body, "ignore_eos", p.ignore_eos)) return e;
   if (const json* so = field(body, "stream_options")) {

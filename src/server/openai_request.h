@@ -36,6 +36,7 @@ struct GenParams {
   float frequency_penalty = 0.0f;
   int32_t logprobs = -1;    // engine GenSampling::logprobs: -1 none, k >= 0 top alternatives
   bool ignore_eos = false;  // vLLM extension
+  std::vector<std::pair<int32_t, float>> logit_bias = {};  // {"token id": bias in [-100, 100]}
 };
 
 // One completions prompt: text, or token ids when the client sent ids.

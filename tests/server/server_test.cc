@@ -416,3 +416,40 @@ TEST(Server, DrainLetsInFlightRequestsFinish) {
 
 }  // namespace
 }  // namespace kvw::server
+
+namespace kvw::server {
+namespace {
+
+// OpenAI logit_bias: +100 makes a token win every greedy step, -100 removes the greedy choice,
+// and bad keys, values or ids are 400s naming logit_bias.
+TEST(Server, LogitBiasSteersGreedyChoicesAndIsBoundsChecked) {
+  Harness h;
+  const json base = {
+      {"prompt", "Once upon a time"}, {"max_tokens", 3}, {"temperature", 0}, {"ignore_eos", true}};
+  const std::string plain = h.post_ok("/v1/completions", base)["choices"][0]["text"];
+  json forced = base;
+  forced["logit_bias"] = {{"300", 100}};
+  const std::string text = h.post_ok("/v1/completions", forced)["choices"][0]["text"];
+  const json three = h.post_ok("/detokenize", {{"tokens", {300, 300, 300}}});
+  EXPECT_EQ(text, three["prompt"].get<std::string>());
+  // Ban whatever greedy picked first: the first token changes.
+  const json first = h.post_ok("/tokenize", {{"prompt", plain}, {"add_special_tokens", false}});
+  ASSERT_FALSE(first["tokens"].empty());
+  json banned = base;
+  banned["logit_bias"] = {{std::to_string(first["tokens"][0].get<int>()), -100}};
+  const std::string other = h.post_ok("/v1/completions", banned)["choices"][0]["text"];
+  EXPECT_NE(other.substr(0, 1), plain.substr(0, 1)) << plain << " vs " << other;
+  for (const json& bad : {json{{"x", 1}}, json{{"5", 101}}, json{{"5", "high"}}, json{{"-1", 1}},
+                          json{{"99999999", 1}}}) {
+    json r = base;
+    r["logit_bias"] = bad;
+    expect_error(h.post("/v1/completions", r), 400, "",
+                 bad.begin().key() == "99999999" ? "" : "logit_bias");
+  }
+  json not_object = base;
+  not_object["logit_bias"] = json::array({1, 2});
+  expect_error(h.post("/v1/completions", not_object), 400, "invalid_value", "logit_bias");
+}
+
+}  // namespace
+}  // namespace kvw::server
