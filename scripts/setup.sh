@@ -8,6 +8,8 @@ KVW_PACKAGES=(
   libgtest-dev googletest libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libpcre2-dev libxxhash-dev
   libcpp-httplib-dev libboost1.81-dev
+  # Fuzzing (scripts/fuzz.sh): clang with libFuzzer and the sanitizer runtimes.
+  clang libclang-rt-14-dev
   python3 python3-numpy python3-yaml
   # End-to-end tests: Node's `openai` client and playwright-core (tests/e2e), Chromium for the
   # dashboard test, real Prometheus/promtool for metrics and alert rules.

@@ -20,9 +20,14 @@ cmake --build build -j"$JOBS"
 # Label "bench" tests print numbers (run them by hand: ctest -L bench); everything else runs.
 ctest --test-dir build --output-on-failure -j"$JOBS" -LE bench
 
-# The sanitizer pass covers the unit tests only, so the binary and benchmarks are not built.
+# ASan + UBSan over the unit tests (fuzz corpus replays included) and the in-process server
+# tests (real HTTP transport over real engines); the binary and benchmarks are not built.
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKVW_SANITIZE=address,undefined \
   -DKVW_BUILD_BENCH=OFF -DKVW_BUILD_APPS=OFF
 cmake --build build-asan -j"$JOBS"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan -L unit --output-on-failure -j"$JOBS"
+  ctest --test-dir build-asan -L "unit|server" --output-on-failure -j"$JOBS"
+
+# libFuzzer on the GGUF reader, both tokenizers, the request parser and chat templates, each
+# for FUZZ_SECONDS (30) from its seed corpus.
+bash scripts/fuzz.sh
