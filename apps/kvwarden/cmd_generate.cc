@@ -8,6 +8,7 @@
 #include "apps/kvwarden/default_model.h"
 #include "model/model.h"
 #include "model/sampling.h"
+#include "server/stop_matcher.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvw::app {
@@ -27,41 +28,6 @@ struct GenerateFlags {
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
-
-// Holds back text that might be the start of a stop string; returns true once a stop matched.
-class StopFilter {
- public:
-  explicit StopFilter(const std::vector<std::string>& stops) : stops_(stops) {}
-  // Appends text; writes what is safe to print into `out`.
-  bool push(const std::string& text, std::string& out) {
-    held_ += text;
-    for (const auto& s : stops_) {
-      if (s.empty()) continue;
-      if (auto at = held_.find(s); at != std::string::npos) {
-        out += held_.substr(0, at);
-        held_.clear();
-        return true;
-      }
-    }
-    size_t keep = 0;  // longest suffix of held_ that is a prefix of some stop string
-    for (const auto& s : stops_) {
-      for (size_t n = std::min(s.size() - 1, held_.size()); n > keep; --n) {
-        if (held_.compare(held_.size() - n, n, s, 0, n) == 0) {
-          keep = n;
-          break;
-        }
-      }
-    }
-    out += held_.substr(0, held_.size() - keep);
-    held_.erase(0, held_.size() - keep);
-    return false;
-  }
-  std::string rest() { return std::exchange(held_, {}); }
-
- private:
-  const std::vector<std::string>& stops_;
-  std::string held_;
-};
 
 int run(GenerateFlags f) {
   auto fail = [](const std::string& msg, int code) {
@@ -117,7 +83,7 @@ int run(GenerateFlags f) {
   std::vector<float> logits(n_vocab);
   Sampler sampler(f.sampling, n_vocab);
   StreamDecoder stream(tokenizer);
-  StopFilter stop(f.stop);
+  server::StopMatcher stop(f.stop);  // the server's matcher: one behaviour everywhere
   const size_t n_prompt = tokens.size();
 
   auto t0 = std::chrono::steady_clock::now();
@@ -158,8 +124,7 @@ int run(GenerateFlags f) {
   }
   if (finish != "stop") {
     std::string out;
-    stop.push(stream.flush(), out);
-    out += stop.rest();
+    if (!stop.push(stream.flush(), out)) out += stop.flush();
     std::fwrite(out.data(), 1, out.size(), stdout);
   }
   std::printf("\n");
