@@ -34,17 +34,6 @@ double seconds(uint64_t from_ns, uint64_t to_ns) {
 
 }  // namespace
 
-const char* to_string(BreakerState s) {
-  switch (s) {
-    case BreakerState::kOk:
-      return "ok";
-    case BreakerState::kWarn:
-      return "warn";
-    case BreakerState::kShedding:
-      return "shedding";
-  }
-  return "ok";
-}
 
 ServingMetrics::ServingMetrics(ServingMetricsConfig cfg) : cfg_(std::move(cfg)) {
   init_kvwarden();

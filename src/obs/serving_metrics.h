@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/breaker_state.h"
 #include "engine/queues.h"
 #include "http/http_server.h"
 #include "obs/metrics.h"
@@ -43,8 +44,6 @@ struct RequestTiming {
   FinishReason reason = FinishReason::kStop;
 };
 
-enum class BreakerState { kOk = 0, kWarn = 1, kShedding = 2 };
-const char* to_string(BreakerState s);
 
 struct ServingMetricsConfig {
   std::string model_name = "kvwarden";  // model_name label of vllm:* metrics

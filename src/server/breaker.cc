@@ -6,17 +6,6 @@
 
 namespace kvw::server {
 
-const char* to_string(BreakerState s) {
-  switch (s) {
-    case BreakerState::kOk:
-      return "ok";
-    case BreakerState::kWarn:
-      return "warn";
-    case BreakerState::kShedding:
-      return "shedding";
-  }
-  return "?";
-}
 
 void Breaker::set_state_locked(BreakerState s) {
   if (s == snap_.state) return;

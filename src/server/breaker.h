@@ -12,6 +12,8 @@
 #include <mutex>
 #include <utility>
 
+#include "core/breaker_state.h"
+
 namespace kvw::server {
 
 struct BreakerConfig {
@@ -24,8 +26,6 @@ struct BreakerConfig {
   double recover_hold_s = 30;          // below both lower thresholds this long -> ok
 };
 
-enum class BreakerState { kOk, kWarn, kShedding };
-const char* to_string(BreakerState s);
 
 struct BreakerSnapshot {
   BreakerState state = BreakerState::kOk;

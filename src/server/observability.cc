@@ -52,10 +52,7 @@ void ObsBridge::on_refusal(RefusalReason reason) {
 }
 
 void ObsBridge::on_breaker_change(BreakerState state) {
-  static_assert((int)BreakerState::kOk == (int)obs::BreakerState::kOk &&
-                (int)BreakerState::kWarn == (int)obs::BreakerState::kWarn &&
-                (int)BreakerState::kShedding == (int)obs::BreakerState::kShedding);
-  ctx_.metrics().set_breaker_state(obs::BreakerState((int)state));
+  ctx_.metrics().set_breaker_state(state);
 }
 
 void wire_observability(Server& server, Engine& engine, obs::ObservabilityContext& ctx,
@@ -66,7 +63,7 @@ void wire_observability(Server& server, Engine& engine, obs::ObservabilityContex
        .budget = [&engine] { return engine.budget(); },
        .config = [config = std::move(config)] { return config; },
        .transport = [&server] { return server.transport(); }});
-  ctx.metrics().set_breaker_state(obs::BreakerState::kOk);
+  ctx.metrics().set_breaker_state(BreakerState::kOk);
   server.set_observer(&bridge);
   obs::register_observability_routes(
       [&server](const std::string& path, http::Handler h, bool inline_io) {
