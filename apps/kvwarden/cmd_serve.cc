@@ -7,6 +7,7 @@
 // then are cancelled), stop the listener, shut the engine down, exit 0.
 #include <malloc.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <csignal>
@@ -203,7 +204,14 @@ int run(ServeFlags f) {
   std::unique_ptr<server::ObsBridge> bridge;
   server::StepRelay relay;
   f.engine.step_observer = relay.observer();
+  // The engine's threads (its loop and the forward workers, all created by Engine::create)
+  // inherit SCHED_BATCH from this thread: the kernel then lets a waking I/O thread preempt
+  // them, so probes, scrapes and token pushes are not queued behind a busy forward pass. The
+  // HTTP threads, created later, run as ordinary threads.
+  sched_param batch{};
+  const bool batched = sched_setscheduler(0, SCHED_BATCH, &batch) == 0;
   auto engine = Engine::create(f.engine);
+  if (batched) sched_setscheduler(0, SCHED_OTHER, &batch);
   if (!engine.ok()) return fail(engine.message(), 1);
   auto srv = server::Server::create(f.server, **engine, f.engine);
   if (!srv.ok()) return fail(srv.message(), 2);
