@@ -47,4 +47,15 @@ rc=$?
 grep -E "PASS|FAIL|errors|^[0-9]{3} " "$WORK/x.out"
 [ $rc -eq 0 ] || fail "extreme-values scenario exit $rc"
 kill -0 "$SERVER_PID" 2>/dev/null || fail "server died"
+
+# The leak check, short: 45 s of Poisson load after 15 s of warm-up; RSS must grow < 1 MB/min
+# (the README gives the 11-minute command).
+"$KVW" bench --scenario "$SCENARIOS/leak_check.json" --base-url "$URL" --duration 60 \
+  --warmup 15 --request-rate 4 --input-len uniform:32:900 --quiet --output-json "$WORK/l.json" \
+  --output-html "$WORK/l.html" >"$WORK/l.out" 2>&1
+rc=$?
+grep -E "PASS|FAIL|rss|errors" "$WORK/l.out"
+echo "leak check: RSS slope $(json "$WORK/l.json" "['server_rss_growth_mb_per_min']") MB/min"
+[ $rc -eq 0 ] || fail "leak-check scenario exit $rc"
+kill -0 "$SERVER_PID" 2>/dev/null || fail "server died"
 echo "PASS"
