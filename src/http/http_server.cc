@@ -182,6 +182,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Stop-time teardown with no I/O thread running.
   void abandon() { close(); }
 
+  // Runs fn(connection) on the connection's strand, from any thread. What other threads hold
+  // (the engine's wake, a memory grant) is only a weak pointer and the hub: no executor that
+  // could outlive the io_context, and nothing is posted once the server stops.
+  template <typename Fn>
+  static void post_to(const std::weak_ptr<Connection>& weak, WakeHub& hub, Fn fn) {
+    std::lock_guard lock(hub.mu);
+    if (!hub.alive) return;
+    std::shared_ptr<Connection> self = weak.lock();
+    if (!self) return;
+    auto exec = self->sock_.get_executor();
+    net::post(exec, [self = std::move(self), fn = std::move(fn)]() mutable { fn(*self); });
+  }
+
  private:
   enum class Phase {
     kIdle,
@@ -291,12 +304,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (c.s_.request_memory.cancel(c.memory_ticket_)) c.refuse(Refusal::kRequestMemory);
     });
     std::weak_ptr<Connection> weak = shared_from_this();
-    auto exec = sock_.get_executor();
-    memory_ticket_ =
-        s_.request_memory.acquire(s_.cfg.reservation(body_bytes), [weak, exec](ByteLease lease) {
-          net::post(exec, [weak, lease = std::make_shared<ByteLease>(std::move(lease))] {
-            if (auto self = weak.lock()) self->on_memory(std::move(*lease));
-          });
+    memory_ticket_ = s_.request_memory.acquire(
+        s_.cfg.reservation(body_bytes), [weak, hub = s_.hub](ByteLease lease) {
+          post_to(weak, *hub,
+                  [lease = std::make_shared<ByteLease>(std::move(lease))](Connection& c) {
+                    c.on_memory(std::move(*lease));
+                  });
         });
   }
 
@@ -421,16 +434,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
     stream_ended_ = false;
     ++s_.active_streams;
     std::weak_ptr<Connection> weak = shared_from_this();
-    auto exec = sock_.get_executor();
-    std::shared_ptr<WakeHub> hub = s_.hub;
-    auto pending = wake_pending_;
-    stream_->start([weak, exec, hub, pending] {
+    stream_->start([weak, hub = s_.hub, pending = wake_pending_] {
       if (pending->exchange(true)) return;  // a wake is already on its way
-      std::lock_guard lock(hub->mu);
-      if (!hub->alive) return;
-      net::post(exec, [weak, pending] {
+      post_to(weak, *hub, [pending](Connection& c) {
         pending->store(false);
-        if (auto self = weak.lock()) self->pump();
+        c.pump();
       });
     });
     watch_disconnect();
