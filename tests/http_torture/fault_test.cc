@@ -20,32 +20,10 @@ namespace {
 
 constexpr uint64_t kFixedOverheadBytes = 64ull << 20;  // README, "Serving limits"
 
-uint64_t vm_hwm(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  }
-  return 0;
-}
-
-double metric(const std::string& text, const std::string& series) {
-  for (size_t at = 0; (at = text.find(series, at)) != std::string::npos; at += series.size()) {
-    if (at > 0 && text[at - 1] != '\n') continue;
-    const size_t sp = at + series.size();
-    if (sp < text.size() && text[sp] == ' ') return std::stod(text.substr(sp + 1));
-  }
-  return -1;
-}
-
 std::string long_prompt() {
   std::string p;
   while (p.size() < 700) p += "And God said, Let there be light: and there was light. ";
   return p;  // about 180 tokens of the default model's vocabulary
-}
-
-std::unique_ptr<ServedModel> serve_default(const std::vector<std::string>& flags) {
-  return serve_model_file(KVW_DEFAULT_MODEL_PATH, flags);
 }
 
 TEST(Faults, TinyBudgetWithSwapServesOrRefusesEveryLongPrompt) {
@@ -53,9 +31,10 @@ TEST(Faults, TinyBudgetWithSwapServesOrRefusesEveryLongPrompt) {
   // (weights 9.9, workspace 23.3, reserve 64.3, request 26.1 MiB with these flags).
   constexpr uint64_t kBudget = 125ull << 20, kSwap = 8ull << 20;
   TempDir tmp;
-  auto served = serve_default({"--memory-budget", "125MiB", "--max-num-seqs", "16", "--max-queue",
-                               "16", "--request-memory", "8MiB", "--max-body-bytes", "1048576",
-                               "--swap-space", "8MiB", "--swap-path", tmp.path() + "/swap"});
+  auto served =
+      serve_default_model({"--memory-budget", "125MiB", "--max-num-seqs", "16", "--max-queue", "16",
+                           "--request-memory", "8MiB", "--max-body-bytes", "1048576",
+                           "--swap-space", "8MiB", "--swap-path", tmp.path() + "/swap"});
   ASSERT_TRUE(served->server && served->server->alive());
   const uint16_t port = served->server->port();
   std::vector<PlannedRequest> reqs;
@@ -86,9 +65,9 @@ TEST(Faults, TinyBudgetWithSwapServesOrRefusesEveryLongPrompt) {
     ++ok;
   }
   RawResponse m = torture::exchange(port, make_get("/metrics"));
-  const double swapped = metric(m.body, "kvwarden_preemptions_total{mode=\"swap\"}");
-  const double recomputed = metric(m.body, "kvwarden_preemptions_total{mode=\"recompute\"}");
-  const uint64_t hwm = vm_hwm(served->server->pid());
+  const double swapped = metric_sum(m.body, "kvwarden_preemptions_total{mode=\"swap\"}");
+  const double recomputed = metric_sum(m.body, "kvwarden_preemptions_total{mode=\"recompute\"}");
+  const uint64_t hwm = vm_hwm_bytes(served->server->pid());
   std::printf(
       "  16 long prompts, 125 MiB budget: %d completed, %d refused; preemptions swap %.0f "
       "recompute %.0f; VmHWM %.1f MiB (budget + swap staging + overhead = %.0f MiB)\n",
@@ -101,7 +80,7 @@ TEST(Faults, TinyBudgetWithSwapServesOrRefusesEveryLongPrompt) {
 }
 
 TEST(Faults, SigtermMidStreamFinishesEveryStreamRefusesNewWorkAndExitsZero) {
-  auto served = serve_default({});
+  auto served = serve_default_model({});
   ASSERT_TRUE(served->server && served->server->alive());
   const uint16_t port = served->server->port();
   std::vector<PlannedRequest> reqs;
@@ -130,9 +109,10 @@ TEST(Faults, SigtermMidStreamFinishesEveryStreamRefusesNewWorkAndExitsZero) {
 }
 
 TEST(Faults, BreakerFlagsTripAndRecover) {
-  auto served = serve_default({"--max-num-seqs", "8", "--breaker-kv-threshold", "0.3",
-                               "--breaker-kv-recover", "0.1", "--breaker-kv-seconds", "0.3",
-                               "--breaker-recover-seconds", "0.5", "--breaker-tick-ms", "50"});
+  auto served =
+      serve_default_model({"--max-num-seqs", "8", "--breaker-kv-threshold", "0.3",
+                           "--breaker-kv-recover", "0.1", "--breaker-kv-seconds", "0.3",
+                           "--breaker-recover-seconds", "0.5", "--breaker-tick-ms", "50"});
   ASSERT_TRUE(served->server && served->server->alive());
   const uint16_t port = served->server->port();
   // 8 sequences x ~205 tokens hold ~80% of a pool sized for 8 x 256 tokens.

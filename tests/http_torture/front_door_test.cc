@@ -28,33 +28,6 @@ namespace {
 // thread stacks, allocator slack (README, "Serving limits").
 constexpr uint64_t kFixedOverheadBytes = 64ull << 20;
 
-uint64_t proc_status_bytes(pid_t pid, const std::string& field) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind(field, 0) == 0) return std::stoull(line.substr(field.size())) * 1024;
-  }
-  return 0;
-}
-uint64_t vm_hwm_bytes(pid_t pid) {
-  return proc_status_bytes(pid, "VmHWM:");
-}
-uint64_t vm_rss_bytes(pid_t pid) {
-  return proc_status_bytes(pid, "VmRSS:");
-}
-
-// Sum of a metric's samples whose line starts with `prefix` (name plus labels).
-double metric(const std::string& text, const std::string& prefix) {
-  double sum = 0;
-  for (size_t at = 0; (at = text.find(prefix, at)) != std::string::npos; at += prefix.size()) {
-    if (at > 0 && text[at - 1] != '\n') continue;
-    const size_t sp = text.find(' ', at + prefix.size());
-    if (sp == std::string::npos) break;
-    sum += std::stod(text.substr(sp + 1, text.find('\n', sp) - sp - 1));
-  }
-  return sum;
-}
-
 std::string stream_body(int max_tokens, bool ignore_eos = false) {
   return R"({"prompt":"And God said","max_tokens":)" + std::to_string(max_tokens) +
          R"(,"temperature":0.8,"stream":true)" + (ignore_eos ? R"(,"ignore_eos":true)" : "") + "}";
@@ -88,8 +61,8 @@ class Prober {
       if (++tick % 2 == 0) {
         RawResponse m = torture::exchange(port_, make_get("/metrics"), Millis{1000});
         if (m.answered() && m.status == 200) {
-          const double acc = metric(m.body, "kvwarden_requests{state=\"running\"}") +
-                             metric(m.body, "kvwarden_requests{state=\"waiting\"}");
+          const double acc = metric_sum(m.body, "kvwarden_requests{state=\"running\"}") +
+                             metric_sum(m.body, "kvwarden_requests{state=\"waiting\"}");
           max_accounted = std::max(max_accounted, acc);
         }
       }
@@ -101,12 +74,8 @@ class Prober {
   std::thread th_;
 };
 
-std::unique_ptr<ServedModel> serve_default(const std::vector<std::string>& flags) {
-  return serve_model_file(KVW_DEFAULT_MODEL_PATH, flags);
-}
-
 TEST(FrontDoor, ThousandStreamsEndCleanlyWhileProbesAnswer) {
-  auto served = serve_default({});
+  auto served = serve_default_model({});
   ASSERT_TRUE(served->server && served->server->alive());
   const uint16_t port = served->server->port();
   std::vector<PlannedRequest> reqs;
@@ -148,8 +117,8 @@ TEST(FrontDoor, ThousandStreamsEndCleanlyWhileProbesAnswer) {
 
 TEST(FrontDoor, SixtyFourHugePromptsStayWithinTheMemoryBudget) {
   constexpr uint64_t kBudget = 256ull << 20;
-  auto served = serve_default({"--memory-budget", "256MiB", "--max-num-seqs", "16", "--max-queue",
-                               "48", "--body-timeout", "120"});
+  auto served = serve_default_model({"--memory-budget", "256MiB", "--max-num-seqs", "16",
+                                     "--max-queue", "48", "--body-timeout", "120"});
   ASSERT_TRUE(served->server && served->server->alive());
   const uint16_t port = served->server->port();
   std::string text;
@@ -211,7 +180,7 @@ TEST(FrontDoor, SixtyFourHugePromptsStayWithinTheMemoryBudget) {
 }
 
 TEST(FrontDoor, SlowReadersDoNotHoldUpNormalStreams) {
-  auto served = serve_default({});
+  auto served = serve_default_model({});
   ASSERT_TRUE(served->server && served->server->alive());
   const uint16_t port = served->server->port();
   std::vector<PlannedRequest> normal;
@@ -235,7 +204,7 @@ TEST(FrontDoor, SlowReadersDoNotHoldUpNormalStreams) {
   // (the engine batches all 216 sequences either way).
   std::vector<PlannedRequest> fast;
   for (int i = 0; i < 200; ++i) {
-    fast.push_back({make_post_json("/v1/completions", stream_body(200, true)), Millis{0}, "fast"});
+    fast.push_back({make_post_json("/v1/completions", stream_body(100, true)), Millis{0}, "fast"});
   }
   std::thread fast_clients([&] { run_batch(port, fast, Millis{60000}); });
   std::this_thread::sleep_for(Millis{500});
@@ -252,7 +221,7 @@ TEST(FrontDoor, SlowReadersDoNotHoldUpNormalStreams) {
     a.sin_port = htons(port);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    const std::string req = make_post_json("/v1/completions", stream_body(200, true));
+    const std::string req = make_post_json("/v1/completions", stream_body(100, true));
     ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), (ssize_t)req.size());
     slow.push_back(fd);
   }
@@ -270,8 +239,8 @@ TEST(FrontDoor, SlowReadersDoNotHoldUpNormalStreams) {
   std::this_thread::sleep_for(Millis{500});
   const double with_slow_s = run_normal("beside 200 slow readers");
   RawResponse m = torture::exchange(port, make_get("/metrics"));
-  const double buffered = metric(m.body, "kvwarden_http_stream_buffered_bytes");
-  const double streams = metric(m.body, "kvwarden_http_streams");
+  const double buffered = metric_sum(m.body, "kvwarden_http_stream_buffered_bytes");
+  const double streams = metric_sum(m.body, "kvwarden_http_streams");
   stop = true;
   reader.join();
   std::printf(

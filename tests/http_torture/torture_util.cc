@@ -3,6 +3,7 @@
 
 #include <sys/wait.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 namespace kvw::torture {
@@ -128,6 +129,41 @@ void expect_stream_shape(const RawResponse& r, const std::string& what) {
 
 std::string json_quote(const std::string& s) {
   return json(s).dump();
+}
+
+namespace {
+uint64_t proc_status_bytes(pid_t pid, const std::string& field) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind(field, 0) == 0) return std::stoull(line.substr(field.size())) * 1024;
+  }
+  return 0;
+}
+}  // namespace
+
+uint64_t vm_hwm_bytes(pid_t pid) {
+  return proc_status_bytes(pid, "VmHWM:");
+}
+uint64_t vm_rss_bytes(pid_t pid) {
+  return proc_status_bytes(pid, "VmRSS:");
+}
+
+double metric_sum(const std::string& text, const std::string& series) {
+  double sum = 0;
+  bool found = false;
+  for (size_t at = 0; (at = text.find(series, at)) != std::string::npos; at += series.size()) {
+    if (at > 0 && text[at - 1] != '\n') continue;
+    const size_t sp = at + series.size();
+    if (sp >= text.size() || text[sp] != ' ') continue;
+    sum += std::stod(text.substr(sp + 1, text.find('\n', sp) - sp - 1));
+    found = true;
+  }
+  return found ? sum : -1;
+}
+
+std::unique_ptr<ServedModel> serve_default_model(const std::vector<std::string>& flags) {
+  return serve_model_file(KVW_DEFAULT_MODEL_PATH, flags);
 }
 
 }  // namespace kvw::torture

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/types.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +41,14 @@ void expect_server_healthy(ServedModel& served, const std::string& after);
 void expect_completion_shape(const RawResponse& r, bool chat, const std::string& what);
 // A 200 SSE body: data: JSON chunks, one finish_reason, ending with data: [DONE].
 void expect_stream_shape(const RawResponse& r, const std::string& what);
+
+// /proc/PID/status fields in bytes (VmHWM: peak RSS, VmRSS: now); 0 when unreadable.
+uint64_t vm_hwm_bytes(pid_t pid);
+uint64_t vm_rss_bytes(pid_t pid);
+// Sum of the Prometheus samples whose line starts with `series` (name plus labels); -1: none.
+double metric_sum(const std::string& text, const std::string& series);
+// The server runs on the repo's default model (the serving tests' realistic case).
+std::unique_ptr<ServedModel> serve_default_model(const std::vector<std::string>& flags);
 
 // JSON string escaping for building bodies by hand.
 std::string json_quote(const std::string& s);
