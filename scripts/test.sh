@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds Release, runs the whole suite (unit, reference, CLI, server
 # end-to-end with the official `openai` Node client, Chromium dashboard, real Prometheus), then
-# rebuilds the unit tests with AddressSanitizer + UndefinedBehaviorSanitizer and runs them again.
+# the unit and server tests under AddressSanitizer + UndefinedBehaviorSanitizer, the
+# concurrent ones under ThreadSanitizer, and bounded libFuzzer runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -27,6 +28,16 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKVW_SANITIZE=address,undefin
 cmake --build build-asan -j"$JOBS"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan -L "unit|server" --output-on-failure -j"$JOBS"
+
+# ThreadSanitizer over what runs on several threads: the HTTP transport, the server over real
+# engines, the engine and its queues, the thread pool, the swap tier and the scheduler.
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DKVW_SANITIZE=thread -DKVW_BUILD_BENCH=OFF \
+  -DKVW_BUILD_APPS=OFF
+cmake --build build-tsan -j"$JOBS" --target http_server_test http_byte_budget_test server_test \
+  engine_test core_test swap_space_test sched_test
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --test-dir build-tsan \
+  -R "HttpServer|ByteBudget|Server|RequestMemory|Engine|Queue|ThreadPool|Swap|Scheduler" \
+  --output-on-failure -j"$JOBS"
 
 # libFuzzer on the GGUF reader, both tokenizers, the request parser and chat templates, each
 # for FUZZ_SECONDS (30) from its seed corpus.
