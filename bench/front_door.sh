@@ -33,7 +33,7 @@ wait_port() {
 
 PORT=18471
 "$BUILD/apps/kvwarden/kvwarden" serve --model "$MODEL" --port $PORT --max-queue 20000 \
-  --max-connections 16000 --keep-alive-timeout 600 >/tmp/kvw_front_door.log 2>&1 &
+  --max-connections 16000 --max-engine-queue 20000 --keep-alive-timeout 600 >/tmp/kvw_front_door.log 2>&1 &
 KVW=$!
 trap 'kill $KVW 2>/dev/null || true' EXIT
 wait_port $PORT

@@ -67,7 +67,7 @@ int connect_nb(const Args& a) {
 }
 
 // Blocking one-shot GET on its own connection; milliseconds, or -1 on failure/timeout (1 s).
-double probe(const Args& a, const char* path) {
+double probe(const Args& a, const char* path, std::string* body = nullptr) {
   const auto t0 = Clock::now();
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   timeval tv{1, 0};
@@ -88,6 +88,7 @@ double probe(const Args& a, const char* path) {
     while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, (size_t)n);
     if (got.starts_with("HTTP/1.1 200")) {
       ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      if (body) *body = std::move(got);
     }
   }
   ::close(fd);
@@ -303,6 +304,20 @@ int main(int argc, char** argv) {
         pool.size() ? (double)(rss - std::min(rss, rss_streams0)) / (double)pool.size() : 0;
     std::printf("%8d %8zu %10.2f %10.2f %10.2f %8d %12.1f %12.0f\n", target, pool.size(), p.p50,
                 p.p99, p.max, p.failed, rss / 1048576.0, per);
+    // What the server says it holds (kvwarden's /metrics; other servers may not answer).
+    std::string metrics;
+    if (probe(a, "/metrics", &metrics) >= 0) {
+      for (size_t at = 0; at < metrics.size();) {
+        size_t nl = metrics.find('\n', at);
+        if (nl == std::string::npos) nl = metrics.size();
+        const std::string line = metrics.substr(at, nl - at);
+        at = nl + 1;
+        if (line.starts_with("kvwarden_requests{") || line.starts_with("kvwarden_http_streams ") ||
+            line.starts_with("kvwarden_requests_shed_total{")) {
+          std::printf("           %s\n", line.c_str());
+        }
+      }
+    }
     std::fflush(stdout);
     if (p.failed == 0 && p.p99 < 50) best = target;
   }

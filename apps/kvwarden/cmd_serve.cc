@@ -19,6 +19,7 @@
 
 #include "apps/kvwarden/commands.h"
 #include "apps/kvwarden/default_model.h"
+#include "core/log.h"
 #include "engine/engine.h"
 #include "gguf/gguf_file.h"
 #include "planner/engine_budget.h"
@@ -117,7 +118,8 @@ Status resolve(ServeFlags& f) {
     if (const char* k = std::getenv("KVW_API_KEY"); k != nullptr) f.server.http.api_key = k;
   }
   http::HttpServerConfig& h = f.server.http;
-  if (h.max_connections == 0) {
+  const bool default_connections = h.max_connections == 0;
+  if (default_connections) {
     h.max_connections = (size_t)planner::default_max_connections(e.sched.max_num_seqs,
                                                                  f.server.admission.max_queue);
   }
@@ -131,9 +133,14 @@ Status resolve(ServeFlags& f) {
     }
     const uint64_t spare = 64;  // model file, swap file, epoll, logs
     if (nofile.rlim_cur != RLIM_INFINITY && h.max_connections + spare > nofile.rlim_cur) {
-      return Error{"--max-connections " + std::to_string(h.max_connections) +
-                   " needs more file descriptors than this process may open (" +
-                   std::to_string(nofile.rlim_cur) + "; raise `ulimit -n`)"};
+      if (!default_connections || nofile.rlim_cur < 2 * spare) {
+        return Error{"--max-connections " + std::to_string(h.max_connections) +
+                     " needs more file descriptors than this process may open (" +
+                     std::to_string(nofile.rlim_cur) + "; raise `ulimit -n`)"};
+      }
+      LOG(WARN, server) << "default --max-connections " << h.max_connections << " capped to "
+                        << nofile.rlim_cur - spare << " by the open-file limit (ulimit -n)";
+      h.max_connections = nofile.rlim_cur - spare;
     }
   }
   e.request_bytes = planner::request_row_bytes({.request_memory_bytes = h.request_memory_bytes,
