@@ -401,6 +401,15 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--activation-clamp", e.activation_clamp,
                   "Clamp residual activations to [-c, c] (0: off)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--defrag-threshold", e.defrag_threshold,
+                  "Defragment the KV pool between steps when free blocks outside the largest "
+                  "free run exceed this fraction of free blocks (0: off)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--defrag-max-moves", e.defrag_max_moves,
+                  "KV blocks the defragmenter moves at most per pass (bounds the pause)")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
   cmd->add_option("--max-engine-queue", e.request_queue_capacity,
                   "Submissions waiting for the engine thread at most")
       ->capture_default_str();

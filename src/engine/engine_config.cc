@@ -34,6 +34,11 @@ Status EngineConfig::validate() const {
     return Error{"--swap-space needs a swap file path (--swap-path)"};
   }
   if (request_queue_capacity < 1) return Error{"request queue capacity must be >= 1"};
+  if (!(defrag_threshold >= 0 && defrag_threshold <= 1)) {
+    return Error{"--defrag-threshold must be in [0, 1]"};
+  }
+  if (defrag_max_moves < 1) return Error{"--defrag-max-moves must be >= 1"};
+  if (kv_stats_interval_ms < 0) return Error{"kv_stats_interval_ms must be >= 0"};
   return sched.validate();
 }
 

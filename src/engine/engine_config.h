@@ -36,7 +36,14 @@ struct EngineConfig {
   // --max-num-batched-tokens (also the forward workspace size), --max-num-seqs,
   // --max-model-len, --kv-reserve, --overflow, preemption mode.
   SchedConfig sched;
-  float activation_clamp = 0.0f;             // --activation-clamp (ModelOptions); 0 = off
+  float activation_clamp = 0.0f;  // --activation-clamp (ModelOptions); 0 = off
+  // Defragmenter: when the KV pool's fragmentation (free blocks outside the largest free run,
+  // as a fraction of free blocks) is above defrag_threshold, move at most defrag_max_moves
+  // blocks between steps. 0 = off.
+  double defrag_threshold = 0.5;
+  uint32_t defrag_max_moves = 64;
+  // How often the O(blocks) layout statistics (and so the defragmenter's trigger) refresh.
+  int kv_stats_interval_ms = 100;
   size_t request_queue_capacity = 1024;      // submissions waiting for the engine thread
   bool check_invariants_every_step = false;  // tests: KvManager + Scheduler CHECKs each step
   // Called on the engine thread after every step (metrics, traces); empty = none.

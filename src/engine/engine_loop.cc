@@ -211,8 +211,17 @@ void Engine::publish_and_emit() {
   stats_.prefix = kv_->prefix_counters();
   // KvManager::stats() walks every block: at most every 100 ms, so it costs nothing per step.
   const auto now = std::chrono::steady_clock::now();
-  if (now - kv_stats_time_ >= std::chrono::milliseconds(100)) {
+  if (now - kv_stats_time_ >= std::chrono::milliseconds(cfg_.kv_stats_interval_ms)) {
     stats_.kv = kv_->stats();
+    // Free blocks scattered between used ones: gather them with a bounded number of moves
+    // between steps. Not while swap-ins are in flight (their destination blocks must not move).
+    const SwapSpace* swap = kv_->swap_space();
+    if (cfg_.defrag_threshold > 0 && stats_.kv.fragmentation() > cfg_.defrag_threshold &&
+        (swap == nullptr || swap->counters().num_inflight == 0)) {
+      const uint32_t moved = kv_->defragment(cfg_.defrag_max_moves);
+      stats_.num_defrag_moves += moved;
+      if (moved > 0) stats_.kv = kv_->stats();
+    }
     kv_stats_time_ = now;
   }
   stats_.num_generated_tokens += emit_tokens_.size();

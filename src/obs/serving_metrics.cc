@@ -34,7 +34,6 @@ double seconds(uint64_t from_ns, uint64_t to_ns) {
 
 }  // namespace
 
-
 ServingMetrics::ServingMetrics(ServingMetricsConfig cfg) : cfg_(std::move(cfg)) {
   init_kvwarden();
   init_vllm();
@@ -130,6 +129,9 @@ void ServingMetrics::init_kvwarden() {
   gen_tokens_ = &r.counter("kvwarden_generation_tokens_total", "Generated tokens.").with({});
   rss_ = &r.gauge("kvwarden_process_resident_memory_bytes", "Resident set size of the process.")
               .with({});
+  defrag_moves_ = &r.counter("kvwarden_kv_defrag_moves_total",
+                             "KV blocks moved by the defragmenter (--defrag-threshold).")
+                       .with({});
   http_conns_ = &r.gauge("kvwarden_http_connections", "Open HTTP connections.").with({});
   http_peak_conns_ =
       &r.gauge("kvwarden_http_connections_peak", "Most HTTP connections open at once.").with({});
@@ -245,6 +247,7 @@ void ServingMetrics::update_engine(const EngineStats& s) {
   running_->set(double(s.num_running));
   waiting_->set(double(s.num_waiting));
   engine_waiting_ = double(s.num_waiting);
+  defrag_moves_->set_total(double(s.num_defrag_moves));
   swapped_->set(double(s.num_swapped));
   numerics_->set_total(double(s.num_numerics_errors));
   gen_tokens_->set_total(double(s.num_generated_tokens));

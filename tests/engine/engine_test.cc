@@ -300,3 +300,47 @@ TEST(EngineSharedModel, Stories260KGreedyBatchedMatchesAlone) {
 
 }  // namespace
 }  // namespace kvw
+
+namespace kvw {
+namespace {
+
+// Requests of different lengths free blocks in the middle of the pool; with the defragmenter
+// on, moves happen between steps and every output is the one the defragmenter-off run gives.
+TEST(EngineDefrag, MovesBlocksBetweenStepsAndOutputsStayIdentical) {
+  const std::string model = testutil::tiny_model_path();
+  auto run = [&](double threshold, EngineStats* stats) {
+    EngineConfig cfg = testutil::config_with_blocks(model, 96);
+    cfg.enable_prefix_caching = false;  // freed blocks become free, not cached
+    cfg.defrag_threshold = threshold;
+    cfg.defrag_max_moves = 8;
+    cfg.kv_stats_interval_ms = 0;  // check every step
+    auto e = testutil::make_engine(cfg);
+    EXPECT_NE(e, nullptr);
+    const int32_t n_vocab = e->model().hparams().n_vocab;
+    std::vector<GenerationRequest> rs;
+    for (int i = 0; i < 12; ++i) {
+      GenerationRequest r;
+      r.prompt = testutil::prompt(300 + i, 20 + 7 * i, n_vocab);
+      r.max_tokens = 4 + 23 * (i % 4);  // short and long ones interleaved
+      r.ignore_eos = true;
+      rs.push_back(std::move(r));
+    }
+    std::vector<std::shared_ptr<TokenChannel>> chs;
+    for (const auto& r : rs) chs.push_back(*e->submit(r));
+    std::vector<std::vector<int32_t>> out;
+    for (auto& ch : chs) out.push_back(ch->collect().tokens);
+    *stats = e->stats();
+    e->shutdown();
+    e->kv_manager().check_invariants();
+    return out;
+  };
+  EngineStats off{}, on{};
+  const auto plain = run(0.0, &off);
+  const auto defragged = run(0.01, &on);
+  EXPECT_EQ(off.num_defrag_moves, 0u);
+  EXPECT_GT(on.num_defrag_moves, 0u);
+  EXPECT_EQ(defragged, plain);
+}
+
+}  // namespace
+}  // namespace kvw
