@@ -2,7 +2,7 @@
 // measured from outside (works against kvwarden serve and llama-server alike):
 //   1. RSS of N idle keep-alive connections (each made one GET /health and stays open);
 //   2. open streams in steps (each a streaming completion read as it arrives; finished ones are
-//      replaced), and at each step /health latency (p50/p99 over 30 probes, 100 ms apart) and
+//      replaced), and at each step /health latency (p50/p99 over 100 probes, 100 ms apart) and
 //      the server's RSS, so memory per open stream and the largest step with p99 < 50 ms show.
 // Usage: front_door_bench --host 127.0.0.1 --port 8000 --pid PID [--idle 10000]
 //        [--streams 250,500,1000,2000] [--max-tokens 200] [--hold-s 4]
@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -116,7 +117,7 @@ Probes probe_health(const Args& a, int n) {
   if (v.empty()) return p;
   std::sort(v.begin(), v.end());
   p.p50 = v[v.size() / 2];
-  p.p99 = v[std::min(v.size() - 1, v.size() * 99 / 100)];
+  p.p99 = v[(size_t)std::ceil(0.99 * (double)v.size()) - 1];  // nearest-rank p99
   p.max = v.back();
   return p;
 }
@@ -290,9 +291,9 @@ int main(int argc, char** argv) {
     }
     std::thread prober;
     Probes p;
-    prober = std::thread([&] { p = probe_health(a, 30); });
+    prober = std::thread([&] { p = probe_health(a, 100); });
     const auto t_probe_end =
-        Clock::now() + std::chrono::seconds(3) + std::chrono::milliseconds(200);
+        Clock::now() + std::chrono::seconds(10) + std::chrono::milliseconds(200);
     while (Clock::now() < t_probe_end) {
       pool.run(0.2);
       while ((int)pool.size() < target && pool.open(req, true)) {
