@@ -110,18 +110,24 @@ try {
     }, null, { timeout: 20000 });
     const step0 = await page.evaluate(() => window.kvwDashboard.kv.step);
     await page.waitForFunction((s) => window.kvwDashboard.kv.step > s, step0, { timeout: 20000 });
-    const painted = await page.evaluate(() => {
+    // The 4 clients' requests are equally long and end in the same step, so a snapshot can
+    // fall between them with no block in use: wait for one that has used blocks, and check
+    // that exactly those are painted in the used colour.
+    const paintedHandle = await page.waitForFunction(() => {
       const d = window.kvwDashboard;
       d.drawHeat();
       const c = document.getElementById("heat");
       const px = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
-      let usedPx = 0;
+      let usedPx = 0, used = 0;
       for (let i = 0; i < d.kv.num_blocks; ++i) {
-        if (d.kv.state[i] === 2 && px[4 * i] === 163 && px[4 * i + 1] === 190) ++usedPx;
+        if (d.kv.state[i] !== 2) continue;
+        ++used;
+        if (px[4 * i] === 163 && px[4 * i + 1] === 190) ++usedPx;
       }
-      return usedPx;
-    });
-    assert.ok(painted > 0, "used blocks painted in the heatmap");
+      return used > 0 ? { used, usedPx } : null;
+    }, null, { timeout: 20000 });
+    const { used: usedNow, usedPx: painted } = await paintedHandle.jsonValue();
+    assert.equal(painted, usedNow, "every used block painted in the heatmap");
     const shot = path.join(process.env.KVW_ARTIFACT_DIR || process.cwd(),
                            "dashboard-under-load.png");
     await page.screenshot({ path: shot });
