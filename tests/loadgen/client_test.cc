@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -98,7 +99,11 @@ TEST(Runner, StreamingTtftAndItlMatchTheFakesDelays) {
     EXPECT_GE(r.ttft_ms, 150.0);
     EXPECT_LT(r.ttft_ms, 150.0 + 3000.0);
     ASSERT_EQ(r.itl_ms.size(), 5u);
-    for (double g : r.itl_ms) EXPECT_GE(g, 35.0);  // sleep granularity, never much shorter
+    // One late chunk (a busy or sanitized CI runner) lengthens one gap and shortens the next,
+    // so the median gap, not every gap, must reflect the fake's 40 ms sleep.
+    auto gaps = r.itl_ms;
+    std::sort(gaps.begin(), gaps.end());
+    EXPECT_GE(gaps[gaps.size() / 2], 35.0);
     EXPECT_GE(r.e2el_ms, 150.0 + 5 * 40.0);
     EXPECT_NEAR(r.tpot_ms(), (r.e2el_ms - r.ttft_ms) / 5, 1e-9);
   }
