@@ -179,6 +179,8 @@ void KvManager::free_sequence(SeqId seq) {
 uint32_t KvManager::defragment(uint32_t max_moves) {
   // Plan with two cursors over the current states: lowest free id <- highest occupied id.
   // Every destination is below every later source, so the planned pairs never interfere.
+  // Blocks reserved for an in-flight swap-in are written by the swap tier: they must not move.
+  if (any_swap_in_in_flight()) return 0;
   std::vector<std::pair<uint32_t, uint32_t>> moves;  // (src, dst)
   const uint32_t n = pool_.num_blocks();
   uint32_t lo = 0, hi = n;
@@ -321,6 +323,11 @@ void KvManager::check_invariants() const {
             << "seq " << index_of(seq) << " block " << b << " hash differs from the table's chain";
       }
     }
+  }
+  for (const auto& [seq, s] : swapped_) {  // blocks reserved by in-flight swap-ins
+    if (!s.lease) continue;
+    for (BlockId b : s.lease->blocks()) ++refs[index_of(b)];
+    if (s.next_block) ++refs[index_of((*s.next_block)[0])];
   }
   size_t num_hashed = 0;
   for (uint32_t b = 0; b < n; ++b) {

@@ -45,7 +45,8 @@ struct KvManagerConfig {
 
 enum class AllocStatus { kOk, kNoFreeBlocks };
 // kLost: a disk error lost a swapped sequence's data; it is gone and must be recomputed.
-enum class SwapInStatus { kOk, kNoFreeBlocks, kLost };
+// kPending: the read-back is under way (its blocks are reserved); ask again next step.
+enum class SwapInStatus { kOk, kNoFreeBlocks, kLost, kPending };
 
 class KvManager {
  public:
@@ -131,11 +132,21 @@ class KvManager {
   // false, with nothing changed, when the tier lacks room; the caller then frees the sequence
   // and recomputes it later.
   bool swap_out(SeqId seq);
-  // Brings a swapped sequence back: allocates its blocks (all-or-nothing) and reads them back,
-  // waiting for the copies (they run on the swap worker, in parallel up to the in-flight bound).
-  // kOk: resident again with the same counts and hashes. kNoFreeBlocks: nothing changed, still
-  // swapped. kLost: a disk error lost data; the sequence is forgotten (add_sequence again).
+  // Brings a swapped sequence back without blocking: the first call allocates its blocks
+  // (all-or-nothing; kNoFreeBlocks: nothing changed) and submits the reads (after the
+  // sequence's own swap-out writes have finished); later calls submit what the in-flight bound
+  // held back and return kPending until every read is applied. kOk: resident again with the same
+  // counts and hashes. kLost: a disk error lost data; the sequence is forgotten (add_sequence
+  // again). The engine calls this once per step, so a long read-back never stalls the decode
+  // steps of other sequences. reserve_next_token: also hold the block the next token needs (when
+  // the computed tokens fill their last block), released at kOk for allocate_slots(seq, 1).
+  SwapInStatus poll_swap_in(SeqId seq, bool reserve_next_token);
+  // The same, waiting for the reads (tests and tools; the scheduler uses poll_swap_in).
   SwapInStatus swap_in(SeqId seq);
+  bool is_swapping_in(SeqId seq) const;
+  // Drops a read-back in flight (waits for the reads already submitted, frees the reserved
+  // blocks); the data stays in the tier and a later poll_swap_in starts over.
+  void cancel_swap_in(SeqId seq);
   bool is_swapped(SeqId seq) const { return swapped_.contains(seq); }
   // Applies finished swap copies (a failed write marks its swapped sequence lost, or drops the
   // offloaded prefix). Call once per step; never blocks.
@@ -174,14 +185,23 @@ class KvManager {
     std::vector<SwapSlot> slots;  // [blocks]; kReleasedSlot once a failed write released it
     std::vector<uint64_t> hashes;
     int64_t num_computed = 0;
-    bool lost = false;  // a write failed: the data cannot come back
+    bool lost = false;         // a write failed: the data cannot come back
+    uint32_t writes_left = 0;  // swap_out copies still in flight
+    // Read-back (poll_swap_in): the destination blocks, reads submitted and applied so far.
+    std::optional<BlockLease> lease;
+    // poll_swap_in(reserve_next_token): the next token's block, held from admission so that
+    // sequences decoding meanwhile cannot take it, released at install.
+    std::optional<BlockLease> next_block;
+    uint32_t reads_submitted = 0;
+    uint32_t reads_done = 0;
+    bool read_failed = false;
   };
   struct Offloaded {
     SwapSlot slot{0};
     SwapTicket write{0};  // the swap_out copy; 0 once it finished
     std::list<uint64_t>::iterator lru;
   };
-  enum class PendingKind { kSeqOut, kPrefixOut, kIn };
+  enum class PendingKind { kSeqOut, kPrefixOut, kIn, kSeqIn };
   struct Pending {
     PendingKind kind;
     SeqId seq{0};
@@ -195,6 +215,8 @@ class KvManager {
   Status wait_ticket(SwapTicket t);
   void handle(const SwapCompletion& c);
   void forget_swapped(SeqId seq);
+  SwapInStatus install_swapped(std::unordered_map<SeqId, SwappedSeq>::iterator it);
+  bool any_swap_in_in_flight() const;
   size_t num_held_slots() const;
 
   std::unique_ptr<SwapSpace> swap_;

@@ -23,8 +23,9 @@ void KvManager::handle(const SwapCompletion& c) {
   pending_.erase(it);
   switch (p.kind) {
     case PendingKind::kSeqOut: {
-      if (c.status.ok()) break;
       SwappedSeq& s = swapped_.at(p.seq);
+      --s.writes_left;
+      if (c.status.ok()) break;
       s.lost = true;
       for (SwapSlot& slot : s.slots) {
         if (slot == c.slot) slot = kReleasedSlot;  // SwapSpace already released it
@@ -44,6 +45,16 @@ void KvManager::handle(const SwapCompletion& c) {
     case PendingKind::kIn:
       in_results_.emplace(index_of(c.ticket), c.status);
       break;
+    case PendingKind::kSeqIn: {
+      SwappedSeq& s = swapped_.at(p.seq);
+      ++s.reads_done;
+      if (c.status.ok()) break;
+      s.read_failed = true;
+      for (SwapSlot& slot : s.slots) {
+        if (slot == c.slot) slot = kReleasedSlot;  // SwapSpace already released it
+      }
+      break;
+    }
   }
 }
 
@@ -158,6 +169,7 @@ bool KvManager::swap_out(SeqId seq) {
     while (sub.outcome == SwapSubmit::kBusy && wait_oldest()) sub = swap_->swap_out(t.blocks()[i]);
     CHECK(sub.outcome == SwapSubmit::kOk) << "swap_out refused after the slot check";
     s.slots.push_back(sub.slot);
+    ++s.writes_left;
     pending_.emplace(index_of(sub.ticket), Pending{PendingKind::kSeqOut, seq, 0});
   }
   // The bytes are staged: the blocks can go now (hashed ones stay cached in the pool).
@@ -167,59 +179,71 @@ bool KvManager::swap_out(SeqId seq) {
 }
 
 void KvManager::forget_swapped(SeqId seq) {
-  // Outstanding writes of this sequence must finish before their slots can be freed.
+  // Outstanding copies of this sequence (writes, reads) must finish before their slots and
+  // destination blocks can be freed.
   std::vector<uint64_t> mine;
   for (const auto& [ticket, p] : pending_) {
-    if (p.kind == PendingKind::kSeqOut && p.seq == seq) mine.push_back(ticket);
+    if ((p.kind == PendingKind::kSeqOut || p.kind == PendingKind::kSeqIn) && p.seq == seq) {
+      mine.push_back(ticket);
+    }
   }
   for (uint64_t ticket : mine) (void)wait_ticket(SwapTicket{ticket});
-  for (SwapSlot slot : swapped_.at(seq).slots) {
+  SwappedSeq& s = swapped_.at(seq);
+  if (s.lease) s.lease->reset();
+  if (s.next_block) s.next_block->reset();
+  for (SwapSlot slot : s.slots) {
     if (slot != kReleasedSlot) swap_->free_slot(slot);
   }
   swapped_.erase(seq);
 }
 
-SwapInStatus KvManager::swap_in(SeqId seq) {
+SwapInStatus KvManager::poll_swap_in(SeqId seq, bool reserve_next_token) {
   auto it = swapped_.find(seq);
   CHECK(it != swapped_.end()) << "swap_in of sequence " << index_of(seq) << " not swapped";
   CHECK(!tables_.contains(seq)) << "sequence " << index_of(seq) << " is resident";
-  // Reading a slot needs its write finished; this also surfaces write errors.
-  std::vector<uint64_t> writes;
-  for (const auto& [ticket, p] : pending_) {
-    if (p.kind == PendingKind::kSeqOut && p.seq == seq) writes.push_back(ticket);
-  }
-  for (uint64_t ticket : writes) (void)wait_ticket(SwapTicket{ticket});
-  if (it->second.lost) {
-    forget_swapped(seq);
-    return SwapInStatus::kLost;
-  }
   SwappedSeq& s = it->second;
-  std::optional<BlockLease> lease = pool_.allocate(static_cast<uint32_t>(s.slots.size()));
-  if (!lease) return SwapInStatus::kNoFreeBlocks;
-  std::vector<SwapTicket> reads;
-  for (size_t i = 0; i < s.slots.size(); ++i) {
-    SwapSubmission sub = swap_->swap_in(s.slots[i], (*lease)[i]);
-    while (sub.outcome == SwapSubmit::kBusy && wait_oldest()) {
-      sub = swap_->swap_in(s.slots[i], (*lease)[i]);
-    }
-    CHECK(sub.outcome == SwapSubmit::kOk) << "swap_in refused with nothing in flight";
-    pending_.emplace(index_of(sub.ticket), Pending{PendingKind::kIn, seq, 0});
-    reads.push_back(sub.ticket);
-  }
-  bool ok = true;
-  for (size_t i = 0; i < reads.size(); ++i) {
-    if (!wait_ticket(reads[i]).ok()) {
-      ok = false;
-      s.slots[i] = kReleasedSlot;  // a failed read released its slot
-    }
-  }
-  if (!ok) {
-    lease->reset();
+  if (s.lost || s.read_failed) {
     forget_swapped(seq);
     return SwapInStatus::kLost;
   }
+  if (!s.lease) {
+    // Reserved at once (with the next token's block), so the scheduler's admission check still
+    // holds when the reads land.
+    const bool needs_next = reserve_next_token && s.num_computed % cfg_.block_size == 0;
+    if (pool_.num_allocatable_blocks() < s.slots.size() + (needs_next ? 1 : 0)) {
+      return SwapInStatus::kNoFreeBlocks;
+    }
+    s.lease = pool_.allocate(static_cast<uint32_t>(s.slots.size()));
+    if (needs_next) s.next_block = pool_.allocate(1);
+    CHECK(s.lease && (!needs_next || s.next_block)) << "allocation below the allocatable count";
+  }
+  // A slot can be read only once its write has landed (a failed write releases the slot).
+  if (s.writes_left > 0) return SwapInStatus::kPending;
+  while (s.reads_submitted < s.slots.size()) {
+    const size_t i = s.reads_submitted;
+    const SwapSubmission sub = swap_->swap_in(s.slots[i], (*s.lease)[i]);
+    if (sub.outcome == SwapSubmit::kBusy) break;  // the rest go once earlier copies finish
+    CHECK(sub.outcome == SwapSubmit::kOk) << "swap_in refused: " << int(sub.outcome);
+    pending_.emplace(index_of(sub.ticket), Pending{PendingKind::kSeqIn, seq, 0});
+    ++s.reads_submitted;
+  }
+  if (s.reads_done < s.slots.size()) return SwapInStatus::kPending;
+  return install_swapped(it);
+}
+
+SwapInStatus KvManager::swap_in(SeqId seq) {
+  while (true) {
+    const SwapInStatus st = poll_swap_in(seq, false);
+    if (st != SwapInStatus::kPending) return st;
+    CHECK(wait_oldest()) << "swap_in of " << index_of(seq) << " pending with nothing in flight";
+  }
+}
+
+SwapInStatus KvManager::install_swapped(std::unordered_map<SeqId, SwappedSeq>::iterator it) {
+  const SeqId seq = it->first;
+  SwappedSeq& s = it->second;
   BlockTable t(cfg_.block_size);
-  t.append(std::move(*lease), s.num_computed);
+  t.append(std::move(*s.lease), s.num_computed);
   t.set_num_computed(s.num_computed, step_);
   for (size_t i = 0; i < s.hashes.size(); ++i) {
     const BlockId b = t.blocks()[i];
@@ -227,9 +251,35 @@ SwapInStatus KvManager::swap_in(SeqId seq) {
     if (cache_.insert(s.hashes[i], b)) pool_.set_hash(b, s.hashes[i]);
   }
   for (SwapSlot slot : s.slots) swap_->free_slot(slot);
+  if (s.next_block) s.next_block->reset();  // unhashed: the next allocation takes it back
   swapped_.erase(it);
   tables_.emplace(seq, std::move(t));
   return SwapInStatus::kOk;
+}
+
+void KvManager::cancel_swap_in(SeqId seq) {
+  SwappedSeq& s = swapped_.at(seq);
+  std::vector<uint64_t> reads;
+  for (const auto& [ticket, p] : pending_) {
+    if (p.kind == PendingKind::kSeqIn && p.seq == seq) reads.push_back(ticket);
+  }
+  for (uint64_t ticket : reads) (void)wait_ticket(SwapTicket{ticket});
+  s.lease.reset();
+  s.next_block.reset();
+  s.reads_submitted = 0;
+  s.reads_done = 0;
+}
+
+bool KvManager::is_swapping_in(SeqId seq) const {
+  auto it = swapped_.find(seq);
+  return it != swapped_.end() && it->second.lease.has_value();
+}
+
+bool KvManager::any_swap_in_in_flight() const {
+  for (const auto& [seq, s] : swapped_) {
+    if (s.lease) return true;
+  }
+  return false;
 }
 
 size_t KvManager::num_held_slots() const {

@@ -9,6 +9,8 @@
 //   kPreemptedSwapped -------+  +--------- kPreemptedSwapped <---------+  |  | stop/length/error
 //   kPreemptedRecompute -----+  +--------- kPreemptedRecompute <----------+  v
 //   (both wait in the waiting queue)    preempt: no swap room             kFinished
+//   An admitted kPreemptedSwapped request is kSwappingIn (blocks reserved, reads in flight,
+//   not scheduled) until the read-back lands, then kRunning; other requests keep stepping.
 //   cancel(id) from any live state -> kFinished(kCancelled) at the next schedule().
 #pragma once
 
@@ -20,7 +22,14 @@
 
 namespace kvw {
 
-enum class RequestState { kWaiting, kRunning, kPreemptedSwapped, kPreemptedRecompute, kFinished };
+enum class RequestState {
+  kWaiting,
+  kRunning,
+  kPreemptedSwapped,
+  kSwappingIn,  // admitted from kPreemptedSwapped; its blocks are being read back
+  kPreemptedRecompute,
+  kFinished
+};
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
 
 const char* to_string(RequestState s);

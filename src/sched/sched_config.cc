@@ -43,6 +43,8 @@ const char* to_string(RequestState s) {
       return "running";
     case RequestState::kPreemptedSwapped:
       return "preempted-swapped";
+    case RequestState::kSwappingIn:
+      return "swapping-in";
     case RequestState::kPreemptedRecompute:
       return "preempted-recompute";
     case RequestState::kFinished:

@@ -56,6 +56,9 @@ SchedulerOutput Scheduler::schedule() {
 
   apply_cancellations(out);
   schedule_running(out);
+  // After the running requests' room is settled (as an admission would be), so a read-back that
+  // landed is never the victim of this step's growth; its blocks were reserved all along.
+  complete_swap_ins(out);
   schedule_waiting(out);
   build_output(out);
   awaiting_update_ = !out.scheduled.empty();
@@ -69,6 +72,8 @@ void Scheduler::apply_cancellations(SchedulerOutput& out) {
     Request* r = it->second.get();
     if (r->state == RequestState::kRunning) {
       remove_running(r);
+    } else if (r->state == RequestState::kSwappingIn) {
+      std::erase(swapping_in_, r);
     } else {
       waiting_.erase(wait_key(r));
     }
@@ -77,6 +82,40 @@ void Scheduler::apply_cancellations(SchedulerOutput& out) {
     requests_.erase(it);
   }
   cancelled_.clear();
+}
+
+void Scheduler::complete_swap_ins(SchedulerOutput& out) {
+  // Landed read-backs join running_ and decode in this very step.
+  if (swapping_in_.empty()) return;
+  std::erase_if(swapping_in_, [&](Request* r) {
+    const SwapInStatus st = kv_->poll_swap_in(r->id, /*reserve_next_token=*/true);
+    if (st == SwapInStatus::kPending) return false;
+    CHECK(st != SwapInStatus::kNoFreeBlocks) << "swap-in lost its reserved blocks";
+    if (st == SwapInStatus::kLost) {
+      ++counters_.num_swap_lost;
+      r->num_computed_tokens = 0;
+      r->state = RequestState::kPreemptedRecompute;
+      enqueue_waiting(r);
+      return true;
+    }
+    CHECK(kv_->num_computed_tokens(r->id) == r->num_computed_tokens)
+        << "swap_in of " << index_of(r->id) << " restored " << kv_->num_computed_tokens(r->id)
+        << " tokens, expected " << r->num_computed_tokens;
+    // Its place is its admission (it may be the oldest, which is never a victim), not the
+    // moment the disk answered.
+    r->state = RequestState::kRunning;
+    running_.insert(std::upper_bound(running_.begin(), running_.end(), r,
+                                     [](const Request* a, const Request* b) {
+                                       return a->admission_order < b->admission_order;
+                                     }),
+                    r);
+    ++counters_.num_swap_ins;
+    out.swapped_in.push_back(r->id);
+    // Its next token's room was reserved with the read-back; claim it before anyone else runs.
+    const int64_t n = chunk_tokens(r);
+    if (n > 0 && kv_->allocate_slots(r->id, n) == AllocStatus::kOk) push_scheduled(r, n, out);
+    return true;
+  });
 }
 
 void Scheduler::schedule_running(SchedulerOutput& out) {
@@ -109,13 +148,24 @@ size_t Scheduler::num_swapped() const {
   for (const WaitKey& k : waiting_) {
     n += requests_.at(k.id)->state == RequestState::kPreemptedSwapped ? 1 : 0;
   }
-  return n;
+  return n + swapping_in_.size();
 }
 
 bool Scheduler::preempt_until_fits(Request* r, int64_t num_new, SchedulerOutput& out) {
   // allocate_slots already evicts unreferenced cached prefixes; can_allocate counts them.
   if (!kv_->can_allocate(r->id, num_new)) ++counters_.num_alloc_failures;
   while (!kv_->can_allocate(r->id, num_new)) {
+    // A read-back in flight is the cheapest room: its reads are dropped, its data stays in the
+    // tier, and it waits again. Running requests are preempted only when none is left.
+    if (!swapping_in_.empty()) {
+      Request* back = swapping_in_.back();
+      swapping_in_.pop_back();
+      kv_->cancel_swap_in(back->id);
+      back->state = RequestState::kPreemptedSwapped;
+      ++counters_.num_swap_in_aborts;
+      enqueue_waiting(back);
+      continue;
+    }
     Request* victim = pick_victim(r);
     preempt(victim, out);
     if (victim == r) return false;
@@ -248,10 +298,14 @@ void Scheduler::remove_running(Request* r) {
 }
 
 void Scheduler::check_invariants() const {
-  CHECK(running_.size() + waiting_.size() == requests_.size())
-      << running_.size() << " running + " << waiting_.size() << " waiting != " << requests_.size()
-      << " live";
-  CHECK(running_.size() <= size_t(cfg_.max_num_seqs));
+  CHECK(running_.size() + waiting_.size() + swapping_in_.size() == requests_.size())
+      << running_.size() << " running + " << waiting_.size() << " waiting + " << swapping_in_.size()
+      << " swapping in != " << requests_.size() << " live";
+  CHECK(running_.size() + swapping_in_.size() <= size_t(cfg_.max_num_seqs));
+  for (const Request* r : swapping_in_) {
+    CHECK(r->state == RequestState::kSwappingIn) << to_string(r->state);
+    CHECK(kv_->is_swapping_in(r->id)) << "request " << index_of(r->id);
+  }
   for (size_t i = 0; i < running_.size(); ++i) {
     const Request* r = running_[i];
     CHECK(r->state == RequestState::kRunning) << to_string(r->state);

@@ -74,6 +74,7 @@ struct SchedCounters {
   uint64_t num_swap_outs = 0;
   uint64_t num_recomputes = 0;
   uint64_t num_swap_ins = 0;
+  uint64_t num_swap_in_aborts = 0;       // read-backs dropped to make room for running requests
   uint64_t num_swap_lost = 0;            // swap_in found the data lost: recomputed instead
   uint64_t num_alloc_failures = 0;       // a running sequence's next slots did not fit (-> preempt)
   uint64_t num_admission_deferrals = 0;  // the queue head did not fit; retried next step
@@ -113,7 +114,9 @@ class Scheduler {
   const Request* find(SeqId id) const;
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
-  size_t num_swapped() const;  // waiting requests whose KV is in the swap tier, O(waiting)
+  // Requests whose KV is in the swap tier (waiting, or being read back), O(waiting).
+  size_t num_swapped() const;
+  size_t num_swapping_in() const { return swapping_in_.size(); }
   bool has_unfinished() const { return !requests_.empty(); }
   const SchedCounters& counters() const { return counters_; }
   const SchedConfig& config() const { return cfg_; }
@@ -122,8 +125,8 @@ class Scheduler {
   // The per-request reservation the p95 policy currently applies (0 when off/warming up).
   int64_t reserve_tokens() const;
 
-  // CHECKs: every request is in exactly one of running/waiting; running requests are resident
-  // in the KvManager with matching counts; swapped ones are swapped; totals balance.
+  // CHECKs: every request is in exactly one of running/waiting/swapping-in; running requests
+  // are resident in the KvManager with matching counts; swapped ones are swapped; totals balance.
   void check_invariants() const;
 
  private:
@@ -135,6 +138,7 @@ class Scheduler {
   };
 
   void apply_cancellations(SchedulerOutput& out);
+  void complete_swap_ins(SchedulerOutput& out);
   void schedule_running(SchedulerOutput& out);
   void schedule_one_running(Request* r, int64_t num_new, SchedulerOutput& out);
   bool preempt_until_fits(Request* r, int64_t num_new, SchedulerOutput& out);
@@ -142,7 +146,7 @@ class Scheduler {
   void preempt(Request* victim, SchedulerOutput& out);
   void schedule_waiting(SchedulerOutput& out);
   bool admit(Request* r, int64_t running_reserve, SchedulerOutput& out);
-  SwapInStatus admit_swapped(Request* r, int64_t running_reserve, SchedulerOutput& out);
+  SwapInStatus admit_swapped(Request* r, int64_t running_reserve);
   void build_output(SchedulerOutput& out);
 
   void push_scheduled(Request* r, int64_t num_new, SchedulerOutput& out);
@@ -163,7 +167,8 @@ class Scheduler {
   std::unordered_map<SeqId, std::unique_ptr<Request>> requests_;  // live (not finished)
   std::vector<Request*> running_;  // admission order: back() is the newest
   std::set<WaitKey> waiting_;
-  std::vector<SeqId> cancelled_;  // cancel() ids, applied at the next schedule()
+  std::vector<Request*> swapping_in_;  // kSwappingIn, in admission order
+  std::vector<SeqId> cancelled_;       // cancel() ids, applied at the next schedule()
   LengthTracker lengths_;
   SchedCounters counters_;
   uint64_t next_arrival_ = 0;

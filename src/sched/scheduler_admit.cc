@@ -54,7 +54,8 @@ void Scheduler::schedule_waiting(SchedulerOutput& out) {
   // A step that had to preempt is short of blocks: admitting now would preempt again.
   if (preempted_this_step_) return;
   int64_t running_reserve = running_reserve_blocks();
-  while (!waiting_.empty() && budget_ > 0 && running_.size() < size_t(cfg_.max_num_seqs)) {
+  while (!waiting_.empty() && budget_ > 0 &&
+         running_.size() + swapping_in_.size() < size_t(cfg_.max_num_seqs)) {
     Request* r = requests_.at(waiting_.begin()->id).get();
     // FCFS: when the head does not fit, nothing behind it jumps the queue (no starvation of
     // long prompts).
@@ -62,14 +63,16 @@ void Scheduler::schedule_waiting(SchedulerOutput& out) {
       ++counters_.num_admission_deferrals;
       break;
     }
-    running_reserve += reserve_blocks_for(r, kv_->num_tokens(r->id));
+    const int64_t resident =
+        r->state == RequestState::kSwappingIn ? r->num_computed_tokens + 1 : kv_->num_tokens(r->id);
+    running_reserve += reserve_blocks_for(r, resident);
   }
 }
 
 bool Scheduler::admit(Request* r, int64_t running_reserve, SchedulerOutput& out) {
   if (r->state == RequestState::kPreemptedSwapped) {
-    const SwapInStatus st = admit_swapped(r, running_reserve, out);
-    if (st != SwapInStatus::kLost) return st == SwapInStatus::kOk;
+    const SwapInStatus st = admit_swapped(r, running_reserve);
+    if (st != SwapInStatus::kLost) return st == SwapInStatus::kPending;
     // The tier lost its data: fall through and recompute it now.
   }
   const int64_t bs = kv_->block_size();
@@ -104,14 +107,16 @@ bool Scheduler::admit(Request* r, int64_t running_reserve, SchedulerOutput& out)
   return true;
 }
 
-SwapInStatus Scheduler::admit_swapped(Request* r, int64_t running_reserve, SchedulerOutput& out) {
+SwapInStatus Scheduler::admit_swapped(Request* r, int64_t running_reserve) {
   // Its blocks come back whole, plus room for the next token, above both watermarks.
   const int64_t need =
       blocks_for(r->num_computed_tokens + 1) + kv_->config().watermark_blocks +
       cfg_.watermark_blocks +
       (running_.empty() ? 0 : running_reserve + reserve_blocks_for(r, r->num_computed_tokens + 1));
   if (int64_t(kv_->num_allocatable_blocks()) < need) return SwapInStatus::kNoFreeBlocks;
-  const SwapInStatus st = kv_->swap_in(r->id);
+  // Only starts the read-back (blocks reserved, reads submitted); complete_swap_ins() of a later
+  // step makes it running, so this step's other sequences are not held up by the disk.
+  const SwapInStatus st = kv_->poll_swap_in(r->id, /*reserve_next_token=*/true);
   if (st == SwapInStatus::kNoFreeBlocks) return st;
   waiting_.erase(wait_key(r));
   if (st == SwapInStatus::kLost) {
@@ -121,19 +126,11 @@ SwapInStatus Scheduler::admit_swapped(Request* r, int64_t running_reserve, Sched
     enqueue_waiting(r);
     return st;
   }
-  CHECK(kv_->num_computed_tokens(r->id) == r->num_computed_tokens)
-      << "swap_in of " << index_of(r->id) << " restored " << kv_->num_computed_tokens(r->id)
-      << " tokens, expected " << r->num_computed_tokens;
-  r->state = RequestState::kRunning;
+  CHECK(st == SwapInStatus::kPending) << "a read-back cannot land before it is polled";
+  r->state = RequestState::kSwappingIn;
   r->admission_order = next_admission_++;
-  running_.push_back(r);
+  swapping_in_.push_back(r);
   ++counters_.num_admitted;
-  ++counters_.num_swap_ins;
-  out.swapped_in.push_back(r->id);
-  // The "+1" block above makes this succeed; if it ever does not, the request simply waits for
-  // the next step as a running request.
-  const int64_t n = chunk_tokens(r);
-  if (n > 0 && kv_->allocate_slots(r->id, n) == AllocStatus::kOk) push_scheduled(r, n, out);
   return st;
 }
 
@@ -164,6 +161,7 @@ int64_t Scheduler::reserve_blocks_for(const Request* r, int64_t resident_tokens)
 int64_t Scheduler::running_reserve_blocks() const {
   int64_t sum = 0;
   for (const Request* r : running_) sum += reserve_blocks_for(r, kv_->num_tokens(r->id));
+  for (const Request* r : swapping_in_) sum += reserve_blocks_for(r, r->num_computed_tokens + 1);
   return sum;
 }
 

@@ -6,9 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "kv/kv_arena.h"
@@ -26,12 +29,35 @@ class MemFile final : public BlockFile {
     return Status::ok_status();
   }
   Status read_at(uint64_t offset, std::span<uint8_t> data) override {
+    wait_until_open();
     std::memcpy(data.data(), bytes_.data() + offset, data.size());
     return Status::ok_status();
   }
 
+  // While closed, reads wait (a slow disk); writes go through. Open before the harness dies.
+  void close_reads() { reads_open_ = false; }
+  void open_reads() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reads_open_ = true;
+    }
+    cv_.notify_all();
+  }
+  int reads_waiting() const { return reads_waiting_.load(); }
+
  private:
+  void wait_until_open() {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++reads_waiting_;
+    cv_.wait(lock, [&] { return reads_open_; });
+    --reads_waiting_;
+  }
+
   std::vector<uint8_t> bytes_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool reads_open_ = true;
+  std::atomic<int> reads_waiting_{0};
 };
 
 inline std::vector<int32_t> tokens(int32_t n, int32_t base) {
@@ -58,9 +84,11 @@ struct Harness {
         sched(cfg, &kv) {
     if (num_swap_slots > 0) {
       const uint64_t bytes = uint64_t(num_swap_slots) * arena.bytes_per_block();
+      auto owned = std::make_unique<MemFile>(bytes);
+      file = owned.get();
       auto swap = SwapSpace::open_with_file(
           SwapConfig{.path = "mem", .swap_bytes = bytes, .max_inflight_bytes = bytes}, &arena,
-          std::make_unique<MemFile>(bytes));
+          std::move(owned));
       EXPECT_TRUE(swap.ok()) << swap.message();
       kv.attach_swap(std::move(swap).value());
     }
@@ -126,6 +154,7 @@ struct Harness {
   KvArena arena;
   KvManager kv;
   Scheduler sched;
+  MemFile* file = nullptr;                     // the swap tier's backing store, when attached
   std::vector<FinishedRequest> finished;       // all so far
   std::vector<FinishedRequest> last_finished;  // in the last step
 };

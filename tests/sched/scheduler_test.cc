@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "sched_test_util.h"
 
@@ -201,6 +203,102 @@ TEST_P(PreemptionTest, PreemptsNewestWhenDecodeCannotGrow) {
 
 INSTANTIATE_TEST_SUITE_P(SwapOrRecompute, PreemptionTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "Swap" : "Recompute"; });
+
+// A slow disk: C is swapped out, and its read-back is held at the file while A keeps decoding.
+// The swap-in reserves C's blocks and returns; A gets a decode in every step until the reads
+// land, then C rejoins without recomputing anything.
+TEST(Scheduler, LongSwapInDoesNotStallOtherDecodes) {
+  Harness h(kv_config(12),
+            SchedConfig{.max_num_batched_tokens = 512,
+                        .max_num_seqs = 4,
+                        .long_prefill_chunk_tokens = 0,
+                        .preemption_mode = PreemptionMode::kSwap},
+            8);
+  h.file->close_reads();
+  h.add(1, tokens(64, 0), 60);     // A: 4 blocks, decodes long
+  h.add(2, tokens(64, 1000), 8);   // B: 4 blocks, its first decode needs the last free block
+  h.add(3, tokens(48, 2000), 20);  // C: 3 blocks, newest: preempted (swapped) for B
+  h.step();
+  SchedulerOutput s2 = h.step();
+  ASSERT_EQ(s2.preempted, std::vector<SeqId>{SeqId{3}});
+  ASSERT_EQ(h.sched.find(SeqId{3})->state, RequestState::kPreemptedSwapped);
+  // B finishes; C is admitted again and its read-back starts (and waits at the file).
+  int steps = 0;
+  while (h.sched.find(SeqId{3})->state != RequestState::kSwappingIn && steps++ < 50) h.step();
+  ASSERT_EQ(h.sched.find(SeqId{3})->state, RequestState::kSwappingIn);
+  EXPECT_EQ(h.reason_of(2), FinishReason::kLength);
+  EXPECT_TRUE(h.kv.is_swapping_in(SeqId{3}));
+  // Once C's swap-out writes land, its reads go out and the swap worker gets stuck inside the
+  // file's read (a disk that does not answer). A keeps decoding meanwhile.
+  for (int i = 0; i < 20 && h.file->reads_waiting() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    h.step();
+  }
+  ASSERT_EQ(h.file->reads_waiting(), 1);
+  const int64_t a_before = h.sched.find(SeqId{1})->num_computed_tokens;
+  for (int i = 0; i < 10; ++i) {
+    SchedulerOutput out = h.step();
+    const ScheduledSeq* a = find_scheduled(out, 1);
+    ASSERT_NE(a, nullptr) << "step " << out.step << " did not decode A during C's swap-in";
+    EXPECT_FALSE(a->is_prefill);
+    EXPECT_EQ(find_scheduled(out, 3), nullptr);
+    EXPECT_TRUE(out.swapped_in.empty());
+  }
+  EXPECT_EQ(h.sched.find(SeqId{1})->num_computed_tokens, a_before + 10);
+  EXPECT_EQ(h.sched.find(SeqId{3})->state, RequestState::kSwappingIn);
+  EXPECT_EQ(h.sched.num_swapped(), 1u);
+  EXPECT_EQ(h.file->reads_waiting(), 1);
+  EXPECT_EQ(h.sched.counters().num_swap_ins, 0u);
+
+  h.file->open_reads();
+  std::optional<ScheduledSeq> c_back;
+  for (int i = 0; i < 1000 && !c_back; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the worker's read
+    SchedulerOutput out = h.step();
+    if (const ScheduledSeq* c = find_scheduled(out, 3)) {
+      c_back = *c;
+      EXPECT_EQ(out.swapped_in, std::vector<SeqId>{SeqId{3}});
+      EXPECT_NE(find_scheduled(out, 1), nullptr);  // A decodes in the same step
+    }
+  }
+  ASSERT_TRUE(c_back.has_value());
+  EXPECT_EQ(c_back->start_pos, 48);  // every computed token came back: no recompute
+  EXPECT_FALSE(c_back->is_prefill);
+  EXPECT_EQ(h.sched.counters().num_swap_ins, 1u);
+  EXPECT_EQ(h.sched.counters().num_swap_lost, 0u);
+  h.run_to_completion();
+  EXPECT_EQ(h.reason_of(1), FinishReason::kLength);
+  EXPECT_EQ(h.reason_of(3), FinishReason::kLength);
+  EXPECT_EQ(h.kv.stats().num_used_blocks, 0u);
+}
+
+// Cancelling a request mid swap-in frees its reserved blocks and swap slots once the reads end.
+TEST(Scheduler, CancelDuringSwapInFreesEverything) {
+  Harness h(kv_config(12),
+            SchedConfig{.max_num_batched_tokens = 512,
+                        .max_num_seqs = 4,
+                        .long_prefill_chunk_tokens = 0,
+                        .preemption_mode = PreemptionMode::kSwap},
+            8);
+  h.add(1, tokens(64, 0), 60);
+  h.add(2, tokens(64, 1000), 8);
+  h.add(3, tokens(48, 2000), 20);
+  h.step();
+  h.step();
+  ASSERT_EQ(h.sched.find(SeqId{3})->state, RequestState::kPreemptedSwapped);
+  h.file->close_reads();
+  int steps = 0;
+  while (h.sched.find(SeqId{3})->state != RequestState::kSwappingIn && steps++ < 50) h.step();
+  ASSERT_EQ(h.sched.find(SeqId{3})->state, RequestState::kSwappingIn);
+  EXPECT_TRUE(h.sched.cancel(SeqId{3}));
+  h.file->open_reads();  // the cancel waits for the reads in flight before freeing their blocks
+  SchedulerOutput out = h.step();
+  ASSERT_EQ(out.finished.size(), 1u);
+  EXPECT_EQ(out.finished[0].reason, FinishReason::kCancelled);
+  EXPECT_FALSE(h.kv.is_swapped(SeqId{3}));
+  h.run_to_completion();
+  EXPECT_EQ(h.kv.stats().num_used_blocks, 0u);
+}
 
 TEST(Scheduler, NextTurnReusesThePreviousTurnsKvIncludingItsOutput) {
   Harness h(kv_config(32), SchedConfig{.max_num_batched_tokens = 512});
