@@ -326,6 +326,22 @@ TEST(Runner, AStreamCutAfterA200IsNotRetried) {
   EXPECT_EQ(server.num_completions(), 1);
 }
 
+TEST(Runner, DrainTimeoutEndsARequestWaitingToRetry) {
+  testing::FakeServer server;
+  auto client = client_for(server);
+  auto cfg = closed_loop(1, 1);
+  cfg.drain_timeout_s = 0.3;
+  auto s = specs(1, 2, {{"fake_refuse_first", 1}, {"fake_retry_after", 5}});
+  const double t0 = monotonic_s();
+  auto out = run_benchmark(*client, cfg, s);
+  EXPECT_LT(monotonic_s() - t0, 4.0);  // did not sit out the 5 s Retry-After
+  EXPECT_TRUE(out.drain_timed_out);
+  ASSERT_EQ(out.results.size(), 1u);
+  EXPECT_EQ(out.results[0].error, "aborted: drain timeout");
+  EXPECT_EQ(out.results[0].num_retries, 1);
+  EXPECT_EQ(server.num_completions(), 1);
+}
+
 TEST(Runner, RetriesConnectionFailures) {
   int port = 0;
   {
