@@ -23,6 +23,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       "Benchmark an OpenAI-compatible server (default http://127.0.0.1:8000): traffic patterns,\n"
       "workloads, TTFT/TPOT/ITL/E2EL percentiles, goodput, server /metrics, JSON and HTML "
       "reports.\n"
+      "408/409/429/5xx and connection failures are retried as the openai SDK does (--max-retries\n"
+      "2, Retry-After honoured); latencies count from a request's first attempt.\n"
       "Example: kvwarden bench --pattern poisson --request-rate 4 --num-requests 200\n"
       "         kvwarden bench --scenario bench/scenarios/bursts.json");
   sub->add_option("--scenario", flags->scenario,

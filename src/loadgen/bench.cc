@@ -15,7 +15,7 @@ namespace kvw::loadgen {
 
 namespace {
 // Arrivals and workload draw from separate streams of the one seed.
-constexpr uint64_t kArrivalStream = 1, kWorkloadStream = 2;
+constexpr uint64_t kArrivalStream = 1, kWorkloadStream = 2, kRetryStream = 3;
 constexpr size_t kTimeOnlyPool =
     2000;  // distinct prompts cycled when only --duration bounds a closed loop
 
@@ -189,6 +189,8 @@ RunConfig make_run_config(const BenchOptions& o, const std::string& path_prefix,
   rc.scrape_metrics = o.scrape_metrics;
   rc.scrape_interval_s = o.scrape_interval_s;
   rc.progress = !o.quiet;
+  rc.max_retries = o.max_retries;
+  rc.retry_seed = Rng::derived(o.seed, kRetryStream).next_u64();
   return rc;
 }
 
@@ -274,6 +276,7 @@ int run_one(BenchOptions o, const std::vector<Criterion>& criteria) {
                             {"pattern", o.pattern},
                             {"burstiness", o.burstiness},
                             {"max_concurrency", o.concurrency},
+                            {"max_retries", o.max_retries},
                             {"seed", o.seed},
                             {"workload", o.workload},
                             {"input_len", o.input_len},

@@ -87,6 +87,12 @@ std::vector<OptionDef> make_defs() {
       num("warmup", "Seconds at the start whose requests are not measured", &O::warmup_s, 0),
       num("drain-timeout", "Seconds to wait for in-flight requests after sending stops",
           &O::drain_timeout_s, 0),
+      num("max-retries",
+          "Retries per request, as the openai SDK does: on 408, 409, 429, 5xx and connection "
+          "failures, after Retry-After/retry-after-ms when under 60 s, else 0.5 s doubling to 8 "
+          "s minus up to 25% jitter (default 2, the SDK's; 0: no retries, raw refusals). A "
+          "retried request keeps its first send time: TTFT and E2EL include the retries",
+          &O::max_retries, 0),
       str("pattern", "closed | constant | poisson | spike | ramp | random", &O::pattern),
       num("request-rate", "Requests/s for constant and poisson (inf: all at once)",
           &O::request_rate, 0),

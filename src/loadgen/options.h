@@ -26,6 +26,7 @@ struct BenchOptions {
   double duration_s = 0;     // stop sending after this many seconds
   double warmup_s = 0;       // sent in this window: not measured
   double drain_timeout_s = 120;
+  int max_retries = 2;  // SDK-style retries per request (the openai SDKs' default); 0: none
   std::string pattern = "poisson";  // closed|constant|poisson|spike|ramp|random
   double request_rate = std::numeric_limits<double>::infinity();  // constant/poisson, req/s
   double burstiness = 1.0;  // gamma shape of inter-arrival gaps

@@ -162,8 +162,19 @@ std::string format_summary(const nlohmann::json& r, const SummaryOptions& option
           r.value("p" + name + "_" + k + "_ms", 0.0));
     }
   }
+  os << "---------------Retries (SDK-style)---------------\n";
+  row("Max retries per request:", r.value("max_retries", 0.0), "%-42s %12.0f\n");
+  row("Retry attempts:", r.value("retries", 0.0), "%-42s %12.0f\n");
+  row("Requests retried:", r.value("requests_retried", 0.0), "%-42s %12.0f\n");
+  if (r.contains("retries_by_status"))
+    for (auto& [k, v] : r["retries_by_status"].items())
+      row(("  retried after " + k + ":").c_str(), v.get<double>(), "%-42s %12.0f\n");
+  row("Refused after retries (429/503):", r.value("refused_after_retries", 0.0), "%-42s %12.0f\n");
+  row("Mean retry wait of retried (ms):", r.value("mean_retry_wait_ms", 0.0));
+  row("Completed ratio:", r.value("completed_ratio", 0.0), "%-42s %12.4f\n");
+  row("Completed or refused ratio:", r.value("completed_or_refused_ratio", 0.0), "%-42s %12.4f\n");
   if (r.contains("errors_by_status") && !r["errors_by_status"].empty()) {
-    os << "---------------Errors---------------\n";
+    os << "---------------Errors (final attempt)---------------\n";
     for (auto& [k, v] : r["errors_by_status"].items()) {
       std::snprintf(line, sizeof line, "%-42s %12lld\n", k.c_str(),
                     static_cast<long long>(v.get<int64_t>()));

@@ -118,9 +118,8 @@ std::string summary_table(const nlohmann::json& r) {
                                           : v.dump();
     os << "<tr><td>" << escape(k) << "</td><td>" << escape(val) << "</td></tr>";
   }
-  if (r.contains("errors_by_status"))
-    os << "<tr><td>errors_by_status</td><td>" << escape(r["errors_by_status"].dump())
-       << "</td></tr>";
+  for (const char* k : {"errors_by_status", "retries_by_status"})
+    if (r.contains(k)) os << "<tr><td>" << k << "</td><td>" << escape(r[k].dump()) << "</td></tr>";
   if (r.contains("criteria"))
     for (const auto& c : r["criteria"])
       os << "<tr><td>criterion " << escape(c.value("description", "")) << "</td><td>"

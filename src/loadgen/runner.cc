@@ -6,11 +6,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <deque>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "loadgen/retry.h"
+#include "loadgen/rng.h"
 #include "loadgen/sse.h"
 
 namespace kvw::loadgen {
@@ -67,26 +71,49 @@ namespace {
 
 class Run;
 
-// One request in flight; deleted by the Run when on_complete reports.
+double unix_now_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// One request in flight, across its attempts; deleted by the Run when its final attempt
+// reports (or kept, reset, for a retry).
 class Pending : public HttpHandler {
  public:
-  Pending(Run* run, size_t spec_index, double t0, bool keep_text)
-      : spec_index_(spec_index), run_(run), t0_(t0), keep_text_(keep_text) {}
-  void on_headers(int status, const HttpHeaders&) override { result_.status = status; }
+  Pending(Run* run, size_t spec_index, HttpRequest request, double t0, bool keep_text)
+      : spec_index_(spec_index),
+        request_(std::move(request)),
+        run_(run),
+        t0_(t0),
+        attempt_t0_(t0),
+        keep_text_(keep_text) {}
+  void on_headers(int status, const HttpHeaders& headers) override;
   void on_body(std::string_view bytes) override;
   void on_complete(const std::string& error) override;
+  // The last attempt's HTTP status for the retry decision: 0 when no response head arrived.
+  int attempt_status() const { return attempt_status_; }
+  // Forgets the last attempt (counted as retried) so the next starts clean.
+  void prepare_retry();
+  void start_attempt(double now) { attempt_t0_ = now; }
+  // Ends a request waiting for its retry (the drain timed out).
+  void abandon(const std::string& reason);
 
   RequestResult result_;
   std::string text_;  // generated text, kept for multi-turn history
   size_t spec_index_;
+  HttpRequest request_;  // resent as is by a retry
+  RetryHints hints_;     // from the last attempt's headers
 
  private:
   void on_event(const std::string& data);
 
   Run* run_;
-  double t0_;  // monotonic send time
+  double t0_;          // monotonic first send time: latencies count from here
+  double attempt_t0_;  // monotonic send time of this attempt
   double last_token_s_ = 0;
   bool keep_text_;
+  int attempt_status_ = 0;  // as received (result_.status becomes 0 for a cut-off stream)
   bool usage_seen_ = false;
   int chunks_ = 0;
   std::string body_;  // non-streamed body, or the head of an error body
@@ -110,7 +137,7 @@ class ScrapeHandler : public HttpHandler {
 class Run {
  public:
   Run(HttpClient& client, const RunConfig& config, const std::vector<RequestSpec>& specs)
-      : client_(client), config_(config), specs_(specs) {
+      : client_(client), config_(config), specs_(specs), retry_rng_(config.retry_seed) {
     for (size_t i = 0; i < specs.size(); ++i) pending_.push_back(i);
     for (const auto& s : specs)
       if (s.conversation_id >= 0) {
@@ -130,6 +157,10 @@ class Run {
   double start_s() const { return start_; }
 
  private:
+  // Schedules another attempt when the SDK would retry; false when this attempt is final.
+  bool maybe_retry(Pending* p);
+  void start_due_retries(double now);
+  void abandon_waiting_retries(const std::string& reason);
   bool budget_left() const { return config_.num_requests == 0 || issued_ < config_.num_requests; }
   // Next spec that may go now: in order, except a conversation's round waits for the previous.
   bool take_ready(size_t* index);
@@ -153,7 +184,41 @@ class Run {
   double next_scrape_ = 0, last_progress_ = 0;
   size_t done_at_last_progress_ = 0;
   bool metrics_failed_ = false;
+  std::multimap<double, Pending*> retry_at_;  // monotonic time -> request waiting to retry
+  Rng retry_rng_;                             // backoff jitter
+  size_t num_retries_ = 0;
+  bool aborting_ = false;  // the drain timed out: nothing is retried any more
 };
+
+void Pending::on_headers(int status, const HttpHeaders& headers) {
+  attempt_status_ = result_.status = status;
+  if (status != 200) hints_ = parse_retry_hints(headers, unix_now_s());
+}
+
+void Pending::prepare_retry() {
+  result_.retried_statuses.push_back(attempt_status());
+  ++result_.num_retries;
+  result_.status = 0;
+  result_.error.clear();
+  result_.error_body.clear();
+  result_.ttft_ms = -1;
+  result_.itl_ms.clear();
+  result_.output_tokens = 0;
+  text_.clear();
+  hints_ = {};
+  attempt_status_ = 0;
+  usage_seen_ = false;
+  chunks_ = 0;
+  body_.clear();
+  sse_ = SseParser();
+  events_.clear();
+}
+
+void Pending::abandon(const std::string& reason) {
+  result_.error = reason;
+  result_.e2el_ms = (monotonic_s() - t0_) * 1e3;
+  run_->complete(this);  // deletes this
+}
 
 void Pending::on_body(std::string_view bytes) {
   if (result_.status != 200) {
@@ -201,6 +266,7 @@ void Pending::on_event(const std::string& data) {
 void Pending::on_complete(const std::string& error) {
   const double now = monotonic_s();
   result_.e2el_ms = (now - t0_) * 1e3;
+  result_.retry_wait_ms = (attempt_t0_ - t0_) * 1e3;
   if (!error.empty()) {
     result_.error = error;
     if (result_.status == 200) result_.status = 0;  // a cut-off stream is not a success
@@ -225,7 +291,7 @@ void Pending::on_complete(const std::string& error) {
       }
     }
   }
-  run_->complete(this);  // deletes this: must stay the last statement
+  run_->complete(this);  // deletes this (unless retried): must stay the last statement
 }
 
 bool Run::take_ready(size_t* index) {
@@ -263,7 +329,7 @@ void Run::issue(double now) {
   req.path = config_.path_prefix + config_.endpoint;
   req.body = build_request_body(config_, spec, multiturn ? histories_[conv] : kNoHistory);
   req.timeout_s = config_.request_timeout_s;
-  auto p = std::make_unique<Pending>(this, index, monotonic_s(), multiturn);
+  auto p = std::make_unique<Pending>(this, index, req, monotonic_s(), multiturn);
   p->result_.index = issued_;
   p->result_.start_s = now - start_;
   p->result_.streamed = config_.stream;
@@ -276,7 +342,35 @@ void Run::issue(double now) {
   client_.start(std::move(req), raw);
 }
 
+bool Run::maybe_retry(Pending* p) {
+  const int status = p->attempt_status();
+  if (aborting_ || p->result_.num_retries >= config_.max_retries) return false;
+  // A 200 whose stream then broke is final, as in the SDK (the call had already returned).
+  if (status == 200 || !is_retryable(status, p->hints_)) return false;
+  const double delay = retry_delay_s(p->hints_, p->result_.num_retries, retry_rng_.uniform01());
+  p->prepare_retry();
+  retry_at_.emplace(monotonic_s() + delay, p);
+  ++num_retries_;
+  return true;
+}
+
+void Run::start_due_retries(double now) {
+  while (!retry_at_.empty() && retry_at_.begin()->first <= now) {
+    Pending* p = retry_at_.begin()->second;
+    retry_at_.erase(retry_at_.begin());
+    p->start_attempt(now);
+    client_.start(p->request_, p);
+  }
+}
+
+void Run::abandon_waiting_retries(const std::string& reason) {
+  auto waiting = std::move(retry_at_);
+  retry_at_.clear();
+  for (auto& [t, p] : waiting) p->abandon(reason);
+}
+
 void Run::complete(Pending* p) {
+  if (maybe_retry(p)) return;
   auto owned = std::move(in_flight_.at(p));
   in_flight_.erase(p);
   const RequestSpec& spec = specs_[p->spec_index_];
@@ -322,8 +416,8 @@ void Run::print_progress(double now, bool final) {
   const char* end = final ? "\n" : (isatty(2) ? "\r" : "\n");
   std::fprintf(stderr, "[bench] %6.1fs  done %zu", now - start_, done_);
   if (config_.num_requests) std::fprintf(stderr, "/%zu", config_.num_requests);
-  std::fprintf(stderr, "  errors %zu  %.1f req/s  in flight %zu   %s", errors_, rate,
-               in_flight_.size(), end);
+  std::fprintf(stderr, "  errors %zu  retries %zu  %.1f req/s  in flight %zu   %s", errors_,
+               num_retries_, rate, in_flight_.size(), end);
 }
 
 RunOutput Run::run() {
@@ -363,10 +457,13 @@ RunOutput Run::run() {
       if (in_flight_.empty()) break;
       if (now > drain_deadline) {
         out_.drain_timed_out = true;
+        aborting_ = true;
         client_.abort_all("aborted: drain timeout");
+        abandon_waiting_retries("aborted: drain timeout");
         break;
       }
     }
+    start_due_retries(now);
     scrape(now);
     print_progress(now, false);
     // Sleep until the next arrival, scrape or progress tick, at most 50 ms.
@@ -377,6 +474,7 @@ RunOutput Run::run() {
       const double until = config_.arrivals[next_arrival_] - (monotonic_s() - start_);
       if (until > 0) wait = std::min(wait, until);
     }
+    if (!retry_at_.empty()) wait = std::min(wait, retry_at_.begin()->first - monotonic_s());
     client_.poll(static_cast<int>(std::ceil(std::max(0.0, wait) * 1e3)));
   }
   // Let the last scrape finish so the chart shows the server after the load.

@@ -1,7 +1,8 @@
 // loadgen/runner.h: drives one benchmark run on one thread: sends the workload's requests at
 // their arrival times (open loop) or keeping N in flight (closed loop), times every streamed
 // chunk, scrapes the server's /metrics every interval and prints a progress line at most once a
-// second. Not thread-safe; run() blocks until every request finished or the drain timed out.
+// second. Retries 429/503/5xx/connection failures the way the openai SDK does (retry.h).
+// Not thread-safe; run() blocks until every request finished or the drain timed out.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +35,10 @@ struct RunConfig {
   bool scrape_metrics = true;
   double scrape_interval_s = 1.0;
   bool progress = true;  // live line on stderr
+  // SDK-style retries (loadgen/retry.h): a retried request keeps its first send time, stays in
+  // flight (holds its closed-loop or cap slot) while it waits, and is reported once, at the end.
+  int max_retries = 2;
+  uint64_t retry_seed = 0;  // backoff jitter
 };
 
 struct RunOutput {

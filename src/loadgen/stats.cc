@@ -86,6 +86,11 @@ void add_metric(nlohmann::json& out, const std::string& name, const std::vector<
   }
 }
 
+// A server fault: 5xx except 503, which kvwarden (and vLLM) use to refuse cleanly.
+bool is_server_error(int status) {
+  return status >= 500 && status != 503;
+}
+
 std::string error_key(const RequestResult& r) {
   if (r.status != 0) return std::to_string(r.status);
   const auto colon = r.error.find(':');
@@ -95,18 +100,27 @@ std::string error_key(const RequestResult& r) {
 
 nlohmann::json summarize(const std::vector<RequestResult>& results, double duration_s,
                          const SummaryOptions& options) {
-  std::vector<double> ttft, tpot, itl, e2el;
+  std::vector<double> ttft, tpot, itl, e2el, retry_wait;
   int64_t completed = 0, failed = 0, good = 0, refused = 0, errors_5xx = 0, measured = 0;
-  int64_t in_tokens = 0, out_tokens = 0;
-  std::map<std::string, int64_t> errors;
+  int64_t in_tokens = 0, out_tokens = 0, retries = 0, refused_after_retries = 0;
+  std::map<std::string, int64_t> errors, retries_by_status;
   for (const auto& r : results) {
     if (r.warmup) continue;
     ++measured;
+    const bool is_refused = !r.ok() && (r.status == 429 || r.status == 503);
+    bool saw_5xx = is_server_error(r.status);
+    retries += r.num_retries;
+    for (int s : r.retried_statuses) {
+      ++retries_by_status[s == 0 ? "no_response" : std::to_string(s)];
+      saw_5xx |= is_server_error(s);
+    }
+    if (r.num_retries > 0) retry_wait.push_back(r.retry_wait_ms);
+    if (saw_5xx) ++errors_5xx;
     if (!r.ok()) {
       ++failed;
       ++errors[error_key(r)];
-      if (r.status == 429 || r.status == 503) ++refused;
-      if (r.status >= 500 && r.status != 503) ++errors_5xx;
+      if (is_refused) ++refused;
+      if (is_refused && r.num_retries > 0) ++refused_after_retries;
       continue;
     }
     ++completed;
@@ -139,8 +153,16 @@ nlohmann::json summarize(const std::vector<RequestResult>& results, double durat
   out["errors_by_status"] = errors;
   out["refused"] = refused;
   out["errors_5xx"] = errors_5xx;
-  out["completed_or_refused_ratio"] =
-      measured ? static_cast<double>(completed + refused) / static_cast<double>(measured) : 1.0;
+  const auto ratio = [measured](int64_t n) {
+    return measured ? static_cast<double>(n) / static_cast<double>(measured) : 1.0;
+  };
+  out["completed_ratio"] = ratio(completed);
+  out["completed_or_refused_ratio"] = ratio(completed + refused);
+  out["retries"] = retries;
+  out["requests_retried"] = static_cast<int64_t>(retry_wait.size());
+  out["refused_after_retries"] = refused_after_retries;
+  out["retries_by_status"] = retries_by_status;
+  out["mean_retry_wait_ms"] = mean_of(retry_wait);
   return out;
 }
 

@@ -13,16 +13,22 @@
 
 namespace kvw::loadgen {
 
-// One request as the client saw it. Times in ms; ttft_ms < 0 when no token was streamed.
+// One request as the client saw it, retries included (as an SDK caller sees it): ttft_ms and
+// e2el_ms count from the first attempt's send, through refused attempts and backoff waits.
+// Times in ms; ttft_ms < 0 when no token was streamed. status/error are the final attempt's.
 struct RequestResult {
   uint64_t index = 0;
-  double start_s = 0;          // send time from the start of the run
+  double start_s = 0;          // first send time from the start of the run
   double ttft_ms = -1;         // first non-empty streamed chunk
-  double e2el_ms = 0;          // send to last byte
+  double e2el_ms = 0;          // first send to last byte
   std::vector<double> itl_ms;  // gaps between streamed chunks after the first
   int status = 0;              // HTTP status; 0 when the transport failed
   std::string error;           // empty when ok; "http 429", "timeout", "connect: ..." otherwise
   std::string error_body;      // first bytes of an error response (for OOM detection)
+  int num_retries = 0;         // attempts after the first
+  std::vector<int> retried_statuses;  // status of each retried attempt; 0: no response head
+  double retry_wait_ms = 0;           // first send to the final attempt's send (the final attempt's
+                                      // own TTFT is ttft_ms - retry_wait_ms)
   int input_tokens = 0;
   int output_tokens = 0;  // usage.completion_tokens if reported, else streamed chunks
   bool streamed = false;
@@ -55,8 +61,12 @@ struct SummaryOptions {
 // The vLLM-compatible summary of the measured (non-warm-up) requests over duration_s:
 // duration, completed, failed, total_input_tokens, total_output_tokens, request_throughput,
 // request_goodput (with SLOs), output_throughput, total_token_throughput,
-// {mean,median,std,pNN}_{ttft,tpot,itl,e2el}_ms, plus errors_by_status, refused (429/503),
-// errors_5xx and completed_or_refused_ratio.
+// {mean,median,std,pNN}_{ttft,tpot,itl,e2el}_ms, plus errors_by_status (final statuses),
+// refused (final 429/503), errors_5xx (requests that saw a 5xx other than 503 on any attempt,
+// retried or final: a 500 is a server fault even when a retry hid it; a 503 is a refusal),
+// completed_ratio, completed_or_refused_ratio, and the retries: retries (attempts after the
+// first), requests_retried, refused_after_retries (final 429/503 of a retried request),
+// retries_by_status and mean_retry_wait_ms (over retried requests).
 nlohmann::json summarize(const std::vector<RequestResult>& results, double duration_s,
                          const SummaryOptions& options);
 

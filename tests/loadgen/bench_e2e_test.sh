@@ -1,31 +1,61 @@
 #!/usr/bin/env bash
 # kvwarden bench against a real `kvwarden serve` with a generated model: a closed-loop run whose
 # numbers must add up (every request completed, ignore_eos honoured so output tokens are exact,
-# prompt lengths from /tokenize, /metrics scraped), then the shipped extreme-values scenario.
+# prompt lengths from /tokenize, /metrics scraped), then every shipped scenario at a small scale:
+# bursts (also against a second server with one running slot, where the spike is refused and
+# the generator's SDK-style retries must still complete >= 99.9%), long-context fragmentation,
+# concurrency interference, extreme values and a short leak check.
 set -u
 KVW="$1"
 SCENARIOS="$2"
 WORK="$(mktemp -d)"
 SERVER_PID=""
+TIGHT_PID=""
 cleanup() {
-  [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null
+  for pid in $SERVER_PID $TIGHT_PID; do kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-fail() { echo "FAIL: $*"; echo "--- server stderr:"; tail -20 "$WORK/serve.err"; exit 1; }
+fail() {
+  echo "FAIL: $*"
+  for f in serve tight; do [ -f "$WORK/$f.err" ] && echo "--- $f stderr:" && tail -20 "$WORK/$f.err"; done
+  exit 1
+}
 json() { /usr/bin/python3 -c "import json,sys; print(json.load(open('$1'))$2)"; }
+# start_server NAME ARGS...: starts `kvwarden serve` on a free port; sets PID and URL.
+start_server() {
+  local name="$1"
+  shift
+  "$KVW" serve --model "$WORK/m.gguf" --port 0 --threads 1 "$@" >"$WORK/$name.out" \
+    2>"$WORK/$name.err" &
+  PID=$!
+  for _ in $(seq 1 120); do
+    grep -q "kvwarden serving" "$WORK/$name.out" && break
+    kill -0 "$PID" 2>/dev/null || fail "$name server exited"
+    sleep 0.5
+  done
+  URL=$(grep -o 'http://[^ ]*' "$WORK/$name.out" | head -1)
+  [ -n "$URL" ] || fail "no 'kvwarden serving ... on URL' line from the $name server"
+  echo "$name server at $URL"
+}
+# scenario NAME FILE URL FLAGS...: runs a shipped scenario with flags that scale it down; fails
+# the test unless every criterion passed.
+scenario() {
+  local name="$1" file="$2" url="$3"
+  shift 3
+  local t0=$SECONDS
+  "$KVW" bench --scenario "$SCENARIOS/$file" --base-url "$url" --quiet "$@" \
+    --output-json "$WORK/$name.json" --output-html "$WORK/$name.html" >"$WORK/$name.out" 2>&1
+  local rc=$?
+  grep -E "^=== run|PASS|FAIL|^[0-9]{3} " "$WORK/$name.out"
+  echo "$name: exit $rc in $((SECONDS - t0)) s"
+  [ $rc -eq 0 ] || { tail -40 "$WORK/$name.out"; fail "$file exit $rc"; }
+}
 
 "$KVW" make-model --out "$WORK/m.gguf" --seed 1 --context 1024 2>/dev/null || fail "make-model"
-"$KVW" serve --model "$WORK/m.gguf" --port 0 --threads 1 >"$WORK/serve.out" 2>"$WORK/serve.err" &
-SERVER_PID=$!
-for _ in $(seq 1 120); do
-  grep -q "kvwarden serving" "$WORK/serve.out" && break
-  kill -0 "$SERVER_PID" 2>/dev/null || fail "server exited"
-  sleep 0.5
-done
-URL=$(grep -o 'http://[^ ]*' "$WORK/serve.out" | head -1)
-[ -n "$URL" ] || fail "no 'kvwarden serving ... on URL' line"
-echo "server at $URL"
+start_server serve
+SERVER_PID=$PID
+SERVE_URL=$URL
 
 "$KVW" bench --base-url "$URL" --pattern closed --concurrency 4 --num-requests 12 \
   --input-len fixed:24 --output-len fixed:8 --seed 3 --quiet \
@@ -40,13 +70,44 @@ grep -q "<svg" "$WORK/r.html" || fail "no chart in the HTML report"
 echo "tokenizer: $(json "$WORK/r.json" "['tokenizer']"), metrics: $(json "$WORK/r.json" "['server_metrics_available']")"
 echo "mean TTFT $(json "$WORK/r.json" "['mean_ttft_ms']") ms, mean ITL $(json "$WORK/r.json" "['mean_itl_ms']") ms"
 
-"$KVW" bench --scenario "$SCENARIOS/extreme_values.json" --base-url "$URL" --num-requests 18 \
-  --input-len fixed:32 --output-len fixed:4 --quiet --output-json "$WORK/x.json" \
-  --output-html "$WORK/x.html" >"$WORK/x.out" 2>&1
-rc=$?
-grep -E "PASS|FAIL|errors|^[0-9]{3} " "$WORK/x.out"
-[ $rc -eq 0 ] || fail "extreme-values scenario exit $rc"
+scenario x extreme_values.json "$URL" --num-requests 18 --input-len fixed:32 --output-len fixed:4
 kill -0 "$SERVER_PID" 2>/dev/null || fail "server died"
+
+# bursts, scaled down: three 5-second runs (spike 2 -> 12 req/s for 2 s, ramp 1 -> 12 req/s,
+# random 1..12 req/s changing every 2 s); 429/503 would be retried SDK-style.
+scenario b bursts.json "$URL" --duration 5 --spike-start 1.5 --spike-duration 2 --spike-rate 12 \
+  --ramp-to 12 --random-max-rate 12 --random-interval 2
+
+# long-context fragmentation: 4 conversations x 6 rounds growing to 512 tokens (the model's
+# context is 1024; regenerated text can tokenize longer than it was generated), scraped often
+# enough to see the KV pool in use during a run this short.
+scenario lc long_context_fragmentation.json "$URL" --num-conversations 4 --rounds 6 \
+  --max-context 512 --output-len fixed:16 --scrape-interval 0.05
+[ "$(json "$WORK/lc.json" "['completed']")" = "24" ] || fail "long-context: completed != 24"
+/usr/bin/python3 -c "import json,sys; sys.exit(0 if json.load(open('$WORK/lc.json'))['max_server_kv_usage_ratio'] > 0 else 1)" ||
+  fail "long-context: no KV usage seen in /metrics"
+# concurrency interference: 256-token prompts alone (2), then 16 in flight (32).
+scenario ci concurrency_interference.json "$URL" --input-len fixed:256 --output-len fixed:16
+[ "$(json "$WORK/ci-concurrency-interference-16-concurrent.json" "['completed']")" = "32" ] ||
+  fail "concurrency interference: completed != 32"
+kill -0 "$SERVER_PID" 2>/dev/null || fail "server died"
+
+# bursts against a server with one running slot and 8 queue places: the spike (about 15
+# requests within 5 ms) overflows it, so 429s come back with Retry-After and the generator
+# retries them (up to --max-retries 2, as the openai SDK); >= 99.9% must still complete.
+start_server tight --max-num-seqs 1 --max-queue 8
+TIGHT_PID=$PID
+scenario t bursts.json "$URL" --duration 4 --spike-start 1 --spike-duration 0.005 \
+  --spike-rate 4000 --ramp-to 12 --random-max-rate 12 --random-interval 2
+retries=$(json "$WORK/t-bursts-spike.json" "['retries']")
+ratio=$(json "$WORK/t-bursts-spike.json" "['completed_ratio']")
+echo "bursts against the tight server, spike run: retries $retries," \
+  "by status $(json "$WORK/t-bursts-spike.json" "['retries_by_status']"), completed_ratio $ratio"
+[ "$retries" -gt 0 ] || fail "the spike was never refused: no retries to check"
+/usr/bin/python3 -c "import sys; sys.exit(0 if $ratio >= 0.999 else 1)" || fail "completed_ratio $ratio"
+kill "$TIGHT_PID" && wait "$TIGHT_PID" 2>/dev/null
+TIGHT_PID=""
+URL=$SERVE_URL
 
 # The leak check, short: 45 s of Poisson load after 15 s of warm-up; RSS must grow < 1 MB/min
 # (the README gives the 11-minute command).

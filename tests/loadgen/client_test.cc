@@ -1,6 +1,7 @@
 // The epoll client and the run loop against the in-process fake server: measured TTFT/ITL
 // against the fake's known delays (lower bounds exact, upper bounds generous), error statuses,
-// keep-alive reuse, multi-turn history, and `kvwarden bench` end to end with a scenario file.
+// keep-alive reuse, multi-turn history, SDK-style retries (Retry-After honoured, retries running
+// out, none with max_retries 0, 4xx not retried) and `kvwarden bench` end to end with a scenario.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -158,6 +159,7 @@ TEST(Runner, ErrorStatusesAreCountedByStatus) {
   s[3].extra["fake_status"] = 503;
   s[4].extra["fake_status"] = 500;
   auto cfg = closed_loop(2, 9);
+  cfg.max_retries = 0;  // the raw statuses
   auto out = run_benchmark(*client, cfg, s);
   auto j = summarize(out.results, out.measured_duration_s, SummaryOptions{});
   EXPECT_EQ(j["completed"], 4);
@@ -166,6 +168,198 @@ TEST(Runner, ErrorStatusesAreCountedByStatus) {
   EXPECT_EQ(j["errors_by_status"]["500"], 1);
   EXPECT_EQ(j["refused"], 4);
   EXPECT_EQ(j["errors_5xx"], 1);
+}
+
+// Distinct prompts: the fake counts refused attempts per distinct body.
+std::vector<RequestSpec> distinct(std::vector<RequestSpec> v) {
+  for (size_t i = 0; i < v.size(); ++i) v[i].prompt += " #" + std::to_string(i);
+  return v;
+}
+
+TEST(Runner, RetriesRefusalsAfterRetryAfterMsThenCompletes) {
+  testing::FakeServer server;
+  auto client = client_for(server);
+  auto cfg = closed_loop(4, 4);  // default max_retries: 2
+  auto s = distinct(specs(4, 2,
+                          {{"fake_first_ms", 1},
+                           {"fake_gap_ms", 1},
+                           {"fake_refuse_first", 2},
+                           {"fake_refuse_status", 429},
+                           {"fake_retry_after_ms", 150}}));
+  auto out = run_benchmark(*client, cfg, s);
+  ASSERT_EQ(out.results.size(), 4u);
+  for (const auto& r : out.results) {
+    ASSERT_TRUE(r.ok()) << r.error;
+    EXPECT_EQ(r.num_retries, 2);
+    EXPECT_EQ(r.retried_statuses, (std::vector<int>{429, 429}));
+    EXPECT_GE(r.retry_wait_ms, 2 * 150.0);  // both waits honoured
+    EXPECT_GE(r.e2el_ms, r.retry_wait_ms);  // latency counts from the first attempt
+    EXPECT_GE(r.ttft_ms, r.retry_wait_ms);
+  }
+  EXPECT_EQ(server.num_completions(), 12);
+  EXPECT_EQ(out.peak_in_flight, 4u);  // a request waiting to retry still holds its slot
+  auto j = summarize(out.results, out.measured_duration_s, SummaryOptions{});
+  EXPECT_EQ(j["completed"], 4);
+  EXPECT_EQ(j["retries"], 8);
+  EXPECT_EQ(j["requests_retried"], 4);
+  EXPECT_EQ(j["refused_after_retries"], 0);
+  EXPECT_EQ(j["refused"], 0);
+  EXPECT_EQ(j["retries_by_status"]["429"], 8);
+  EXPECT_DOUBLE_EQ(j["completed_ratio"].get<double>(), 1.0);
+  EXPECT_GE(j["mean_retry_wait_ms"].get<double>(), 300.0);
+}
+
+TEST(Runner, HonoursRetryAfterSeconds) {
+  testing::FakeServer server;
+  auto client = client_for(server);
+  auto cfg = closed_loop(1, 1);
+  auto s = specs(1, 2, {{"fake_first_ms", 1}, {"fake_refuse_first", 1}, {"fake_retry_after", 1}});
+  const double t0 = monotonic_s();
+  auto out = run_benchmark(*client, cfg, s);
+  const double elapsed_ms = (monotonic_s() - t0) * 1e3;
+  ASSERT_EQ(out.results.size(), 1u);
+  const auto& r = out.results[0];
+  ASSERT_TRUE(r.ok()) << r.error;
+  EXPECT_EQ(r.retried_statuses, (std::vector<int>{503}));
+  EXPECT_GE(r.retry_wait_ms, 1000.0);
+  EXPECT_LT(r.retry_wait_ms, 1000.0 + 2000.0);
+  EXPECT_GE(elapsed_ms, 1000.0);
+}
+
+TEST(Runner, BacksOffExponentiallyWithoutRetryAfter) {
+  testing::FakeServer server;
+  auto client = client_for(server);
+  auto cfg = closed_loop(1, 1);
+  // retry-after-ms 0 is no instruction (SDK): the client's own backoff applies.
+  auto s =
+      specs(1, 2, {{"fake_first_ms", 1}, {"fake_refuse_first", 2}, {"fake_retry_after_ms", 0}});
+  auto out = run_benchmark(*client, cfg, s);
+  ASSERT_EQ(out.results.size(), 1u);
+  ASSERT_TRUE(out.results[0].ok()) << out.results[0].error;
+  // 0.5 s then 1 s, each less up to 25% jitter.
+  EXPECT_GE(out.results[0].retry_wait_ms, 0.75 * (500.0 + 1000.0));
+  EXPECT_LT(out.results[0].retry_wait_ms, 1500.0 + 2000.0);
+}
+
+TEST(Runner, RefusedAfterRetriesWhenTheyRunOut) {
+  testing::FakeServer server;
+  auto client = client_for(server);
+  auto cfg = closed_loop(3, 3);
+  auto s = distinct(specs(3, 2, {{"fake_refuse_first", 9}, {"fake_retry_after_ms", 20}}));
+  auto out = run_benchmark(*client, cfg, s);
+  ASSERT_EQ(out.results.size(), 3u);
+  for (const auto& r : out.results) {
+    EXPECT_EQ(r.status, 503);
+    EXPECT_EQ(r.num_retries, 2);
+  }
+  EXPECT_EQ(server.num_completions(), 9);  // 1 + 2 retries each
+  auto j = summarize(out.results, out.measured_duration_s, SummaryOptions{});
+  EXPECT_EQ(j["completed"], 0);
+  EXPECT_EQ(j["refused"], 3);
+  EXPECT_EQ(j["refused_after_retries"], 3);
+  EXPECT_EQ(j["retries"], 6);
+  EXPECT_EQ(j["errors_5xx"], 0);  // 503 is a refusal, not a fault
+  EXPECT_DOUBLE_EQ(j["completed_ratio"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(j["completed_or_refused_ratio"].get<double>(), 1.0);
+}
+
+TEST(Runner, MaxRetriesZeroSendsEachRequestOnce) {
+  testing::FakeServer server;
+  auto client = client_for(server);
+  auto cfg = closed_loop(3, 3);
+  cfg.max_retries = 0;
+  auto s = distinct(specs(3, 2, {{"fake_refuse_first", 1}, {"fake_retry_after_ms", 20}}));
+  auto out = run_benchmark(*client, cfg, s);
+  EXPECT_EQ(server.num_completions(), 3);
+  auto j = summarize(out.results, out.measured_duration_s, SummaryOptions{});
+  EXPECT_EQ(j["refused"], 3);
+  EXPECT_EQ(j["retries"], 0);
+  EXPECT_EQ(j["requests_retried"], 0);
+  EXPECT_EQ(j["refused_after_retries"], 0);
+}
+
+TEST(Runner, ClientErrorsAreNotRetried) {
+  testing::FakeServer server;
+  auto client = client_for(server);
+  auto cfg = closed_loop(2, 2);
+  cfg.max_retries = 3;
+  auto s = distinct(specs(2, 2, {{"fake_status", 400}}));
+  s[1].extra["fake_status"] = 422;
+  auto out = run_benchmark(*client, cfg, s);
+  EXPECT_EQ(server.num_completions(), 2);
+  ASSERT_EQ(out.results.size(), 2u);
+  for (const auto& r : out.results) {
+    EXPECT_GE(r.status, 400);
+    EXPECT_EQ(r.num_retries, 0);
+  }
+}
+
+TEST(Runner, RetriedRefusalsAreNotServerErrorsButAHiddenOrFinal500Is) {
+  testing::FakeServer server;
+  auto client = client_for(server);
+  auto cfg = closed_loop(3, 3);
+  auto s = distinct(specs(3, 2, {{"fake_first_ms", 1}, {"fake_retry_after_ms", 10}}));
+  s[0].extra["fake_refuse_first"] = 1;  // 503, then ok
+  s[1].extra["fake_refuse_first"] = 1;  // 500, then ok: a fault a retry hid
+  s[1].extra["fake_refuse_status"] = 500;
+  s[2].extra["fake_status"] = 500;  // 500 every time
+  auto out = run_benchmark(*client, cfg, s);
+  auto j = summarize(out.results, out.measured_duration_s, SummaryOptions{});
+  EXPECT_EQ(j["completed"], 2);
+  EXPECT_EQ(j["errors_5xx"], 2);
+  EXPECT_EQ(j["errors_by_status"]["500"], 1);
+  EXPECT_EQ(j["retries_by_status"]["503"], 1);
+  EXPECT_EQ(j["retries_by_status"]["500"], 3);
+  EXPECT_EQ(j["refused_after_retries"], 0);
+}
+
+TEST(Runner, AStreamCutAfterA200IsNotRetried) {
+  testing::FakeServer server;
+  auto client = client_for(server);
+  auto cfg = closed_loop(1, 1);
+  cfg.endpoint = "/v1/chat/completions";  // the fake sends the head and a role delta at once
+  cfg.request_timeout_s = 0.2;
+  auto out = run_benchmark(*client, cfg, specs(1, 2, {{"fake_first_ms", 800}}));
+  ASSERT_EQ(out.results.size(), 1u);
+  EXPECT_EQ(out.results[0].error, "timeout");
+  EXPECT_EQ(out.results[0].num_retries, 0);  // the SDK call had returned: not retried
+  EXPECT_EQ(server.num_completions(), 1);
+}
+
+TEST(Runner, DrainTimeoutEndsARequestWaitingToRetry) {
+  testing::FakeServer server;
+  auto client = client_for(server);
+  auto cfg = closed_loop(1, 1);
+  cfg.drain_timeout_s = 0.3;
+  auto s = specs(1, 2, {{"fake_refuse_first", 1}, {"fake_retry_after", 5}});
+  const double t0 = monotonic_s();
+  auto out = run_benchmark(*client, cfg, s);
+  EXPECT_LT(monotonic_s() - t0, 4.0);  // did not sit out the 5 s Retry-After
+  EXPECT_TRUE(out.drain_timed_out);
+  ASSERT_EQ(out.results.size(), 1u);
+  EXPECT_EQ(out.results[0].error, "aborted: drain timeout");
+  EXPECT_EQ(out.results[0].num_retries, 1);
+  EXPECT_EQ(server.num_completions(), 1);
+}
+
+TEST(Runner, RetriesConnectionFailures) {
+  int port = 0;
+  {
+    testing::FakeServer gone;
+    port = gone.port();
+  }
+  auto c = HttpClient::create("127.0.0.1", port);
+  ASSERT_TRUE(c.ok());
+  auto cfg = closed_loop(1, 1);
+  cfg.max_retries = 1;
+  cfg.scrape_metrics = false;
+  auto out = run_benchmark(*c.value(), cfg, specs(1, 2));
+  ASSERT_EQ(out.results.size(), 1u);
+  const auto& r = out.results[0];
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.error.find("connect"), std::string::npos) << r.error;
+  EXPECT_EQ(r.retried_statuses, (std::vector<int>{0}));
+  EXPECT_GE(r.retry_wait_ms, 0.75 * 500.0);
 }
 
 TEST(Runner, OpenLoopSendsAtArrivalTimesAndHonoursTheCap) {

@@ -2,13 +2,17 @@
 // known delays, so the load generator's measurements can be checked against them.
 // Request body knobs: max_tokens (chunks streamed), fake_first_ms (delay before the first
 // chunk), fake_gap_ms (between chunks), fake_status (answer with this status instead),
-// fake_no_usage (omit the usage chunk). /tokenize counts space-separated words.
+// fake_no_usage (omit the usage chunk), fake_refuse_first: N with fake_refuse_status (default 503)
+// (refuse the first N attempts of each distinct body, so a retry can then succeed), and
+// fake_retry_after / fake_retry_after_ms (send these headers with a refusal: a number or, for
+// Retry-After, an HTTP date). /tokenize counts space-separated words.
 #pragma once
 
 #include <httplib.h>
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -80,6 +84,7 @@ class FakeServer {
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   int num_scrapes() const { return num_scrapes_; }
   int num_tokenize() const { return num_tokenize_; }
+  int num_completions() const { return num_completions_; }  // attempts, refused ones included
   std::string last_body() {
     std::lock_guard<std::mutex> lock(mu_);
     return last_body_;
@@ -91,19 +96,31 @@ class FakeServer {
   }
 
   void complete(const httplib::Request& req, httplib::Response& res, bool chat) {
+    ++num_completions_;
+    int attempt = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
       last_body_ = req.body;
+      attempt = attempts_by_body_[req.body]++;
     }
     auto j = nlohmann::json::parse(req.body, nullptr, false);
     if (j.is_discarded()) {
       res.status = 400;
       return;
     }
-    const int status = j.value("fake_status", 200);
+    int status = j.value("fake_status", 200);
+    if (attempt < j.value("fake_refuse_first", 0)) status = j.value("fake_refuse_status", 503);
     if (status != 200) {
       res.status = status;
-      if (status == 429 || status == 503) res.set_header("Retry-After", "1");
+      const bool knobs = j.contains("fake_retry_after") || j.contains("fake_retry_after_ms");
+      if (!knobs && (status == 429 || status == 503)) res.set_header("Retry-After", "1");
+      for (const char* k : {"fake_retry_after", "fake_retry_after_ms"}) {
+        if (!j.contains(k)) continue;
+        const auto& v = j[k];
+        const std::string header =
+            std::string(k) == "fake_retry_after" ? "Retry-After" : "retry-after-ms";
+        res.set_header(header, v.is_string() ? v.get<std::string>() : v.dump());
+      }
       res.set_content(R"({"error":{"message":"fake refusal","type":"fake"}})", "application/json");
       return;
     }
@@ -161,9 +178,10 @@ class FakeServer {
   std::thread thread_;
   int port_ = 0;
   int listen_fd_ = -1;
-  std::atomic<int> active_{0}, num_scrapes_{0}, num_tokenize_{0};
+  std::atomic<int> active_{0}, num_scrapes_{0}, num_tokenize_{0}, num_completions_{0};
   std::mutex mu_;
   std::string last_body_;
+  std::map<std::string, int> attempts_by_body_;  // for fake_refuse_first
 };
 
 }  // namespace kvw::loadgen::testing
