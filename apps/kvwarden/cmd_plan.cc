@@ -33,6 +33,7 @@ struct PlanArgs {
   std::string overhead = "1GiB";
   int64_t engine_threads = 0;
   std::string request_memory = "64MiB";  // --engine: serve's request row
+  std::string swap_space;                // --engine: serve's --swap-space (the staging row)
   int64_t max_queue = 256;
   bool json = false;
   bool explain = false;
@@ -191,16 +192,28 @@ int run_plan(const PlanArgs& a) {
                                            .max_num_seqs = a.concurrency,
                                            .max_queue = a.max_queue,
                                            .max_model_len = in->max_model_len});
+    if (!a.swap_space.empty()) {
+      auto sw = parse_size("--swap-space", a.swap_space);
+      if (!sw.ok()) {
+        std::cerr << "kvwarden plan: " << sw.message() << "\n";
+        return 2;
+      }
+      opt.swap_staging_bytes = swap_staging_bytes(*sw);
+    }
     auto b = plan_engine_budget(*m, opt);
     if (!b.ok()) {
       std::cerr << "kvwarden plan: --engine: " << b.message() << "\n";
       return 1;
     }
-    j["engine"] = {
-        {"weights_bytes", b->weights_bytes}, {"workspace_bytes", b->workspace_bytes},
-        {"kv_pool_bytes", b->kv_pool_bytes}, {"reserve_bytes", b->reserve_bytes},
-        {"request_bytes", b->request_bytes}, {"total_bytes", b->total_bytes},
-        {"num_blocks", b->num_blocks},       {"kv_per_token_bytes", b->kv_bytes_per_token}};
+    j["engine"] = {{"weights_bytes", b->weights_bytes},
+                   {"workspace_bytes", b->workspace_bytes},
+                   {"kv_pool_bytes", b->kv_pool_bytes},
+                   {"reserve_bytes", b->reserve_bytes},
+                   {"request_bytes", b->request_bytes},
+                   {"swap_staging_bytes", b->swap_staging_bytes},
+                   {"total_bytes", b->total_bytes},
+                   {"num_blocks", b->num_blocks},
+                   {"kv_per_token_bytes", b->kv_bytes_per_token}};
     if (!a.json) {
       std::cout << "kvwarden CPU engine budget (" << a.concurrency << " x " << in->max_model_len
                 << " tokens, " << kv_dtype_name(opt.kv_dtype) << " KV, " << opt.n_threads
@@ -267,6 +280,8 @@ void add_plan_command(CLI::App& app, int& exit_code) {
                   "--engine: serve's --request-memory (the request row also counts connections "
                   "and streams for --concurrency and --max-queue)")
       ->capture_default_str();
+  cmd->add_option("--swap-space", a->swap_space,
+                  "--engine: serve's --swap-space (adds the swap tier's staging row)");
   cmd->add_option("--max-queue", a->max_queue, "--engine: serve's --max-queue")
       ->capture_default_str();
   cmd->add_option("--engine-threads", a->engine_threads, "Worker threads for --engine")

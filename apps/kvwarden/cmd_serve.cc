@@ -180,6 +180,7 @@ nlohmann::json config_json(const ServeFlags& f) {
           {"max_num_batched_tokens", e.sched.max_num_batched_tokens},
           {"max_model_len", e.sched.max_model_len},
           {"swap_bytes", e.swap_bytes},
+          {"mlock", e.mlock},
           {"preemption_mode", f.preemption_mode},
           {"overflow", f.overflow},
           {"kv_reserve", f.kv_reserve},
@@ -388,6 +389,9 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--swap-space", f->swap_space,
                   "Swap tier for preempted KV (bytes or 4G; default: none)");
   cmd->add_option("--swap-path", e.swap_path, "Swap file location (with --swap-space)");
+  cmd->add_flag("--mlock", e.mlock,
+                "Lock the weights, KV pool and buffers in RAM after start-up (the OS never pages "
+                "them out); refuses to start when RLIMIT_MEMLOCK is too small");
   cmd->add_option("--preemption-mode", f->preemption_mode,
                   "swap (to the swap tier when it has room) or recompute")
       ->capture_default_str();

@@ -2,7 +2,12 @@
 // The step loop is in engine_loop.cc.
 #include "engine/engine.h"
 
+#include <sys/mman.h>
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <thread>
 
 #include "core/check.h"
@@ -54,6 +59,7 @@ Status Engine::plan_budget(const GgufFile& file) {
   opt.max_num_seqs = cfg_.sched.max_num_seqs;
   opt.reserve_bytes = cfg_.reserve_bytes;  // the planner adds the logits buffer to this row
   opt.request_bytes = cfg_.request_bytes;
+  opt.swap_staging_bytes = planner::swap_staging_bytes(cfg_.swap_bytes);
   auto table = planner::plan_engine_budget(*shape, opt);
   if (!table.ok()) {
     // Show what the fixed rows need: the same plan without a budget, for one short sequence.
@@ -71,6 +77,7 @@ Status Engine::plan_budget(const GgufFile& file) {
   }
   budget_ = *table;
   if (budget_.num_blocks > UINT32_MAX - 1) budget_.num_blocks = UINT32_MAX - 1;
+  KVW_RETURN_IF_ERROR(check_memory_available(logit_rows * n_vocab * sizeof(float)));
   LOG(INFO, engine) << "memory budget "
                     << (cfg_.memory_budget_bytes
                             ? planner::format_bytes((int64_t)cfg_.memory_budget_bytes)
@@ -78,6 +85,43 @@ Status Engine::plan_budget(const GgufFile& file) {
                     << " (reserve includes " << logit_rows << " x " << n_vocab << " f32 logits):\n"
                     << budget_.to_string();
   return Status::ok_status();
+}
+
+Status Engine::check_memory_available(uint64_t logits_bytes) const {
+  // What init() allocates and touches at once; with --mlock the mapped weights stay resident
+  // too. Failing here beats being killed by the OS halfway through the memset.
+  uint64_t need =
+      budget_.kv_pool_bytes + budget_.workspace_bytes + logits_bytes + budget_.swap_staging_bytes;
+  if (cfg_.mlock) need += budget_.weights_bytes;
+  const uint64_t avail =
+      cfg_.available_memory_bytes > 0 ? cfg_.available_memory_bytes : available_memory_bytes();
+  if (avail == 0 || need <= avail) return Status::ok_status();
+  return Error{"cannot touch the memory budget at start-up: the KV pool (" +
+               planner::format_bytes((int64_t)budget_.kv_pool_bytes) + "), workspace, logits" +
+               (budget_.swap_staging_bytes > 0 ? ", swap staging" : "") +
+               (cfg_.mlock ? " and locked weights" : "") + " need " +
+               planner::format_bytes((int64_t)need) + " but only " +
+               planner::format_bytes((int64_t)avail) +
+               " is available (MemAvailable, cgroup memory.max); lower --memory-budget, "
+               "--max-num-seqs or --max-model-len"};
+}
+
+Status Engine::lock_memory() const {
+  if (!cfg_.mlock) return Status::ok_status();
+  if (mlockall(MCL_CURRENT) == 0) {
+    LOG(INFO, engine) << "--mlock: every mapped page is locked in RAM";
+    return Status::ok_status();
+  }
+  const int err = errno;
+  rlimit lim{};
+  getrlimit(RLIMIT_MEMLOCK, &lim);
+  const std::string limit = lim.rlim_cur == RLIM_INFINITY
+                                ? std::string("unlimited")
+                                : planner::format_bytes((int64_t)lim.rlim_cur);
+  return Error{std::string("--mlock: cannot lock the process's memory in RAM: ") +
+               std::strerror(err) + " (RLIMIT_MEMLOCK " + limit +
+               "; raise it with `ulimit -l`, a container's memlock limit or CAP_IPC_LOCK, or "
+               "start without --mlock)"};
 }
 
 Status Engine::init(const EngineConfig& cfg) {
@@ -112,7 +156,9 @@ Status Engine::init(const EngineConfig& cfg) {
   KVW_RETURN_IF_ERROR(kc.validate());
   kv_ = std::make_unique<KvManager>(kc, arena_.get());
   if (cfg.swap_bytes > 0) {
-    auto swap = SwapSpace::open(SwapConfig{.path = cfg.swap_path, .swap_bytes = cfg.swap_bytes},
+    auto swap = SwapSpace::open(SwapConfig{.path = cfg.swap_path,
+                                           .swap_bytes = cfg.swap_bytes,
+                                           .max_inflight_bytes = planner::kSwapStagingBytes},
                                 arena_.get());
     if (!swap.ok()) return swap.error();
     kv_->attach_swap(std::move(*swap));
@@ -125,6 +171,7 @@ Status Engine::init(const EngineConfig& cfg) {
   logits_.resize((size_t)(rows * model_->hparams().n_vocab));
   inputs_.reserve((size_t)rows);
   sampled_.reserve((size_t)rows);
+  KVW_RETURN_IF_ERROR(lock_memory());
   LOG(INFO, engine) << num_blocks << " KV blocks of " << cfg.block_size << " tokens, "
                     << kv_dtype_name(cfg.kv_dtype) << ", max_model_len " << sched_->max_model_len()
                     << ", " << model_->num_threads() << " threads";

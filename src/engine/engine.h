@@ -77,6 +77,8 @@ class Engine {
     ChannelEvent next_event;  // log-probabilities of the token sampled this step
   };
   Status init(const EngineConfig& cfg);
+  Status check_memory_available(uint64_t logits_bytes) const;
+  Status lock_memory() const;
   Status plan_budget(const GgufFile& file);
   void run();
   void admit_pending();

@@ -76,14 +76,24 @@ Result<uint64_t> parse_memory_budget(std::string_view text, uint64_t machine_lim
   return (uint64_t)(v * mult);
 }
 
-uint64_t parse_meminfo_total(std::string_view meminfo) {
+namespace {
+uint64_t meminfo_field(std::string_view meminfo, std::string_view field) {
   std::istringstream is{std::string(meminfo)};
   std::string key, unit;
   uint64_t kb = 0;
   while (is >> key >> kb >> unit) {
-    if (key == "MemTotal:") return kb * 1024;
+    if (key == field) return kb * 1024;
   }
   return 0;
+}
+}  // namespace
+
+uint64_t parse_meminfo_total(std::string_view meminfo) {
+  return meminfo_field(meminfo, "MemTotal:");
+}
+
+uint64_t parse_meminfo_available(std::string_view meminfo) {
+  return meminfo_field(meminfo, "MemAvailable:");
 }
 
 uint64_t parse_cgroup_memory_max(std::string_view text) {
@@ -102,6 +112,15 @@ uint64_t machine_memory_limit_bytes() {
   if (total == 0) return cgroup;
   if (cgroup == 0) return total;
   return std::min(total, cgroup);
+}
+
+uint64_t available_memory_bytes() {
+  const uint64_t avail = parse_meminfo_available(read_small_file("/proc/meminfo"));
+  const uint64_t max = parse_cgroup_memory_max(read_small_file("/sys/fs/cgroup/memory.max"));
+  if (max == 0) return avail;
+  const uint64_t used = parse_cgroup_memory_max(read_small_file("/sys/fs/cgroup/memory.current"));
+  const uint64_t room = max > used ? max - used : 0;
+  return avail == 0 ? room : std::min(avail, room);
 }
 
 }  // namespace kvw

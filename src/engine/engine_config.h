@@ -33,6 +33,11 @@ struct EngineConfig {
   uint32_t watermark_blocks = 0;  // KvManagerConfig::watermark_blocks
   uint64_t swap_bytes = 0;        // --swap-space; 0 = no swap tier
   std::string swap_path;          // swap file location (needed when swap_bytes > 0)
+  // --mlock: after the start-up allocations, lock every mapped page (weights included) in RAM.
+  bool mlock = false;
+  // Memory the start-up allocations may take; 0 = read it (available_memory_bytes()). The
+  // engine refuses to start when the KV pool, workspace and buffers it touches exceed it.
+  uint64_t available_memory_bytes = 0;
   // --max-num-batched-tokens (also the forward workspace size), --max-num-seqs,
   // --max-model-len, --kv-reserve, --overflow, preemption mode.
   SchedConfig sched;
@@ -64,6 +69,12 @@ uint64_t machine_memory_limit_bytes();
 // Pure parts of the above, for tests: MemTotal in bytes from /proc/meminfo text (0 if absent),
 // and a cgroup v2 memory.max value (0 for "max" or garbage).
 uint64_t parse_meminfo_total(std::string_view meminfo);
+// MemAvailable of /proc/meminfo (0 if absent).
+uint64_t parse_meminfo_available(std::string_view meminfo);
+
+// What this process may still touch: min(MemAvailable, cgroup memory.max - memory.current when
+// limited). 0 when nothing can be read.
+uint64_t available_memory_bytes();
 uint64_t parse_cgroup_memory_max(std::string_view text);
 
 }  // namespace kvw

@@ -134,7 +134,8 @@ SwapSpace::SwapSpace(PassKey, KvStorage* storage, std::unique_ptr<BlockFile> fil
       bytes_per_slot_(storage->bytes_per_block()),
       slot_state_(num_slots, SlotState::kFree),
       ops_(num_ops),
-      staging_(std::make_unique_for_overwrite<uint8_t[]>(num_ops * bytes_per_slot_)),
+      // Zeroed, so its pages are touched now: the budget's swap_stage row is paid at start-up.
+      staging_(std::make_unique<uint8_t[]>(num_ops * bytes_per_slot_)),
       queue_(num_ops) {
   // Pop order 0, 1, 2, ... so that tests see predictable slot ids.
   free_slots_.reserve(num_slots);

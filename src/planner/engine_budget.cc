@@ -70,7 +70,9 @@ Result<BudgetTable> plan_engine_budget(const ModelShape& m, const EngineOptions&
   b.kv_bytes_per_token = (uint64_t)m.n_layer * engine_kv_bytes_per_token_layer(m, opt.kv_dtype);
   b.kv_bytes_per_block = b.kv_bytes_per_token * (uint64_t)opt.block_size;
   b.request_bytes = opt.request_bytes;
-  const uint64_t fixed = b.weights_bytes + b.workspace_bytes + b.reserve_bytes + b.request_bytes;
+  b.swap_staging_bytes = opt.swap_staging_bytes;
+  const uint64_t fixed = b.weights_bytes + b.workspace_bytes + b.reserve_bytes + b.request_bytes +
+                         b.swap_staging_bytes;
   if (opt.memory_budget_bytes > 0) {
     if (opt.memory_budget_bytes < fixed + b.kv_bytes_per_block) {
       return Error{"needs " + format_bytes((int64_t)fixed) +
@@ -120,6 +122,7 @@ std::string BudgetTable::to_string() const {
   row("kv_pool", kv_pool_bytes);
   row("reserve", reserve_bytes);
   if (request_bytes > 0) row("request", request_bytes);
+  if (swap_staging_bytes > 0) row("swap_stage", swap_staging_bytes);
   row("total", total_bytes);
   os << "  kv: " << kv_bytes_per_token << " B/token, " << kv_bytes_per_block << " B/block, "
      << num_blocks << " blocks\n";

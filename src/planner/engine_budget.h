@@ -30,7 +30,16 @@ struct EngineOptions {
   uint64_t reserve_bytes = uint64_t{64} << 20;
   // The HTTP front door's request memory (request_row_bytes below); 0 for engine-only use.
   uint64_t request_bytes = 0;
+  // The swap tier's staging buffers (--swap-space > 0): its bound on bytes in flight.
+  uint64_t swap_staging_bytes = 0;
 };
+
+// Staging the swap tier allocates for `swap_bytes` of swap (0: no tier): its bound on bytes in
+// flight, 64 MiB, or the whole tier when that is smaller.
+inline constexpr uint64_t kSwapStagingBytes = uint64_t{64} << 20;
+inline uint64_t swap_staging_bytes(uint64_t swap_bytes) {
+  return swap_bytes < kSwapStagingBytes ? swap_bytes : kSwapStagingBytes;
+}
 
 // What `kvwarden serve` holds for requests before and beside the KV cache, all bounded at
 // start-up: request bodies with their parsed JSON and rendered prompts (--request-memory, a
@@ -58,7 +67,8 @@ struct BudgetTable {
   uint64_t kv_pool_bytes = 0;    // num_blocks * kv_bytes_per_block
   uint64_t reserve_bytes = 0;
   uint64_t request_bytes = 0;       // the HTTP front door (request_row_bytes)
-  uint64_t total_bytes = 0;         // the five above
+  uint64_t swap_staging_bytes = 0;  // the swap tier's copies in flight
+  uint64_t total_bytes = 0;         // the six above
   uint64_t kv_bytes_per_token = 0;  // all layers
   uint64_t kv_bytes_per_block = 0;
   uint64_t num_blocks = 0;

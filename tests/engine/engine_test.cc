@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "engine_test_util.h"
+#include "planner/engine_budget.h"
 
 namespace kvw {
 namespace {
@@ -111,6 +112,7 @@ void run_under_tiny_budget(const std::string& model, bool with_swap) {
   if (with_swap) {
     cfg.swap_bytes = uint64_t{4} << 20;
     cfg.swap_path = ::testing::TempDir() + "/engine_swap.bin";
+    cfg.memory_budget_bytes += planner::swap_staging_bytes(cfg.swap_bytes);  // a budget row
   } else {
     cfg.sched.preemption_mode = PreemptionMode::kRecompute;
   }
@@ -171,6 +173,18 @@ TEST_F(EngineTest, StartupFailsWithTableAndFlagWhenBudgetTooSmall) {
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.message().find("--memory-budget"), std::string::npos) << e.message();
   EXPECT_NE(e.message().find("weights"), std::string::npos) << e.message();
+}
+
+// The start-up allocations are checked against what the machine can give before any is made.
+TEST_F(EngineTest, StartupRefusesABudgetTheMachineCannotTouch) {
+  EngineConfig cfg = config_with_blocks(model_, 64);
+  cfg.available_memory_bytes = 1 << 20;  // 1 MiB left on this "machine"
+  auto e = Engine::create(cfg);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.message().find("cannot touch the memory budget"), std::string::npos) << e.message();
+  EXPECT_NE(e.message().find("1.00 MiB"), std::string::npos) << e.message();
+  cfg.available_memory_bytes = uint64_t{1} << 40;
+  EXPECT_TRUE(Engine::create(cfg).ok());
 }
 
 TEST_F(EngineTest, InvalidRequestsAreRejectedCleanly) {

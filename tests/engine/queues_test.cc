@@ -78,5 +78,13 @@ TEST(MemoryBudget, MachineLimitIsSmallerOfMemTotalAndCgroup) {
   EXPECT_GT(machine_memory_limit_bytes(), 0u);
 }
 
+TEST(MemoryBudget, AvailableMemoryIsMemAvailableAndAtMostTheMachine) {
+  EXPECT_EQ(parse_meminfo_available("MemTotal: 16384 kB\nMemAvailable:    2048 kB\n"),
+            2048u * 1024);
+  EXPECT_EQ(parse_meminfo_available("MemTotal: 16384 kB\n"), 0u);
+  EXPECT_GT(available_memory_bytes(), 0u);
+  EXPECT_LE(available_memory_bytes(), machine_memory_limit_bytes());
+}
+
 }  // namespace
 }  // namespace kvw
