@@ -47,6 +47,7 @@ BlockTable& KvManager::table(SeqId seq) {
 }
 
 std::vector<BlockId> KvManager::match_prefix(std::span<const int32_t> prompt,
+                                             std::span<const uint64_t> prompt_hashes,
                                              std::vector<uint64_t>& hashes) const {
   std::vector<BlockId> hits;
   if (!cfg_.enable_prefix_caching || prompt.empty()) return hits;
@@ -55,7 +56,8 @@ std::vector<BlockId> KvManager::match_prefix(std::span<const int32_t> prompt,
   const size_t max_blocks = (prompt.size() - 1) / bs;
   uint64_t h = kPrefixHashSeed;
   for (size_t i = 0; i < max_blocks; ++i) {
-    h = hash_block_tokens(h, prompt.subspan(i * bs, bs));
+    h = i < prompt_hashes.size() ? prompt_hashes[i]
+                                 : hash_block_tokens(h, prompt.subspan(i * bs, bs));
     const std::optional<BlockId> b = cache_.lookup(h);
     if (!b) break;
     hits.push_back(*b);
@@ -64,14 +66,16 @@ std::vector<BlockId> KvManager::match_prefix(std::span<const int32_t> prompt,
   return hits;
 }
 
-int64_t KvManager::num_cached_prefix_tokens(std::span<const int32_t> prompt) const {
+int64_t KvManager::num_cached_prefix_tokens(std::span<const int32_t> prompt,
+                                            std::span<const uint64_t> prompt_hashes) const {
   std::vector<uint64_t> hashes;
-  return static_cast<int64_t>(match_prefix(prompt, hashes).size()) * cfg_.block_size;
+  return static_cast<int64_t>(match_prefix(prompt, prompt_hashes, hashes).size()) * cfg_.block_size;
 }
 
-bool KvManager::can_admit(std::span<const int32_t> prompt, int64_t num_tokens) const {
+bool KvManager::can_admit(std::span<const int32_t> prompt, int64_t num_tokens,
+                          std::span<const uint64_t> prompt_hashes) const {
   std::vector<uint64_t> hashes;
-  const std::vector<BlockId> hits = match_prefix(prompt, hashes);
+  const std::vector<BlockId> hits = match_prefix(prompt, prompt_hashes, hashes);
   const int64_t bs = cfg_.block_size;
   const int64_t total_blocks = (num_tokens + bs - 1) / bs;
   const int64_t num_new = std::max<int64_t>(0, total_blocks - static_cast<int64_t>(hits.size()));
@@ -85,17 +89,18 @@ bool KvManager::can_allocate(SeqId seq, int64_t num_new_tokens) const {
   return table(seq).num_blocks_needed(num_new_tokens) <= pool_.num_allocatable_blocks();
 }
 
-int64_t KvManager::add_sequence(SeqId seq, std::span<const int32_t> prompt) {
+int64_t KvManager::add_sequence(SeqId seq, std::span<const int32_t> prompt,
+                                std::span<const uint64_t> prompt_hashes) {
   CHECK(!tables_.contains(seq)) << "sequence " << index_of(seq) << " already exists";
   BlockTable& t = tables_.emplace(seq, BlockTable(cfg_.block_size)).first->second;
   if (!cfg_.enable_prefix_caching) return 0;
   std::vector<uint64_t> hashes;
-  std::vector<BlockId> hits = match_prefix(prompt, hashes);
+  std::vector<BlockId> hits = match_prefix(prompt, prompt_hashes, hashes);
   pool_.touch(hits);
   BlockLease lease(&pool_, std::move(hits));
   // Where the pool's chain ends, the swap tier may hold the next blocks.
-  append_from_tier(prompt, lease.size(), hashes.empty() ? kPrefixHashSeed : hashes.back(), lease,
-                   hashes);
+  append_from_tier(prompt, prompt_hashes, lease.size(),
+                   hashes.empty() ? kPrefixHashSeed : hashes.back(), lease, hashes);
   PrefixCacheCounters& c = cache_.counters();
   ++c.num_queries;
   c.num_query_tokens += prompt.size();
@@ -115,7 +120,8 @@ AllocStatus KvManager::allocate_slots(SeqId seq, int64_t num_new_tokens) {
   return AllocStatus::kOk;
 }
 
-void KvManager::commit_computed(SeqId seq, std::span<const int32_t> tokens, int64_t num_computed) {
+void KvManager::commit_computed(SeqId seq, std::span<const int32_t> tokens, int64_t num_computed,
+                                std::span<const uint64_t> prompt_hashes) {
   BlockTable& t = table(seq);
   CHECK(num_computed >= t.num_computed_tokens())
       << "num_computed went back from " << t.num_computed_tokens() << " to " << num_computed;
@@ -125,7 +131,12 @@ void KvManager::commit_computed(SeqId seq, std::span<const int32_t> tokens, int6
   if (!cfg_.enable_prefix_caching) return;
   const size_t first = t.num_hashed_blocks();
   std::vector<uint64_t> fresh;
-  hash_full_blocks(tokens.first(num_computed), cfg_.block_size, first, t.last_hash(), fresh);
+  // Prompt blocks come from the caller's chain; only blocks past it (outputs) are hashed here.
+  const size_t num_full = static_cast<size_t>(num_computed / cfg_.block_size);
+  size_t k0 = first;
+  for (; k0 < num_full && k0 < prompt_hashes.size(); ++k0) fresh.push_back(prompt_hashes[k0]);
+  hash_full_blocks(tokens.first(num_computed), cfg_.block_size, k0,
+                   k0 == first ? t.last_hash() : fresh.back(), fresh);
   for (size_t k = 0; k < fresh.size(); ++k) {
     const uint64_t h = fresh[k];
     const BlockId b = t.blocks()[first + k];

@@ -62,16 +62,23 @@ class KvManager {
   uint32_t num_allocatable_blocks() const { return pool_.num_allocatable_blocks(); }
 
   // ---- planning (const, no side effects, no counters) ----
+  //
+  // `prompt_hashes`, where a function takes it, is the chain of the prompt's full blocks
+  // (hash_full_blocks from kPrefixHashSeed), computed once per request by its caller so that
+  // admission checks, add_sequence and commit_computed never hash the prompt again; empty: each
+  // call hashes what it needs.
 
   // Tokens of `prompt` a new sequence would find cached: whole blocks, at most
   // prompt.size() - 1 (the last prompt token is always computed, to produce logits).
   // Pool only: blocks the swap tier could revive are counted as blocks to compute, which is
   // also what they cost in free blocks.
-  int64_t num_cached_prefix_tokens(std::span<const int32_t> prompt) const;
+  int64_t num_cached_prefix_tokens(std::span<const int32_t> prompt,
+                                   std::span<const uint64_t> prompt_hashes = {}) const;
   // Would add_sequence(prompt) + allocate_slots to `num_tokens` slots in total succeed while
   // leaving watermark_blocks allocatable? Counts that reviving a cached prefix block takes it
   // out of the free queue. num_tokens >= num_cached_prefix_tokens(prompt).
-  bool can_admit(std::span<const int32_t> prompt, int64_t num_tokens) const;
+  bool can_admit(std::span<const int32_t> prompt, int64_t num_tokens,
+                 std::span<const uint64_t> prompt_hashes = {}) const;
   // Would allocate_slots(seq, num_new_tokens) succeed? (no watermark: running sequences may
   // use the spare blocks).
   bool can_allocate(SeqId seq, int64_t num_new_tokens) const;
@@ -81,7 +88,8 @@ class KvManager {
   // Starts a sequence (CHECKs the id is new). Takes references on the longest cached
   // full-block prefix of `prompt` (always leaving >= 1 token to compute) and returns the
   // number of tokens already computed (a multiple of block_size). No slots beyond those.
-  int64_t add_sequence(SeqId seq, std::span<const int32_t> prompt);
+  int64_t add_sequence(SeqId seq, std::span<const int32_t> prompt,
+                       std::span<const uint64_t> prompt_hashes = {});
 
   // Reserves slots for num_new_tokens more tokens, allocating blocks as needed; the free queue
   // evicts unreferenced cached blocks (LRU) when no free block is left. All-or-nothing: on
@@ -94,7 +102,8 @@ class KvManager {
   // tokens.size() >= num_computed; tokens = the sequence's token ids from position 0). Blocks
   // that became full are chain-hashed and registered in the prefix cache (unless another
   // block already caches that prefix).
-  void commit_computed(SeqId seq, std::span<const int32_t> tokens, int64_t num_computed);
+  void commit_computed(SeqId seq, std::span<const int32_t> tokens, int64_t num_computed,
+                       std::span<const uint64_t> prompt_hashes = {});
 
   // n > 1 sampling: `child` (new id) shares the parent's fully computed blocks (ref_count++)
   // and gets private copies of the rest (the partial last block): KvStorage::copy_block when
@@ -176,6 +185,7 @@ class KvManager {
   BlockTable& table(SeqId seq);
   // Longest cached prefix of `prompt` (block ids; hashes appended to `hashes`).
   std::vector<BlockId> match_prefix(std::span<const int32_t> prompt,
+                                    std::span<const uint64_t> prompt_hashes,
                                     std::vector<uint64_t>& hashes) const;
   void on_evict(BlockId b, uint64_t hash);
   std::vector<int32_t> filled_slots() const;  // [num_blocks] token slots filled per block
@@ -209,8 +219,9 @@ class KvManager {
   };
   void offload(BlockId b, uint64_t hash);
   bool drop_oldest_offload();
-  void append_from_tier(std::span<const int32_t> prompt, size_t first_block, uint64_t parent,
-                        BlockLease& lease, std::vector<uint64_t>& hashes);
+  void append_from_tier(std::span<const int32_t> prompt, std::span<const uint64_t> prompt_hashes,
+                        size_t first_block, uint64_t parent, BlockLease& lease,
+                        std::vector<uint64_t>& hashes);
   bool wait_oldest();
   Status wait_ticket(SwapTicket t);
   void handle(const SwapCompletion& c);

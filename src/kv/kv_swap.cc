@@ -110,7 +110,8 @@ void KvManager::offload(BlockId b, uint64_t hash) {
   ++cache_.counters().num_offloaded;
 }
 
-void KvManager::append_from_tier(std::span<const int32_t> prompt, size_t first_block,
+void KvManager::append_from_tier(std::span<const int32_t> prompt,
+                                 std::span<const uint64_t> prompt_hashes, size_t first_block,
                                  uint64_t parent, BlockLease& lease,
                                  std::vector<uint64_t>& hashes) {
   if (swap_ == nullptr || prompt.empty()) return;
@@ -118,7 +119,8 @@ void KvManager::append_from_tier(std::span<const int32_t> prompt, size_t first_b
   const size_t max_blocks = (prompt.size() - 1) / bs;
   uint64_t h = parent;
   for (size_t i = first_block; i < max_blocks; ++i) {
-    h = hash_block_tokens(h, prompt.subspan(i * bs, bs));
+    h = i < prompt_hashes.size() ? prompt_hashes[i]
+                                 : hash_block_tokens(h, prompt.subspan(i * bs, bs));
     auto o = offloaded_.find(h);
     if (o == offloaded_.end()) return;
     if (index_of(o->second.write) != 0) {

@@ -6,7 +6,16 @@
 
 namespace kvw {
 
+namespace {
+thread_local uint64_t t_num_block_hashes = 0;
+}  // namespace
+
+uint64_t num_block_hashes_this_thread() {
+  return t_num_block_hashes;
+}
+
 uint64_t hash_block_tokens(uint64_t parent_hash, std::span<const int32_t> block_tokens) {
+  ++t_num_block_hashes;
   // Token ids are hashed as their in-memory bytes; every supported host is little-endian.
   return XXH64(block_tokens.data(), block_tokens.size_bytes(), parent_hash);
 }

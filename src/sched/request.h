@@ -52,7 +52,10 @@ struct Request {
   std::vector<int32_t> token_ids;
   int64_t num_prompt_tokens = 0;
   int32_t max_tokens = 0;
-  std::vector<int64_t> turn_starts;       // after overflow handling
+  std::vector<int64_t> turn_starts;  // after overflow handling
+  // Chain hashes of the prompt's full blocks (prefix caching on), computed once at add_request
+  // for every admission check, admission and commit of this request.
+  std::vector<uint64_t> prompt_hashes;
   int64_t num_dropped_prompt_tokens = 0;  // removed by truncate-left / sliding-window
 
   uint64_t arrival_order = 0;    // add_request order, FCFS key

@@ -254,7 +254,7 @@ std::vector<FinishedRequest> Scheduler::update_from_output(const SchedulerOutput
     Request* r = it->second.get();
     CHECK(r->state == RequestState::kRunning && r->num_computed_tokens == s.start_pos);
     r->num_computed_tokens += s.num_tokens;
-    kv_->commit_computed(r->id, r->token_ids, r->num_computed_tokens);
+    kv_->commit_computed(r->id, r->token_ids, r->num_computed_tokens, r->prompt_hashes);
     if (!s.needs_logits) continue;
     CHECK(next_sample < sampled.size()) << "missing sampled token for " << index_of(s.seq_id);
     const SampledToken& t = sampled[next_sample++];

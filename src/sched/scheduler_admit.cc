@@ -30,6 +30,9 @@ Status Scheduler::add_request(RequestInput input) {
   r->max_tokens = input.max_tokens;
   r->turn_starts = std::move(fitted->turn_starts);
   r->num_dropped_prompt_tokens = fitted->num_dropped_tokens;
+  if (kv_->config().enable_prefix_caching) {
+    hash_full_blocks(r->prompt(), kv_->block_size(), 0, kPrefixHashSeed, r->prompt_hashes);
+  }
   r->arrival_order = next_arrival_++;
   r->state = RequestState::kWaiting;
   if (r->num_dropped_prompt_tokens > 0) ++counters_.num_truncated;
@@ -76,7 +79,7 @@ bool Scheduler::admit(Request* r, int64_t running_reserve, SchedulerOutput& out)
     // The tier lost its data: fall through and recompute it now.
   }
   const int64_t bs = kv_->block_size();
-  const int64_t cached = kv_->num_cached_prefix_tokens(r->token_ids);
+  const int64_t cached = kv_->num_cached_prefix_tokens(r->token_ids, r->prompt_hashes);
   int64_t n = std::min(r->num_tokens() - cached, budget_);
   if (cfg_.long_prefill_chunk_tokens > 0) n = std::min(n, cfg_.long_prefill_chunk_tokens);
   // Into an empty pool this always fits, so the head of the queue cannot wait forever.
@@ -87,10 +90,12 @@ bool Scheduler::admit(Request* r, int64_t running_reserve, SchedulerOutput& out)
   const int64_t extra =
       int64_t(cfg_.watermark_blocks) +
       (running_.empty() ? 0 : running_reserve + reserve_blocks_for(r, cached + n));
-  if (!kv_->can_admit(r->token_ids, (blocks_for(cached + n) + extra) * bs)) return false;
+  if (!kv_->can_admit(r->token_ids, (blocks_for(cached + n) + extra) * bs, r->prompt_hashes)) {
+    return false;
+  }
 
   waiting_.erase(wait_key(r));
-  r->num_computed_tokens = kv_->add_sequence(r->id, r->token_ids);
+  r->num_computed_tokens = kv_->add_sequence(r->id, r->token_ids, r->prompt_hashes);
   // The swap tier may have revived more of the prefix.
   n = std::min(chunk_tokens(r), std::max<int64_t>(1, admit_limit_tokens_ - r->num_computed_tokens));
   if (kv_->allocate_slots(r->id, n) != AllocStatus::kOk) {

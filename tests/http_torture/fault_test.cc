@@ -75,7 +75,9 @@ TEST(Faults, TinyBudgetWithSwapServesOrRefusesEveryLongPrompt) {
       (kBudget + kFixedOverheadBytes) / 1048576.0);
   EXPECT_GT(ok, 0);
   EXPECT_GT(swapped + recomputed, 0) << "16 x ~230 tokens cannot fit ~512 tokens of KV at once";
-  EXPECT_LE(hwm, kBudget + kFixedOverheadBytes);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  EXPECT_LE(hwm, kBudget + kFixedOverheadBytes);  // sanitizers' shadow memory inflates RSS
+#endif
   stop_and_expect_clean_exit(*served);
 }
 

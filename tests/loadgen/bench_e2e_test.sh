@@ -110,7 +110,13 @@ TIGHT_PID=""
 URL=$SERVE_URL
 
 # The leak check, short: 45 s of Poisson load after 15 s of warm-up; RSS must grow < 1 MB/min
-# (the README gives the 11-minute command).
+# (the README gives the 11-minute command). Under AddressSanitizer (KVW_SANITIZED=1) RSS grows
+# with the allocator's quarantine, and LeakSanitizer checks the server at exit instead.
+if [ -n "${KVW_SANITIZED:-}" ]; then
+  echo "sanitized build: RSS slope not meaningful, leak check left to LeakSanitizer"
+  echo "PASS"
+  exit 0
+fi
 "$KVW" bench --scenario "$SCENARIOS/leak_check.json" --base-url "$URL" --duration 60 \
   --warmup 15 --request-rate 4 --input-len uniform:32:900 --quiet --output-json "$WORK/l.json" \
   --output-html "$WORK/l.html" >"$WORK/l.out" 2>&1

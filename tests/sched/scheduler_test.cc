@@ -319,6 +319,24 @@ TEST(Scheduler, NextTurnReusesThePreviousTurnsKvIncludingItsOutput) {
   EXPECT_EQ(s->num_tokens, 70 - 48);
 }
 
+// Each full block is hashed once in a request's life: the prompt's chain at add_request serves
+// every admission check (including deferred ones), the admission and the commits; only output
+// blocks are hashed as they fill. A second request with the same prompt hashes its own chain
+// once and hits the cache.
+TEST(Scheduler, PromptIsHashedOncePerRequest) {
+  Harness h(kv_config(16), SchedConfig{.max_num_batched_tokens = 64, .max_num_seqs = 1});
+  const uint64_t before = num_block_hashes_this_thread();
+  h.add(1, tokens(100, 0), 30);  // 6 full prompt blocks; 130 tokens = 8 full blocks at the end
+  h.add(2, tokens(100, 0), 4);   // waits behind max_num_seqs = 1: admission checked each step
+  EXPECT_EQ(num_block_hashes_this_thread() - before, 12u);  // 6 + 6 at add_request
+  h.run_to_completion();
+  // Request 1 computes 129 tokens (the last sampled one never runs): 8 full blocks, 2 of them
+  // outputs. Request 2 (104 tokens, 103 computed) fills 0 blocks past its prompt.
+  EXPECT_EQ(num_block_hashes_this_thread() - before, 12u + 2u);
+  EXPECT_EQ(h.reason_of(2), FinishReason::kLength);
+  EXPECT_GT(h.kv.prefix_counters().num_hit_blocks, 0u);
+}
+
 TEST(Scheduler, CancelFreesBlocksAtNextSchedule) {
   Harness h(kv_config(32), SchedConfig{.max_num_batched_tokens = 512, .max_num_seqs = 1});
   h.add(1, tokens(50, 0), 100);
