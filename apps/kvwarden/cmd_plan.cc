@@ -213,7 +213,11 @@ int run_plan(const PlanArgs& a) {
                    {"swap_staging_bytes", b->swap_staging_bytes},
                    {"total_bytes", b->total_bytes},
                    {"num_blocks", b->num_blocks},
-                   {"kv_per_token_bytes", b->kv_bytes_per_token}};
+                   {"kv_per_token_bytes", b->kv_bytes_per_token},
+                   {"kv_per_sequence_bytes", b->kv_bytes_per_seq},
+                   {"kv_blocks_per_sequence", b->kv_blocks_per_seq},
+                   {"sliding_window", b->sliding_window},
+                   {"max_seqs_at_max_model_len", b->max_seqs_at_max_len}};
     if (!a.json) {
       std::cout << "kvwarden CPU engine budget (" << a.concurrency << " x " << in->max_model_len
                 << " tokens, " << kv_dtype_name(opt.kv_dtype) << " KV, " << opt.n_threads

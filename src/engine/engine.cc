@@ -152,7 +152,9 @@ Status Engine::init(const EngineConfig& cfg) {
   KvManagerConfig kc{.num_blocks = num_blocks,
                      .block_size = cfg.block_size,
                      .enable_prefix_caching = cfg.enable_prefix_caching,
-                     .watermark_blocks = cfg.watermark_blocks};
+                     .watermark_blocks = cfg.watermark_blocks,
+                     // Blocks behind the model's window are released as sequences advance.
+                     .sliding_window = model_->hparams().sliding_window};
   KVW_RETURN_IF_ERROR(kc.validate());
   kv_ = std::make_unique<KvManager>(kc, arena_.get());
   if (cfg.swap_bytes > 0) {
@@ -175,6 +177,10 @@ Status Engine::init(const EngineConfig& cfg) {
   LOG(INFO, engine) << num_blocks << " KV blocks of " << cfg.block_size << " tokens, "
                     << kv_dtype_name(cfg.kv_dtype) << ", max_model_len " << sched_->max_model_len()
                     << ", " << model_->num_threads() << " threads";
+  if (kc.sliding_window > 0) {
+    LOG(INFO, engine) << "sliding window " << kc.sliding_window << ": blocks behind it are freed, "
+                      << kv_->max_window_blocks() << " blocks per decoding sequence at most";
+  }
   return Status::ok_status();
 }
 

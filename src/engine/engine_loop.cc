@@ -203,6 +203,7 @@ void Engine::publish_and_emit() {
   stats_.num_preemptions_recompute = c.num_recomputes;
   stats_.num_alloc_failures = c.num_alloc_failures;
   stats_.num_admission_deferrals = c.num_admission_deferrals;
+  stats_.num_window_freed_blocks = kv_->num_window_freed_blocks();
   if (const SwapSpace* swap = kv_->swap_space(); swap != nullptr) {
     stats_.swap_out_bytes = swap->counters().bytes_out;
     stats_.swap_in_bytes = swap->counters().bytes_in;

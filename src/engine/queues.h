@@ -168,6 +168,7 @@ struct EngineStats {
   uint64_t num_alloc_failures = 0;       // a running sequence found no free block (-> preempted)
   uint64_t num_admission_deferrals = 0;  // the queue head found no room; retried next step
   uint64_t num_defrag_moves = 0;         // KV blocks moved by the defragmenter
+  uint64_t num_window_freed_blocks = 0;  // KV blocks released behind the sliding window
   size_t num_swapped = 0;                // now: preempted requests whose KV sits in the swap tier
   PrefixCacheCounters prefix;
   KvLayoutStats kv;               // now: refreshed at most every 100 ms (O(blocks))

@@ -64,7 +64,9 @@ struct KernelTable {
 
   // Attention for one query token (all heads): q [n_heads][head_dim], scale = 1/sqrt(head_dim).
   // Attends to positions [pos_begin, pos_end) of the sequence whose blocks are `block_table`
-  // (position p lives in block_table[p / block_size], slot p % block_size).
+  // (position p lives in block_table[p / block_size], slot p % block_size). Reads only the
+  // entries of blocks [pos_begin / block_size, (pos_end - 1) / block_size]: entries before may
+  // be holes (0xffffffff, blocks released behind a sliding window) and are never touched.
   // Online softmax in fixed position order; out [n_heads][head_dim].
   // scratch: at least attention_scratch_floats(head_dim) floats.
   void (*attention)(const float* q, int32_t n_heads, const KvLayerView& kv,

@@ -30,13 +30,22 @@ void BlockLease::append(BlockLease&& other) {
 }
 
 void BlockLease::reset() {
-  if (blocks_.empty()) return;
-  CHECK(pool_ != nullptr) << "lease with blocks but no pool";
-  // Reverse order: the tail of a sequence reaches the queue first, so it is evicted first.
-  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
-    pool_->free(std::span<const BlockId>(&*it, 1));
-  }
+  release_front(blocks_.size());
   blocks_.clear();
+}
+
+uint32_t BlockLease::release_front(size_t n) {
+  CHECK(n <= blocks_.size()) << "release_front(" << n << ") of a lease of " << blocks_.size();
+  uint32_t freed = 0;
+  // Reverse order: the tail of a sequence reaches the queue first, so it is evicted first.
+  for (size_t i = n; i-- > 0;) {
+    if (blocks_[i] == kNullBlock) continue;
+    CHECK(pool_ != nullptr) << "lease with blocks but no pool";
+    pool_->free(std::span<const BlockId>(&blocks_[i], 1));
+    blocks_[i] = kNullBlock;
+    ++freed;
+  }
+  return freed;
 }
 
 // ---- BlockPool ----

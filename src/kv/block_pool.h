@@ -38,7 +38,8 @@ class BlockPool;
 
 // A move-only list of block references (DuckDB's BufferPoolReservation). Destroying it (or
 // reset()) frees the blocks in reverse order, so the tail of a sequence reaches the free queue
-// first and is evicted first.
+// first and is evicted first. An entry may be kNullBlock, a hole that holds no reference (the
+// leading blocks a sliding-window sequence released, see release_front); holes are skipped.
 class BlockLease {
  public:
   BlockLease() = default;
@@ -58,8 +59,13 @@ class BlockLease {
 
   // Takes over the references held by `other` (same pool), appended after ours.
   void append(BlockLease&& other);
-  // Takes over one reference the caller already holds (e.g. from BlockPool::touch).
+  // Takes over one reference the caller already holds (e.g. from BlockPool::touch), or appends
+  // a hole (kNullBlock, no reference).
   void push_back(BlockId b) { blocks_.push_back(b); }
+  // Frees the references at indices [0, n) (last first) and leaves holes (kNullBlock) in their
+  // place, so the indices of the later entries do not change. Returns how many references were
+  // freed (holes already there are skipped). CHECKs n <= size().
+  uint32_t release_front(size_t n);
   // Defragmenter: the reference at index i now names block b (the pool moved the state).
   void replace(size_t i, BlockId b) { blocks_[i] = b; }
   // Frees every block, last first; the lease is empty afterwards.

@@ -17,9 +17,27 @@ uint32_t BlockTable::num_blocks_needed(int64_t num_new_tokens) const {
   return blocks > have ? static_cast<uint32_t>(blocks - have) : 0;
 }
 
+void BlockTable::count_holes_from(size_t first) {
+  const std::span<const BlockId> b = blocks();
+  for (size_t i = first; i < b.size(); ++i) {
+    if (b[i] != kNullBlock) continue;
+    CHECK(i == num_holes_) << "hole at block " << i << " after a live block";
+    ++num_holes_;
+  }
+}
+
+uint32_t BlockTable::release_leading(size_t n) {
+  if (n <= num_holes_) return 0;
+  const uint32_t freed = lease_.release_front(n);
+  num_holes_ = n;
+  return freed;
+}
+
 void BlockTable::append(BlockLease&& blocks, int64_t num_new_tokens) {
   CHECK(num_new_tokens >= 0) << "num_new_tokens " << num_new_tokens;
+  const size_t first = num_blocks();
   lease_.append(std::move(blocks));
+  count_holes_from(first);
   num_tokens_ += num_new_tokens;
   const int64_t want = (num_tokens_ + block_size_ - 1) / block_size_;
   CHECK(want == static_cast<int64_t>(num_blocks()))
@@ -32,7 +50,9 @@ void BlockTable::append_cached(BlockLease&& blocks, std::span<const uint64_t> ha
         hashes_.size() == num_blocks())
       << "prefix hit appended after uncomputed or unhashed tokens";
   const int64_t n = static_cast<int64_t>(blocks.size()) * block_size_;
+  const size_t first = num_blocks();
   lease_.append(std::move(blocks));
+  count_holes_from(first);
   hashes_.insert(hashes_.end(), hashes.begin(), hashes.end());
   num_tokens_ += n;
   num_computed_ += n;
@@ -45,7 +65,7 @@ void BlockTable::set_num_computed(int64_t n, uint64_t step) {
 }
 
 uint32_t BlockTable::num_runs() const {
-  const auto b = blocks();
+  const auto b = blocks().subspan(num_holes_);
   if (b.empty()) return 0;
   uint32_t runs = 1;
   for (size_t i = 1; i < b.size(); ++i) {
@@ -63,6 +83,7 @@ void BlockTable::copy_counts_from(const BlockTable& o) {
 
 void BlockTable::clear() {
   lease_.reset();
+  num_holes_ = 0;
   num_tokens_ = num_computed_ = 0;
   hashes_.clear();
 }

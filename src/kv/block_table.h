@@ -9,8 +9,14 @@
 //   [ b7 full ][ b3 full ][ b9 full ][ b2 partial ....  ]
 //   |<- hashed (num_hashed_blocks) ->|
 //
+// Sliding window: the KvManager releases leading blocks that fell wholly behind the window;
+// their entries become holes (kNullBlock, no reference), so indices and positions stay absolute:
+//
+//   [ hole ][ hole ][ b9 full ][ b2 full ][ b5 partial ... ]
+//   |<- num_holes ->|<------- live blocks (window) ------>|
+//
 // Invariants: blocks().size() == ceil(num_tokens / block_size); num_computed <= num_tokens;
-// num_hashed_blocks <= num_computed / block_size.
+// num_hashed_blocks <= num_computed / block_size; holes are only leading (indices < num_holes).
 #pragma once
 
 #include <cstdint>
@@ -28,8 +34,13 @@ class BlockTable {
   BlockTable& operator=(BlockTable&&) noexcept = default;
 
   int32_t block_size() const { return block_size_; }
+  // Every logical block, holes (kNullBlock) included.
   std::span<const BlockId> blocks() const { return lease_.blocks(); }
   size_t num_blocks() const { return lease_.size(); }
+  // Leading entries that are holes (released behind a sliding window, or never held).
+  size_t num_holes() const { return num_holes_; }
+  // Blocks this table holds a reference on.
+  size_t num_live_blocks() const { return num_blocks() - num_holes_; }
   int64_t num_tokens() const { return num_tokens_; }
   int64_t num_computed_tokens() const { return num_computed_; }
   size_t num_hashed_blocks() const { return hashes_.size(); }
@@ -45,27 +56,37 @@ class BlockTable {
   }
 
   // Appends references (fresh allocation or prefix hits) and reserves `num_new_tokens` slots;
-  // CHECKs that the blocks then match ceil(num_tokens / block_size).
+  // CHECKs that the blocks then match ceil(num_tokens / block_size). `blocks` may start with
+  // holes only while this table holds nothing but holes (swap_in of a windowed sequence).
   void append(BlockLease&& blocks, int64_t num_new_tokens);
-  // A prefix hit: `blocks` are full, computed blocks with these chain hashes.
+  // A prefix hit: `blocks` are full, computed blocks with these chain hashes (leading holes
+  // allowed, as above: hit blocks behind the window are not referenced).
   void append_cached(BlockLease&& blocks, std::span<const uint64_t> hashes);
+  // Releases the references of blocks [num_holes, n) (last first); they become holes.
+  // Returns the references released.
+  uint32_t release_leading(size_t n);
   void set_num_computed(int64_t n, uint64_t step);
   void push_hash(uint64_t h) { hashes_.push_back(h); }
   void replace_block(size_t i, BlockId b) { lease_.replace(i, b); }
-  // Number of maximal runs of consecutive block ids (1 for a fully contiguous table).
+  // Number of maximal runs of consecutive block ids among the live blocks (1 for a fully
+  // contiguous table).
   uint32_t num_runs() const;
 
-  // Copies counts and hashes (not blocks) from another table; used by fork.
+  // Copies counts and hashes (not blocks or holes) from another table; used by fork.
   void copy_counts_from(const BlockTable& o);
   // Frees every block (last first) and resets the counts.
   void clear();
 
  private:
+  // Counts holes among the entries from index `first` on; CHECKs they are all leading.
+  void count_holes_from(size_t first);
+
   int32_t block_size_;
   BlockLease lease_;
   int64_t num_tokens_ = 0;
   int64_t num_computed_ = 0;
   std::vector<uint64_t> hashes_;  // [num_hashed_blocks] chain hashes of the leading full blocks
+  size_t num_holes_ = 0;          // entries [0, num_holes_) are kNullBlock
   uint64_t last_commit_step_ = 0;
 };
 

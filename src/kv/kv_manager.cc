@@ -12,6 +12,9 @@ Status KvManagerConfig::validate() const {
   if (block_size < 8 || block_size > 32) {
     return Error{"kv: block_size " + std::to_string(block_size) + " outside 8..32 tokens"};
   }
+  if (sliding_window < 0) {
+    return Error{"kv: sliding_window " + std::to_string(sliding_window) + " must be >= 0"};
+  }
   if (watermark_blocks >= num_blocks) {
     return Error{"kv: watermark_blocks " + std::to_string(watermark_blocks) +
                  " must be below num_blocks " + std::to_string(num_blocks)};
@@ -46,6 +49,17 @@ BlockTable& KvManager::table(SeqId seq) {
   return it->second;
 }
 
+int64_t KvManager::first_live_block(int64_t num_computed) const {
+  if (cfg_.sliding_window <= 0) return 0;
+  return std::max<int64_t>(0, num_computed + 1 - cfg_.sliding_window) / cfg_.block_size;
+}
+
+uint32_t KvManager::max_window_blocks() const {
+  if (cfg_.sliding_window <= 0) return 0;
+  const int64_t bs = cfg_.block_size;
+  return static_cast<uint32_t>((cfg_.sliding_window + bs - 1 + bs - 1) / bs);
+}
+
 std::vector<BlockId> KvManager::match_prefix(std::span<const int32_t> prompt,
                                              std::span<const uint64_t> prompt_hashes,
                                              std::vector<uint64_t>& hashes) const {
@@ -55,15 +69,45 @@ std::vector<BlockId> KvManager::match_prefix(std::span<const int32_t> prompt,
   // At most (len - 1) tokens: the last prompt token must run through the model for logits.
   const size_t max_blocks = (prompt.size() - 1) / bs;
   uint64_t h = kPrefixHashSeed;
+  if (cfg_.sliding_window <= 0) {
+    for (size_t i = 0; i < max_blocks; ++i) {
+      h = i < prompt_hashes.size() ? prompt_hashes[i]
+                                   : hash_block_tokens(h, prompt.subspan(i * bs, bs));
+      const std::optional<BlockId> b = cache_.lookup(h);
+      if (!b) break;
+      hits.push_back(*b);
+      hashes.push_back(h);
+    }
+    return hits;
+  }
+  // Window: a hit of k blocks is usable when blocks [first_live_block(k * bs), k) are all cached
+  // (a run of cached blocks ending at block k - 1 reaches back that far). The longest usable k
+  // wins; the blocks before its window may have been evicted long ago. O(prompt) hashing.
+  std::vector<BlockId> found;
+  std::vector<uint64_t> chain;
+  size_t run_start = 0;  // first block of the run of cached blocks ending at block i
+  size_t best = 0;
   for (size_t i = 0; i < max_blocks; ++i) {
     h = i < prompt_hashes.size() ? prompt_hashes[i]
                                  : hash_block_tokens(h, prompt.subspan(i * bs, bs));
     const std::optional<BlockId> b = cache_.lookup(h);
-    if (!b) break;
-    hits.push_back(*b);
-    hashes.push_back(h);
+    found.push_back(b.value_or(kNullBlock));
+    chain.push_back(h);
+    if (!b) {
+      run_start = i + 1;
+      continue;
+    }
+    if (int64_t(run_start) <= first_live_block(int64_t((i + 1) * bs))) best = i + 1;
   }
+  const size_t first_live = size_t(first_live_block(int64_t(best * bs)));
+  for (size_t i = 0; i < best; ++i) hits.push_back(i < first_live ? kNullBlock : found[i]);
+  hashes.insert(hashes.end(), chain.begin(), chain.begin() + ptrdiff_t(best));
   return hits;
+}
+
+void KvManager::release_behind_window(BlockTable& t) {
+  if (cfg_.sliding_window <= 0) return;
+  num_window_freed_ += t.release_leading(size_t(first_live_block(t.num_computed_tokens())));
 }
 
 int64_t KvManager::num_cached_prefix_tokens(std::span<const int32_t> prompt,
@@ -81,7 +125,7 @@ bool KvManager::can_admit(std::span<const int32_t> prompt, int64_t num_tokens,
   const int64_t num_new = std::max<int64_t>(0, total_blocks - static_cast<int64_t>(hits.size()));
   // Reviving an evictable cached block takes it out of the free queue too.
   int64_t num_revived = 0;
-  for (BlockId b : hits) num_revived += pool_.meta(b).ref_count == 0 ? 1 : 0;
+  for (BlockId b : hits) num_revived += b != kNullBlock && pool_.meta(b).ref_count == 0 ? 1 : 0;
   return num_new + num_revived + cfg_.watermark_blocks <= pool_.num_allocatable_blocks();
 }
 
@@ -96,7 +140,10 @@ int64_t KvManager::add_sequence(SeqId seq, std::span<const int32_t> prompt,
   if (!cfg_.enable_prefix_caching) return 0;
   std::vector<uint64_t> hashes;
   std::vector<BlockId> hits = match_prefix(prompt, prompt_hashes, hashes);
-  pool_.touch(hits);
+  // Hit blocks behind the window are holes: nothing to reference.
+  const auto live =
+      std::find_if(hits.begin(), hits.end(), [](BlockId b) { return b != kNullBlock; });
+  pool_.touch(std::span<const BlockId>(live, hits.end()));
   BlockLease lease(&pool_, std::move(hits));
   // Where the pool's chain ends, the swap tier may hold the next blocks.
   append_from_tier(prompt, prompt_hashes, lease.size(),
@@ -108,6 +155,8 @@ int64_t KvManager::add_sequence(SeqId seq, std::span<const int32_t> prompt,
   c.num_hit_blocks += lease.size();
   c.num_hit_tokens += lease.size() * static_cast<uint64_t>(cfg_.block_size);
   t.append_cached(std::move(lease), hashes);
+  // Blocks revived from the tier may have pushed earlier hits behind the window.
+  release_behind_window(t);
   return t.num_computed_tokens();
 }
 
@@ -128,19 +177,29 @@ void KvManager::commit_computed(SeqId seq, std::span<const int32_t> tokens, int6
   CHECK(static_cast<int64_t>(tokens.size()) >= num_computed)
       << tokens.size() << " tokens given for " << num_computed << " computed";
   t.set_num_computed(num_computed, step_);
-  if (!cfg_.enable_prefix_caching) return;
+  if (cfg_.enable_prefix_caching) {
+    register_full_blocks(t, tokens.first(num_computed), prompt_hashes);
+  }
+  // After hashing: a block released behind the window stays cached for prefix hits.
+  release_behind_window(t);
+}
+
+void KvManager::register_full_blocks(BlockTable& t, std::span<const int32_t> computed,
+                                     std::span<const uint64_t> prompt_hashes) {
   const size_t first = t.num_hashed_blocks();
   std::vector<uint64_t> fresh;
   // Prompt blocks come from the caller's chain; only blocks past it (outputs) are hashed here.
-  const size_t num_full = static_cast<size_t>(num_computed / cfg_.block_size);
+  const size_t num_full = computed.size() / static_cast<size_t>(cfg_.block_size);
   size_t k0 = first;
   for (; k0 < num_full && k0 < prompt_hashes.size(); ++k0) fresh.push_back(prompt_hashes[k0]);
-  hash_full_blocks(tokens.first(num_computed), cfg_.block_size, k0,
-                   k0 == first ? t.last_hash() : fresh.back(), fresh);
+  hash_full_blocks(computed, cfg_.block_size, k0, k0 == first ? t.last_hash() : fresh.back(),
+                   fresh);
   for (size_t k = 0; k < fresh.size(); ++k) {
     const uint64_t h = fresh[k];
     const BlockId b = t.blocks()[first + k];
     t.push_hash(h);
+    // Holes are hashed before they become holes (here, or with their prefix hit); defensive.
+    if (b == kNullBlock) continue;
     const BlockMeta& m = pool_.meta(b);
     if (m.has_hash) {
       CHECK(m.hash == h) << "block " << index_of(b) << " holds another prefix";
@@ -162,7 +221,9 @@ AllocStatus KvManager::fork(SeqId parent, SeqId child) {
   if (!copies) return AllocStatus::kNoFreeBlocks;
   const std::span<const BlockId> pb = p.blocks();
   std::vector<BlockId> shared(pb.begin(), pb.begin() + static_cast<ptrdiff_t>(num_shared));
-  pool_.touch(shared);
+  // Window holes (all leading, all within the shared full blocks) stay holes in the child.
+  CHECK(p.num_holes() <= num_shared) << "hole past the computed blocks";
+  pool_.touch(std::span<const BlockId>(shared).subspan(p.num_holes()));
   if (storage_ != nullptr) {
     for (uint32_t k = 0; k < num_copies; ++k)
       storage_->copy_block(pb[num_shared + k], (*copies)[k]);
@@ -216,7 +277,7 @@ uint32_t KvManager::defragment(uint32_t max_moves) {
   if (!remap.empty()) {
     for (auto& [seq, t] : tables_) {
       const std::span<const BlockId> blocks = t.blocks();
-      for (size_t i = 0; i < blocks.size(); ++i) {
+      for (size_t i = t.num_holes(); i < blocks.size(); ++i) {
         auto it = remap.find(index_of(blocks[i]));
         if (it != remap.end()) t.replace_block(i, BlockId{it->second});
       }
@@ -243,7 +304,7 @@ std::vector<int32_t> KvManager::filled_slots() const {
   const int64_t bs = cfg_.block_size;
   for (const auto& [seq, t] : tables_) {
     const std::span<const BlockId> blocks = t.blocks();
-    for (size_t i = 0; i < blocks.size(); ++i) {
+    for (size_t i = t.num_holes(); i < blocks.size(); ++i) {
       const int64_t in_block = std::min<int64_t>(bs, t.num_tokens() - int64_t(i) * bs);
       int32_t& f = filled[index_of(blocks[i])];
       f = std::max(f, static_cast<int32_t>(in_block));
@@ -296,7 +357,7 @@ std::vector<BlockRecord> KvManager::block_map() const {
   }
   // Holders: the owner is the lowest SeqId (deterministic); access is the last commit.
   for (const auto& [seq, t] : tables_) {
-    for (BlockId b : t.blocks()) {
+    for (BlockId b : t.blocks().subspan(t.num_holes())) {
       BlockRecord& r = map[index_of(b)];
       if (!r.owner || index_of(seq) < index_of(*r.owner)) r.owner = seq;
       r.last_access_step = std::max(r.last_access_step, t.last_commit_step());
@@ -320,8 +381,14 @@ void KvManager::check_invariants() const {
     CHECK(t.num_computed_tokens() <= t.num_tokens()) << "seq " << index_of(seq);
     CHECK(int64_t(t.num_hashed_blocks()) <= t.num_computed_tokens() / bs)
         << "seq " << index_of(seq) << " hashed past computed";
+    CHECK(int64_t(t.num_holes()) == first_live_block(t.num_computed_tokens()))
+        << "seq " << index_of(seq) << ": " << t.num_holes() << " holes, "
+        << first_live_block(t.num_computed_tokens()) << " blocks behind the window";
     const std::span<const BlockId> blocks = t.blocks();
     for (size_t i = 0; i < blocks.size(); ++i) {
+      CHECK((blocks[i] == kNullBlock) == (i < t.num_holes()))
+          << "seq " << index_of(seq) << " block " << i << " hole out of place";
+      if (i < t.num_holes()) continue;
       const uint32_t b = index_of(blocks[i]);
       CHECK(b < n) << "seq " << index_of(seq) << " names invalid block " << b;
       CHECK(last_table[b] != ordinal)
@@ -364,7 +431,7 @@ void KvManager::check_invariants() const {
   // Shared blocks are never written again: each holder has them fully computed.
   for (const auto& [seq, t] : tables_) {
     const std::span<const BlockId> blocks = t.blocks();
-    for (size_t i = 0; i < blocks.size(); ++i) {
+    for (size_t i = t.num_holes(); i < blocks.size(); ++i) {
       if (pool_.meta(blocks[i]).ref_count < 2) continue;
       CHECK(int64_t(i + 1) * bs <= t.num_computed_tokens())
           << "shared block " << index_of(blocks[i]) << " not fully computed in seq "

@@ -12,6 +12,23 @@
 //   commit_computed(s, tokens, n0 + chunk) // newly full blocks are hashed and cached
 //   allocate_slots(s, 1) / commit_computed(...) per decoded token
 //   free_sequence(s)                      // hashed blocks stay cached (LRU) until evicted
+//
+// Sliding window (KvManagerConfig::sliding_window = w > 0, every layer windowed): the token at
+// position p attends to positions [p + 1 - w, p] only. Once n tokens are computed, no token
+// still to compute reads a position below n + 1 - w, so commit_computed releases every block
+// wholly below it; its table entry becomes a hole (BlockTable) and positions stay absolute:
+//
+//   w = 40, block_size 16, n = 90: positions < 51 are dead -> blocks 0, 1 (0..31) released,
+//   block 2 (32..47) too, block 3 (48..63) holds 51..63 and stays.
+//   [hole][hole][hole][ b7 ][ b2 ][ b4 (90 -> partial) ]
+//
+// A decoding sequence therefore never holds more than max_window_blocks() blocks, and a prompt
+// longer than the pool is prefilled in chunks that fit. Released blocks keep their prefix-cache
+// registration: a block's KV is a function of the tokens from position 0 to its end (the chain
+// hash names exactly those), so it stays valid for any sequence with the same prefix; it just
+// becomes evictable (LRU) like the blocks of a finished sequence. A prefix hit needs only the
+// hit blocks inside the window of the first token to compute; earlier ones become holes (they
+// need not even be cached any more, see match_prefix).
 #pragma once
 
 #include <cstdint>
@@ -40,6 +57,10 @@ struct KvManagerConfig {
   bool enable_prefix_caching = true;  // hash full blocks and reuse cached prefixes
   uint32_t watermark_blocks = 0;      // can_admit() keeps this many blocks spare for running
                                       // sequences, so admissions do not cause preemptions
+  // Tokens every layer attends back to (the model's attention.sliding_window), so blocks that
+  // fall wholly behind it are released as sequences advance. 0: full attention, keep every
+  // block (also how a windowed model runs without freeing, e.g. to compare).
+  int32_t sliding_window = 0;
   Status validate() const;
 };
 
@@ -60,6 +81,18 @@ class KvManager {
   uint32_t num_blocks() const { return pool_.num_blocks(); }
   // Blocks an allocation can take now (free + evictable cached).
   uint32_t num_allocatable_blocks() const { return pool_.num_allocatable_blocks(); }
+  // Sliding window: blocks released because they fell behind the window (cumulative).
+  uint64_t num_window_freed_blocks() const { return num_window_freed_; }
+
+  // Sliding window: blocks [0, first_live_block(n)) of a sequence with n computed tokens lie
+  // wholly below position n + 1 - w, so they are released: floor(max(0, n + 1 - w) / bs).
+  // 0 without a window.
+  int64_t first_live_block(int64_t num_computed) const;
+  // Most blocks a sequence holds while it decodes under the window: the w positions
+  // [p + 1 - w, p] touch at most ceil((w + bs - 1) / bs) blocks (w tokens starting at the last
+  // slot of a block). 0 without a window. A prefill chunk of c tokens holds the blocks of
+  // w - 1 + c positions instead. planner::engine_blocks_per_seq uses the same bound.
+  uint32_t max_window_blocks() const;
 
   // ---- planning (const, no side effects, no counters) ----
   //
@@ -76,7 +109,8 @@ class KvManager {
                                    std::span<const uint64_t> prompt_hashes = {}) const;
   // Would add_sequence(prompt) + allocate_slots to `num_tokens` slots in total succeed while
   // leaving watermark_blocks allocatable? Counts that reviving a cached prefix block takes it
-  // out of the free queue. num_tokens >= num_cached_prefix_tokens(prompt).
+  // out of the free queue (only hit blocks inside the window are revived).
+  // num_tokens >= num_cached_prefix_tokens(prompt).
   bool can_admit(std::span<const int32_t> prompt, int64_t num_tokens,
                  std::span<const uint64_t> prompt_hashes = {}) const;
   // Would allocate_slots(seq, num_new_tokens) succeed? (no watermark: running sequences may
@@ -101,13 +135,16 @@ class KvManager {
   // Tokens [0, num_computed) of the sequence now hold valid KV (num_computed <= num_tokens,
   // tokens.size() >= num_computed; tokens = the sequence's token ids from position 0). Blocks
   // that became full are chain-hashed and registered in the prefix cache (unless another
-  // block already caches that prefix).
+  // block already caches that prefix). Then, with a sliding window, blocks that fell wholly
+  // behind it are released (a shared one just loses this sequence's reference; a hashed one
+  // stays cached until evicted).
   void commit_computed(SeqId seq, std::span<const int32_t> tokens, int64_t num_computed,
                        std::span<const uint64_t> prompt_hashes = {});
 
   // n > 1 sampling: `child` (new id) shares the parent's fully computed blocks (ref_count++)
   // and gets private copies of the rest (the partial last block): KvStorage::copy_block when
-  // storage != nullptr. Counts and hashes are copied. kNoFreeBlocks: nothing changed.
+  // storage != nullptr. Counts, hashes and window holes are copied. kNoFreeBlocks: nothing
+  // changed.
   AllocStatus fork(SeqId parent, SeqId child);
 
   // Ends a sequence (resident or swapped): its blocks are freed last block first. Hashed blocks
@@ -118,8 +155,8 @@ class KvManager {
   // Defragmenter: moves at most max_moves occupied (used or cached) blocks from the highest
   // ids into the lowest free ids, so free blocks gather into one run at the top. Copies bytes
   // with KvStorage::copy_block (when storage != nullptr) and rewrites block tables and prefix
-  // cache entries, so the next forward reads consistent data. Returns the moves done
-  // (0 when already compact).
+  // cache entries, so the next forward reads consistent data (window holes stay holes).
+  // Returns the moves done (0 when already compact).
   uint32_t defragment(uint32_t max_moves);
 
   // The engine advances this once per step; it stamps allocation and access times.
@@ -136,7 +173,8 @@ class KvManager {
   void attach_swap(std::unique_ptr<SwapSpace> swap);
   bool has_swap() const { return swap_ != nullptr; }
   // Preemption by swapping: copies the computed blocks of `seq` to the tier and frees them (the
-  // bytes are staged before this returns; the disk writes finish asynchronously). Reserved but
+  // bytes are staged before this returns; the disk writes finish asynchronously). Only live
+  // blocks are copied (window holes stay holes after swap_in). Reserved but
   // uncomputed slots are dropped: after swap_in, num_tokens == num_computed_tokens. Returns
   // false, with nothing changed, when the tier lacks room; the caller then frees the sequence
   // and recomputes it later.
@@ -166,7 +204,12 @@ class KvManager {
 
   bool has_sequence(SeqId seq) const { return tables_.contains(seq); }
   size_t num_sequences() const { return tables_.size(); }
+  // Logical block i holds positions [i * block_size, (i + 1) * block_size). Under a sliding
+  // window the first first_live_block(num_computed) entries are kNullBlock (released): they lie
+  // wholly below position num_computed + 1 - w, which no token still to compute attends to.
   std::span<const BlockId> block_table(SeqId seq) const { return table(seq).blocks(); }
+  // Blocks the sequence holds a reference on (window holes not counted).
+  size_t num_live_blocks(SeqId seq) const { return table(seq).num_live_blocks(); }
   int64_t num_tokens(SeqId seq) const { return table(seq).num_tokens(); }
   int64_t num_computed_tokens(SeqId seq) const { return table(seq).num_computed_tokens(); }
 
@@ -177,23 +220,32 @@ class KvManager {
 
   // CHECKs (O(blocks + table entries)): pool invariants; every block's ref_count equals the
   // number of table entries naming it; no table names a block twice; shared blocks are full
-  // and computed; table sizes match token counts; cache entries and block hashes agree.
+  // and computed; table sizes match token counts; cache entries and block hashes agree; a
+  // table's holes are exactly its blocks behind the window (first_live_block).
   void check_invariants() const;
 
  private:
   const BlockTable& table(SeqId seq) const;
   BlockTable& table(SeqId seq);
-  // Longest cached prefix of `prompt` (block ids; hashes appended to `hashes`).
+  // Longest cached prefix of `prompt` (block ids; hashes appended to `hashes`). With a window,
+  // a hit of k blocks needs only blocks [first_live_block(k * bs), k) cached; the entries
+  // before are kNullBlock (holes), whether or not the pool still caches them.
   std::vector<BlockId> match_prefix(std::span<const int32_t> prompt,
                                     std::span<const uint64_t> prompt_hashes,
                                     std::vector<uint64_t>& hashes) const;
+  // Releases the blocks of `t` behind the window (commit, prefix hit, swap tier revival).
+  void release_behind_window(BlockTable& t);
+  // Chain-hashes the newly full blocks of `computed` and registers them in the prefix cache.
+  void register_full_blocks(BlockTable& t, std::span<const int32_t> computed,
+                            std::span<const uint64_t> prompt_hashes);
   void on_evict(BlockId b, uint64_t hash);
   std::vector<int32_t> filled_slots() const;  // [num_blocks] token slots filled per block
 
   // Swap tier bookkeeping (kv_swap.cc).
   struct SwappedSeq {
-    std::vector<SwapSlot> slots;  // [blocks]; kReleasedSlot once a failed write released it
+    std::vector<SwapSlot> slots;  // [live blocks]; kReleasedSlot once a failed write released it
     std::vector<uint64_t> hashes;
+    size_t num_holes = 0;  // leading window holes: slots[k] is logical block num_holes + k
     int64_t num_computed = 0;
     bool lost = false;         // a write failed: the data cannot come back
     uint32_t writes_left = 0;  // swap_out copies still in flight
@@ -243,6 +295,7 @@ class KvManager {
   BlockPool pool_;
   std::unordered_map<SeqId, BlockTable> tables_;
   uint64_t step_ = 0;
+  uint64_t num_window_freed_ = 0;
 };
 
 }  // namespace kvw

@@ -1,6 +1,8 @@
 // KvManager's use of the swap tier (SwapSpace): prefix offload on eviction, prefix revival on a
 // later hit, and swap out / in of preempted sequences. Every copy's ticket is recorded in
 // pending_ until its completion is handled, whichever call (poll_swap, a wait here) returns it.
+#include <algorithm>
+
 #include "core/check.h"
 #include "kv/kv_manager.h"
 
@@ -157,7 +159,11 @@ void KvManager::append_from_tier(std::span<const int32_t> prompt,
 bool KvManager::swap_out(SeqId seq) {
   CHECK(swap_ != nullptr) << "swap_out without a swap tier";
   BlockTable& t = table(seq);
-  const size_t n = static_cast<size_t>((t.num_computed_tokens() + block_size() - 1) / block_size());
+  // Only the live computed blocks travel; window holes are restored as holes by swap_in.
+  const size_t end =
+      static_cast<size_t>((t.num_computed_tokens() + block_size() - 1) / block_size());
+  const size_t first = std::min(t.num_holes(), end);
+  const size_t n = end - first;
   // A preempted sequence outranks cached prefixes for the tier's slots.
   while (swap_->num_free_slots() < n && drop_oldest_offload()) {
   }
@@ -166,7 +172,8 @@ bool KvManager::swap_out(SeqId seq) {
   SwappedSeq& s = swapped_[seq];
   s.num_computed = t.num_computed_tokens();
   s.hashes.assign(t.block_hashes().begin(), t.block_hashes().end());
-  for (size_t i = 0; i < n; ++i) {
+  s.num_holes = first;
+  for (size_t i = first; i < end; ++i) {
     SwapSubmission sub = swap_->swap_out(t.blocks()[i]);
     while (sub.outcome == SwapSubmit::kBusy && wait_oldest()) sub = swap_->swap_out(t.blocks()[i]);
     CHECK(sub.outcome == SwapSubmit::kOk) << "swap_out refused after the slot check";
@@ -245,12 +252,14 @@ SwapInStatus KvManager::install_swapped(std::unordered_map<SeqId, SwappedSeq>::i
   const SeqId seq = it->first;
   SwappedSeq& s = it->second;
   BlockTable t(cfg_.block_size);
-  t.append(std::move(*s.lease), s.num_computed);
+  BlockLease blocks(&pool_, std::vector<BlockId>(s.num_holes, kNullBlock));
+  blocks.append(std::move(*s.lease));
+  t.append(std::move(blocks), s.num_computed);
   t.set_num_computed(s.num_computed, step_);
   for (size_t i = 0; i < s.hashes.size(); ++i) {
     const BlockId b = t.blocks()[i];
     t.push_hash(s.hashes[i]);
-    if (cache_.insert(s.hashes[i], b)) pool_.set_hash(b, s.hashes[i]);
+    if (b != kNullBlock && cache_.insert(s.hashes[i], b)) pool_.set_hash(b, s.hashes[i]);
   }
   for (SwapSlot slot : s.slots) swap_->free_slot(slot);
   if (s.next_block) s.next_block->reset();  // unhashed: the next allocation takes it back

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/ids.h"
 #include "core/log.h"
 #include "kernels/kernels.h"
 
@@ -118,9 +119,17 @@ Status Model::validate(std::span<const SeqInput> seqs, const KvArena& kv) const 
                    std::to_string(s.block_table.size() * c.block_size) + " positions, needs " +
                    std::to_string(end)};
     }
-    for (uint32_t b : s.block_table) {
-      if (b >= c.num_blocks)
-        return Error{who + ": block id " + std::to_string(b) + " out of range"};
+    // Sliding window: leading entries may be holes (kNullBlock, released by the KvManager) when
+    // they lie wholly below start_pos + 1 - w, the first position any new token attends to.
+    const int64_t attended = hp_.sliding_window > 0 ? s.start_pos + 1 - hp_.sliding_window : 0;
+    for (size_t i = 0; i < s.block_table.size(); ++i) {
+      const uint32_t b = s.block_table[i];
+      if (b == index_of(kNullBlock) && (int64_t)(i + 1) * c.block_size <= attended) continue;
+      if (b >= c.num_blocks) {
+        return Error{who + ": block id " + std::to_string(b) + " of entry " + std::to_string(i) +
+                     (b == index_of(kNullBlock) ? " is a hole inside the attention window"
+                                                : " out of range")};
+      }
     }
     for (int32_t t : s.tokens) {
       if (t < 0 || t >= hp_.n_vocab) {

@@ -44,7 +44,9 @@ struct ModelOptions {
 struct SeqInput {
   std::span<const int32_t> tokens;        // new tokens to compute
   int64_t start_pos = 0;                  // position of tokens[0] = tokens already in the KV
-  std::span<const uint32_t> block_table;  // covers positions [0, start_pos + tokens.size())
+  std::span<const uint32_t> block_table;  // covers positions [0, start_pos + tokens.size());
+                                          // with a sliding window w, entries wholly below
+                                          // start_pos + 1 - w may be kNullBlock (never read)
   bool all_logits = false;                // logits for every new token, else only the last
 };
 
@@ -67,7 +69,8 @@ class Model {
   static int64_t num_logit_rows(std::span<const SeqInput> seqs);
   // Computes the batch; logits: [num_logit_rows][n_vocab], rows in sequence order.
   // Errors (nothing computed): empty batch, more than max_batch_tokens tokens, token ids out of
-  // range, block tables too short or naming blocks outside the arena.
+  // range, block tables too short or naming blocks outside the arena (or holes the window
+  // still covers).
   Status forward(std::span<const SeqInput> seqs, KvArena& kv, float* logits);
 
  private:

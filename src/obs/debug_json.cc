@@ -69,7 +69,12 @@ nlohmann::json budget_json(const planner::BudgetTable& b) {
           {"total_bytes", b.total_bytes},
           {"kv_bytes_per_token", b.kv_bytes_per_token},
           {"kv_bytes_per_block", b.kv_bytes_per_block},
-          {"num_blocks", b.num_blocks}};
+          {"num_blocks", b.num_blocks},
+          {"max_model_len", b.max_model_len},
+          {"sliding_window", b.sliding_window},
+          {"kv_bytes_per_seq", b.kv_bytes_per_seq},
+          {"kv_blocks_per_seq", b.kv_blocks_per_seq},
+          {"max_seqs_at_max_model_len", b.max_seqs_at_max_len}};
 }
 
 std::string kv_json(const KvSnapshot* kv, const planner::BudgetTable* budget) {

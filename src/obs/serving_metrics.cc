@@ -132,6 +132,10 @@ void ServingMetrics::init_kvwarden() {
   defrag_moves_ = &r.counter("kvwarden_kv_defrag_moves_total",
                              "KV blocks moved by the defragmenter (--defrag-threshold).")
                        .with({});
+  window_freed_ = &r.counter("kvwarden_kv_window_freed_blocks_total",
+                             "KV blocks released because they fell wholly behind the model's "
+                             "sliding window.")
+                       .with({});
   http_conns_ = &r.gauge("kvwarden_http_connections", "Open HTTP connections.").with({});
   http_peak_conns_ =
       &r.gauge("kvwarden_http_connections_peak", "Most HTTP connections open at once.").with({});
@@ -248,6 +252,7 @@ void ServingMetrics::update_engine(const EngineStats& s) {
   waiting_->set(double(s.num_waiting));
   engine_waiting_ = double(s.num_waiting);
   defrag_moves_->set_total(double(s.num_defrag_moves));
+  window_freed_->set_total(double(s.num_window_freed_blocks));
   swapped_->set(double(s.num_swapped));
   numerics_->set_total(double(s.num_numerics_errors));
   gen_tokens_->set_total(double(s.num_generated_tokens));

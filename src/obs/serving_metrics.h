@@ -110,6 +110,7 @@ class ServingMetrics {
   Gauge *http_conns_, *http_peak_conns_, *http_streams_, *http_buffered_, *http_preparing_,
       *req_mem_used_, *req_mem_capacity_, *req_mem_peak_, *req_mem_waiting_;
   Counter *http_accepted_, *http_rejected_, *http_slow_, *req_mem_timeouts_, *defrag_moves_;
+  Counter* window_freed_;
   double engine_waiting_ = 0;
   // vllm:*
   Gauge *v_kv_usage_, *v_gpu_usage_, *v_running_, *v_waiting_, *v_swapped_;

@@ -48,6 +48,20 @@ uint64_t engine_workspace_bytes(const ModelShape& m, int64_t max_num_batched_tok
   return 4 * (T * floats_per_token + scratch_floats) + T * (uint64_t)(q80 + q8k);
 }
 
+int64_t engine_window(const ModelShape& m) {
+  int64_t window = 0;
+  for (int64_t l = 0; l < m.n_layer; ++l) {
+    const int64_t w = m.window_of_layer(l);
+    if (w == 0) return 0;  // a full-attention layer keeps every block
+    window = std::max(window, w);
+  }
+  return window;
+}
+
+int64_t engine_blocks_per_seq(const ModelShape& m, int64_t max_model_len, int64_t block_size) {
+  return window_blocks(max_model_len, engine_window(m), block_size);
+}
+
 Result<BudgetTable> plan_engine_budget(const ModelShape& m, const EngineOptions& opt) {
   KVW_RETURN_IF_ERROR(m.validate());
   if (m.is_mla() || m.is_moe()) {
@@ -85,11 +99,18 @@ Result<BudgetTable> plan_engine_budget(const ModelShape& m, const EngineOptions&
     if (opt.max_model_len < 1 || opt.max_num_seqs < 1) {
       return Error{"give a memory budget, or max_model_len and max_num_seqs >= 1"};
     }
-    const uint64_t blocks_per_seq =
-        (uint64_t)((opt.max_model_len + opt.block_size - 1) / opt.block_size);
+    const auto blocks_per_seq =
+        (uint64_t)engine_blocks_per_seq(m, opt.max_model_len, opt.block_size);
     b.num_blocks = blocks_per_seq * (uint64_t)opt.max_num_seqs;
   }
   b.kv_pool_bytes = b.num_blocks * b.kv_bytes_per_block;
+  if (opt.max_model_len > 0) {
+    b.max_model_len = opt.max_model_len;
+    b.sliding_window = engine_window(m);
+    b.kv_blocks_per_seq = (uint64_t)engine_blocks_per_seq(m, opt.max_model_len, opt.block_size);
+    b.kv_bytes_per_seq = b.kv_blocks_per_seq * b.kv_bytes_per_block;
+    b.max_seqs_at_max_len = b.num_blocks / b.kv_blocks_per_seq;
+  }
   b.total_bytes = fixed + b.kv_pool_bytes;
   return b;
 }
@@ -126,6 +147,12 @@ std::string BudgetTable::to_string() const {
   row("total", total_bytes);
   os << "  kv: " << kv_bytes_per_token << " B/token, " << kv_bytes_per_block << " B/block, "
      << num_blocks << " blocks\n";
+  if (kv_blocks_per_seq > 0) {
+    os << "  seq: " << kv_bytes_per_seq << " B/sequence (" << kv_blocks_per_seq << " blocks) at "
+       << max_model_len << " tokens";
+    if (sliding_window > 0) os << ", sliding window " << sliding_window;
+    os << "; room for " << max_seqs_at_max_len << " such sequences\n";
+  }
   return os.str();
 }
 

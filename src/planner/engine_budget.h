@@ -21,7 +21,8 @@ struct EngineOptions {
   Dtype weight_dtype{"f32", 1, 4};       // used only when the shape has no GGUF facts
   // Either a total memory budget (the KV pool takes what is left) ...
   uint64_t memory_budget_bytes = 0;
-  // ... or, when the budget is 0, room for max_num_seqs sequences of max_model_len tokens.
+  // ... or, when the budget is 0, room for max_num_seqs sequences of max_model_len tokens
+  // (engine_blocks_per_seq each: a sliding window caps it).
   int64_t max_model_len = 0;
   int64_t max_num_seqs = 0;
   // Reserve for everything else: f32 copies of norms and biases, tokenizer, rope tables, thread
@@ -72,8 +73,23 @@ struct BudgetTable {
   uint64_t kv_bytes_per_token = 0;  // all layers
   uint64_t kv_bytes_per_block = 0;
   uint64_t num_blocks = 0;
-  std::string to_string() const;  // the start-up table, one line per row
+  // One sequence at full context (set when EngineOptions::max_model_len > 0):
+  int64_t max_model_len = 0;
+  int64_t sliding_window = 0;        // engine_window(); 0: full attention
+  uint64_t kv_blocks_per_seq = 0;    // engine_blocks_per_seq(max_model_len)
+  uint64_t kv_bytes_per_seq = 0;     // kv_blocks_per_seq x kv_bytes_per_block
+  uint64_t max_seqs_at_max_len = 0;  // num_blocks / kv_blocks_per_seq: sequences that can
+                                     // all hold max_model_len tokens (before --max-num-seqs)
+  std::string to_string() const;     // the start-up table, one line per row
 };
+
+// The window kvwarden's engine frees blocks by: a block holds every layer, so only when every
+// layer with a KV cache is windowed, the largest window; else 0 (GGUF models are all-or-none).
+int64_t engine_window(const ModelShape& m);
+// Blocks one sequence of max_model_len tokens holds at most in the engine:
+// window_blocks(max_model_len, engine_window(m), block_size), the same bound the KvManager
+// keeps (KvManager::max_window_blocks) while a windowed sequence decodes.
+int64_t engine_blocks_per_seq(const ModelShape& m, int64_t max_model_len, int64_t block_size);
 
 // Bytes of the engine's KV layout per token per layer: 2 * n_kv_heads * head_dim * bytes(dtype),
 // plus for int8 one f32 scale per token per KV head for K and for V.

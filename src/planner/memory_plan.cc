@@ -182,6 +182,12 @@ uint64_t kv_bytes_per_token(const ModelShape& m, KvDtype dtype, int64_t tp) {
   return (uint64_t)kv_layers * kv_bytes_per_token_layer(m, dtype, tp);
 }
 
+int64_t window_blocks(int64_t seq_len, int64_t window, int64_t block_size) {
+  const int64_t blocks = (seq_len + block_size - 1) / block_size;
+  if (window <= 0) return blocks;
+  return std::min(blocks, (window + 2 * block_size - 2) / block_size);
+}
+
 uint64_t kv_bytes_per_sequence(const ModelShape& m, KvDtype dtype, int64_t tp, int64_t layer_begin,
                                int64_t layer_end, int64_t seq_len, int64_t block_size) {
   const uint64_t per_layer = kv_bytes_per_token_layer(m, dtype, tp);
@@ -189,8 +195,7 @@ uint64_t kv_bytes_per_sequence(const ModelShape& m, KvDtype dtype, int64_t tp, i
   for (int64_t l = layer_begin; l < layer_end; ++l) {
     const int64_t w = m.window_of_layer(l);
     if (w < 0) continue;
-    const int64_t tokens = w == 0 ? seq_len : std::min(seq_len, w);
-    const int64_t blocks = (tokens + block_size - 1) / block_size;
+    const int64_t blocks = window_blocks(seq_len, w, block_size);
     total += (uint64_t)(blocks * block_size) * per_layer;
   }
   return total;
@@ -382,8 +387,9 @@ void plan_model_totals(MemoryPlan& p) {
                 num((int64_t)p.kv_bytes_per_token_total) + " B x " + num(bs) + " tokens",
                 format_bytes((int64_t)p.kv_bytes_per_block_total)});
   ex.push_back({"KV bytes per sequence of " + num(L) + " tokens, whole model",
-                "sum over layers of ceil(min(" + num(L) + ", window) / " + num(bs) + ") x " +
-                    num(bs) + " tokens x bytes per token",
+                "sum over layers of min(ceil(" + num(L) + " / " + num(bs) + "), ceil((window + " +
+                    num(bs - 1) + ") / " + num(bs) + ")) x " + num(bs) +
+                    " tokens x bytes per token",
                 format_bytes((int64_t)p.kv_bytes_per_seq_total)});
 }
 

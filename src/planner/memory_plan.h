@@ -55,9 +55,15 @@ uint64_t kv_bytes_per_token_layer(const ModelShape& m, KvDtype dtype, int64_t tp
 // token" figure; windows only cap how many tokens a layer keeps).
 uint64_t kv_bytes_per_token(const ModelShape& m, KvDtype dtype, int64_t tp);
 
-// KV bytes one sequence of seq_len tokens holds in layers [layer_begin, layer_end) on one rank.
-// Each layer keeps min(seq_len, window) tokens (vLLM frees blocks that slide out of the window)
-// in whole blocks: ceil(tokens / block_size) * block_size.
+// Blocks one layer keeps for a sequence of seq_len tokens: ceil(seq_len / block_size), and under
+// a sliding window (window > 0) at most ceil((window + block_size - 1) / block_size): blocks
+// wholly behind the window are freed (kvwarden's KvManager, vLLM's sliding-window manager), and
+// the window positions a token attends to, starting anywhere in a block, touch that many blocks
+// (4096 tokens of 16-token blocks: 257, not 256).
+int64_t window_blocks(int64_t seq_len, int64_t window, int64_t block_size);
+
+// KV bytes one sequence of seq_len tokens holds in layers [layer_begin, layer_end) on one rank:
+// window_blocks(seq_len, window of the layer, block_size) whole blocks per layer.
 uint64_t kv_bytes_per_sequence(const ModelShape& m, KvDtype dtype, int64_t tp, int64_t layer_begin,
                                int64_t layer_end, int64_t seq_len, int64_t block_size);
 

@@ -12,22 +12,36 @@ Scheduler::Scheduler(const SchedConfig& cfg, KvManager* kv) : cfg_(cfg), kv_(kv)
   const Status st = cfg.validate();
   CHECK(st.ok()) << st.message();
   CHECK(kv != nullptr);
-  // One request alone may use the whole pool (running sequences ignore the watermark), so the
-  // context limit is what the pool can hold.
-  const int64_t pool_tokens = int64_t(kv->num_blocks()) * kv->block_size();
-  max_len_ = std::min(cfg.max_model_len, pool_tokens);
   // Admissions keep both watermarks free, so a first chunk can use at most the rest of the pool.
   const int64_t spare = int64_t(kv->config().watermark_blocks) + cfg.watermark_blocks;
   CHECK(spare < int64_t(kv->num_blocks()))
       << "watermarks (" << spare << " blocks) leave nothing of the KV pool (" << kv->num_blocks()
       << " blocks) to admit into";
-  admit_limit_tokens_ = (int64_t(kv->num_blocks()) - spare) * kv->block_size();
+  admit_limit_blocks_ = int64_t(kv->num_blocks()) - spare;
+  // One request alone may use the whole pool (running sequences ignore the watermark), so the
+  // context limit is what the pool can hold. Under a sliding window a sequence holds at most
+  // max_window_blocks() while it decodes and its prefill chunks are cut to fit the pool, so its
+  // length is free of the pool once that many blocks can be admitted.
+  const int64_t pool_tokens = int64_t(kv->num_blocks()) * kv->block_size();
+  window_blocks_ = kv->max_window_blocks();
+  const bool window_fits = window_blocks_ > 0 && window_blocks_ <= admit_limit_blocks_;
+  max_len_ = window_fits ? cfg.max_model_len : std::min(cfg.max_model_len, pool_tokens);
   running_.reserve(size_t(cfg.max_num_seqs));
 }
 
 int64_t Scheduler::blocks_for(int64_t tokens) const {
   const int64_t bs = kv_->block_size();
   return (tokens + bs - 1) / bs;
+}
+
+int64_t Scheduler::blocks_held(int64_t tokens) const {
+  const int64_t b = blocks_for(tokens);
+  return window_blocks_ > 0 ? std::min(b, window_blocks_) : b;
+}
+
+int64_t Scheduler::max_new_tokens(int64_t num_computed, int64_t limit_blocks) const {
+  // Blocks before first_live_block are holes: the limit counts from there.
+  return (kv_->first_live_block(num_computed) + limit_blocks) * kv_->block_size() - num_computed;
 }
 
 const Request* Scheduler::find(SeqId id) const {
@@ -228,6 +242,11 @@ void Scheduler::push_scheduled(Request* r, int64_t num_new, SchedulerOutput& out
 int64_t Scheduler::chunk_tokens(const Request* r) const {
   int64_t n = std::min(r->num_tokens_to_compute(), budget_);
   if (cfg_.long_prefill_chunk_tokens > 0) n = std::min(n, cfg_.long_prefill_chunk_tokens);
+  // Windowed: a prompt longer than the pool advances in chunks that fit it (the chunk's
+  // positions plus the w - 1 before it). Without a window the whole sequence fits (max_len_).
+  if (window_blocks_ > 0) {
+    n = std::min(n, max_new_tokens(r->num_computed_tokens, int64_t(kv_->num_blocks())));
+  }
   return std::max<int64_t>(n, 0);
 }
 

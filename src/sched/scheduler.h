@@ -120,7 +120,8 @@ class Scheduler {
   bool has_unfinished() const { return !requests_.empty(); }
   const SchedCounters& counters() const { return counters_; }
   const SchedConfig& config() const { return cfg_; }
-  // max_model_len clamped to what the pool can hold for one request.
+  // max_model_len clamped to what the pool can hold for one request (not clamped under a
+  // sliding window whose max_window_blocks() fit above the watermarks).
   int64_t max_model_len() const { return max_len_; }
   // The per-request reservation the p95 policy currently applies (0 when off/warming up).
   int64_t reserve_tokens() const;
@@ -159,11 +160,18 @@ class Scheduler {
   void finish(Request* r, FinishReason reason);  // frees KV, counts, observes the length
   WaitKey wait_key(const Request* r) const;
   int64_t blocks_for(int64_t tokens) const;
+  // Blocks a sequence of `tokens` tokens holds at most: blocks_for, capped by the window.
+  int64_t blocks_held(int64_t tokens) const;
+  // Most tokens a resident sequence with num_computed computed (and no uncomputed) tokens can
+  // add while holding at most limit_blocks blocks (its window holes are not held).
+  int64_t max_new_tokens(int64_t num_computed, int64_t limit_blocks) const;
 
   SchedConfig cfg_;
   KvManager* kv_;  // not owned
   int64_t max_len_;
-  int64_t admit_limit_tokens_;  // cached + first chunk of an admission, at most (pool - watermarks)
+  int64_t admit_limit_blocks_;  // blocks an admission may hold after its first chunk:
+                                // pool - watermarks
+  int64_t window_blocks_ = 0;   // KvManager::max_window_blocks(); 0 without a sliding window
   std::unordered_map<SeqId, std::unique_ptr<Request>> requests_;  // live (not finished)
   std::vector<Request*> running_;  // admission order: back() is the newest
   std::set<WaitKey> waiting_;

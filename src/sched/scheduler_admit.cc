@@ -83,7 +83,7 @@ bool Scheduler::admit(Request* r, int64_t running_reserve, SchedulerOutput& out)
   int64_t n = std::min(r->num_tokens() - cached, budget_);
   if (cfg_.long_prefill_chunk_tokens > 0) n = std::min(n, cfg_.long_prefill_chunk_tokens);
   // Into an empty pool this always fits, so the head of the queue cannot wait forever.
-  n = std::min(n, admit_limit_tokens_ - cached);
+  n = std::min(n, max_new_tokens(cached, admit_limit_blocks_));
   if (n <= 0) return false;
   // Blocks needed now, plus the spare ones: the scheduler's watermark and, with p95, the
   // expected growth of every running request and of this one.
@@ -97,7 +97,8 @@ bool Scheduler::admit(Request* r, int64_t running_reserve, SchedulerOutput& out)
   waiting_.erase(wait_key(r));
   r->num_computed_tokens = kv_->add_sequence(r->id, r->token_ids, r->prompt_hashes);
   // The swap tier may have revived more of the prefix.
-  n = std::min(chunk_tokens(r), std::max<int64_t>(1, admit_limit_tokens_ - r->num_computed_tokens));
+  n = std::min(chunk_tokens(r),
+               std::max<int64_t>(1, max_new_tokens(r->num_computed_tokens, admit_limit_blocks_)));
   if (kv_->allocate_slots(r->id, n) != AllocStatus::kOk) {
     kv_->free_sequence(r->id);
     r->num_computed_tokens = 0;
@@ -113,10 +114,11 @@ bool Scheduler::admit(Request* r, int64_t running_reserve, SchedulerOutput& out)
 }
 
 SwapInStatus Scheduler::admit_swapped(Request* r, int64_t running_reserve) {
-  // Its blocks come back whole, plus room for the next token, above both watermarks.
+  // Its blocks come back whole (window holes stay holes), plus room for the next token, above
+  // both watermarks.
   const int64_t need =
-      blocks_for(r->num_computed_tokens + 1) + kv_->config().watermark_blocks +
-      cfg_.watermark_blocks +
+      blocks_for(r->num_computed_tokens + 1) - kv_->first_live_block(r->num_computed_tokens) +
+      kv_->config().watermark_blocks + cfg_.watermark_blocks +
       (running_.empty() ? 0 : running_reserve + reserve_blocks_for(r, r->num_computed_tokens + 1));
   if (int64_t(kv_->num_allocatable_blocks()) < need) return SwapInStatus::kNoFreeBlocks;
   // Only starts the read-back (blocks reserved, reads submitted); complete_swap_ins() of a later
@@ -160,7 +162,8 @@ int64_t Scheduler::reserve_blocks_for(const Request* r, int64_t resident_tokens)
   } else if (reserve_tokens() > 0) {
     total = expected_total_tokens(r);
   }
-  return std::max<int64_t>(0, blocks_for(total) - blocks_for(resident_tokens));
+  // Windowed: finishing never takes more than the window's blocks, however long the request.
+  return std::max<int64_t>(0, blocks_held(total) - blocks_held(resident_tokens));
 }
 
 int64_t Scheduler::running_reserve_blocks() const {

@@ -1,25 +1,72 @@
 #!/usr/bin/env bash
-# `kvwarden plan --engine` prints the same budget table (request row included) as
-# `kvwarden serve` logs at start-up for the same model and limits.
+# `kvwarden plan --engine` prints the same budget table (request row and per-sequence row
+# included) as `kvwarden serve` logs at start-up for the same model and limits: for the given
+# model, and for a generated sliding-window model, whose per-sequence KV bytes and sequences at
+# full context are capped by the window (blocks behind it are freed). With curl, the windowed
+# server also answers a request longer than its window and counts the freed blocks in /metrics.
 set -u
 KVW="$1"
 MODEL="$2"
 WORK="$(mktemp -d)"
-trap 'kill $PID 2>/dev/null; rm -rf "$WORK"' EXIT
+PID=""
+trap '[ -n "$PID" ] && kill $PID 2>/dev/null; rm -rf "$WORK"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
-"$KVW" serve --model "$MODEL" --port 0 --threads 2 --max-num-seqs 64 --max-model-len 256 \
-  --max-queue 100 --request-memory 40MiB >"$WORK/out" 2>"$WORK/err" &
-PID=$!
-for _ in $(seq 1 100); do grep -q "kvwarden serving" "$WORK/out" && break; sleep 0.1; done
-grep -q "kvwarden serving" "$WORK/out" || fail "serve did not start: $(cat "$WORK/err")"
-table() { grep -E "^  (weights|workspace|kv_pool|reserve|request|total|kv:) " "$1"; }
-table "$WORK/err" >"$WORK/serve.table"
-"$KVW" plan --model "$MODEL" --engine --concurrency 64 --max-model-len 256 --engine-threads 2 \
-  --max-queue 100 --request-memory 40MiB --gpu-memory 80GiB --max-num-batched-tokens 2048 \
-  >"$WORK/plan.out" 2>&1 || fail "plan: $(cat "$WORK/plan.out")"
-awk '/kvwarden CPU engine budget/{on=1; next} on && !/^  /{on=0} on' "$WORK/plan.out" |
-  table /dev/stdin >"$WORK/plan.table"
-grep -q "request" "$WORK/serve.table" || fail "no request row in serve's table"
-diff "$WORK/serve.table" "$WORK/plan.table" || fail "plan --engine differs from serve's table"
-cat "$WORK/plan.table"
+table() { grep -E "^  (weights|workspace|kv_pool|reserve|request|total|kv:|seq:) " "$1"; }
+
+# compare NAME MODEL MAX_MODEL_LEN: starts serve, leaves it running (PID, URL), diffs the tables.
+compare() {
+  local name="$1" model="$2" len="$3"
+  "$KVW" serve --model "$model" --port 0 --threads 2 --max-num-seqs 64 --max-model-len "$len" \
+    --max-queue 100 --request-memory 40MiB >"$WORK/$name.out" 2>"$WORK/$name.err" &
+  PID=$!
+  for _ in $(seq 1 100); do grep -q "kvwarden serving" "$WORK/$name.out" && break; sleep 0.1; done
+  grep -q "kvwarden serving" "$WORK/$name.out" || fail "$name: serve did not start: $(cat "$WORK/$name.err")"
+  URL="$(sed -n 's/^kvwarden serving .* on \(http[^ ]*\).*/\1/p' "$WORK/$name.out")"
+  table "$WORK/$name.err" >"$WORK/$name.serve.table"
+  "$KVW" plan --model "$model" --engine --concurrency 64 --max-model-len "$len" \
+    --engine-threads 2 --max-queue 100 --request-memory 40MiB --gpu-memory 80GiB \
+    --max-num-batched-tokens 2048 >"$WORK/$name.plan.out" 2>&1 ||
+    fail "$name: plan: $(cat "$WORK/$name.plan.out")"
+  awk '/kvwarden CPU engine budget/{on=1; next} on && !/^  /{on=0} on' "$WORK/$name.plan.out" |
+    table /dev/stdin >"$WORK/$name.plan.table"
+  grep -q "request" "$WORK/$name.serve.table" || fail "$name: no request row in serve's table"
+  grep -q "seq:" "$WORK/$name.serve.table" || fail "$name: no seq row in serve's table"
+  diff "$WORK/$name.serve.table" "$WORK/$name.plan.table" ||
+    fail "$name: plan --engine differs from serve's table"
+  # The plan's own (GPU) per-sequence figure uses the same window rule: same bytes (f16, tp 1).
+  local seq_bytes
+  seq_bytes="$(sed -n 's/^  seq: \([0-9]*\) B\/sequence.*/\1/p' "$WORK/$name.serve.table")"
+  grep -qE "^KV per sequence .*\($seq_bytes B\) at $len tokens" "$WORK/$name.plan.out" ||
+    fail "$name: plan's KV per sequence differs from serve's $seq_bytes B: $(grep 'KV per sequence' "$WORK/$name.plan.out")"
+  echo "== $name"
+  cat "$WORK/$name.plan.table"
+}
+
+stop() { kill "$PID" 2>/dev/null; wait "$PID" 2>/dev/null; PID=""; }
+
+compare default "$MODEL" 256
+stop
+
+# Mistral-style: every layer attends to the last 64 positions. At 2048 tokens a sequence holds
+# ceil((64 + 15) / 16) = 5 blocks, not 128, so 64 sequences need 320 blocks.
+"$KVW" make-model --out "$WORK/swa.gguf" --sliding-window 64 --context 4096 --seed 7 \
+  >"$WORK/make.out" 2>&1 || fail "make-model: $(cat "$WORK/make.out")"
+compare window "$WORK/swa.gguf" 2048
+grep -qE "^  seq: [0-9]+ B/sequence \(5 blocks\) at 2048 tokens, sliding window 64; room for 64 such" \
+  "$WORK/window.serve.table" || fail "window: unexpected seq row: $(grep seq: "$WORK/window.serve.table")"
+grep -qE "^  kv: .* 320 blocks$" "$WORK/window.serve.table" ||
+  fail "window: pool not sized by the window: $(grep kv: "$WORK/window.serve.table")"
+if command -v curl >/dev/null; then
+  # 300 prompt tokens + 100 generated in a 64-token window: about 20 blocks freed behind it.
+  PROMPT="$(for i in $(seq 1 150); do printf 'hello world '; done)"
+  curl -sf "$URL/v1/completions" -H 'Content-Type: application/json' \
+    -d "{\"prompt\": \"$PROMPT\", \"max_tokens\": 100, \"ignore_eos\": true}" >"$WORK/answer.json" ||
+    fail "window: completion failed"
+  grep -q '"finish_reason"' "$WORK/answer.json" || fail "window: no answer: $(cat "$WORK/answer.json")"
+  FREED="$(curl -sf "$URL/metrics" | sed -n 's/^kvwarden_kv_window_freed_blocks_total \([0-9.e+]*\)$/\1/p')"
+  [ -n "$FREED" ] || fail "window: kvwarden_kv_window_freed_blocks_total missing from /metrics"
+  awk -v f="$FREED" 'BEGIN { exit !(f + 0 > 0) }' || fail "window: no blocks freed ($FREED)"
+  echo "window: $FREED blocks freed behind the window for one request"
+fi
+stop
 echo PASS

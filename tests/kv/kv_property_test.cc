@@ -4,9 +4,11 @@
 // (ref counts balance, no block owned twice, queue and cache consistent), the counts match the
 // model, and every sequence reads back exactly its own computed tokens through its block table
 // (FakeStorage keeps a token id per slot), so prefix hits, copy-on-write and defragmentation
-// moves are checked for content, not only bookkeeping.
+// moves are checked for content, not only bookkeeping. With a sliding window, a sequence reads
+// only the positions its next token attends to (the blocks behind them are released).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 
@@ -26,10 +28,11 @@ struct ModelSeq {
 
 class PropertyRun {
  public:
-  PropertyRun(uint32_t seed, uint32_t num_blocks, uint32_t swap_slots)
+  PropertyRun(uint32_t seed, uint32_t num_blocks, uint32_t swap_slots, int32_t window = 0)
       : rng_(seed),
+        window_(window),
         storage_(num_blocks, 16),
-        kv_(KvManagerConfig{.num_blocks = num_blocks}, &storage_) {
+        kv_(KvManagerConfig{.num_blocks = num_blocks, .sliding_window = window}, &storage_) {
     if (swap_slots > 0) {
       const uint64_t bpb = storage_.bytes_per_block();
       auto swap = SwapSpace::open_with_file(
@@ -88,6 +91,7 @@ class PropertyRun {
   uint64_t num_evictions() const { return kv_.prefix_counters().num_evictions; }
   uint64_t num_alloc_failures() const { return num_alloc_failures_; }
   uint64_t num_swap_ins() const { return num_swap_ins_; }
+  uint64_t num_window_freed() const { return kv_.num_window_freed_blocks(); }
 
  private:
   int pick(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
@@ -113,9 +117,10 @@ class PropertyRun {
     const int64_t cached = kv_.add_sequence(SeqId{id}, prompt);
     ASSERT_EQ(cached % 16, 0);
     ASSERT_LT(cached, static_cast<int64_t>(prompt.size()));
-    // A prefix hit must hold exactly these tokens.
-    ASSERT_EQ(storage_.read_tokens(kv_.block_table(SeqId{id}), cached),
-              std::vector<int32_t>(prompt.begin(), prompt.begin() + cached));
+    // A prefix hit must hold exactly these tokens (those the window still reads).
+    const int64_t from = first_read(cached);
+    ASSERT_EQ(storage_.read_range(kv_.block_table(SeqId{id}), from, cached),
+              std::vector<int32_t>(prompt.begin() + from, prompt.begin() + cached));
     ModelSeq m{prompt, cached, cached};
     const int64_t rest = static_cast<int64_t>(prompt.size()) - cached;
     const AllocStatus st = kv_.allocate_slots(SeqId{id}, rest);
@@ -213,6 +218,11 @@ class PropertyRun {
     swapped_.erase(it);
   }
 
+  // First position the next token attends to.
+  int64_t first_read(int64_t num_computed) const {
+    return window_ > 0 ? std::max<int64_t>(0, num_computed + 1 - window_) : 0;
+  }
+
   void verify() {
     kv_.check_invariants();
     ASSERT_EQ(kv_.num_sequences(), model_.size());
@@ -220,13 +230,15 @@ class PropertyRun {
     for (const auto& [id, m] : model_) {
       ASSERT_EQ(kv_.num_tokens(SeqId{id}), m.num_tokens) << "seq " << id;
       ASSERT_EQ(kv_.num_computed_tokens(SeqId{id}), m.num_computed) << "seq " << id;
-      ASSERT_EQ(storage_.read_tokens(kv_.block_table(SeqId{id}), m.num_computed),
-                std::vector<int32_t>(m.tokens.begin(), m.tokens.begin() + m.num_computed))
+      const int64_t from = first_read(m.num_computed);
+      ASSERT_EQ(storage_.read_range(kv_.block_table(SeqId{id}), from, m.num_computed),
+                std::vector<int32_t>(m.tokens.begin() + from, m.tokens.begin() + m.num_computed))
           << "seq " << id << " reads wrong KV";
     }
   }
 
   std::mt19937 rng_;
+  int32_t window_;
   FakeStorage storage_;
   KvManager kv_;
   std::vector<std::vector<int32_t>> bases_;
@@ -260,6 +272,20 @@ TEST(KvManagerProperty, RandomOperationsWithSwapTierKeepContentAndLeakNothing) {
     if (HasFatalFailure()) return;
     EXPECT_GT(run.num_swap_ins(), 0u);
     EXPECT_GT(run.num_evictions(), 0u);
+  }
+}
+
+TEST(KvManagerProperty, RandomOperationsUnderASlidingWindowKeepContentAndLeakNothing) {
+  for (uint32_t seed : {8u, 9u, 10u}) {
+    for (int32_t window : {24, 40}) {
+      SCOPED_TRACE(testing::Message() << "seed " << seed << " window " << window);
+      PropertyRun run(seed, 24, 12, window);
+      run.run(1200);
+      if (HasFatalFailure()) return;
+      EXPECT_GT(run.num_window_freed(), 0u);
+      EXPECT_GT(run.num_prefix_hit_tokens(), 0u);
+      EXPECT_GT(run.num_swap_ins(), 0u);
+    }
   }
 }
 

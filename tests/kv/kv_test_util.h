@@ -46,9 +46,17 @@ class FakeStorage final : public KvStorage {
   }
   // The "attention read": the token ids stored for positions [0, n).
   std::vector<int32_t> read_tokens(std::span<const BlockId> table, int64_t n) const {
+    return read_range(table, 0, n);
+  }
+  // The same for positions [begin, end) (a sliding window's read; CHECKs it meets no hole).
+  std::vector<int32_t> read_range(std::span<const BlockId> table, int64_t begin,
+                                  int64_t end) const {
     std::vector<int32_t> out;
-    for (int64_t p = 0; p < n; ++p)
-      out.push_back(*slot_ptr(table[p / block_size_], p % block_size_));
+    for (int64_t p = begin; p < end; ++p) {
+      const BlockId b = table[p / block_size_];
+      CHECK(b != kNullBlock) << "read of position " << p << " in a released block";
+      out.push_back(*slot_ptr(b, p % block_size_));
+    }
     return out;
   }
 

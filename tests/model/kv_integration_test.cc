@@ -192,5 +192,139 @@ TEST_F(KvIntegration, DefragmentationKeepsLogits) {
   EXPECT_TRUE(same(rest, tail(cold(all), 40)));
 }
 
+// The same model with a 40-token sliding window on every layer: the KvManager releases blocks
+// behind the window (KvManagerConfig::sliding_window), which must not change a single logit.
+class KvWindowIntegration : public KvIntegration {
+ protected:
+  static constexpr int32_t kWindow = 40;
+
+  static void SetUpTestSuite() {
+    MakeModelSpec s;
+    s.n_embd = 128;
+    s.n_head = 4;
+    s.n_head_kv = 2;
+    s.n_ff = 256;
+    s.weight_type = GgmlType::kQ8_0;
+    s.seed = 6;
+    s.sliding_window = kWindow;
+    wpath_ = ::testing::TempDir() + "/kv_window_integration.gguf";
+    ASSERT_TRUE(make_model(s, wpath_).ok());
+  }
+
+  void SetUp() override {
+    auto m = Model::load(wpath_, {});
+    ASSERT_TRUE(m.ok()) << m.message();
+    model_ = std::move(m.value());
+    ASSERT_EQ(model_->hparams().sliding_window, kWindow);
+    V_ = model_->hparams().n_vocab;
+  }
+
+  static KvManagerConfig windowed(uint32_t num_blocks, bool prefix_caching) {
+    return {.num_blocks = num_blocks,
+            .block_size = 16,
+            .enable_prefix_caching = prefix_caching,
+            .sliding_window = kWindow};
+  }
+
+  static std::string wpath_;
+};
+std::string KvWindowIntegration::wpath_;
+
+// 200 tokens (5 windows) decoded one at a time in an 8-block (128-token) pool that frees behind
+// the window, defragmented at 100 tokens and swapped out and in at 150, give exactly the logits
+// of the same decode in a pool that keeps every block, and of one cold forward.
+TEST_F(KvWindowIntegration, FreeingBehindTheWindowKeepsLogitsBitIdenticalThroughSwapAndDefrag) {
+  const auto all = tokens(200, 21);
+  KvArena ref_kv(model_->kv_config(16, 16, KvDtype::kF16));
+  KvManager ref({.num_blocks = 16, .block_size = 16, .enable_prefix_caching = false}, &ref_kv);
+  KvArena kv(model_->kv_config(8, 16, KvDtype::kF16));
+  KvManager mgr(windowed(8, /*prefix_caching=*/false), &kv);
+  auto swap = SwapSpace::open(
+      {.path = ::testing::TempDir() + "/swap_window", .swap_bytes = 8 * kv.bytes_per_block()}, &kv);
+  ASSERT_TRUE(swap.ok()) << swap.message();
+  mgr.attach_swap(std::move(swap.value()));
+  const SeqId s{1};
+  // Blocks 0..2 stay busy until the defragmentation below, so the sequence lives in 3..7.
+  mgr.add_sequence(SeqId{9}, {});
+  ASSERT_EQ(mgr.allocate_slots(SeqId{9}, 48), AllocStatus::kOk);
+  ref.add_sequence(s, {all.data(), 30});
+  mgr.add_sequence(s, {all.data(), 30});
+  std::vector<float> got_ref = compute(ref, ref_kv, s, {all.data(), 30});
+  std::vector<float> got = compute(mgr, kv, s, {all.data(), 30});
+  size_t max_live = 0;
+  for (size_t n = 31; n <= all.size(); ++n) {
+    if (n == 101) {  // blocks 0..2 free below the sequence's: the defragmenter moves it down
+      mgr.free_sequence(SeqId{9});
+      EXPECT_GE(mgr.defragment(8), 3u);
+      mgr.check_invariants();
+    }
+    if (n == 151) {  // swap out, let another sequence overwrite every block, swap back in
+      ASSERT_TRUE(mgr.swap_out(s));
+      const auto junk = tokens(128, 22);
+      mgr.add_sequence(SeqId{2}, junk);
+      compute(mgr, kv, SeqId{2}, junk);
+      mgr.free_sequence(SeqId{2});
+      ASSERT_EQ(mgr.swap_in(s), SwapInStatus::kOk);
+      mgr.check_invariants();
+    }
+    std::span<const int32_t> prefix(all.data(), n);
+    const auto r = compute(ref, ref_kv, s, prefix);
+    const auto g = compute(mgr, kv, s, prefix);
+    max_live = std::max(max_live, mgr.num_live_blocks(s));
+    got_ref.insert(got_ref.end(), r.begin(), r.end());
+    got.insert(got.end(), g.begin(), g.end());
+  }
+  EXPECT_TRUE(same(got, got_ref));
+  EXPECT_TRUE(same(got, cold(all)));
+  EXPECT_EQ(max_live, mgr.max_window_blocks());  // 4 of the 8 blocks; the reference held 13
+  EXPECT_EQ(ref.num_live_blocks(s), 13u);
+  EXPECT_GT(mgr.num_window_freed_blocks(), 8u);  // more than the whole pool over the run
+}
+
+// A prompt sharing 100 tokens with a donor that already released its leading blocks (and whose
+// very first block was then evicted) reuses the donor's blocks inside its window and computes
+// the same logits as a cold run.
+TEST_F(KvWindowIntegration, PrefixHitOnADonorThatFreedItsLeadingBlocksMatchesColdRun) {
+  KvArena kv(model_->kv_config(10, 16, KvDtype::kF16));
+  KvManager mgr(windowed(10, /*prefix_caching=*/true), &kv);
+  const auto donor = tokens(150, 23);
+  mgr.add_sequence(SeqId{1}, donor);
+  for (size_t end = 16; end < donor.size(); end += 16)
+    compute(mgr, kv, SeqId{1}, {donor.data(), end});
+  compute(mgr, kv, SeqId{1}, donor);
+  EXPECT_EQ(mgr.num_live_blocks(SeqId{1}), 4u);  // 150 computed: blocks 0..5 released
+  // Evict the donor's oldest released block (block 0 of the prefix).
+  const uint32_t free_now = mgr.pool().num_free_blocks();
+  mgr.add_sequence(SeqId{2}, {});
+  ASSERT_EQ(mgr.allocate_slots(SeqId{2}, int64_t(free_now + 1) * 16), AllocStatus::kOk);
+  mgr.free_sequence(SeqId{2});
+  EXPECT_EQ(mgr.prefix_counters().num_evictions, 1u);
+  auto q = std::vector<int32_t>(donor.begin(), donor.begin() + 100);
+  const auto suffix = tokens(30, 24);
+  q.insert(q.end(), suffix.begin(), suffix.end());
+  // Blocks 0..5 (96 tokens) are the shared full blocks; position 96 reads 57..95: blocks 3..5.
+  EXPECT_EQ(mgr.add_sequence(SeqId{3}, q), 96);
+  const auto got = compute(mgr, kv, SeqId{3}, q);
+  EXPECT_TRUE(same(got, tail(cold(q), 96)));
+}
+
+// The forward accepts holes only where no new token attends: entries wholly below
+// start_pos + 1 - w.
+TEST_F(KvWindowIntegration, ForwardRefusesAHoleInsideTheWindow) {
+  KvArena kv(model_->kv_config(8, 16, KvDtype::kF16));
+  const auto toks = tokens(1, 25);
+  std::vector<uint32_t> table = {index_of(kNullBlock), index_of(kNullBlock), 0, 1, 2};
+  std::vector<float> out(V_);
+  // Position 72 reads 33..72: blocks 2..4; blocks 0 and 1 (0..31) may be holes.
+  SeqInput in{.tokens = toks, .start_pos = 72, .block_table = table};
+  EXPECT_TRUE(model_->forward({&in, 1}, kv, out.data()).ok());
+  // Position 71 reads 32..71: still fine. Position 70 reads 31, in block 1: refused.
+  in.start_pos = 70;
+  const Status st = model_->forward({&in, 1}, kv, out.data());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("hole inside the attention window"), std::string::npos)
+      << st.message();
+}
+
 }  // namespace
 }  // namespace kvw

@@ -96,15 +96,28 @@ TEST(KvMath, DeepSeekV2ReductionVersusDeepSeek67B) {
   EXPECT_NEAR(1.0 - elems_v2 / (60.0 * 2 * 128 * 128), 0.9824, 1e-4);
 }
 
-TEST(KvMath, MistralSlidingWindowCapsEveryLayerAt4096) {
+TEST(KvMath, MistralSlidingWindowCapsEveryLayerAt257Blocks) {
   const ModelShape& m = model("mistral-7b");
   const uint64_t per_token = 32u * 2 * 8 * 128 * 2;  // 131072
   EXPECT_EQ(kv_bytes_per_token(m, KvDtype::kBF16, 1), per_token);
   EXPECT_EQ(kv_bytes_per_sequence(m, KvDtype::kBF16, 1, 0, 32, 1000, 16),
             per_token * 1008);  // 63 blocks of 16
-  EXPECT_EQ(kv_bytes_per_sequence(m, KvDtype::kBF16, 1, 0, 32, 32768, 16), per_token * 4096);
+  // Up to the window the sequence holds all its blocks (4096 tokens: 256). Past it, blocks wholly
+  // behind the window are freed, but the 4096 positions a token attends to start anywhere in a
+  // block: ceil((4096 + 15) / 16) = 257 blocks.
+  EXPECT_EQ(kv_bytes_per_sequence(m, KvDtype::kBF16, 1, 0, 32, 4096, 16), per_token * 4096);
+  EXPECT_EQ(kv_bytes_per_sequence(m, KvDtype::kBF16, 1, 0, 32, 32768, 16), per_token * 4112);
   EXPECT_EQ(kv_bytes_per_sequence(m, KvDtype::kBF16, 1, 0, 32, 8192, 16),
-            kv_bytes_per_sequence(m, KvDtype::kBF16, 1, 0, 32, 4096, 16));
+            kv_bytes_per_sequence(m, KvDtype::kBF16, 1, 0, 32, 4097, 16));
+}
+
+TEST(KvMath, WindowBlocksCountTheBoundaryBlock) {
+  EXPECT_EQ(window_blocks(1000, 0, 16), 63);   // no window: ceil(1000 / 16)
+  EXPECT_EQ(window_blocks(20, 40, 16), 2);     // shorter than the window
+  EXPECT_EQ(window_blocks(10000, 40, 16), 4);  // 40 positions from a block's last slot
+  EXPECT_EQ(window_blocks(10000, 32, 16), 3);  // a multiple of the block: + 1
+  EXPECT_EQ(window_blocks(10000, 33, 16), 3);  // 1 (mod 16): no extra block
+  EXPECT_EQ(window_blocks(4100, 4096, 16), 257);
 }
 
 TEST(KvMath, Gemma2CapsHalfTheLayers) {
@@ -113,9 +126,9 @@ TEST(KvMath, Gemma2CapsHalfTheLayers) {
   EXPECT_EQ(m.window_of_layer(0), 4096);
   EXPECT_EQ(m.window_of_layer(1), 0);
   EXPECT_EQ(kv_bytes_per_token(m, KvDtype::kBF16, 1), 42 * layer);
-  // 8192 tokens: 21 global layers hold 8192, 21 local layers hold 4096.
+  // 8192 tokens: 21 global layers hold 8192, 21 local layers 257 blocks (4112 tokens).
   EXPECT_EQ(kv_bytes_per_sequence(m, KvDtype::kBF16, 1, 0, 42, 8192, 16),
-            21 * layer * 8192 + 21 * layer * 4096);
+            21 * layer * 8192 + 21 * layer * 4112);
   // Below the window every layer holds the whole sequence.
   EXPECT_EQ(kv_bytes_per_sequence(m, KvDtype::kBF16, 1, 0, 42, 2048, 16), 42 * layer * 2048);
 }
@@ -128,7 +141,7 @@ TEST(KvMath, HybridLayerTypesSkipLayersWithoutKv) {
   ASSERT_TRUE(m.validate().ok());
   EXPECT_EQ(kv_bytes_per_token(m, KvDtype::kBF16, 1), 9u * 4096);
   EXPECT_EQ(kv_bytes_per_sequence(m, KvDtype::kBF16, 1, 0, 32, 4096, 16),
-            8u * 4096 * 4096 + 1u * 4096 * 1024);
+            8u * 4096 * 4096 + 1u * 4096 * 1040);  // window 1024: 65 blocks
 }
 
 TEST(KvMath, TensorParallelSplitsKvHeadsOrReplicates) {

@@ -6,6 +6,7 @@
 
 #include "gguf/gguf_file.h"
 #include "kv/kv_arena.h"
+#include "kv/kv_manager.h"
 #include "model/model.h"
 #include "model/model_maker.h"
 #include "planner/catalog.h"
@@ -228,6 +229,53 @@ TEST(EngineBudget, BudgetModeGivesTheKvPoolWhatIsLeft) {
   ASSERT_FALSE(small.ok());
   EXPECT_NE(small.message().find("budget"), std::string::npos) << small.message();
   EXPECT_FALSE(plan_engine_budget(*find_model("deepseek-v2-lite"), EngineOptions{}).ok());
+}
+
+// A Mistral-style GGUF (every layer windowed): a sequence at full context holds the window's
+// blocks only, the same bound the KvManager keeps, so the pool is sized for (and reports) that.
+TEST(EngineBudget, SlidingWindowCapsBlocksPerSequenceLikeTheKvManager) {
+  MakeModelSpec s;
+  s.n_embd = 128;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.n_ff = 256;
+  s.sliding_window = 40;
+  auto shape = load_model_shape(make(s, "planner_window.gguf"));
+  ASSERT_TRUE(shape.ok()) << shape.message();
+  EXPECT_EQ(engine_window(*shape), 40);
+  const KvManager kv({.num_blocks = 8, .block_size = 16, .sliding_window = 40}, nullptr);
+  EXPECT_EQ(engine_blocks_per_seq(*shape, 512, 16), int64_t(kv.max_window_blocks()));  // 4
+  EXPECT_EQ(engine_blocks_per_seq(*shape, 20, 16), 2);  // shorter than the window
+  EngineOptions opt;
+  opt.max_model_len = 512;
+  opt.max_num_seqs = 6;
+  auto b = plan_engine_budget(*shape, opt);
+  ASSERT_TRUE(b.ok()) << b.message();
+  EXPECT_EQ(b->num_blocks, 6u * 4);  // not 6 x 32
+  EXPECT_EQ(b->kv_blocks_per_seq, 4u);
+  EXPECT_EQ(b->kv_bytes_per_seq, 4 * b->kv_bytes_per_block);
+  EXPECT_EQ(b->max_seqs_at_max_len, 6u);
+  EXPECT_EQ(b->sliding_window, 40);
+  // The GPU plan's per-sequence formula gives the same bytes (f16 KV, one rank).
+  EXPECT_EQ(kv_bytes_per_sequence(*shape, KvDtype::kF16, 1, 0, shape->n_layer, 512, 16),
+            b->kv_bytes_per_seq);
+  EXPECT_NE(b->to_string().find("seq: " + std::to_string(b->kv_bytes_per_seq) +
+                                " B/sequence (4 blocks) at 512 tokens, sliding window 40; "
+                                "room for 6 such sequences"),
+            std::string::npos)
+      << b->to_string();
+  // Under a memory budget the same pool holds 8x more sequences of 512 tokens than unwindowed.
+  opt.memory_budget_bytes = 256 * kMiB;
+  auto windowed = plan_engine_budget(*shape, opt);
+  ModelShape full = *shape;
+  full.window_pattern = WindowPattern::kNone;
+  full.sliding_window = 0;
+  auto unwindowed = plan_engine_budget(full, opt);
+  ASSERT_TRUE(windowed.ok()) << windowed.message();
+  ASSERT_TRUE(unwindowed.ok()) << unwindowed.message();
+  EXPECT_EQ(windowed->num_blocks, unwindowed->num_blocks);
+  EXPECT_EQ(windowed->max_seqs_at_max_len, windowed->num_blocks / 4);
+  EXPECT_EQ(unwindowed->max_seqs_at_max_len, unwindowed->num_blocks / 32);
 }
 
 // serve's request row: request memory, connections and streams, taken from the KV pool's share
