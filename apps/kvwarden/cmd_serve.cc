@@ -86,7 +86,12 @@ Status resolve(ServeFlags& f) {
     e.swap_bytes = *b;
   }
   auto dtype = parse_kv_dtype(f.kv_dtype);
-  if (!dtype) return Error{"--kv-dtype '" + f.kv_dtype + "': use f16, bf16, f32 or int8"};
+  if (!dtype) return Error{"--kv-cache-dtype: " + dtype.message()};
+  if (!kv_dtype_on_cpu(*dtype)) {
+    return Error{"--kv-cache-dtype " + f.kv_dtype +
+                 ": the CPU engine has no fp8 KV cache (fp8 is for `kvwarden plan`); use f16, "
+                 "bf16, f32 or int8"};
+  }
   e.kv_dtype = *dtype;
   auto pm = parse_preemption_mode(f.preemption_mode);
   if (!pm.ok()) return pm.error();

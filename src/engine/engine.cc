@@ -17,23 +17,6 @@
 #include "planner/model_source.h"
 
 namespace kvw {
-namespace {
-
-planner::KvDtype to_planner(KvDtype d) {
-  switch (d) {
-    case KvDtype::kF32:
-      return planner::KvDtype::kF32;
-    case KvDtype::kF16:
-      return planner::KvDtype::kF16;
-    case KvDtype::kBF16:
-      return planner::KvDtype::kBF16;
-    case KvDtype::kInt8:
-      return planner::KvDtype::kInt8;
-  }
-  return planner::KvDtype::kF16;
-}
-
-}  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& cfg) {
   auto e = std::make_unique<Engine>(PassKey{});
@@ -51,7 +34,7 @@ Status Engine::plan_budget(const GgufFile& file) {
   planner::EngineOptions opt;
   opt.max_num_batched_tokens = cfg_.sched.max_num_batched_tokens;
   opt.block_size = cfg_.block_size;
-  opt.kv_dtype = to_planner(cfg_.kv_dtype);
+  opt.kv_dtype = cfg_.kv_dtype;
   opt.n_threads =
       cfg_.n_threads > 0 ? cfg_.n_threads : std::max(1u, std::thread::hardware_concurrency());
   opt.memory_budget_bytes = cfg_.memory_budget_bytes;

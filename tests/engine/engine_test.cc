@@ -187,6 +187,16 @@ TEST_F(EngineTest, StartupRefusesABudgetTheMachineCannotTouch) {
   EXPECT_TRUE(Engine::create(cfg).ok());
 }
 
+// fp8 is a planner dtype (GPU plans); the CPU engine refuses it before opening the model.
+TEST_F(EngineTest, StartupRefusesAnFp8KvCache) {
+  EngineConfig cfg;
+  cfg.model_path = model_;
+  cfg.kv_dtype = KvDtype::kFp8;
+  auto e = Engine::create(cfg);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.message().find("--kv-cache-dtype fp8"), std::string::npos) << e.message();
+}
+
 TEST_F(EngineTest, InvalidRequestsAreRejectedCleanly) {
   EngineConfig cfg = config_with_blocks(model_, 64);
   cfg.sched.max_model_len = 64;
