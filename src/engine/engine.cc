@@ -19,8 +19,18 @@
 namespace kvw {
 
 Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& cfg) {
+  KVW_RETURN_IF_ERROR(cfg.validate());
+  auto file = GgufFile::open(cfg.model_path);
+  if (!file.ok()) return file.error();
+  return create(cfg, std::move(*file));
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& cfg,
+                                               std::unique_ptr<GgufFile> file) {
+  CHECK(file != nullptr && file->path() == cfg.model_path)
+      << "Engine::create: the open file is not --model " << cfg.model_path;
   auto e = std::make_unique<Engine>(PassKey{});
-  KVW_RETURN_IF_ERROR(e->init(cfg));
+  KVW_RETURN_IF_ERROR(e->init(cfg, std::move(file)));
   e->thread_ = std::thread([raw = e.get()] { raw->run(); });
   return e;
 }
@@ -107,19 +117,15 @@ Status Engine::lock_memory() const {
                "start without --mlock)"};
 }
 
-Status Engine::init(const EngineConfig& cfg) {
+Status Engine::init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file) {
   KVW_RETURN_IF_ERROR(cfg.validate());
   cfg_ = cfg;
-  {
-    auto file = GgufFile::open(cfg.model_path);  // plan before allocating anything
-    if (!file.ok()) return file.error();
-    KVW_RETURN_IF_ERROR(plan_budget(**file));
-  }
+  KVW_RETURN_IF_ERROR(plan_budget(*file));  // plan before allocating anything
   ModelOptions mo;
   mo.n_threads = cfg.n_threads;
   mo.max_batch_tokens = (int32_t)cfg.sched.max_num_batched_tokens;
   mo.activation_clamp = cfg.activation_clamp;
-  auto model = Model::load(cfg.model_path, mo);
+  auto model = Model::load(std::move(file), mo);
   if (!model.ok()) return model.error();
   model_ = std::move(*model);
   if (model_->workspace_bytes() != budget_.workspace_bytes) {

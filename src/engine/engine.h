@@ -39,6 +39,10 @@ class Engine {
   // config or model file, a swap file that cannot be created, or a budget too small; the
   // last one carries the budget table and names --memory-budget.
   static Result<std::unique_ptr<Engine>> create(const EngineConfig& cfg);
+  // The same over cfg.model_path already open (kvwarden serve reads its defaults from it): the
+  // file is planned with, then kept by the Model; create() opens and parses nothing else.
+  static Result<std::unique_ptr<Engine>> create(const EngineConfig& cfg,
+                                                std::unique_ptr<GgufFile> file);
   ~Engine();  // shutdown()
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -76,7 +80,7 @@ class Engine {
     ErrorKind error_kind = ErrorKind::kInternal;
     ChannelEvent next_event;  // log-probabilities of the token sampled this step
   };
-  Status init(const EngineConfig& cfg);
+  Status init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file);
   Status check_memory_available(uint64_t logits_bytes) const;
   Status lock_memory() const;
   Status plan_budget(const GgufFile& file);
