@@ -231,7 +231,7 @@ int run(ServeFlags f) {
   auto engine = Engine::create(f.engine, std::move(*file));
   if (batched) sched_setscheduler(0, SCHED_OTHER, &batch);
   if (!engine.ok()) return fail(engine.message(), 1);
-  auto srv = server::Server::create(f.server, **engine, f.engine);
+  auto srv = server::Server::create(f.server, **engine);
   if (!srv.ok()) return fail(srv.message(), 2);
   metrics = std::make_unique<obs::ObservabilityContext>(
       server::make_obs_config(f.engine, (*engine)->budget(),

@@ -155,6 +155,10 @@ Status Engine::init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file) {
                       << cfg.swap_path;
   }
   sched_ = std::make_unique<Scheduler>(cfg.sched, kv_.get());
+  limits_ = EngineLimits{.max_model_len = sched_->max_model_len(),
+                         .n_vocab = model_->hparams().n_vocab,
+                         .max_num_seqs = cfg.sched.max_num_seqs,
+                         .overflow = cfg.sched.overflow};
   queue_ = std::make_unique<RequestQueue>(cfg.request_queue_capacity);
   const int64_t rows = std::min<int64_t>(cfg.sched.max_num_seqs, cfg.sched.max_num_batched_tokens);
   logits_.resize((size_t)(rows * model_->hparams().n_vocab));
@@ -162,7 +166,7 @@ Status Engine::init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file) {
   sampled_.reserve((size_t)rows);
   KVW_RETURN_IF_ERROR(lock_memory());
   LOG(INFO, engine) << num_blocks << " KV blocks of " << cfg.block_size << " tokens, "
-                    << kv_dtype_name(cfg.kv_dtype) << ", max_model_len " << sched_->max_model_len()
+                    << kv_dtype_name(cfg.kv_dtype) << ", max_model_len " << limits_.max_model_len
                     << ", " << model_->num_threads() << " threads";
   return Status::ok_status();
 }
@@ -174,7 +178,7 @@ Engine::~Engine() {
 Result<std::shared_ptr<TokenChannel>> Engine::submit(GenerationRequest req) {
   if (req.prompt.empty()) return Error{"empty prompt"};
   if (req.max_tokens < 1) return Error{"max_tokens must be >= 1"};
-  const int32_t n_vocab = model_->hparams().n_vocab;
+  const int32_t n_vocab = limits_.n_vocab;
   for (int32_t t : req.prompt) {
     if (t < 0 || t >= n_vocab) {
       return Error{"prompt token " + std::to_string(t) + " outside the vocabulary [0, " +

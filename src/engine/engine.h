@@ -28,6 +28,17 @@
 
 namespace kvw {
 
+// What one request may ask of the engine, fixed at create(): the numbers submit() and the
+// scheduler enforce. Front ends read them here to refuse early and to report them; they keep no
+// copies (the configured --max-model-len may be more than the KV pool holds).
+struct EngineLimits {
+  int64_t max_model_len = 0;  // prompt + output tokens: --max-model-len clamped to the KV pool
+  int32_t n_vocab = 0;        // prompt token ids lie in [0, n_vocab)
+  int32_t max_num_seqs = 0;   // requests running at once (--max-num-seqs)
+  // What a prompt over max_model_len - 1 tokens gets (kError: refused, kind kContextOverflow).
+  OverflowPolicy overflow = OverflowPolicy::kError;
+};
+
 class Engine {
   struct PassKey {  // lets create() use make_unique while keeping construction private
     explicit PassKey() = default;
@@ -60,6 +71,7 @@ class Engine {
   // with kError ("engine shut down") and their blocks are freed. Idempotent; never terminates.
   void shutdown();
 
+  const EngineLimits& limits() const { return limits_; }
   const planner::BudgetTable& budget() const { return budget_; }
   const Model& model() const { return *model_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -97,6 +109,7 @@ class Engine {
   void drain_at_shutdown();
 
   EngineConfig cfg_;
+  EngineLimits limits_;
   planner::BudgetTable budget_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
