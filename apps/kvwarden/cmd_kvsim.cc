@@ -59,7 +59,7 @@ Result<kvsim::SimConfig> build_config(const KvsimFlags& f) {
   if (f.head_dim) c.shape.head_dim = f.head_dim;
   if (!f.kv_dtype.empty()) {
     auto d = parse_kv_dtype(f.kv_dtype);
-    if (!d) return Error{"--kv-dtype '" + f.kv_dtype + "' (f16, bf16, f32, int8)"};
+    if (!d) return Error{"--kv-dtype: " + d.message()};
     c.shape.dtype = *d;
   }
   auto budget = parse_bytes(f.kv_budget);
@@ -153,7 +153,7 @@ void add_kvsim_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--layers", f->num_layers, "Override the shape's layers");
   cmd->add_option("--kv-heads", f->num_kv_heads, "Override the shape's KV heads");
   cmd->add_option("--head-dim", f->head_dim, "Override the shape's head dim");
-  cmd->add_option("--kv-dtype", f->kv_dtype, "f16, bf16, f32 or int8 (default f16)");
+  cmd->add_option("--kv-dtype", f->kv_dtype, "f16, bf16, f32, fp8 or int8 (default f16)");
   cmd->add_option("--block-size", f->config.block_size, "Paged block size in tokens")
       ->capture_default_str();
   cmd->add_option("--max-model-len", f->config.max_model_len,

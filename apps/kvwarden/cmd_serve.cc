@@ -1,6 +1,7 @@
 // kvwarden serve: the OpenAI-compatible HTTP server (src/server) over one Engine.
-// Start-up: flags -> EngineConfig + ServerConfig, Engine::create (logs the budget table), bind,
-// then one line "kvwarden serving MODEL on http://HOST:PORT" on stdout (tests wait for it).
+// Start-up: flags -> EngineConfig + ServerConfig (the model file is opened here, once),
+// Engine::create over that file (logs the budget table), bind, then one line "kvwarden serving
+// MODEL on http://HOST:PORT" on stdout (tests wait for it).
 // Observability (src/obs, wired by server/observability.h): /metrics, /dashboard, /debug/*, and
 // diagnostics dumps under --diagnostics-dir.
 // SIGTERM/SIGINT: drain (503 for new work, in-flight requests finish up to --drain-timeout,
@@ -59,8 +60,10 @@ std::string read_file(const std::string& path) {
   return os.str();
 }
 
-// Flags that CLI11 leaves as text become config fields here; messages name the flag.
-Status resolve(ServeFlags& f) {
+// Flags that CLI11 leaves as text become config fields here; messages name the flag. Returns
+// the model file, opened and parsed once for all of start-up: its context sets the default
+// --max-model-len, then the engine plans with it and keeps it.
+Result<std::unique_ptr<GgufFile>> resolve(ServeFlags& f) {
   EngineConfig& e = f.engine;
   if (e.model_path.empty()) {
     e.model_path = find_default_model();
@@ -86,7 +89,12 @@ Status resolve(ServeFlags& f) {
     e.swap_bytes = *b;
   }
   auto dtype = parse_kv_dtype(f.kv_dtype);
-  if (!dtype) return Error{"--kv-dtype '" + f.kv_dtype + "': use f16, bf16, f32 or int8"};
+  if (!dtype) return Error{"--kv-cache-dtype: " + dtype.message()};
+  if (!kv_dtype_on_cpu(*dtype)) {
+    return Error{"--kv-cache-dtype " + f.kv_dtype +
+                 ": the CPU engine has no fp8 KV cache (fp8 is for `kvwarden plan`); use f16, "
+                 "bf16, f32 or int8"};
+  }
   e.kv_dtype = *dtype;
   auto pm = parse_preemption_mode(f.preemption_mode);
   if (!pm.ok()) return pm.error();
@@ -98,11 +106,11 @@ Status resolve(ServeFlags& f) {
   if (!kr.ok()) return kr.error();
   e.sched.kv_reserve = *kr;
   e.enable_prefix_caching = !f.no_prefix_caching;
+  auto file = GgufFile::open(e.model_path);
+  if (!file.ok()) return file.error();
   if (f.max_model_len > 0) {
     e.sched.max_model_len = f.max_model_len;
   } else {
-    auto file = GgufFile::open(e.model_path);
-    if (!file.ok()) return file.error();
     auto shape = planner::shape_from_gguf(**file);
     if (!shape.ok()) return shape.error();
     e.sched.max_model_len =
@@ -150,7 +158,8 @@ Status resolve(ServeFlags& f) {
                                                 .stream_buffer_bytes = h.stream_buffer_bytes,
                                                 .max_model_len = e.sched.max_model_len});
   KVW_RETURN_IF_ERROR(e.validate());
-  return f.server.validate();
+  KVW_RETURN_IF_ERROR(f.server.validate());
+  return std::move(*file);
 }
 
 // The serve configuration, for diagnostics dumps.
@@ -192,7 +201,8 @@ int run(ServeFlags f) {
     std::cerr << "kvwarden serve: " << msg << "\n";
     return code;
   };
-  if (Status st = resolve(f); !st.ok()) return fail(st.message(), 2);
+  auto file = resolve(f);
+  if (!file.ok()) return fail(file.message(), 2);
   // Request bodies and parsed prompts (up to --max-body-bytes each) are mmapped and unmapped
   // when freed: a fixed threshold stops glibc from raising it after the first large free and
   // keeping later bursts in the heap. The server trims the heap after bursts as well.
@@ -218,10 +228,10 @@ int run(ServeFlags f) {
   // HTTP threads, created later, run as ordinary threads.
   sched_param batch{};
   const bool batched = sched_setscheduler(0, SCHED_BATCH, &batch) == 0;
-  auto engine = Engine::create(f.engine);
+  auto engine = Engine::create(f.engine, std::move(*file));
   if (batched) sched_setscheduler(0, SCHED_OTHER, &batch);
   if (!engine.ok()) return fail(engine.message(), 1);
-  auto srv = server::Server::create(f.server, **engine, f.engine);
+  auto srv = server::Server::create(f.server, **engine);
   if (!srv.ok()) return fail(srv.message(), 2);
   metrics = std::make_unique<obs::ObservabilityContext>(
       server::make_obs_config(f.engine, (*engine)->budget(),

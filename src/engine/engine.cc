@@ -17,27 +17,20 @@
 #include "planner/model_source.h"
 
 namespace kvw {
-namespace {
-
-planner::KvDtype to_planner(KvDtype d) {
-  switch (d) {
-    case KvDtype::kF32:
-      return planner::KvDtype::kF32;
-    case KvDtype::kF16:
-      return planner::KvDtype::kF16;
-    case KvDtype::kBF16:
-      return planner::KvDtype::kBF16;
-    case KvDtype::kInt8:
-      return planner::KvDtype::kInt8;
-  }
-  return planner::KvDtype::kF16;
-}
-
-}  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& cfg) {
+  KVW_RETURN_IF_ERROR(cfg.validate());
+  auto file = GgufFile::open(cfg.model_path);
+  if (!file.ok()) return file.error();
+  return create(cfg, std::move(*file));
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& cfg,
+                                               std::unique_ptr<GgufFile> file) {
+  CHECK(file != nullptr && file->path() == cfg.model_path)
+      << "Engine::create: the open file is not --model " << cfg.model_path;
   auto e = std::make_unique<Engine>(PassKey{});
-  KVW_RETURN_IF_ERROR(e->init(cfg));
+  KVW_RETURN_IF_ERROR(e->init(cfg, std::move(file)));
   e->thread_ = std::thread([raw = e.get()] { raw->run(); });
   return e;
 }
@@ -51,7 +44,7 @@ Status Engine::plan_budget(const GgufFile& file) {
   planner::EngineOptions opt;
   opt.max_num_batched_tokens = cfg_.sched.max_num_batched_tokens;
   opt.block_size = cfg_.block_size;
-  opt.kv_dtype = to_planner(cfg_.kv_dtype);
+  opt.kv_dtype = cfg_.kv_dtype;
   opt.n_threads =
       cfg_.n_threads > 0 ? cfg_.n_threads : std::max(1u, std::thread::hardware_concurrency());
   opt.memory_budget_bytes = cfg_.memory_budget_bytes;
@@ -124,19 +117,15 @@ Status Engine::lock_memory() const {
                "start without --mlock)"};
 }
 
-Status Engine::init(const EngineConfig& cfg) {
+Status Engine::init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file) {
   KVW_RETURN_IF_ERROR(cfg.validate());
   cfg_ = cfg;
-  {
-    auto file = GgufFile::open(cfg.model_path);  // plan before allocating anything
-    if (!file.ok()) return file.error();
-    KVW_RETURN_IF_ERROR(plan_budget(**file));
-  }
+  KVW_RETURN_IF_ERROR(plan_budget(*file));  // plan before allocating anything
   ModelOptions mo;
   mo.n_threads = cfg.n_threads;
   mo.max_batch_tokens = (int32_t)cfg.sched.max_num_batched_tokens;
   mo.activation_clamp = cfg.activation_clamp;
-  auto model = Model::load(cfg.model_path, mo);
+  auto model = Model::load(std::move(file), mo);
   if (!model.ok()) return model.error();
   model_ = std::move(*model);
   if (model_->workspace_bytes() != budget_.workspace_bytes) {
@@ -168,6 +157,10 @@ Status Engine::init(const EngineConfig& cfg) {
                       << cfg.swap_path;
   }
   sched_ = std::make_unique<Scheduler>(cfg.sched, kv_.get());
+  limits_ = EngineLimits{.max_model_len = sched_->max_model_len(),
+                         .n_vocab = model_->hparams().n_vocab,
+                         .max_num_seqs = cfg.sched.max_num_seqs,
+                         .overflow = cfg.sched.overflow};
   queue_ = std::make_unique<RequestQueue>(cfg.request_queue_capacity);
   const int64_t rows = std::min<int64_t>(cfg.sched.max_num_seqs, cfg.sched.max_num_batched_tokens);
   logits_.resize((size_t)(rows * model_->hparams().n_vocab));
@@ -175,7 +168,7 @@ Status Engine::init(const EngineConfig& cfg) {
   sampled_.reserve((size_t)rows);
   KVW_RETURN_IF_ERROR(lock_memory());
   LOG(INFO, engine) << num_blocks << " KV blocks of " << cfg.block_size << " tokens, "
-                    << kv_dtype_name(cfg.kv_dtype) << ", max_model_len " << sched_->max_model_len()
+                    << kv_dtype_name(cfg.kv_dtype) << ", max_model_len " << limits_.max_model_len
                     << ", " << model_->num_threads() << " threads";
   if (kc.sliding_window > 0) {
     LOG(INFO, engine) << "sliding window " << kc.sliding_window << ": blocks behind it are freed, "
@@ -191,7 +184,7 @@ Engine::~Engine() {
 Result<std::shared_ptr<TokenChannel>> Engine::submit(GenerationRequest req) {
   if (req.prompt.empty()) return Error{"empty prompt"};
   if (req.max_tokens < 1) return Error{"max_tokens must be >= 1"};
-  const int32_t n_vocab = model_->hparams().n_vocab;
+  const int32_t n_vocab = limits_.n_vocab;
   for (int32_t t : req.prompt) {
     if (t < 0 || t >= n_vocab) {
       return Error{"prompt token " + std::to_string(t) + " outside the vocabulary [0, " +

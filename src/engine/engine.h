@@ -28,6 +28,17 @@
 
 namespace kvw {
 
+// What one request may ask of the engine, fixed at create(): the numbers submit() and the
+// scheduler enforce. Front ends read them here to refuse early and to report them; they keep no
+// copies (the configured --max-model-len may be more than the KV pool holds).
+struct EngineLimits {
+  int64_t max_model_len = 0;  // prompt + output tokens: --max-model-len clamped to the KV pool
+  int32_t n_vocab = 0;        // prompt token ids lie in [0, n_vocab)
+  int32_t max_num_seqs = 0;   // requests running at once (--max-num-seqs)
+  // What a prompt over max_model_len - 1 tokens gets (kError: refused, kind kContextOverflow).
+  OverflowPolicy overflow = OverflowPolicy::kError;
+};
+
 class Engine {
   struct PassKey {  // lets create() use make_unique while keeping construction private
     explicit PassKey() = default;
@@ -39,6 +50,10 @@ class Engine {
   // config or model file, a swap file that cannot be created, or a budget too small; the
   // last one carries the budget table and names --memory-budget.
   static Result<std::unique_ptr<Engine>> create(const EngineConfig& cfg);
+  // The same over cfg.model_path already open (kvwarden serve reads its defaults from it): the
+  // file is planned with, then kept by the Model; create() opens and parses nothing else.
+  static Result<std::unique_ptr<Engine>> create(const EngineConfig& cfg,
+                                                std::unique_ptr<GgufFile> file);
   ~Engine();  // shutdown()
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -56,6 +71,7 @@ class Engine {
   // with kError ("engine shut down") and their blocks are freed. Idempotent; never terminates.
   void shutdown();
 
+  const EngineLimits& limits() const { return limits_; }
   const planner::BudgetTable& budget() const { return budget_; }
   const Model& model() const { return *model_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -76,7 +92,7 @@ class Engine {
     ErrorKind error_kind = ErrorKind::kInternal;
     ChannelEvent next_event;  // log-probabilities of the token sampled this step
   };
-  Status init(const EngineConfig& cfg);
+  Status init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file);
   Status check_memory_available(uint64_t logits_bytes) const;
   Status lock_memory() const;
   Status plan_budget(const GgufFile& file);
@@ -93,6 +109,7 @@ class Engine {
   void drain_at_shutdown();
 
   EngineConfig cfg_;
+  EngineLimits limits_;
   planner::BudgetTable budget_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;

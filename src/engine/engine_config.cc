@@ -30,6 +30,10 @@ Status EngineConfig::validate() const {
   if (model_path.empty()) return Error{"--model: a GGUF path is required"};
   if (n_threads < 0) return Error{"--threads must be >= 0"};
   if (block_size < 1) return Error{"--block-size must be >= 1"};
+  if (!kv_dtype_on_cpu(kv_dtype)) {
+    return Error{std::string("--kv-cache-dtype ") + kv_dtype_name(kv_dtype) +
+                 ": the CPU engine has no such KV cache (use f16, bf16, f32 or int8)"};
+  }
   if (swap_bytes > 0 && swap_path.empty()) {
     return Error{"--swap-space needs a swap file path (--swap-path)"};
   }

@@ -28,7 +28,7 @@ struct EngineConfig {
   uint64_t request_bytes =
       0;                    // the HTTP front door's row (planner::request_row_bytes); serve sets it
   int32_t block_size = 16;  // tokens per KV block
-  KvDtype kv_dtype = KvDtype::kF16;
+  KvDtype kv_dtype = KvDtype::kF16;  // any but fp8 (kv_dtype_on_cpu)
   bool enable_prefix_caching = true;
   uint32_t watermark_blocks = 0;  // KvManagerConfig::watermark_blocks
   uint64_t swap_bytes = 0;        // --swap-space; 0 = no swap tier

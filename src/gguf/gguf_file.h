@@ -22,7 +22,7 @@ struct GgufTensorInfo {
   std::string name;
   std::vector<int64_t> shape;  // ggml order: shape[0] is the fastest-varying (row length)
   GgmlType type;
-  uint64_t offset;       // from the start of the data section (aligned)
+  uint64_t offset;  // from the start of the data section (aligned)
   uint64_t num_elements;
   uint64_t num_bytes;
 };
@@ -30,6 +30,9 @@ struct GgufTensorInfo {
 class GgufFile {
  public:
   static Result<std::unique_ptr<GgufFile>> open(const std::string& path);
+  // Calls to open() in this process, failed ones included: tests check that a start-up path
+  // (Engine::create, kvwarden serve) opens and parses the model file once.
+  static uint64_t open_count();
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;

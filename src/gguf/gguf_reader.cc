@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -399,7 +400,16 @@ class GgufParser {
   std::string context_;     // field being parsed, for error messages
 };
 
+namespace {
+std::atomic<uint64_t> g_open_count{0};
+}  // namespace
+
+uint64_t GgufFile::open_count() {
+  return g_open_count.load();
+}
+
 Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path) {
+  g_open_count.fetch_add(1);
   std::unique_ptr<GgufFile> f(new GgufFile());  // private constructor: make_unique can't reach it
   f->path_ = path;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -17,7 +17,7 @@
 
 namespace kvw::kernels {
 
-using ::kvw::KvDtype;  // f32, f16, bf16, int8 (core/kv_dtype.h)
+using ::kvw::KvDtype;  // f32, f16, bf16, int8 (core/kv_dtype.h; never fp8)
 
 // Paged K/V of one layer. Block b's data starts at byte b * block_stride of each base pointer:
 //   k, v:              [n_kv_heads][block_size][head_dim] of dtype

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/check.h"
 #include "core/half.h"
 #include "kernels/kernels.h"
 
@@ -52,6 +53,8 @@ void kv_load_row(const KvLayerView& kv, bool value, std::span<const uint32_t> ta
       for (int32_t i = 0; i < hd; ++i) out[i] = (float)q[i] * scale;
       break;
     }
+    case KvDtype::kFp8:
+      CHECK(false) << "no fp8 KV rows on CPU (EngineConfig::validate refuses them)";
   }
 }
 
@@ -87,6 +90,8 @@ void kv_store_row(const KvLayerView& kv, bool value, std::span<const uint32_t> t
       std::memcpy(sbase + row_offset(kv, table, pos, kv_head, 4), &scale, 4);
       break;
     }
+    case KvDtype::kFp8:
+      CHECK(false) << "no fp8 KV rows on CPU (EngineConfig::validate refuses them)";
   }
 }
 

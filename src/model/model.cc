@@ -23,14 +23,20 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelO
   if (opt.max_batch_tokens <= 0) return Error{"max batch tokens must be > 0"};
   auto file = GgufFile::open(path);
   if (!file) return Error{file.message()};
-  auto hp = hparams_from_gguf(**file);
+  return load(std::move(*file), opt);
+}
+
+Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<GgufFile> file,
+                                           const ModelOptions& opt) {
+  if (opt.max_batch_tokens <= 0) return Error{"max batch tokens must be > 0"};
+  auto hp = hparams_from_gguf(*file);
   if (!hp) return Error{hp.message()};
   apply_rope_override(opt.rope, hp->rope);
   if (hp->rope.scale_factor <= 0.0f) return Error{"rope scale factor must be > 0"};
-  auto w = weights_from_gguf(**file, *hp);
+  auto w = weights_from_gguf(*file, *hp);
   if (!w) return Error{w.message()};
   return std::unique_ptr<Model>(
-      new Model(std::move(file.value()), std::move(hp.value()), std::move(w.value()), opt));
+      new Model(std::move(file), std::move(hp.value()), std::move(w.value()), opt));
 }
 
 Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,

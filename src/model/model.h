@@ -53,6 +53,9 @@ struct SeqInput {
 class Model {
  public:
   static Result<std::unique_ptr<Model>> load(const std::string& path, const ModelOptions& opt);
+  // The same from a file already open (the caller planned with it); the Model keeps it.
+  static Result<std::unique_ptr<Model>> load(std::unique_ptr<GgufFile> file,
+                                             const ModelOptions& opt);
   ~Model();
 
   const ModelHParams& hparams() const { return hp_; }

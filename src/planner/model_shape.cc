@@ -87,49 +87,4 @@ Result<Dtype> parse_weight_dtype(const std::string& name) {
                "' (expected f32, f16, bf16, fp8, int8, int4, q8_0, q4_0, q4_K, q5_K or q6_K)"};
 }
 
-Result<KvDtype> parse_kv_dtype(const std::string& name) {
-  const std::string n = lower(name);
-  if (n == "f32" || n == "fp32" || n == "float32") return KvDtype::kF32;
-  if (n == "f16" || n == "fp16" || n == "float16" || n == "half") return KvDtype::kF16;
-  if (n == "bf16" || n == "bfloat16") return KvDtype::kBF16;
-  if (n == "fp8" || n == "fp8_e4m3" || n == "fp8_e5m2") return KvDtype::kFp8;
-  if (n == "int8") return KvDtype::kInt8;
-  return Error{"unknown KV cache dtype '" + name +
-               "' (expected auto, f16, bf16, f32, fp8 or int8)"};
-}
-
-const char* kv_dtype_name(KvDtype d) {
-  switch (d) {
-    case KvDtype::kF32:
-      return "f32";
-    case KvDtype::kF16:
-      return "f16";
-    case KvDtype::kBF16:
-      return "bf16";
-    case KvDtype::kFp8:
-      return "fp8";
-    case KvDtype::kInt8:
-      return "int8";
-  }
-  return "?";
-}
-
-int64_t kv_elem_bytes(KvDtype d) {
-  switch (d) {
-    case KvDtype::kF32:
-      return 4;
-    case KvDtype::kF16:
-    case KvDtype::kBF16:
-      return 2;
-    case KvDtype::kFp8:
-    case KvDtype::kInt8:
-      return 1;
-  }
-  return 2;
-}
-
-int64_t kv_scale_bytes(KvDtype d) {
-  return d == KvDtype::kInt8 ? 4 : 0;
-}
-
 }  // namespace kvw::planner

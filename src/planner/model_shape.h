@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/kv_dtype.h"
 #include "core/status.h"
 
 namespace kvw::planner {
@@ -103,12 +104,7 @@ struct Dtype {
 // q5_K, q6_K with their exact block sizes.
 Result<Dtype> parse_weight_dtype(const std::string& name);
 
-// KV cache dtypes. kvwarden's int8 stores one f32 scale per token per KV head for K and for V,
-// which KvBytes accounts for separately (scale_bytes_per_head).
-enum class KvDtype { kF32, kF16, kBF16, kFp8, kInt8 };
-Result<KvDtype> parse_kv_dtype(const std::string& name);  // "auto" is resolved by the caller
-const char* kv_dtype_name(KvDtype d);
-int64_t kv_elem_bytes(KvDtype d);   // 4, 2, 2, 1, 1
-int64_t kv_scale_bytes(KvDtype d);  // f32 scale per token per head (per latent for MLA): 4 or 0
+// KV cache dtypes are core/kv_dtype.h's KvDtype (fp8 included); "auto" is resolved by the
+// caller (cmd_plan: the model's activation dtype).
 
 }  // namespace kvw::planner

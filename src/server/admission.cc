@@ -11,7 +11,7 @@ double AdmissionController::drain_rate_locked() const {
 }
 
 int64_t AdmissionController::queued_locked(int64_t engine_waiting) const {
-  return std::max<int64_t>({0, in_flight_ - cfg_.concurrency, engine_waiting});
+  return std::max<int64_t>({0, in_flight_ - concurrency_, engine_waiting});
 }
 
 int64_t AdmissionController::retry_after_locked(int64_t queued) const {
@@ -26,7 +26,7 @@ AdmissionDecision AdmissionController::try_admit(double now_s, int64_t n, int64_
   d.predicted_wait_s = (double)d.queued_ahead / drain_rate_locked();
   // The new requests queue too when every slot is taken.
   const int64_t queued_after = std::max<int64_t>(
-      {0, in_flight_ + n - cfg_.concurrency, engine_waiting > 0 ? engine_waiting + n : 0});
+      {0, in_flight_ + n - concurrency_, engine_waiting > 0 ? engine_waiting + n : 0});
   if (cfg_.max_queue > 0 && queued_after > cfg_.max_queue) {
     d.verdict = AdmissionVerdict::kQueueFull;
   } else if (cfg_.max_queue_wait_s > 0 && d.predicted_wait_s > cfg_.max_queue_wait_s) {

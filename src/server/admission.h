@@ -14,8 +14,6 @@ struct AdmissionConfig {
   int64_t max_queue = 256;
   // Refuse when the predicted wait exceeds this (--max-queue-wait, seconds); 0 = off.
   double max_queue_wait_s = 0;
-  // Requests the engine runs at once (--max-num-seqs): only work beyond this is queued.
-  int64_t concurrency = 256;
   // Completions per second assumed before the first completion (conservative, so the wait
   // limit is not waived while nothing is known).
   double initial_drain_rate = 1.0;
@@ -40,7 +38,10 @@ struct AdmissionSnapshot {
 
 class AdmissionController {
  public:
-  explicit AdmissionController(const AdmissionConfig& cfg) : cfg_(cfg) {}
+  // `concurrency`: requests the engine runs at once (EngineLimits::max_num_seqs); only work
+  // beyond it is queued.
+  AdmissionController(const AdmissionConfig& cfg, int64_t concurrency)
+      : cfg_(cfg), concurrency_(concurrency) {}
 
   // Decides on `n` engine requests (one HTTP request with n choices). `engine_waiting` is the
   // engine's own waiting count (KV-limited admission can queue below `concurrency`). On kAdmit
@@ -59,6 +60,7 @@ class AdmissionController {
   int64_t retry_after_locked(int64_t queued) const;
 
   const AdmissionConfig cfg_;
+  const int64_t concurrency_;
   mutable std::mutex mu_;
   int64_t in_flight_ = 0;
   uint64_t num_completed_ = 0;

@@ -28,7 +28,7 @@ std::string random_id(const char* prefix) {
 }
 
 ApiError context_exceeded(const ServerState& st, int64_t n_prompt, const GenParams& p, bool chat) {
-  const int64_t len = st.max_model_len;
+  const int64_t len = st.limits().max_model_len;
   const int64_t room = len - n_prompt;
   const int64_t want = p.max_tokens ? *p.max_tokens : 1;
   return ApiError(RefusalReason::kContextLength,
@@ -46,8 +46,8 @@ ApiError context_exceeded(const ServerState& st, int64_t n_prompt, const GenPara
 // messages are kept (sliding-window keeps the system turn). The engine then applies the exact
 // policy on tokens.
 void trim_to_context(const ServerState& st, std::vector<ChatMessage>& msgs) {
-  const uint64_t keep =
-      (uint64_t)(st.max_model_len + 1) * (uint64_t)std::max<int64_t>(1, st.max_token_bytes);
+  const uint64_t keep = (uint64_t)(st.limits().max_model_len + 1) *
+                        (uint64_t)std::max<int64_t>(1, st.max_token_bytes);
   uint64_t total = 0;
   for (const ChatMessage& m : msgs) total += m.content.size();
   if (total <= keep) return;
@@ -77,9 +77,8 @@ void trim_to_context(const ServerState& st, std::vector<ChatMessage>& msgs) {
 std::optional<ApiError> fit_max_tokens(const ServerState& st, const GenParams& p, bool chat,
                                        PreparedPrompt& pp) {
   const auto n_prompt = (int64_t)pp.tokens.size();
-  const int64_t len = st.max_model_len;
-  const int64_t room = len - n_prompt;
-  if (st.overflow == OverflowPolicy::kError &&
+  const int64_t room = st.limits().max_model_len - n_prompt;
+  if (st.limits().overflow == OverflowPolicy::kError &&
       (room < 1 || (p.max_tokens && *p.max_tokens > room))) {
     return context_exceeded(st, n_prompt, p, chat);
   }
@@ -232,19 +231,20 @@ void handle_completions(ServerState& st, HttpRequest& req, HttpResponse& res) {
     Job job;
     job.params = cr.params;
     job.arrival_ns = arrival_ns;
-    const int32_t n_vocab = st.tokenizer().n_vocab();
+    const EngineLimits& lim = st.limits();
     for (PromptInput& in : cr.prompts) {
       PreparedPrompt pp;
       if (in.is_tokens) {
         for (int32_t t : in.tokens) {
-          if (t >= n_vocab) {
+          if (t >= lim.n_vocab) {
             return send_error(st, res,
                               invalid_param("prompt", "token id " + std::to_string(t) +
                                                           " is outside the vocabulary [0, " +
-                                                          std::to_string(n_vocab) + ")"));
+                                                          std::to_string(lim.n_vocab) + ")"));
           }
         }
-        if ((int64_t)in.tokens.size() > st.max_model_len && st.overflow == OverflowPolicy::kError) {
+        if ((int64_t)in.tokens.size() > lim.max_model_len &&
+            lim.overflow == OverflowPolicy::kError) {
           return send_error(st, res,
                             context_exceeded(st, (int64_t)in.tokens.size(), cr.params, false));
         }
@@ -280,9 +280,8 @@ void handle_chat_completions(ServerState& st, HttpRequest& req, HttpResponse& re
     for (const ChatMessage& m : cr.messages) bytes += m.content.size();
     if (auto e = prompt_bytes_over_context(st, bytes, true)) return send_error(st, res, *e);
     trim_to_context(st, cr.messages);
-    auto prompt =
-        st.prompter->build(cr.messages,
-                           /*with_turn_starts=*/st.overflow == OverflowPolicy::kSlidingWindow);
+    auto prompt = st.prompter->build(
+        cr.messages, /*with_turn_starts=*/st.limits().overflow == OverflowPolicy::kSlidingWindow);
     if (!prompt.ok()) return send_error(st, res, invalid_param("messages", prompt.message()));
     if (prompt->tokens.empty())
       return send_error(st, res, invalid_param("messages", "empty prompt"));

@@ -75,7 +75,8 @@ int64_t longest_token_bytes(const Tokenizer& tok) {
 
 }  // namespace
 
-Server::Server(PassKey, const ServerConfig& cfg) : st_(std::make_unique<ServerState>(cfg)) {
+Server::Server(PassKey, const ServerConfig& cfg, Engine& engine)
+    : st_(std::make_unique<ServerState>(cfg, engine)) {
   ServerState& st = *st_;
   http_ = std::make_unique<http::HttpServer>(
       cfg.http, [&st](http::Refusal r, const http::HttpRequest& req) {
@@ -89,27 +90,21 @@ Server::Server(PassKey, const ServerConfig& cfg) : st_(std::make_unique<ServerSt
       });
 }
 
-Result<std::unique_ptr<Server>> Server::create(const ServerConfig& cfg, Engine& engine,
-                                               const EngineConfig& engine_cfg) {
+Result<std::unique_ptr<Server>> Server::create(const ServerConfig& cfg, Engine& engine) {
   KVW_RETURN_IF_ERROR(cfg.validate());
   ServerConfig c = cfg;
-  c.admission.concurrency = engine_cfg.sched.max_num_seqs;
   if (c.http.max_connections == 0) {
     // Every request admission lets run or wait, each with an idle keep-alive connection
     // beside it, plus room for probes and scrapes (planner::default_max_connections).
-    c.http.max_connections = (size_t)planner::default_max_connections(engine_cfg.sched.max_num_seqs,
+    c.http.max_connections = (size_t)planner::default_max_connections(engine.limits().max_num_seqs,
                                                                       c.admission.max_queue);
   }
   KVW_RETURN_IF_ERROR(c.http.validate());
-  auto s = std::make_unique<Server>(PassKey{}, c);
+  auto s = std::make_unique<Server>(PassKey{}, c, engine);
   ServerState& st = *s->st_;
-  st.engine = &engine;
   st.model_name = !c.served_model_name.empty()
                       ? c.served_model_name
-                      : std::filesystem::path(engine_cfg.model_path).stem().string();
-  st.max_model_len = std::min<int64_t>(engine_cfg.sched.max_model_len,
-                                       (int64_t)engine.budget().num_blocks * engine_cfg.block_size);
-  st.overflow = engine_cfg.sched.overflow;
+                      : std::filesystem::path(engine.model().file().path()).stem().string();
   st.max_token_bytes = longest_token_bytes(engine.tokenizer());
   const std::string& gguf_template = engine.tokenizer().vocab().chat_template;
   auto prompter = ChatPrompter::create(engine.tokenizer(),
@@ -158,7 +153,7 @@ void Server::install_routes() {
                   {"created", (int64_t)std::time(nullptr)},
                   {"owned_by", "kvwarden"},
                   {"root", st.model_name},
-                  {"max_model_len", st.max_model_len}};
+                  {"max_model_len", st.limits().max_model_len}};
         send_json(res, {{"object", "list"}, {"data", json::array({m})}});
       },
       true);

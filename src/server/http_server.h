@@ -31,11 +31,10 @@ class Server {
   };
 
  public:
-  Server(PassKey, const ServerConfig& cfg);
-  // Errors: a bad config, or a chat template that does not parse. `engine_cfg` is what the
-  // engine was created with (max_model_len, overflow policy, max_num_seqs).
-  static Result<std::unique_ptr<Server>> create(const ServerConfig& cfg, Engine& engine,
-                                                const EngineConfig& engine_cfg);
+  Server(PassKey, const ServerConfig& cfg, Engine& engine);
+  // Errors: a bad config, or a chat template that does not parse. Request limits
+  // (max_model_len, vocabulary, max_num_seqs, overflow policy) are the engine's (limits()).
+  static Result<std::unique_ptr<Server>> create(const ServerConfig& cfg, Engine& engine);
   ~Server();  // stop()
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;

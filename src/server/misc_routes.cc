@@ -31,12 +31,13 @@ uint64_t dom_budget(const HttpRequest& req) {
 std::optional<ApiError> prompt_bytes_over_context(const ServerState& st, size_t bytes, bool chat) {
   const auto per_token = (uint64_t)std::max<int64_t>(1, st.max_token_bytes);
   const uint64_t at_least = (bytes + per_token - 1) / per_token;
-  if (st.overflow != OverflowPolicy::kError || at_least <= (uint64_t)st.max_model_len) {
+  const EngineLimits& lim = st.limits();
+  if (lim.overflow != OverflowPolicy::kError || at_least <= (uint64_t)lim.max_model_len) {
     return std::nullopt;
   }
   const char* what = chat ? "messages" : "prompt";
   return ApiError(RefusalReason::kContextLength,
-                  "This model's maximum context length is " + std::to_string(st.max_model_len) +
+                  "This model's maximum context length is " + std::to_string(lim.max_model_len) +
                       " tokens. However, your " + what + " is at least " +
                       std::to_string(at_least) + " tokens (" + std::to_string(bytes) +
                       " bytes; no token covers more than " + std::to_string(per_token) +
@@ -52,8 +53,8 @@ std::string_view tokenizable_tail_bytes(std::string_view text, uint64_t keep) {
 }
 
 std::string_view tokenizable_tail(const ServerState& st, std::string_view text) {
-  return tokenizable_tail_bytes(
-      text, (uint64_t)(st.max_model_len + 1) * (uint64_t)std::max<int64_t>(1, st.max_token_bytes));
+  return tokenizable_tail_bytes(text, (uint64_t)(st.limits().max_model_len + 1) *
+                                          (uint64_t)std::max<int64_t>(1, st.max_token_bytes));
 }
 
 void handle_tokenize(ServerState& st, HttpRequest& req, HttpResponse& res) {
@@ -95,8 +96,9 @@ void handle_tokenize(ServerState& st, HttpRequest& req, HttpResponse& res) {
   } else {
     return send_error(st, res, invalid_param("prompt", "give 'prompt' (a string) or 'messages'"));
   }
-  send_json(res,
-            {{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", st.max_model_len}});
+  send_json(
+      res,
+      {{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", st.limits().max_model_len}});
 }
 
 void handle_detokenize(ServerState& st, HttpRequest& req, HttpResponse& res) {

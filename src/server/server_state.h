@@ -1,6 +1,6 @@
-// server/server_state.h: what the route handlers share (internal to kvw_server): the engine,
-// the chat prompter, admission, breaker, latency window, counters and the registry of engine
-// requests in flight (so drain can cancel them).
+// server/server_state.h: what the route handlers share (internal to kvw_server): the engine
+// (and its limits), the chat prompter, admission, breaker, latency window, counters and the
+// registry of engine requests in flight (so drain can cancel them).
 // Thread safety: everything here is thread-safe or immutable after Server::start().
 #pragma once
 
@@ -12,7 +12,6 @@
 #include <unordered_set>
 
 #include "engine/engine.h"
-#include "engine/engine_config.h"
 #include "server/admission.h"
 #include "server/api_error.h"
 #include "server/breaker.h"
@@ -25,11 +24,9 @@ namespace kvw::server {
 
 struct ServerState {
   ServerConfig cfg;
-  Engine* engine = nullptr;
+  Engine* engine;
   std::string model_name;
-  int64_t max_model_len = 0;    // what one request may hold (config, clamped to the KV pool)
   int64_t max_token_bytes = 1;  // the most text bytes one token stands for (vocab, specials too)
-  OverflowPolicy overflow = OverflowPolicy::kError;
   std::unique_ptr<ChatPrompter> prompter;
   AdmissionController admission;
   Breaker breaker;
@@ -47,9 +44,12 @@ struct ServerState {
     if (observer != nullptr) observer->on_refusal(r);
   }
 
-  ServerState(const ServerConfig& c) : cfg(c), admission(c.admission), breaker(c.breaker) {}
+  ServerState(const ServerConfig& c, Engine& e)
+      : cfg(c), engine(&e), admission(c.admission, e.limits().max_num_seqs), breaker(c.breaker) {}
 
   const Tokenizer& tokenizer() const { return engine->tokenizer(); }
+  // max_model_len, n_vocab, max_num_seqs, overflow policy: the engine's, never copied here.
+  const EngineLimits& limits() const { return engine->limits(); }
 
   // Engine requests in flight (drain waits for them, then cancels the rest).
   void register_request(uint64_t id);

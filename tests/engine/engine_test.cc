@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "engine_test_util.h"
+#include "gguf/gguf_file.h"
 #include "planner/engine_budget.h"
 
 namespace kvw {
@@ -185,6 +186,34 @@ TEST_F(EngineTest, StartupRefusesABudgetTheMachineCannotTouch) {
   EXPECT_NE(e.message().find("1.00 MiB"), std::string::npos) << e.message();
   cfg.available_memory_bytes = uint64_t{1} << 40;
   EXPECT_TRUE(Engine::create(cfg).ok());
+}
+
+// Start-up plans with the model file, then loads weights and tokenizer from it: one open and
+// parse in all; over a file already open (kvwarden serve's path), none.
+TEST_F(EngineTest, CreateOpensTheModelFileOnce) {
+  const EngineConfig cfg = config_with_blocks(model_, 16);
+  uint64_t before = GgufFile::open_count();
+  auto e = make_engine(cfg);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(GgufFile::open_count() - before, 1u);
+  e.reset();
+  auto file = GgufFile::open(model_);
+  ASSERT_TRUE(file.ok()) << file.message();
+  before = GgufFile::open_count();
+  auto opened = Engine::create(cfg, std::move(*file));
+  ASSERT_TRUE(opened.ok()) << opened.message();
+  EXPECT_EQ(GgufFile::open_count(), before);
+  EXPECT_EQ((*opened)->model().file().path(), model_);
+}
+
+// fp8 is a planner dtype (GPU plans); the CPU engine refuses it before opening the model.
+TEST_F(EngineTest, StartupRefusesAnFp8KvCache) {
+  EngineConfig cfg;
+  cfg.model_path = model_;
+  cfg.kv_dtype = KvDtype::kFp8;
+  auto e = Engine::create(cfg);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.message().find("--kv-cache-dtype fp8"), std::string::npos) << e.message();
 }
 
 TEST_F(EngineTest, InvalidRequestsAreRejectedCleanly) {

@@ -164,14 +164,10 @@ void expect_engine_matches(const std::string& path, int64_t T, int n_threads) {
             (*model)->workspace_bytes())
       << path;
   // Every KV dtype the engine has: f32, f16, bf16, int8 (with per token-head f32 scales).
-  const std::pair<KvDtype, kvw::KvDtype> dtypes[] = {{KvDtype::kF32, kvw::KvDtype::kF32},
-                                                     {KvDtype::kF16, kvw::KvDtype::kF16},
-                                                     {KvDtype::kBF16, kvw::KvDtype::kBF16},
-                                                     {KvDtype::kInt8, kvw::KvDtype::kInt8}};
-  for (const auto& [mine, engine] : dtypes) {
-    EXPECT_EQ(engine_kv_bytes_per_token_layer(*shape, mine) * (uint64_t)shape->n_layer * 16,
-              KvArena::block_bytes((*model)->kv_config(1, 16, engine)))
-        << kv_dtype_name(mine);
+  for (KvDtype d : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBF16, KvDtype::kInt8}) {
+    EXPECT_EQ(engine_kv_bytes_per_token_layer(*shape, d) * (uint64_t)shape->n_layer * 16,
+              KvArena::block_bytes((*model)->kv_config(1, 16, d)))
+        << kv_dtype_name(d);
   }
   EngineOptions opt;
   opt.max_num_batched_tokens = T;

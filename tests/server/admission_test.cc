@@ -6,18 +6,17 @@
 namespace kvw::server {
 namespace {
 
-AdmissionConfig cfg(int64_t max_queue, double max_wait, int64_t concurrency) {
+AdmissionConfig cfg(int64_t max_queue, double max_wait) {
   AdmissionConfig c;
   c.max_queue = max_queue;
   c.max_queue_wait_s = max_wait;
-  c.concurrency = concurrency;
   c.initial_drain_rate = 0.5;
   c.ewma_alpha = 0.5;
   return c;
 }
 
 TEST(Admission, AdmitsUpToConcurrencyPlusQueueThenRefusesQueueFull) {
-  AdmissionController a(cfg(/*max_queue=*/2, 0, /*concurrency=*/3));
+  AdmissionController a(cfg(/*max_queue=*/2, 0), /*concurrency=*/3);
   for (int i = 0; i < 5; ++i) {
     EXPECT_EQ(a.try_admit(0, 1, 0).verdict, AdmissionVerdict::kAdmit) << i;
   }
@@ -32,21 +31,21 @@ TEST(Admission, AdmitsUpToConcurrencyPlusQueueThenRefusesQueueFull) {
 }
 
 TEST(Admission, MultiChoiceRequestNeedsRoomForAllItsChoices) {
-  AdmissionController a(cfg(2, 0, 1));
+  AdmissionController a(cfg(2, 0), 1);
   EXPECT_EQ(a.try_admit(0, 3, 0).verdict, AdmissionVerdict::kAdmit);  // 1 runs, 2 queue
   EXPECT_EQ(a.try_admit(0, 1, 0).verdict, AdmissionVerdict::kQueueFull);
-  AdmissionController b(cfg(2, 0, 1));
+  AdmissionController b(cfg(2, 0), 1);
   EXPECT_EQ(b.try_admit(0, 4, 0).verdict, AdmissionVerdict::kQueueFull);
 }
 
 TEST(Admission, EngineWaitingCountsAsQueuedEvenBelowConcurrency) {
-  AdmissionController a(cfg(2, 0, 100));
+  AdmissionController a(cfg(2, 0), 100);
   EXPECT_EQ(a.try_admit(0, 1, /*engine_waiting=*/2).verdict, AdmissionVerdict::kQueueFull);
   EXPECT_EQ(a.try_admit(0, 1, 1).verdict, AdmissionVerdict::kAdmit);
 }
 
 TEST(Admission, DrainRateIsEwmaOfBusyCompletionIntervals) {
-  AdmissionController a(cfg(0, 0, 1));
+  AdmissionController a(cfg(0, 0), 1);
   EXPECT_DOUBLE_EQ(a.snapshot().drain_rate, 0.5);  // initial estimate
   // Idle until t=100: that gap must not count as drain time.
   ASSERT_EQ(a.try_admit(100, 3, 0).verdict, AdmissionVerdict::kAdmit);
@@ -59,7 +58,7 @@ TEST(Admission, DrainRateIsEwmaOfBusyCompletionIntervals) {
 }
 
 TEST(Admission, PredictedWaitOverLimitIsRefusedWithRetryAfterFromDrainRate) {
-  AdmissionController a(cfg(0, /*max_wait=*/3.0, /*concurrency=*/1));
+  AdmissionController a(cfg(0, /*max_wait=*/3.0), /*concurrency=*/1);
   ASSERT_EQ(a.try_admit(0, 1, 0).verdict, AdmissionVerdict::kAdmit);
   a.on_complete(0.25);  // drain rate 4/s
   for (int i = 0; i < 13; ++i) ASSERT_EQ(a.try_admit(1, 1, 0).verdict, AdmissionVerdict::kAdmit);
@@ -73,7 +72,7 @@ TEST(Admission, PredictedWaitOverLimitIsRefusedWithRetryAfterFromDrainRate) {
 }
 
 TEST(Admission, RetryAfterIsAtLeastOneSecond) {
-  AdmissionController a(cfg(1, 0, 1));
+  AdmissionController a(cfg(1, 0), 1);
   ASSERT_EQ(a.try_admit(0, 1, 0).verdict, AdmissionVerdict::kAdmit);
   a.on_complete(0.001);  // a very fast drain
   ASSERT_EQ(a.try_admit(1, 2, 0).verdict, AdmissionVerdict::kAdmit);

@@ -52,10 +52,12 @@ struct Harness {
   std::unique_ptr<Server> server;
   std::unique_ptr<httplib::Client> client;
 
-  // `before_start` runs between Server::create and start() (add routes, set an observer).
+  // `before_start` runs between Server::create and start() (add routes, set an observer);
+  // `engine_setup` changes the engine config before Engine::create.
   explicit Harness(ServerConfig scfg = {}, const std::string& model = small_model(),
                    int32_t max_num_seqs = 4, OverflowPolicy overflow = OverflowPolicy::kError,
-                   const std::function<void(Harness&)>& before_start = nullptr) {
+                   const std::function<void(Harness&)>& before_start = nullptr,
+                   const std::function<void(EngineConfig&)>& engine_setup = nullptr) {
     ecfg.model_path = model;
     ecfg.n_threads = 1;
     ecfg.reserve_bytes = 1 << 20;
@@ -64,6 +66,7 @@ struct Harness {
     ecfg.sched.max_model_len = model == small_model() ? 512 : 4096;
     ecfg.sched.overflow = overflow;
     ecfg.step_observer = relay.observer();
+    if (engine_setup) engine_setup(ecfg);
     auto e = Engine::create(ecfg);
     EXPECT_TRUE(e.ok()) << e.message();
     engine = std::move(*e);
@@ -71,7 +74,7 @@ struct Harness {
     scfg.served_model_name = "tiny";
     scfg.http.handler_threads = 2;
     scfg.breaker_tick_ms = 20;
-    auto s = Server::create(scfg, *engine, ecfg);
+    auto s = Server::create(scfg, *engine);
     EXPECT_TRUE(s.ok()) << s.message();
     server = std::move(*s);
     if (before_start) before_start(*this);

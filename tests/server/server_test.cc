@@ -210,6 +210,44 @@ TEST(Server, PromptPlusMaxTokensOverContextIs400ContextLengthExceeded) {
   EXPECT_EQ(h.server->refusals().get(RefusalReason::kContextLength), 2u);
 }
 
+// Sets a --memory-budget that leaves `num_blocks` KV blocks (planned once without a budget).
+void leave_kv_blocks(EngineConfig& c, uint64_t num_blocks) {
+  auto probe = Engine::create(c);
+  ASSERT_TRUE(probe.ok()) << probe.message();
+  const planner::BudgetTable& b = (*probe)->budget();
+  c.memory_budget_bytes = b.total_bytes - b.kv_pool_bytes + num_blocks * b.kv_bytes_per_block;
+}
+
+// The context limit is the engine's: 8 KV blocks (128 tokens) under --max-model-len 512 make
+// it 128, and the server refuses, streamed or not, and reports by that number, not the flag's.
+TEST(Server, ContextLimitIsTheEnginesClampedToItsKvPool) {
+  Harness h({}, small_model(), 4, OverflowPolicy::kError, nullptr,
+            [](EngineConfig& c) { leave_kv_blocks(c, 8); });
+  ASSERT_EQ(h.ecfg.sched.max_model_len, 512);
+  ASSERT_EQ(h.engine->limits().max_model_len, 8 * h.ecfg.block_size);
+  const std::string limit = "maximum context length is 128 tokens";
+  const std::vector<int> prompt(200, 5);  // under the flag's 512, over the pool's 128
+  for (bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "stream" : "non-stream");
+    auto r = h.post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 1}, {"stream", stream}});
+    expect_error(r, 400, "context_length_exceeded", "prompt");
+    EXPECT_NE(r->body.find(limit), std::string::npos) << r->body;
+    r = h.post("/v1/completions", {{"prompt", "Once"}, {"max_tokens", 200}, {"stream", stream}});
+    expect_error(r, 400, "context_length_exceeded", "max_tokens");
+    EXPECT_NE(r->body.find(limit), std::string::npos) << r->body;
+    r = h.post("/v1/chat/completions",
+               {{"messages", kUser}, {"max_tokens", 200}, {"stream", stream}});
+    expect_error(r, 400, "context_length_exceeded", "max_tokens");
+    EXPECT_NE(r->body.find(limit), std::string::npos) << r->body;
+  }
+  EXPECT_EQ(h.server->refusals().get(RefusalReason::kContextLength), 6u);
+  // What fits the pool runs; /v1/models and /tokenize report the engine's limit.
+  h.post_ok("/v1/completions", {{"prompt", "Once"}, {"max_tokens", 100}, {"ignore_eos", true}});
+  auto m = json::parse(h.client->Get("/v1/models")->body);
+  EXPECT_EQ(m["data"][0]["max_model_len"], 128);
+  EXPECT_EQ(h.post_ok("/tokenize", {{"prompt", "Once"}})["max_model_len"], 128);
+}
+
 TEST(Server, PathMethodBodySizeAndAuthErrors) {
   ServerConfig cfg;
   cfg.http.api_key = "sekrit";
