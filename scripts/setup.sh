@@ -11,6 +11,8 @@ KVW_PACKAGES=(
   # Fuzzing (scripts/fuzz.sh): clang with libFuzzer and the sanitizer runtimes.
   clang libclang-rt-14-dev
   python3 python3-numpy python3-yaml
+  # cli_serve_opens_model_once counts the model file's opens.
+  strace
   # End-to-end tests: Node's `openai` client and playwright-core (tests/e2e), Chromium for the
   # dashboard test, real Prometheus/promtool for metrics and alert rules.
   chromium prometheus
