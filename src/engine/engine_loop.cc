@@ -215,10 +215,8 @@ void Engine::publish_and_emit() {
   if (now - kv_stats_time_ >= std::chrono::milliseconds(cfg_.kv_stats_interval_ms)) {
     stats_.kv = kv_->stats();
     // Free blocks scattered between used ones: gather them with a bounded number of moves
-    // between steps. Not while swap-ins are in flight (their destination blocks must not move).
-    const SwapSpace* swap = kv_->swap_space();
-    if (cfg_.defrag_threshold > 0 && stats_.kv.fragmentation() > cfg_.defrag_threshold &&
-        (swap == nullptr || swap->counters().num_inflight == 0)) {
+    // between steps (defragment() itself waits while swap-ins have blocks in flight).
+    if (cfg_.defrag_threshold > 0 && stats_.kv.fragmentation() > cfg_.defrag_threshold) {
       const uint32_t moved = kv_->defragment(cfg_.defrag_max_moves);
       stats_.num_defrag_moves += moved;
       if (moved > 0) stats_.kv = kv_->stats();

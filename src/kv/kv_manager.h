@@ -278,6 +278,7 @@ class KvManager {
   Status wait_ticket(SwapTicket t);
   void handle(const SwapCompletion& c);
   void forget_swapped(SeqId seq);
+  void wait_seq_copies(SeqId seq, bool include_writes);  // blocks until they are handled
   SwapInStatus install_swapped(std::unordered_map<SeqId, SwappedSeq>::iterator it);
   bool any_swap_in_in_flight() const;
   size_t num_held_slots() const;

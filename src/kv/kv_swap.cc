@@ -10,6 +10,13 @@ namespace kvw {
 
 namespace {
 constexpr SwapSlot kReleasedSlot{0xffffffffu};
+
+// A failed copy's slot was already released by SwapSpace: forget it.
+void mark_released(std::vector<SwapSlot>& slots, SwapSlot failed) {
+  for (SwapSlot& slot : slots) {
+    if (slot == failed) slot = kReleasedSlot;
+  }
+}
 }  // namespace
 
 void KvManager::attach_swap(std::unique_ptr<SwapSpace> swap) {
@@ -29,9 +36,7 @@ void KvManager::handle(const SwapCompletion& c) {
       --s.writes_left;
       if (c.status.ok()) break;
       s.lost = true;
-      for (SwapSlot& slot : s.slots) {
-        if (slot == c.slot) slot = kReleasedSlot;  // SwapSpace already released it
-      }
+      mark_released(s.slots, c.slot);
       break;
     }
     case PendingKind::kPrefixOut: {
@@ -52,9 +57,7 @@ void KvManager::handle(const SwapCompletion& c) {
       ++s.reads_done;
       if (c.status.ok()) break;
       s.read_failed = true;
-      for (SwapSlot& slot : s.slots) {
-        if (slot == c.slot) slot = kReleasedSlot;  // SwapSpace already released it
-      }
+      mark_released(s.slots, c.slot);
       break;
     }
   }
@@ -187,16 +190,20 @@ bool KvManager::swap_out(SeqId seq) {
   return true;
 }
 
+void KvManager::wait_seq_copies(SeqId seq, bool include_writes) {
+  std::vector<uint64_t> mine;
+  for (const auto& [ticket, p] : pending_) {
+    const bool kind =
+        p.kind == PendingKind::kSeqIn || (include_writes && p.kind == PendingKind::kSeqOut);
+    if (kind && p.seq == seq) mine.push_back(ticket);
+  }
+  for (uint64_t ticket : mine) (void)wait_ticket(SwapTicket{ticket});
+}
+
 void KvManager::forget_swapped(SeqId seq) {
   // Outstanding copies of this sequence (writes, reads) must finish before their slots and
   // destination blocks can be freed.
-  std::vector<uint64_t> mine;
-  for (const auto& [ticket, p] : pending_) {
-    if ((p.kind == PendingKind::kSeqOut || p.kind == PendingKind::kSeqIn) && p.seq == seq) {
-      mine.push_back(ticket);
-    }
-  }
-  for (uint64_t ticket : mine) (void)wait_ticket(SwapTicket{ticket});
+  wait_seq_copies(seq, /*include_writes=*/true);
   SwappedSeq& s = swapped_.at(seq);
   if (s.lease) s.lease->reset();
   if (s.next_block) s.next_block->reset();
@@ -269,12 +276,8 @@ SwapInStatus KvManager::install_swapped(std::unordered_map<SeqId, SwappedSeq>::i
 }
 
 void KvManager::cancel_swap_in(SeqId seq) {
+  wait_seq_copies(seq, /*include_writes=*/false);  // reads land in the blocks freed below
   SwappedSeq& s = swapped_.at(seq);
-  std::vector<uint64_t> reads;
-  for (const auto& [ticket, p] : pending_) {
-    if (p.kind == PendingKind::kSeqIn && p.seq == seq) reads.push_back(ticket);
-  }
-  for (uint64_t ticket : reads) (void)wait_ticket(SwapTicket{ticket});
   s.lease.reset();
   s.next_block.reset();
   s.reads_submitted = 0;

@@ -106,10 +106,7 @@ void Scheduler::complete_swap_ins(SchedulerOutput& out) {
     if (st == SwapInStatus::kPending) return false;
     CHECK(st != SwapInStatus::kNoFreeBlocks) << "swap-in lost its reserved blocks";
     if (st == SwapInStatus::kLost) {
-      ++counters_.num_swap_lost;
-      r->num_computed_tokens = 0;
-      r->state = RequestState::kPreemptedRecompute;
-      enqueue_waiting(r);
+      requeue_lost_swap(r);
       return true;
     }
     CHECK(kv_->num_computed_tokens(r->id) == r->num_computed_tokens)

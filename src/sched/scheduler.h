@@ -148,6 +148,7 @@ class Scheduler {
   void schedule_waiting(SchedulerOutput& out);
   bool admit(Request* r, int64_t running_reserve, SchedulerOutput& out);
   SwapInStatus admit_swapped(Request* r, int64_t running_reserve);
+  void requeue_lost_swap(Request* r);  // not queued anywhere when called
   void build_output(SchedulerOutput& out);
 
   void push_scheduled(Request* r, int64_t num_new, SchedulerOutput& out);

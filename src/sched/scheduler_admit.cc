@@ -113,6 +113,14 @@ bool Scheduler::admit(Request* r, int64_t running_reserve, SchedulerOutput& out)
   return true;
 }
 
+void Scheduler::requeue_lost_swap(Request* r) {
+  // A disk error lost its swapped KV: it waits again, to be recomputed from scratch.
+  ++counters_.num_swap_lost;
+  r->num_computed_tokens = 0;
+  r->state = RequestState::kPreemptedRecompute;
+  enqueue_waiting(r);
+}
+
 SwapInStatus Scheduler::admit_swapped(Request* r, int64_t running_reserve) {
   // Its blocks come back whole (window holes stay holes), plus room for the next token, above
   // both watermarks.
@@ -127,10 +135,7 @@ SwapInStatus Scheduler::admit_swapped(Request* r, int64_t running_reserve) {
   if (st == SwapInStatus::kNoFreeBlocks) return st;
   waiting_.erase(wait_key(r));
   if (st == SwapInStatus::kLost) {
-    ++counters_.num_swap_lost;
-    r->num_computed_tokens = 0;
-    r->state = RequestState::kPreemptedRecompute;
-    enqueue_waiting(r);
+    requeue_lost_swap(r);
     return st;
   }
   CHECK(st == SwapInStatus::kPending) << "a read-back cannot land before it is polled";
