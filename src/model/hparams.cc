@@ -67,6 +67,44 @@ Status validate(const GgufFile& f, const ModelHParams& hp) {
   return {};
 }
 
+// Expert counts and routing knobs, checked against each other; messages name the key and give
+// the expected and found values.
+Status validate_moe(const GgufFile& f, const std::string& a, const MoeParams& m) {
+  auto bad = [&](const std::string& key, const std::string& what) {
+    return Error{f.path() + ": key '" + a + key + "': " + what};
+  };
+  const auto n = [](int64_t v) { return std::to_string(v); };
+  if (!m.is_moe()) {
+    if (m.n_expert_used > 0)
+      return bad("expert_used_count", n(m.n_expert_used) + " but expert_count is 0");
+    return {};
+  }
+  if (m.n_expert_used < 1 || m.n_expert_used > m.n_expert) {
+    return bad("expert_used_count",
+               "expected 1.." + n(m.n_expert) + " (expert_count), found " + n(m.n_expert_used));
+  }
+  if (m.n_ff_exp <= 0) return bad("expert_feed_forward_length", "expected > 0, found 0");
+  if (m.n_group > 1) {
+    if (m.n_expert % m.n_group != 0) {
+      return bad("expert_group_count",
+                 "expected a divisor of expert_count " + n(m.n_expert) + ", found " + n(m.n_group));
+    }
+    if (m.n_group_used < 1 || m.n_group_used > m.n_group) {
+      return bad(
+          "expert_group_used_count",
+          "expected 1.." + n(m.n_group) + " (expert_group_count), found " + n(m.n_group_used));
+    }
+    const int64_t reachable = (int64_t)m.n_group_used * (m.n_expert / m.n_group);
+    if (m.n_expert_used > reachable) {
+      return bad("expert_used_count", "expected at most " + n(reachable) +
+                                          " (experts in the used groups), found " +
+                                          n(m.n_expert_used));
+    }
+  }
+  if (!(m.weights_scale > 0.0f)) return bad("expert_weights_scale", "expected > 0");
+  return {};
+}
+
 }  // namespace
 
 Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
@@ -114,6 +152,16 @@ Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
       read_int(f, a + "rope.scaling.original_context_length", hp.rope.orig_ctx, false));
   KVW_RETURN_IF_ERROR(read_float(f, a + "rope.scaling.attn_factor", hp.rope.attn_factor));
   if (hp.rope.scaling == RopeScaling::kNone) hp.rope.scale_factor = 1.0f;
+
+  // Mixtral-style llama files: softmax over all experts, top-k, weights renormalised (llama.cpp's
+  // llama graph); experts are feed_forward_length wide.
+  KVW_RETURN_IF_ERROR(read_int(f, a + "expert_count", hp.moe.n_expert, false));
+  KVW_RETURN_IF_ERROR(read_int(f, a + "expert_used_count", hp.moe.n_expert_used, false));
+  hp.moe.n_ff_exp = hp.n_ff;
+  KVW_RETURN_IF_ERROR(validate_moe(f, a, hp.moe));
+  hp.moe.probs_bias =
+      hp.moe.is_moe() && f.find_tensor("blk." + std::to_string(hp.moe.n_layer_dense_lead) +
+                                       ".exp_probs_b.bias") != nullptr;
 
   hp.tied_embeddings = f.find_tensor("output.weight") == nullptr;
   hp.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
