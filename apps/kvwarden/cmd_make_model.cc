@@ -21,7 +21,7 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
   MakeModelSpec& s = f->spec;
   cmd->add_option("--out,-o", f->out, "Output GGUF path")->required();
   cmd->add_option("--preset", f->preset,
-                  "Start from a named shape: tiny, tinyllama-1.1b, mixtral-tiny")
+                  "Start from a named shape: tiny, tinyllama-1.1b, mixtral-tiny, mixtral-1b")
       ->capture_default_str();
   cmd->add_option("--arch", s.arch, "Architecture: llama or qwen2 (default llama)");
   cmd->add_option("--name", s.name, "general.name");

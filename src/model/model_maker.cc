@@ -147,7 +147,23 @@ Result<MakeModelSpec> make_model_preset(const std::string& name) {
     s.n_expert_used = 2;
     return s;
   }
-  return Error{"unknown --preset '" + name + "' (expected tiny, tinyllama-1.1b or mixtral-tiny)"};
+  if (name == "mixtral-1b") {
+    // Mixtral-8x7B's proportions (GQA 4:1, ffn 3.5 x dim, 8 experts, top-2) at dim 1024:
+    // 0.79B parameters, 0.26B active per token.
+    s.name = "mixtral-1b-shaped-random";
+    s.n_embd = 1024;
+    s.n_layer = 8;
+    s.n_head = 16;
+    s.n_head_kv = 4;
+    s.n_ff = 3584;
+    s.n_expert = 8;
+    s.n_expert_used = 2;
+    s.n_vocab = 32000;
+    s.n_ctx = 4096;
+    return s;
+  }
+  return Error{"unknown --preset '" + name +
+               "' (expected tiny, tinyllama-1.1b, mixtral-tiny or mixtral-1b)"};
 }
 
 Status make_model(const MakeModelSpec& s, const std::string& path) {

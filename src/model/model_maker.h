@@ -41,8 +41,9 @@ struct MakeModelSpec {
   Status validate() const;  // messages name the make-model flag
 };
 
-// Named shapes: "tiny" (the default dims above), "tinyllama-1.1b" and "mixtral-tiny" (tiny with
-// 8 experts, 2 per token, as Mixtral-8x7B routes).
+// Named shapes: "tiny" (the default dims above), "tinyllama-1.1b", "mixtral-tiny" (tiny with 8
+// experts, 2 per token, as Mixtral-8x7B routes) and "mixtral-1b" (Mixtral's proportions at
+// dim 1024: 0.79B parameters, 0.26B active).
 Result<MakeModelSpec> make_model_preset(const std::string& name);
 
 Status make_model(const MakeModelSpec& spec, const std::string& path);

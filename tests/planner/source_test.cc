@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "gguf/gguf_file.h"
+#include "gguf/gguf_writer.h"
 #include "kv/kv_arena.h"
 #include "kv/kv_manager.h"
 #include "model/model.h"
@@ -199,6 +200,50 @@ TEST(EngineBudget, EqualsTheEnginesBuffersForF32Q8AndKQuantModels) {
   s.arch = "qwen2";
   s.tied = true;
   expect_engine_matches(make(s, "planner_q6k.gguf"), 32, 3);
+}
+
+TEST(EngineBudget, EqualsTheEnginesBuffersForMoeModels) {
+  // Mixtral-style: the workspace holds T x experts_used gathered rows for the experts.
+  MakeModelSpec s = *make_model_preset("mixtral-tiny");
+  s.n_embd = 256;
+  s.n_ff = 512;
+  expect_engine_matches(make(s, "planner_moe_f32.gguf"), 64, 2);
+  s.weight_type = GgmlType::kQ4_K;
+  s.n_expert_used = 3;
+  expect_engine_matches(make(s, "planner_moe_q4k.gguf"), 48, 3);
+}
+
+TEST(EngineBudget, MoeDecodeReadsOnlyTheUsedExperts) {
+  MakeModelSpec s = *make_model_preset("mixtral-tiny");  // 8 experts, 2 used
+  s.n_embd = 128;
+  s.n_ff = 256;
+  const std::string path = make(s, "planner_moe_decode.gguf");
+  auto shape = load_model_shape(path);
+  ASSERT_TRUE(shape.ok()) << shape.message();
+  EXPECT_EQ(shape->n_routed_experts, 8);
+  EXPECT_EQ(shape->n_experts_per_tok, 2);
+  EXPECT_EQ(shape->moe_ff, 256);
+  // The file's bytes: one expert tensor is 8 x 256 x 128 f32; three per layer, four layers.
+  const uint64_t experts = 4 * 3 * (8ull * 256 * 128 * 4);
+  EXPECT_EQ(shape->gguf->routed_expert_bytes, experts);
+  auto f = GgufFile::open(path);
+  ASSERT_TRUE(f.ok());
+  const uint64_t embd = (*f)->find_tensor("token_embd.weight")->num_bytes;
+  EXPECT_EQ(shape->gguf->decode_bytes_per_token,
+            shape->gguf->weight_bytes - embd - experts + experts / 4);
+  EngineOptions opt;
+  opt.max_model_len = 256;
+  opt.max_num_seqs = 2;
+  auto b = plan_engine_budget(*shape, opt);
+  ASSERT_TRUE(b.ok()) << b.message();
+  EXPECT_EQ(b->weights_bytes, shape->gguf->weight_bytes);  // every expert stays mapped
+  EXPECT_EQ(b->decode_weight_bytes, shape->gguf->decode_bytes_per_token);
+  EXPECT_NE(b->to_string().find("of weights read per token, 2 of 8 experts"), std::string::npos)
+      << b->to_string();
+  // Parameters: all experts in total(), two of eight per layer in active().
+  const ParamCounts pc = count_params(*shape);
+  EXPECT_EQ(pc.routed_experts, 4ull * 8 * 3 * 256 * 128);
+  EXPECT_EQ(pc.active(), pc.total() - pc.routed_experts / 4 * 3);
 }
 
 TEST(EngineBudget, BudgetModeGivesTheKvPoolWhatIsLeft) {
