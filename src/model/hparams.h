@@ -52,8 +52,25 @@ struct MoeParams {
   bool is_moe() const { return n_expert > 0; }
 };
 
+// Multi-head latent attention (DeepSeek-V2/V3, GGUF arch "deepseek2"). K and V come from one
+// latent of kv_lora_rank per token plus a shared rope key of qk_rope_dim.
+struct MlaParams {
+  int32_t q_lora_rank = 0;   // attention.q_lora_rank; 0: queries from a plain attn_q (V2-Lite)
+  int32_t kv_lora_rank = 0;  // attention.kv_lora_rank; 0: not MLA
+  int32_t qk_rope_dim = 0;   // rope.dimension_count: the rotated part of each query/key head
+  int32_t qk_nope_dim = 0;   // the unrotated part: key head length - qk_rope_dim
+  int32_t v_head_dim = 0;    // value head length
+  // attn_k_b / attn_v_b (newer converters, which write key_length = kv_lora_rank + rope and the
+  // per-head lengths as attention.key_length_mla / value_length_mla) instead of attn_kv_b.
+  bool split_kv_b = false;
+  float yarn_log_mul = 0.0f;  // rope.scaling.yarn_log_multiplier: DeepSeek's attention mscale
+
+  bool is_mla() const { return kv_lora_rank > 0; }
+};
+
 struct ModelHParams {
-  std::string arch;  // general.architecture: "llama" or "qwen2"
+  std::string arch;  // general.architecture: "llama", "qwen2" or "deepseek2" (parsed; the
+                     // engine does not run MLA yet)
   std::string name;  // general.name, if any
   int32_t n_vocab = 0;
   int32_t n_embd = 0;            // embedding_length
@@ -69,6 +86,7 @@ struct ModelHParams {
   bool tied_embeddings = false;  // no output.weight: logits use token_embd.weight
   RopeParams rope;
   MoeParams moe;
+  MlaParams mla;
 
   // Whether layer l's FFN is routed experts (else the dense ffn_gate/up/down).
   bool is_moe_layer(int32_t l) const { return moe.is_moe() && l >= moe.n_layer_dense_lead; }

@@ -32,6 +32,12 @@ Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<GgufFile> file,
   if (opt.max_batch_tokens <= 0) return Error{"max batch tokens must be > 0"};
   auto hp = hparams_from_gguf(*file);
   if (!hp) return Error{hp.message()};
+  if (hp->mla.is_mla()) {
+    // TODO(deepseek-moe): MLA attention and its latent KV cache #15
+    return Error{file->path() + ": key 'general.architecture': '" + hp->arch +
+                 "' (multi-head latent attention) is read but not yet run by the engine "
+                 "(runs: llama, qwen2, Mixtral-style llama MoE)"};
+  }
   apply_rope_override(opt.rope, hp->rope);
   if (hp->rope.scale_factor <= 0.0f) return Error{"rope scale factor must be > 0"};
   auto w = weights_from_gguf(*file, *hp);

@@ -137,6 +137,14 @@ Result<ModelShape> shape_from_gguf(const GgufFile& f) {
   m.n_shared_experts = hp->moe.n_expert_shared;
   m.moe_ff = hp->moe.is_moe() ? hp->moe.n_ff_exp : 0;
   m.first_k_dense = hp->moe.n_layer_dense_lead;
+  if (hp->mla.is_mla()) {
+    m.kv_lora_rank = hp->mla.kv_lora_rank;
+    m.q_lora_rank = hp->mla.q_lora_rank;
+    m.qk_rope_head_dim = hp->mla.qk_rope_dim;
+    m.qk_nope_head_dim = hp->mla.qk_nope_dim;
+    m.v_head_dim = hp->mla.v_head_dim;
+    m.head_dim = hp->mla.v_head_dim;  // as shape_from_config_json: MLA's head_dim is v_head_dim
+  }
   if (hp->sliding_window > 0) {
     m.sliding_window = hp->sliding_window;
     m.window_pattern = WindowPattern::kAll;

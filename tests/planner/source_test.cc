@@ -246,6 +246,48 @@ TEST(EngineBudget, MoeDecodeReadsOnlyTheUsedExperts) {
   EXPECT_EQ(pc.active(), pc.total() - pc.routed_experts / 4 * 3);
 }
 
+TEST(Gguf, Deepseek2FileGivesTheMlaShapeAndTheEngineBudgetRefusesIt) {
+  // DeepSeek-V2-Lite's attention and expert keys at a small width (llama.cpp's names).
+  GgufWriter w;
+  const std::string a = "deepseek2.";
+  w.set_string("general.architecture", "deepseek2");
+  for (const auto& [k, v] :
+       std::vector<std::pair<std::string, uint32_t>>{{"context_length", 4096},
+                                                     {"embedding_length", 256},
+                                                     {"block_count", 3},
+                                                     {"feed_forward_length", 1024},
+                                                     {"attention.head_count", 16},
+                                                     {"attention.head_count_kv", 16},
+                                                     {"rope.dimension_count", 64},
+                                                     {"attention.kv_lora_rank", 512},
+                                                     {"attention.key_length", 192},
+                                                     {"attention.value_length", 128},
+                                                     {"leading_dense_block_count", 1},
+                                                     {"expert_count", 64},
+                                                     {"expert_used_count", 6},
+                                                     {"expert_shared_count", 2},
+                                                     {"expert_feed_forward_length", 128}}) {
+    w.set_u32(a + k, v);
+  }
+  w.set_f32(a + "expert_weights_scale", 1.0f);
+  w.add_tensor("token_embd.weight", GgmlType::kF32, {256, 64},
+               std::vector<uint8_t>(256 * 64 * 4, 0));
+  const std::string path = ::testing::TempDir() + "/ds2_plan.gguf";
+  ASSERT_TRUE(w.write(path).ok());
+  auto shape = load_model_shape(path);
+  ASSERT_TRUE(shape.ok()) << shape.message();
+  EXPECT_TRUE(shape->is_mla());
+  EXPECT_EQ(shape->qk_nope_head_dim, 128);
+  EXPECT_EQ(shape->n_routed_experts, 64);
+  EXPECT_EQ(shape->n_shared_experts, 2);
+  EXPECT_EQ(shape->first_k_dense, 1);
+  // One latent of 512 + 64 per token per layer: 3 layers x 576 x 2 B.
+  EXPECT_EQ(kv_bytes_per_token(*shape, KvDtype::kBF16, 1), 3u * 576 * 2);
+  auto b = plan_engine_budget(*shape, EngineOptions{});
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.message().find("is MLA"), std::string::npos) << b.message();
+}
+
 TEST(EngineBudget, BudgetModeGivesTheKvPoolWhatIsLeft) {
   MakeModelSpec s;
   s.n_embd = 128;
