@@ -33,7 +33,15 @@ class Loader {
   Result<ExpertMatrices> experts(const std::string& name, int64_t n_in, int64_t n_rows,
                                  int32_t n_expert) {
     const GgufTensorInfo* t = f_.find_tensor(name);
-    if (t == nullptr) return Error{f_.path() + ": tensor '" + name + "': missing"};
+    if (t == nullptr) {
+      // Older llama.cpp converters wrote one 2-D tensor per expert: blk.N.ffn_gate.E.weight.
+      const std::string per_expert = name.substr(0, name.size() - 12) + ".0.weight";
+      return Error{f_.path() + ": tensor '" + name + "': missing" +
+                   (f_.find_tensor(per_expert) != nullptr
+                        ? " (the file has one tensor per expert, e.g. '" + per_expert +
+                              "', as older converters wrote; re-convert to stacked experts)"
+                        : "")};
+    }
     if (t->shape.size() != 3 || t->shape[0] != n_in || t->shape[1] != n_rows ||
         t->shape[2] != n_expert) {
       return Error{f_.path() + ": tensor '" + name + "': shape " + shape_str(t->shape) +

@@ -237,6 +237,24 @@ TEST_F(MoeBadInput, ExpertTensorFlattenedTo2D) {
   expect_refused(bad, {"blk.1.ffn_gate_exps.weight", "shape [64, 1024]", "expected [64, 128, 8]"});
 }
 
+TEST_F(MoeBadInput, PerExpertTensorsOfOlderConvertersAreNamed) {
+  // blk.N.ffn_gate.E.weight per expert instead of the stacked blk.N.ffn_gate_exps.weight.
+  const std::string bad = rewrite(
+      good_, "moe_split", [](GgufWriter&) {},
+      [](GgufWriter& w, const GgufTensorInfo& t, const uint8_t* p) {
+        if (!t.name.ends_with("_exps.weight")) return true;
+        const std::string stem = t.name.substr(0, t.name.size() - 12);  // "blk.0.ffn_gate"
+        const uint64_t per = t.num_bytes / 8;
+        for (int e = 0; e < 8; ++e) {
+          w.add_tensor(stem + "." + std::to_string(e) + ".weight", t.type, {t.shape[0], t.shape[1]},
+                       std::vector<uint8_t>(p + e * per, p + (e + 1) * per));
+        }
+        return false;
+      });
+  expect_refused(bad, {"blk.0.ffn_gate_exps.weight", "missing", "one tensor per expert",
+                       "blk.0.ffn_gate.0.weight"});
+}
+
 TEST_F(MoeBadInput, DenseTensorsInsteadOfExperts) {
   // A dense llama file that claims experts: the router is the first thing missing.
   MakeModelSpec s;
