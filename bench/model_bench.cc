@@ -1,9 +1,11 @@
-// bench/model_bench.cc: end-to-end CPU baseline for a TinyLlama-1.1B-shaped model.
+// bench/model_bench.cc: end-to-end CPU baseline for a TinyLlama-1.1B-shaped model (or another
+// make-model preset, e.g. the Mixtral-shaped MoE "mixtral-1b").
 // For each weight type: prefill tokens/s (one 512-token prompt), decode tokens/s (one sequence),
 // and decode as a fraction of the memory-bandwidth bound = read bandwidth / weight bytes per
 // token, with the bandwidth measured in the same run. Models are written once into --dir.
 //
 //   build/bench/model_bench --dir build/bench-models [--types f16,q8_0,q4_0] [--decode 32]
+//                           [--preset tinyllama-1.1b]
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -31,25 +33,34 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Bytes one decode step streams: every layer matrix and the output matrix (the embedding row and
-// the norms are negligible).
-double decode_bytes(const ModelWeights& w) {
-  double b = (double)w.output.n_rows * w.output.row_bytes;
+// Bytes one decode step streams: every layer matrix and the output matrix, and of MoE layers the
+// router and the experts one token uses (the embedding row and the norms are negligible).
+double decode_bytes(const ModelWeights& w, const ModelHParams& hp) {
+  auto bytes = [](const WeightMatrix& m) { return (double)m.n_rows * m.row_bytes; };
+  double b = bytes(w.output);
   for (const auto& l : w.layers) {
-    for (const auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) {
-      b += (double)m->n_rows * m->row_bytes;
+    for (const auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down, &l.router}) {
+      if (m->data != nullptr) b += bytes(*m);
+    }
+    if (l.gate_exps.n_expert > 0) {
+      b += (double)hp.moe.n_expert_used *
+           (l.gate_exps.expert_bytes + l.up_exps.expert_bytes + l.down_exps.expert_bytes);
     }
   }
   return b;
 }
 
-int run(const std::string& dir, const std::vector<std::string>& types, int n_prompt, int n_decode,
-        double triad_gbs, double read_gbs) {
+int run(const std::string& dir, const std::string& preset, const std::vector<std::string>& types,
+        int n_prompt, int n_decode, double triad_gbs, double read_gbs) {
   std::vector<Row> rows;
   for (const auto& type : types) {
-    const std::string path = dir + "/tinyllama-" + type + ".gguf";
+    const std::string path = dir + "/" + preset + "-" + type + ".gguf";
     if (!std::filesystem::exists(path)) {
-      auto spec = make_model_preset("tinyllama-1.1b");
+      auto spec = make_model_preset(preset);
+      if (!spec) {
+        std::fprintf(stderr, "%s\n", spec.message().c_str());
+        return 1;
+      }
       spec->weight_type = *ggml_type_from_name(type);
       std::fprintf(stderr, "writing %s ...\n", path.c_str());
       if (Status st = make_model(*spec, path); !st.ok()) {
@@ -87,7 +98,7 @@ int run(const std::string& dir, const std::vector<std::string>& types, int n_pro
       if (!model.forward({&dec, 1}, kv, logits.data()).ok()) return 1;
     }
     const double decode_s = now_s() - t0;
-    const double bytes = decode_bytes(model.weights());
+    const double bytes = decode_bytes(model.weights(), model.hparams());
     rows.push_back({type, bytes / 1e9, n_prompt / prefill_s, n_decode / decode_s,
                     triad_gbs * 1e9 / bytes, read_gbs * 1e9 / bytes});
   }
@@ -108,7 +119,7 @@ int run(const std::string& dir, const std::vector<std::string>& types, int n_pro
 }  // namespace kvw
 
 int main(int argc, char** argv) {
-  std::string dir = "bench-models", types_arg = "f16,q8_0,q4_0";
+  std::string dir = "bench-models", types_arg = "f16,q8_0,q4_0", preset = "tinyllama-1.1b";
   int n_prompt = 512, n_decode = 32;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -120,10 +131,13 @@ int main(int argc, char** argv) {
       n_prompt = std::atoi(argv[i + 1]);
     else if (a == "--decode")
       n_decode = std::atoi(argv[i + 1]);
+    else if (a == "--preset")
+      preset = argv[i + 1];
     else {
       std::fprintf(
           stderr,
-          "usage: model_bench [--dir D] [--types f16,q8_0,q4_0] [--prompt 512] [--decode 32]\n");
+          "usage: model_bench [--dir D] [--types f16,q8_0,q4_0] [--prompt 512] [--decode 32] "
+          "[--preset tinyllama-1.1b]\n");
       return 2;
     }
   }
@@ -136,5 +150,5 @@ int main(int argc, char** argv) {
   const double triad = kvw::kernels::measure_memory_bandwidth_gbs(pool, size_t{3} << 28);
   std::printf("machine: %u threads, kernels %s, read bandwidth %.1f GB/s, triad %.1f GB/s\n",
               std::thread::hardware_concurrency(), kvw::kernels::kernels().isa, bw, triad);
-  return kvw::run(dir, types, n_prompt, n_decode, triad, bw);
+  return kvw::run(dir, preset, types, n_prompt, n_decode, triad, bw);
 }

@@ -20,7 +20,8 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
   auto f = std::make_shared<MakeModelFlags>();
   MakeModelSpec& s = f->spec;
   cmd->add_option("--out,-o", f->out, "Output GGUF path")->required();
-  cmd->add_option("--preset", f->preset, "Start from a named shape: tiny, tinyllama-1.1b")
+  cmd->add_option("--preset", f->preset,
+                  "Start from a named shape: tiny, tinyllama-1.1b, mixtral-tiny, mixtral-1b")
       ->capture_default_str();
   cmd->add_option("--arch", s.arch, "Architecture: llama or qwen2 (default llama)");
   cmd->add_option("--name", s.name, "general.name");
@@ -28,7 +29,10 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--layers", s.n_layer, "Number of decoder layers");
   cmd->add_option("--heads", s.n_head, "Attention heads");
   cmd->add_option("--kv-heads", s.n_head_kv, "K/V heads (GQA when fewer than --heads)");
-  cmd->add_option("--ffn", s.n_ff, "Feed-forward width");
+  cmd->add_option("--ffn", s.n_ff, "Feed-forward width (of each expert with --experts)");
+  cmd->add_option("--experts", s.n_expert,
+                  "llama: Mixtral-style experts per layer (ffn_*_exps; 0: dense FFN)");
+  cmd->add_option("--experts-used", s.n_expert_used, "Experts each token is routed to (top-k)");
   cmd->add_option("--n-vocab", s.n_vocab, "Pad the vocabulary to this many tokens (0: as built)");
   cmd->add_option("--context", s.n_ctx, "Trained context length (context_length)");
   cmd->add_option("--sliding-window", s.sliding_window, "Sliding-window attention size (0: off)");
@@ -64,6 +68,8 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
     if (given("--heads")) spec.n_head = g.n_head;
     if (given("--kv-heads")) spec.n_head_kv = g.n_head_kv;
     if (given("--ffn")) spec.n_ff = g.n_ff;
+    if (given("--experts")) spec.n_expert = g.n_expert;
+    if (given("--experts-used")) spec.n_expert_used = g.n_expert_used;
     if (given("--n-vocab")) spec.n_vocab = g.n_vocab;
     if (given("--context")) spec.n_ctx = g.n_ctx;
     if (given("--sliding-window")) spec.sliding_window = g.sliding_window;

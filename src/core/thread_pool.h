@@ -6,12 +6,19 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace kvw {
+
+// Contiguous share [begin, end) of n items for thread ith of nth.
+inline std::pair<int64_t, int64_t> thread_share(int64_t n, int ith, int nth) {
+  return {n * ith / nth, n * (ith + 1) / nth};
+}
 
 class ThreadPool {
  public:

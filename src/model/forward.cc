@@ -12,11 +12,6 @@
 namespace kvw {
 namespace {
 
-// Contiguous share [begin, end) of n items for thread ith of nth.
-std::pair<int64_t, int64_t> share(int64_t n, int ith, int nth) {
-  return {n * ith / nth, n * (ith + 1) / nth};
-}
-
 // The kernels' view of layer l of the arena (layout in kv/kv_arena.h).
 kernels::KvLayerView layer_view(const KvArena& kv, int32_t l) {
   uint8_t* base = kv.layer_base(l);
@@ -98,7 +93,7 @@ Status Model::forward(std::span<const SeqInput> seqs, KvArena& kv, float* logits
   }
   const int64_t d = hp_.n_embd;
   pool_.run([&](int ith, int nth) {
-    auto [b, e] = share(n_tokens, ith, nth);
+    auto [b, e] = thread_share(n_tokens, ith, nth);
     for (int64_t t = b; t < e; ++t) {
       const SeqInput& s = seqs[tok_[t].seq];
       const int32_t id = s.tokens[tok_[t].pos - s.start_pos];
@@ -123,7 +118,7 @@ void Model::run_layer(int32_t l, KvArena& kv, int64_t n_tokens) {
 
   // Attention input: residual from the previous layer's FFN, then RMSNorm, then quantise.
   pool_.run([&](int ith, int nth) {
-    auto [b, e] = share(n_tokens, ith, nth);
+    auto [b, e] = thread_share(n_tokens, ith, nth);
     for (int64_t t = b; t < e; ++t) {
       if (l > 0) residual(x_.data() + t * d, tmp_.data() + t * d, d, clamp_);
       kt.rmsnorm(x_.data() + t * d, L.attn_norm.data(), d, hp_.norm_eps, xn + t * d);
@@ -140,7 +135,7 @@ void Model::run_layer(int32_t l, KvArena& kv, int64_t n_tokens) {
   // Biases, RoPE, and K/V into the paged cache.
   const kernels::KvLayerView view = layer_view(kv, l);
   pool_.run([&](int ith, int nth) {
-    auto [b, e] = share(n_tokens, ith, nth);
+    auto [b, e] = thread_share(n_tokens, ith, nth);
     for (int64_t t = b; t < e; ++t) {
       float* q = q_.data() + t * qd;
       float* k = k_.data() + t * kvd;
@@ -161,7 +156,7 @@ void Model::run_layer(int32_t l, KvArena& kv, int64_t n_tokens) {
   const float scale = 1.0f / std::sqrt((float)hd);
   pool_.run([&](int ith, int nth) {
     float* scratch = attn_scratch_.data() + ith * kernels::attention_scratch_floats(hd);
-    auto [b, e] = share(n_tokens * hp_.n_head_kv, ith, nth);
+    auto [b, e] = thread_share(n_tokens * hp_.n_head_kv, ith, nth);
     for (int64_t item = b; item < e; ++item) {
       const int64_t t = item / hp_.n_head_kv;
       const int32_t g = (int32_t)(item % hp_.n_head_kv);
@@ -175,29 +170,38 @@ void Model::run_layer(int32_t l, KvArena& kv, int64_t n_tokens) {
     }
   });
   pool_.run([&](int ith, int nth) {
-    auto [b, e] = share(n_tokens, ith, nth);
+    auto [b, e] = thread_share(n_tokens, ith, nth);
     for (int64_t t = b; t < e; ++t) quantize_for(L.wo, xn, t, qd);
   });
   pool_.run([&](int ith, int nth) {
     kt.matmul(L.wo.type, L.wo.data, d, qd, act_for(L.wo, xn), n_tokens, tmp_.data(), ith, nth);
   });
-  // FFN: residual, RMSNorm, SwiGLU.
+  // FFN: residual, RMSNorm, then SwiGLU or routed experts.
+  const bool moe = hp_.is_moe_layer(l);
   pool_.run([&](int ith, int nth) {
-    auto [b, e] = share(n_tokens, ith, nth);
+    auto [b, e] = thread_share(n_tokens, ith, nth);
     for (int64_t t = b; t < e; ++t) {
       residual(x_.data() + t * d, tmp_.data() + t * d, d, clamp_);
       kt.rmsnorm(x_.data() + t * d, L.ffn_norm.data(), d, hp_.norm_eps, xn + t * d);
+      if (moe) {
+        quantize_for(L.router, xn, t, d);
+        continue;
+      }
       quantize_for(L.gate, xn, t, d);
       if (L.up.type != L.gate.type) quantize_for(L.up, xn, t, d);
     }
   });
+  if (moe) {
+    run_moe_ffn(L, n_tokens);
+    return;
+  }
   pool_.run([&](int ith, int nth) {
     kt.matmul(L.gate.type, L.gate.data, ff, d, act_for(L.gate, xn), n_tokens, gate_.data(), ith,
               nth);
     kt.matmul(L.up.type, L.up.data, ff, d, act_for(L.up, xn), n_tokens, up_.data(), ith, nth);
   });
   pool_.run([&](int ith, int nth) {
-    auto [b, e] = share(n_tokens, ith, nth);
+    auto [b, e] = thread_share(n_tokens, ith, nth);
     for (int64_t t = b; t < e; ++t) {
       kt.silu_mul(gate_.data() + t * ff, up_.data() + t * ff, ff, xn + t * ff);
       quantize_for(L.down, xn, t, ff);
@@ -214,7 +218,7 @@ void Model::compute_logits(int64_t n_rows, float* logits) {
   const int64_t d = hp_.n_embd;
   float* xn = xn_.data();
   pool_.run([&](int ith, int nth) {
-    auto [b, e] = share(n_rows, ith, nth);
+    auto [b, e] = thread_share(n_rows, ith, nth);
     for (int64_t r = b; r < e; ++r) {
       const int64_t t = logit_src_[r];
       float* x = x_.data() + t * d;

@@ -67,6 +67,125 @@ Status validate(const GgufFile& f, const ModelHParams& hp) {
   return {};
 }
 
+// Expert counts and routing knobs, checked against each other; messages name the key and give
+// the expected and found values.
+Status validate_moe(const GgufFile& f, const std::string& a, const MoeParams& m) {
+  auto bad = [&](const std::string& key, const std::string& what) {
+    return Error{f.path() + ": key '" + a + key + "': " + what};
+  };
+  const auto n = [](int64_t v) { return std::to_string(v); };
+  if (!m.is_moe()) {
+    if (m.n_expert_used > 0)
+      return bad("expert_used_count", n(m.n_expert_used) + " but expert_count is 0");
+    return {};
+  }
+  if (m.n_expert_used < 1 || m.n_expert_used > m.n_expert) {
+    return bad("expert_used_count",
+               "expected 1.." + n(m.n_expert) + " (expert_count), found " + n(m.n_expert_used));
+  }
+  if (m.n_ff_exp <= 0) return bad("expert_feed_forward_length", "expected > 0, found 0");
+  if (m.n_group > 1) {
+    if (m.n_expert % m.n_group != 0) {
+      return bad("expert_group_count",
+                 "expected a divisor of expert_count " + n(m.n_expert) + ", found " + n(m.n_group));
+    }
+    if (m.n_group_used < 1 || m.n_group_used > m.n_group) {
+      return bad(
+          "expert_group_used_count",
+          "expected 1.." + n(m.n_group) + " (expert_group_count), found " + n(m.n_group_used));
+    }
+    const int64_t reachable = (int64_t)m.n_group_used * (m.n_expert / m.n_group);
+    if (m.n_expert_used > reachable) {
+      return bad("expert_used_count", "expected at most " + n(reachable) +
+                                          " (experts in the used groups), found " +
+                                          n(m.n_expert_used));
+    }
+  }
+  if (!(m.weights_scale > 0.0f)) return bad("expert_weights_scale", "expected > 0");
+  return {};
+}
+
+Status read_bool(const GgufFile& f, const std::string& key, bool& out) {
+  if (f.find(key) == nullptr) return {};
+  auto v = f.get_bool(key);
+  if (!v) return Error{v.message()};
+  out = *v;
+  return {};
+}
+
+// DeepSeek-V2/V3 ("deepseek2"): MLA ranks and head lengths, and DeepSeek's routing knobs, under
+// llama.cpp's key names. Two layouts exist: older files give the per-head key/value lengths as
+// attention.key_length / value_length (attn_kv_b); newer ones (attn_k_b / attn_v_b) give
+// key_length = kv_lora_rank + rope dims and the per-head lengths as key_length_mla /
+// value_length_mla.
+Status read_deepseek2(const GgufFile& f, const std::string& a, ModelHParams& hp) {
+  MlaParams& mla = hp.mla;
+  MoeParams& moe = hp.moe;
+  KVW_RETURN_IF_ERROR(read_int(f, a + "attention.q_lora_rank", mla.q_lora_rank, false));
+  KVW_RETURN_IF_ERROR(read_int(f, a + "attention.kv_lora_rank", mla.kv_lora_rank, true));
+  mla.qk_rope_dim = hp.rope.n_rot;
+  int32_t key_length = 0, value_length = 0, key_mla = 0, value_mla = 0;
+  KVW_RETURN_IF_ERROR(read_int(f, a + "attention.key_length", key_length, true));
+  KVW_RETURN_IF_ERROR(read_int(f, a + "attention.value_length", value_length, true));
+  KVW_RETURN_IF_ERROR(read_int(f, a + "attention.key_length_mla", key_mla, false));
+  KVW_RETURN_IF_ERROR(read_int(f, a + "attention.value_length_mla", value_mla, false));
+  auto bad = [&](const std::string& key, const std::string& what) {
+    return Error{f.path() + ": key '" + a + key + "': " + what};
+  };
+  const auto n = [](int64_t v) { return std::to_string(v); };
+  if (mla.kv_lora_rank <= 0) return bad("attention.kv_lora_rank", "expected > 0, found 0");
+  int32_t qk_head = key_length;
+  mla.v_head_dim = value_length;
+  if (key_mla > 0) {
+    const int32_t latent = mla.kv_lora_rank + mla.qk_rope_dim;
+    if (key_length != latent) {
+      return bad("attention.key_length",
+                 "expected kv_lora_rank + rope.dimension_count = " + n(latent) +
+                     " beside key_length_mla, found " + n(key_length));
+    }
+    qk_head = key_mla;
+    mla.v_head_dim = value_mla;
+  }
+  if (qk_head <= mla.qk_rope_dim) {
+    return bad(
+        key_mla > 0 ? "attention.key_length_mla" : "attention.key_length",
+        "expected more than rope.dimension_count " + n(mla.qk_rope_dim) + ", found " + n(qk_head));
+  }
+  if (mla.v_head_dim <= 0) {
+    return bad(key_mla > 0 ? "attention.value_length_mla" : "attention.value_length",
+               "expected > 0, found 0");
+  }
+  mla.qk_nope_dim = qk_head - mla.qk_rope_dim;
+  hp.head_dim = qk_head;
+  mla.split_kv_b = f.find_tensor("blk.0.attn_k_b.weight") != nullptr;
+  KVW_RETURN_IF_ERROR(read_float(f, a + "rope.scaling.yarn_log_multiplier", mla.yarn_log_mul));
+
+  if (!moe.is_moe()) return {};
+  KVW_RETURN_IF_ERROR(read_int(f, a + "expert_feed_forward_length", moe.n_ff_exp, true));
+  KVW_RETURN_IF_ERROR(read_int(f, a + "expert_shared_count", moe.n_expert_shared, false));
+  KVW_RETURN_IF_ERROR(read_int(f, a + "leading_dense_block_count", moe.n_layer_dense_lead, false));
+  if (moe.n_layer_dense_lead > hp.n_layer) {
+    return bad("leading_dense_block_count", "expected at most block_count " + n(hp.n_layer) +
+                                                ", found " + n(moe.n_layer_dense_lead));
+  }
+  if (f.find(a + "expert_weights_scale") == nullptr) {
+    return Error{f.path() + ": key '" + a + "expert_weights_scale': missing"};
+  }
+  KVW_RETURN_IF_ERROR(read_float(f, a + "expert_weights_scale", moe.weights_scale));
+  moe.norm_weights = false;  // DeepSeek-V2 does not renormalise; V3 files say true
+  KVW_RETURN_IF_ERROR(read_bool(f, a + "expert_weights_norm", moe.norm_weights));
+  int32_t gating = 0;  // 0 (absent): softmax, as V2 / V2.5 files predate the key
+  KVW_RETURN_IF_ERROR(read_int(f, a + "expert_gating_func", gating, false));
+  if (gating != 0 && gating != (int32_t)ExpertGating::kSoftmax &&
+      gating != (int32_t)ExpertGating::kSigmoid) {
+    return bad("expert_gating_func", "expected 1 (softmax) or 2 (sigmoid), found " + n(gating));
+  }
+  moe.gating = gating == 2 ? ExpertGating::kSigmoid : ExpertGating::kSoftmax;
+  KVW_RETURN_IF_ERROR(read_int(f, a + "expert_group_count", moe.n_group, false));
+  KVW_RETURN_IF_ERROR(read_int(f, a + "expert_group_used_count", moe.n_group_used, false));
+  return {};
+}
+
 }  // namespace
 
 Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
@@ -74,9 +193,9 @@ Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
   auto arch = f.get_string("general.architecture");
   if (!arch) return Error{arch.message()};
   hp.arch = *arch;
-  if (hp.arch != "llama" && hp.arch != "qwen2") {
+  if (hp.arch != "llama" && hp.arch != "qwen2" && hp.arch != "deepseek2") {
     return Error{f.path() + ": key 'general.architecture': '" + hp.arch +
-                 "' is not supported (supported: llama, qwen2)"};
+                 "' is not supported (supported: llama, qwen2, deepseek2)"};
   }
   if (auto name = f.get_string("general.name")) hp.name = *name;
   const std::string a = hp.arch + ".";
@@ -114,6 +233,17 @@ Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
       read_int(f, a + "rope.scaling.original_context_length", hp.rope.orig_ctx, false));
   KVW_RETURN_IF_ERROR(read_float(f, a + "rope.scaling.attn_factor", hp.rope.attn_factor));
   if (hp.rope.scaling == RopeScaling::kNone) hp.rope.scale_factor = 1.0f;
+
+  // Mixtral-style llama files: softmax over all experts, top-k, weights renormalised (llama.cpp's
+  // llama graph); experts are feed_forward_length wide.
+  KVW_RETURN_IF_ERROR(read_int(f, a + "expert_count", hp.moe.n_expert, false));
+  KVW_RETURN_IF_ERROR(read_int(f, a + "expert_used_count", hp.moe.n_expert_used, false));
+  hp.moe.n_ff_exp = hp.n_ff;
+  if (hp.arch == "deepseek2") KVW_RETURN_IF_ERROR(read_deepseek2(f, a, hp));
+  KVW_RETURN_IF_ERROR(validate_moe(f, a, hp.moe));
+  hp.moe.probs_bias =
+      hp.moe.is_moe() && f.find_tensor("blk." + std::to_string(hp.moe.n_layer_dense_lead) +
+                                       ".exp_probs_b.bias") != nullptr;
 
   hp.tied_embeddings = f.find_tensor("output.weight") == nullptr;
   hp.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;

@@ -31,8 +31,46 @@ struct RopeParams {
   float yarn_beta_slow = 1.0f;
 };
 
+// How router scores are made from the router logits (GGUF `expert_gating_func`, llama.cpp's
+// llama_expert_gating_func_type values: 1 softmax, 2 sigmoid).
+enum class ExpertGating { kSoftmax = 1, kSigmoid = 2 };
+
+// Mixture of experts (Mixtral-style llama files; DeepSeek's routing knobs). n_expert == 0: dense.
+struct MoeParams {
+  int32_t n_expert = 0;            // expert_count
+  int32_t n_expert_used = 0;       // expert_used_count: experts each token is routed to (top-k)
+  int32_t n_expert_shared = 0;     // expert_shared_count: always-on experts (ffn_*_shexp)
+  int32_t n_ff_exp = 0;            // expert_feed_forward_length (llama: feed_forward_length)
+  int32_t n_layer_dense_lead = 0;  // leading_dense_block_count: layers [0, n) keep a dense FFN
+  int32_t n_group = 0;             // expert_group_count: > 1 limits top-k to the best groups
+  int32_t n_group_used = 0;        // expert_group_used_count
+  ExpertGating gating = ExpertGating::kSoftmax;
+  bool norm_weights = true;    // expert_weights_norm: chosen weights renormalised to sum 1
+  float weights_scale = 1.0f;  // expert_weights_scale: routed output multiplier
+  bool probs_bias = false;     // exp_probs_b present: a selection-only bias (DeepSeek-V3)
+
+  bool is_moe() const { return n_expert > 0; }
+};
+
+// Multi-head latent attention (DeepSeek-V2/V3, GGUF arch "deepseek2"). K and V come from one
+// latent of kv_lora_rank per token plus a shared rope key of qk_rope_dim.
+struct MlaParams {
+  int32_t q_lora_rank = 0;   // attention.q_lora_rank; 0: queries from a plain attn_q (V2-Lite)
+  int32_t kv_lora_rank = 0;  // attention.kv_lora_rank; 0: not MLA
+  int32_t qk_rope_dim = 0;   // rope.dimension_count: the rotated part of each query/key head
+  int32_t qk_nope_dim = 0;   // the unrotated part: key head length - qk_rope_dim
+  int32_t v_head_dim = 0;    // value head length
+  // attn_k_b / attn_v_b (newer converters, which write key_length = kv_lora_rank + rope and the
+  // per-head lengths as attention.key_length_mla / value_length_mla) instead of attn_kv_b.
+  bool split_kv_b = false;
+  float yarn_log_mul = 0.0f;  // rope.scaling.yarn_log_multiplier: DeepSeek's attention mscale
+
+  bool is_mla() const { return kv_lora_rank > 0; }
+};
+
 struct ModelHParams {
-  std::string arch;  // general.architecture: "llama" or "qwen2"
+  std::string arch;  // general.architecture: "llama", "qwen2" or "deepseek2" (parsed; the
+                     // engine does not run MLA yet)
   std::string name;  // general.name, if any
   int32_t n_vocab = 0;
   int32_t n_embd = 0;            // embedding_length
@@ -47,7 +85,11 @@ struct ModelHParams {
   bool qkv_bias = false;         // qwen2: attn_{q,k,v}.bias present
   bool tied_embeddings = false;  // no output.weight: logits use token_embd.weight
   RopeParams rope;
+  MoeParams moe;
+  MlaParams mla;
 
+  // Whether layer l's FFN is routed experts (else the dense ffn_gate/up/down).
+  bool is_moe_layer(int32_t l) const { return moe.is_moe() && l >= moe.n_layer_dense_lead; }
   int32_t q_dim() const { return n_head * head_dim; }
   int32_t kv_dim() const { return n_head_kv * head_dim; }
 };

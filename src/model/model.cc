@@ -5,6 +5,7 @@
 #include "core/ids.h"
 #include "core/log.h"
 #include "kernels/kernels.h"
+#include "model/moe_router.h"
 
 namespace kvw {
 namespace {
@@ -31,6 +32,12 @@ Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<GgufFile> file,
   if (opt.max_batch_tokens <= 0) return Error{"max batch tokens must be > 0"};
   auto hp = hparams_from_gguf(*file);
   if (!hp) return Error{hp.message()};
+  if (hp->mla.is_mla()) {
+    // TODO(deepseek-moe): MLA attention and its latent KV cache #15
+    return Error{file->path() + ": key 'general.architecture': '" + hp->arch +
+                 "' (multi-head latent attention) is read but not yet run by the engine "
+                 "(runs: llama, qwen2, Mixtral-style llama MoE)"};
+  }
   apply_rope_override(opt.rope, hp->rope);
   if (hp->rope.scale_factor <= 0.0f) return Error{"rope scale factor must be > 0"};
   auto w = weights_from_gguf(*file, *hp);
@@ -48,13 +55,17 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
       pool_(opt.n_threads),
       max_tokens_(opt.max_batch_tokens),
       clamp_(opt.activation_clamp) {
+  const MoeParams& moe = hp_.moe;
   const int64_t T = max_tokens_;
-  const int64_t max_in = std::max({hp_.n_embd, hp_.q_dim(), hp_.n_ff});
+  const int64_t A = T * moe.n_expert_used;  // MoE (token, expert) assignments per step
+  const int64_t ff_rows = std::max(T * hp_.n_ff, A * moe.n_ff_exp);
+  const int64_t max_in = std::max({hp_.n_embd, hp_.q_dim(), hp_.n_ff, moe.n_ff_exp});
   tok_.resize(T);
   logit_src_.resize(T);
   x_.resize(T * hp_.n_embd);
   xn_.resize(T * max_in);
-  // Activation buffers sized for the widest input of any weight of that format.
+  // Activation buffers sized for the widest input of any weight of that format, one row per
+  // token, or per assignment when experts are gathered.
   int64_t q80 = 0, q8k = 0;
   auto need = [&](const WeightMatrix& m) {
     const GgmlType t = m.type;
@@ -66,24 +77,44 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
   };
   need(w_.output);
   for (const auto& l : w_.layers) {
-    for (const auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) need(*m);
+    for (const auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down, &l.router,
+                          &l.gate_exps.first, &l.up_exps.first, &l.down_exps.first}) {
+      if (m->data != nullptr) need(*m);
+    }
   }
-  act_q8_0_.resize(T * q80);
-  act_q8_k_.resize(T * q8k);
+  const int64_t act_rows = std::max(T, A);
+  act_q8_0_.resize(act_rows * q80);
+  act_q8_k_.resize(act_rows * q8k);
   q_.resize(T * hp_.q_dim());
   k_.resize(T * hp_.kv_dim());
   v_.resize(T * hp_.kv_dim());
   tmp_.resize(T * hp_.n_embd);
-  gate_.resize(T * hp_.n_ff);
-  up_.resize(T * hp_.n_ff);
+  gate_.resize(ff_rows);
+  up_.resize(ff_rows);
   cs_.resize(T * hp_.rope.n_rot);
   attn_scratch_.resize((size_t)pool_.num_threads() *
                        kernels::attention_scratch_floats(hp_.head_dim));
-  workspace_bytes_ = 4 * (x_.size() + xn_.size() + q_.size() + k_.size() + v_.size() + tmp_.size() +
-                          gate_.size() + up_.size() + cs_.size() + attn_scratch_.size()) +
-                     act_q8_0_.size() + act_q8_k_.size();
+  if (moe.is_moe()) {
+    router_logits_.resize(T * moe.n_expert);
+    router_scratch_.resize(pool_.num_threads() * router_scratch_floats(moe));
+    route_ids_.resize(A);
+    route_weights_.resize(A);
+    route_slot_.resize(A);
+    assign_tok_.resize(A);
+    expert_begin_.resize(moe.n_expert + 1);
+    moe_rows_.resize(A * hp_.n_embd);
+  }
+  workspace_bytes_ =
+      4 * (x_.size() + xn_.size() + q_.size() + k_.size() + v_.size() + tmp_.size() + gate_.size() +
+           up_.size() + cs_.size() + attn_scratch_.size() + router_logits_.size() +
+           router_scratch_.size() + route_ids_.size() + route_weights_.size() + route_slot_.size() +
+           assign_tok_.size() + expert_begin_.size() + moe_rows_.size()) +
+      act_q8_0_.size() + act_q8_k_.size();
   LOG(INFO, model) << hp_.arch << " " << hp_.n_layer << " layers, n_embd " << hp_.n_embd
                    << ", heads " << hp_.n_head << "/" << hp_.n_head_kv << ", n_ff " << hp_.n_ff
+                   << (moe.is_moe() ? ", experts " + std::to_string(moe.n_expert_used) + " of " +
+                                          std::to_string(moe.n_expert)
+                                    : std::string())
                    << ", vocab " << hp_.n_vocab << ", weights " << w_.total_bytes / (1 << 20)
                    << " MiB, workspace " << workspace_bytes_ / (1 << 20) << " MiB (" << max_tokens_
                    << " tokens), rope " << rope_scaling_name(hp_.rope.scaling) << ", kernels "

@@ -80,6 +80,9 @@ class Model {
   Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w, const ModelOptions& opt);
   Status validate(std::span<const SeqInput> seqs, const KvArena& kv) const;
   void run_layer(int32_t l, KvArena& kv, int64_t n_tokens);
+  // FFN of an MoE layer: xn [T][n_embd] (normed, quantised for the router) -> tmp_ [T][n_embd].
+  void run_moe_ffn(const LayerWeights& L, int64_t n_tokens);
+  void group_by_expert(int64_t n_tokens);
   void compute_logits(int64_t n_rows, float* logits);
   void quantize_for(const WeightMatrix& w, const float* x, int64_t row, int64_t n_in);
   const void* act_for(const WeightMatrix& w, const float* x) const;
@@ -115,6 +118,17 @@ class Model {
   std::vector<float> up_;            // [T][n_ff]
   std::vector<float> cs_;            // [T][n_rot] rope (cos, sin) pairs per token
   std::vector<float> attn_scratch_;  // [n_threads][attention_scratch_floats]
+
+  // MoE workspace (empty for dense models). E = n_expert, K = n_expert_used, A = T x K
+  // (token, expert) assignments. gate_, up_ and the activation buffers also hold A rows.
+  std::vector<float> router_logits_;   // [T][E] router outputs, then gating scores
+  std::vector<float> router_scratch_;  // [n_threads][router_scratch_floats]
+  std::vector<int32_t> route_ids_;     // [T][K] chosen experts, best first
+  std::vector<float> route_weights_;   // [T][K] their weights
+  std::vector<int32_t> route_slot_;    // [T][K] assignment index of (token, k)
+  std::vector<int32_t> assign_tok_;    // [A] token of each assignment, grouped by expert
+  std::vector<int32_t> expert_begin_;  // [E + 1] assignments of expert e: [begin[e], begin[e+1])
+  std::vector<float> moe_rows_;        // [A][n_embd] gathered inputs, then expert outputs
 };
 
 }  // namespace kvw

@@ -73,6 +73,14 @@ class TensorMaker {
     for (auto& x : v) x = rng_.uniform_std(std);
     w_.add_tensor(name, type, {n_in, n_rows}, encode_tensor(type, v, n_in));
   }
+  // n_expert stacked matrices of n_rows x n_in (ggml shape [n_in, n_rows, n_expert]).
+  void experts(const std::string& name, int64_t n_in, int64_t n_rows, int64_t n_expert,
+               GgmlType type) {
+    const float std = 1.0f / std::sqrt((float)n_in);
+    std::vector<float> v(n_in * n_rows * n_expert);
+    for (auto& x : v) x = rng_.uniform_std(std);
+    w_.add_tensor(name, type, {n_in, n_rows, n_expert}, encode_tensor(type, v, n_in));
+  }
   // Vector around `center`: norms near 1, biases near 0.
   void vector(const std::string& name, int64_t n, float center, float std) {
     std::vector<float> v(n);
@@ -110,6 +118,11 @@ Status MakeModelSpec::validate() const {
   if (rope_scaling != RopeScaling::kNone && rope_scale <= 0)
     return Error{"--rope-scale must be > 0"};
   if (gguf_version != 2 && gguf_version != 3) return Error{"--gguf-version must be 2 or 3"};
+  if (n_expert < 0) return Error{"--experts must be >= 0"};
+  if (n_expert > 0 && arch != "llama") return Error{"--experts needs --arch llama"};
+  if (n_expert > 0 && (n_expert_used < 1 || n_expert_used > n_expert))
+    return Error{"--experts-used must be between 1 and --experts"};
+  if (n_expert == 0 && n_expert_used != 0) return Error{"--experts-used needs --experts"};
   return {};
 }
 
@@ -127,7 +140,30 @@ Result<MakeModelSpec> make_model_preset(const std::string& name) {
     s.n_ctx = 2048;
     return s;
   }
-  return Error{"unknown --preset '" + name + "' (expected tiny or tinyllama-1.1b)"};
+  if (name == "mixtral-tiny") {
+    s.name = "mixtral-tiny-random";
+    s.n_layer = 4;
+    s.n_expert = 8;
+    s.n_expert_used = 2;
+    return s;
+  }
+  if (name == "mixtral-1b") {
+    // Mixtral-8x7B's proportions (GQA 4:1, ffn 3.5 x dim, 8 experts, top-2) at dim 1024:
+    // 0.79B parameters, 0.26B active per token.
+    s.name = "mixtral-1b-shaped-random";
+    s.n_embd = 1024;
+    s.n_layer = 8;
+    s.n_head = 16;
+    s.n_head_kv = 4;
+    s.n_ff = 3584;
+    s.n_expert = 8;
+    s.n_expert_used = 2;
+    s.n_vocab = 32000;
+    s.n_ctx = 4096;
+    return s;
+  }
+  return Error{"unknown --preset '" + name +
+               "' (expected tiny, tinyllama-1.1b, mixtral-tiny or mixtral-1b)"};
 }
 
 Status make_model(const MakeModelSpec& s, const std::string& path) {
@@ -153,6 +189,10 @@ Status make_model(const MakeModelSpec& s, const std::string& path) {
   w.set_f32(a + "rope.freq_base", s.rope_theta);
   w.set_u32(a + "rope.dimension_count", s.n_embd / s.n_head);
   if (s.sliding_window > 0) w.set_u32(a + "attention.sliding_window", s.sliding_window);
+  if (s.n_expert > 0) {
+    w.set_u32(a + "expert_count", s.n_expert);
+    w.set_u32(a + "expert_used_count", s.n_expert_used);
+  }
   if (s.rope_scaling != RopeScaling::kNone) {
     w.set_string(a + "rope.scaling.type", rope_scaling_name(s.rope_scaling));
     w.set_f32(a + "rope.scaling.factor", s.rope_scale);
@@ -177,9 +217,18 @@ Status make_model(const MakeModelSpec& s, const std::string& path) {
     }
     tm.matrix(p + "attn_output.weight", q, d, s.weight_type);
     tm.vector(p + "ffn_norm.weight", d, 1.0f, 0.1f);
-    tm.matrix(p + "ffn_gate.weight", d, s.n_ff, s.weight_type);
-    tm.matrix(p + "ffn_up.weight", d, s.n_ff, s.weight_type);
-    tm.matrix(p + "ffn_down.weight", s.n_ff, d, s.weight_type);
+    if (s.n_expert == 0) {
+      tm.matrix(p + "ffn_gate.weight", d, s.n_ff, s.weight_type);
+      tm.matrix(p + "ffn_up.weight", d, s.n_ff, s.weight_type);
+      tm.matrix(p + "ffn_down.weight", s.n_ff, d, s.weight_type);
+      continue;
+    }
+    // The router stays f32, as llama.cpp's quantizer leaves ffn_gate_inp; std 3/sqrt(d) spreads
+    // router logits (std ~3) so the top-k choice is rarely a near-tie.
+    tm.matrix(p + "ffn_gate_inp.weight", d, s.n_expert, GgmlType::kF32, 3.0f / std::sqrt((float)d));
+    tm.experts(p + "ffn_gate_exps.weight", d, s.n_ff, s.n_expert, s.weight_type);
+    tm.experts(p + "ffn_up_exps.weight", d, s.n_ff, s.n_expert, s.weight_type);
+    tm.experts(p + "ffn_down_exps.weight", s.n_ff, d, s.n_expert, s.weight_type);
   }
   tm.vector("output_norm.weight", d, 1.0f, 0.1f);
   if (!s.tied) tm.matrix("output.weight", d, n_vocab, s.weight_type);

@@ -1,5 +1,6 @@
 // model/model_maker.h: writes GGUF models with seeded random weights in real architectures
-// (llama: Llama-2/3, TinyLlama, Mistral with sliding window; qwen2: QKV biases), with a tokenizer
+// (llama: Llama-2/3, TinyLlama, Mistral with sliding window, Mixtral-style mixture of experts;
+// qwen2: QKV biases), with a tokenizer
 // built from a word list. Used by `kvwarden make-model`, tests and benchmarks; the files are
 // ordinary GGUF files that any GGUF reader accepts.
 #pragma once
@@ -20,8 +21,10 @@ struct MakeModelSpec {
   int32_t n_layer = 2;
   int32_t n_head = 4;
   int32_t n_head_kv = 2;
-  int32_t n_ff = 256;
-  int32_t n_vocab = 0;  // pad the tokenizer to this size (0: as built)
+  int32_t n_ff = 256;         // dense FFN width, and each expert's width when n_expert > 0
+  int32_t n_expert = 0;       // llama only: > 0 writes Mixtral-style ffn_*_exps layers
+  int32_t n_expert_used = 0;  // experts per token (top-k)
+  int32_t n_vocab = 0;        // pad the tokenizer to this size (0: as built)
   int32_t n_ctx = 512;
   int32_t sliding_window = 0;  // 0: full attention
   float norm_eps = 1e-5f;
@@ -38,7 +41,9 @@ struct MakeModelSpec {
   Status validate() const;  // messages name the make-model flag
 };
 
-// Named shapes: "tiny" (the default dims above) and "tinyllama-1.1b".
+// Named shapes: "tiny" (the default dims above), "tinyllama-1.1b", "mixtral-tiny" (tiny with 8
+// experts, 2 per token, as Mixtral-8x7B routes) and "mixtral-1b" (Mixtral's proportions at
+// dim 1024: 0.79B parameters, 0.26B active).
 Result<MakeModelSpec> make_model_preset(const std::string& name);
 
 Status make_model(const MakeModelSpec& spec, const std::string& path);

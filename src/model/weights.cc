@@ -29,6 +29,31 @@ class Loader {
     return WeightMatrix{t->type, f_.tensor_data(*t), n_rows, n_in, *rb};
   }
 
+  // n_expert stacked matrices of n_rows x n_in (ggml shape [n_in, n_rows, n_expert]).
+  Result<ExpertMatrices> experts(const std::string& name, int64_t n_in, int64_t n_rows,
+                                 int32_t n_expert) {
+    const GgufTensorInfo* t = f_.find_tensor(name);
+    if (t == nullptr) {
+      // Older llama.cpp converters wrote one 2-D tensor per expert: blk.N.ffn_gate.E.weight.
+      const std::string per_expert = name.substr(0, name.size() - 12) + ".0.weight";
+      return Error{f_.path() + ": tensor '" + name + "': missing" +
+                   (f_.find_tensor(per_expert) != nullptr
+                        ? " (the file has one tensor per expert, e.g. '" + per_expert +
+                              "', as older converters wrote; re-convert to stacked experts)"
+                        : "")};
+    }
+    if (t->shape.size() != 3 || t->shape[0] != n_in || t->shape[1] != n_rows ||
+        t->shape[2] != n_expert) {
+      return Error{f_.path() + ": tensor '" + name + "': shape " + shape_str(t->shape) +
+                   ", expected [" + std::to_string(n_in) + ", " + std::to_string(n_rows) + ", " +
+                   std::to_string(n_expert) + "]"};
+    }
+    auto rb = row_bytes(t->type, n_in);
+    if (!rb) return Error{f_.path() + ": tensor '" + name + "': row length not a block multiple"};
+    return ExpertMatrices{WeightMatrix{t->type, f_.tensor_data(*t), n_rows, n_in, *rb}, n_expert,
+                          (uint64_t)n_rows * *rb};
+  }
+
   // A 1-D tensor converted to f32; optional ones return an empty vector when absent.
   Result<std::vector<float>> vector(const std::string& name, int64_t n, bool optional = false) {
     const GgufTensorInfo* t = f_.find_tensor(name);
@@ -86,9 +111,19 @@ Result<ModelWeights> weights_from_gguf(const GgufFile& f, const ModelHParams& hp
     KVW_ASSIGN(l.bk, ld.vector(p + "attn_k.bias", kv, !hp.qkv_bias));
     KVW_ASSIGN(l.bv, ld.vector(p + "attn_v.bias", kv, !hp.qkv_bias));
     KVW_ASSIGN(l.ffn_norm, ld.vector(p + "ffn_norm.weight", d));
-    KVW_ASSIGN(l.gate, ld.matrix(p + "ffn_gate.weight", d, ff));
-    KVW_ASSIGN(l.up, ld.matrix(p + "ffn_up.weight", d, ff));
-    KVW_ASSIGN(l.down, ld.matrix(p + "ffn_down.weight", ff, d));
+    if (!hp.is_moe_layer(i)) {
+      KVW_ASSIGN(l.gate, ld.matrix(p + "ffn_gate.weight", d, ff));
+      KVW_ASSIGN(l.up, ld.matrix(p + "ffn_up.weight", d, ff));
+      KVW_ASSIGN(l.down, ld.matrix(p + "ffn_down.weight", ff, d));
+      continue;
+    }
+    const int32_t ne = hp.moe.n_expert;
+    const int64_t fe = hp.moe.n_ff_exp;
+    KVW_ASSIGN(l.router, ld.matrix(p + "ffn_gate_inp.weight", d, ne));
+    KVW_ASSIGN(l.gate_exps, ld.experts(p + "ffn_gate_exps.weight", d, fe, ne));
+    KVW_ASSIGN(l.up_exps, ld.experts(p + "ffn_up_exps.weight", d, fe, ne));
+    KVW_ASSIGN(l.down_exps, ld.experts(p + "ffn_down_exps.weight", fe, d, ne));
+    KVW_ASSIGN(l.exp_probs_b, ld.vector(p + "exp_probs_b.bias", ne, !hp.moe.probs_bias));
   }
   for (const auto& t : f.tensors()) w.total_bytes += t.num_bytes;
   return w;

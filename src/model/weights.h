@@ -24,12 +24,31 @@ struct WeightMatrix {
   uint64_t row_bytes = 0;
 };
 
+// n_expert matrices of n_rows x n_in stacked in one tensor (ggml shape [n_in, n_rows, n_expert],
+// as llama.cpp's converter writes ffn_{gate,up,down}_exps): expert e starts e * expert_bytes in.
+struct ExpertMatrices {
+  WeightMatrix first;  // expert 0
+  int32_t n_expert = 0;
+  uint64_t expert_bytes = 0;  // n_rows * row_bytes
+
+  WeightMatrix expert(int32_t e) const {
+    WeightMatrix m = first;
+    m.data = static_cast<const uint8_t*>(first.data) + (uint64_t)e * expert_bytes;
+    return m;
+  }
+};
+
 struct LayerWeights {
   std::vector<float> attn_norm;   // [n_embd]
   WeightMatrix wq, wk, wv, wo;    // [q_dim x n_embd], [kv_dim x n_embd] x2, [n_embd x q_dim]
   std::vector<float> bq, bk, bv;  // qwen2 biases [q_dim], [kv_dim], [kv_dim]; empty otherwise
   std::vector<float> ffn_norm;    // [n_embd]
-  WeightMatrix gate, up, down;    // [n_ff x n_embd] x2, [n_embd x n_ff]
+  WeightMatrix gate, up, down;    // dense layers: [n_ff x n_embd] x2, [n_embd x n_ff]
+  // MoE layers (hp.is_moe_layer) instead of gate/up/down:
+  WeightMatrix router;                // ffn_gate_inp [n_expert x n_embd]
+  ExpertMatrices gate_exps, up_exps;  // n_expert x [n_ff_exp x n_embd]
+  ExpertMatrices down_exps;           // n_expert x [n_embd x n_ff_exp]
+  std::vector<float> exp_probs_b;     // [n_expert] selection bias; empty when absent
 };
 
 struct ModelWeights {

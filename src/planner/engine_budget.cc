@@ -32,7 +32,7 @@ uint64_t engine_workspace_bytes(const ModelShape& m, int64_t max_num_batched_tok
                                 int64_t n_threads, const Dtype& weight_dtype) {
   const uint64_t T = (uint64_t)max_num_batched_tokens;
   const int64_t q_dim = m.n_head * m.head_dim, kv_dim = m.n_kv_head * m.head_dim;
-  const int64_t max_in = std::max({m.n_embd, q_dim, m.n_ff});
+  const int64_t max_in = std::max({m.n_embd, q_dim, m.n_ff, m.moe_ff});
   const int64_t n_rot = m.gguf && m.gguf->n_rot > 0 ? m.gguf->n_rot : m.head_dim;
   int64_t q80 = 0, q8k = 0;
   if (m.gguf) {
@@ -41,11 +41,22 @@ uint64_t engine_workspace_bytes(const ModelShape& m, int64_t max_num_batched_tok
   } else {
     uniform_act_rows(weight_dtype, max_in, q80, q8k);
   }
-  // x, xn, q, k, v, tmp, gate, up, cs (f32), as Model::Model allocates them.
+  // MoE: A = T x experts_per_tok (token, expert) assignments; E = routed experts.
+  const uint64_t E = m.is_moe() ? (uint64_t)m.n_routed_experts : 0;
+  const uint64_t A = m.is_moe() ? T * (uint64_t)m.n_experts_per_tok : 0;
+  // x, xn, q, k, v, tmp, cs (f32), gate and up (T x n_ff, or A x moe_ff when larger), as
+  // Model::Model allocates them.
+  const uint64_t ff_floats = std::max(T * (uint64_t)m.n_ff, A * (uint64_t)m.moe_ff);
   const uint64_t floats_per_token =
-      (uint64_t)(m.n_embd + max_in + q_dim + 2 * kv_dim + m.n_embd + 2 * m.n_ff + n_rot);
+      (uint64_t)(m.n_embd + max_in + q_dim + 2 * kv_dim + m.n_embd + n_rot);
   const uint64_t scratch_floats = (uint64_t)n_threads * 2 * (uint64_t)m.head_dim;
-  return 4 * (T * floats_per_token + scratch_floats) + T * (uint64_t)(q80 + q8k);
+  // Router logits [T][E], router scratch [threads][2E], ids, weights, slots and tokens of each
+  // assignment [A] x 4, expert starts [E + 1], gathered rows [A][n_embd] (4-byte elements).
+  const uint64_t moe_elems =
+      m.is_moe() ? T * E + (uint64_t)n_threads * 2 * E + 4 * A + E + 1 + A * (uint64_t)m.n_embd : 0;
+  const uint64_t act_rows = std::max(T, A);
+  return 4 * (T * floats_per_token + 2 * ff_floats + scratch_floats + moe_elems) +
+         act_rows * (uint64_t)(q80 + q8k);
 }
 
 int64_t engine_window(const ModelShape& m) {
@@ -64,16 +75,25 @@ int64_t engine_blocks_per_seq(const ModelShape& m, int64_t max_model_len, int64_
 
 Result<BudgetTable> plan_engine_budget(const ModelShape& m, const EngineOptions& opt) {
   KVW_RETURN_IF_ERROR(m.validate());
-  if (m.is_mla() || m.is_moe()) {
-    return Error{"kvwarden's engine runs dense MHA/GQA models only; " + m.name + " is " +
-                 (m.is_mla() ? "MLA" : "MoE")};
+  if (m.is_mla()) {
+    return Error{"kvwarden's engine runs MHA/GQA attention only; " + m.name + " is MLA"};
+  }
+  if (m.n_shared_experts > 0) {
+    return Error{"kvwarden's engine has no shared experts yet; " + m.name + " has " +
+                 std::to_string(m.n_shared_experts)};
   }
   if (opt.max_num_batched_tokens < 1 || opt.block_size < 1 || opt.n_threads < 1) {
     return Error{"max_num_batched_tokens, block_size and n_threads must be >= 1"};
   }
   if (opt.kv_dtype == KvDtype::kFp8) return Error{"kvwarden's engine has no fp8 KV cache"};
   BudgetTable b;
-  b.weights_bytes = m.gguf ? m.gguf->weight_bytes : opt.weight_dtype.bytes(count_params(m).total());
+  const ParamCounts params = count_params(m);
+  b.weights_bytes = m.gguf ? m.gguf->weight_bytes : opt.weight_dtype.bytes(params.total());
+  b.decode_weight_bytes =
+      m.gguf ? m.gguf->decode_bytes_per_token
+             : opt.weight_dtype.bytes(params.active() - (m.tied_embeddings ? 0 : params.embedding));
+  b.n_experts = m.n_routed_experts;
+  b.n_experts_used = m.n_experts_per_tok;
   b.workspace_bytes =
       engine_workspace_bytes(m, opt.max_num_batched_tokens, opt.n_threads, opt.weight_dtype);
   // The engine's logits buffer: one f32 row per sequence a step can sample.
@@ -147,6 +167,11 @@ std::string BudgetTable::to_string() const {
   row("total", total_bytes);
   os << "  kv: " << kv_bytes_per_token << " B/token, " << kv_bytes_per_block << " B/block, "
      << num_blocks << " blocks\n";
+  if (n_experts > 0) {
+    os << "  decode: " << format_bytes((int64_t)decode_weight_bytes) << " (" << decode_weight_bytes
+       << " B) of weights read per token, " << n_experts_used << " of " << n_experts
+       << " experts\n";
+  }
   if (kv_blocks_per_seq > 0) {
     os << "  seq: " << kv_bytes_per_seq << " B/sequence (" << kv_blocks_per_seq << " blocks) at "
        << max_model_len << " tokens";

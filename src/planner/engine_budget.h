@@ -80,7 +80,12 @@ struct BudgetTable {
   uint64_t kv_bytes_per_seq = 0;     // kv_blocks_per_seq x kv_bytes_per_block
   uint64_t max_seqs_at_max_len = 0;  // num_blocks / kv_blocks_per_seq: sequences that can
                                      // all hold max_model_len tokens (before --max-num-seqs)
-  std::string to_string() const;     // the start-up table, one line per row
+  // Weight bytes a single-sequence decode step streams (the decode bandwidth bound is
+  // bandwidth / this): every matrix but the embedding, and of MoE layers only the routed experts
+  // a token uses. Printed for MoE models, where it is far below weights_bytes.
+  uint64_t decode_weight_bytes = 0;
+  int64_t n_experts = 0, n_experts_used = 0;  // routed experts, and per token (0: dense)
+  std::string to_string() const;              // the start-up table, one line per row
 };
 
 // The window kvwarden's engine frees blocks by: a block holds every layer, so only when every
@@ -95,13 +100,15 @@ int64_t engine_blocks_per_seq(const ModelShape& m, int64_t max_model_len, int64_
 // plus for int8 one f32 scale per token per KV head for K and for V.
 uint64_t engine_kv_bytes_per_token_layer(const ModelShape& m, KvDtype dtype);
 
-// Model::Model's workspace for T tokens: 4 B x (T x (2 n_embd + max(n_embd, q_dim, n_ff) + q_dim
-// + 2 kv_dim + 2 n_ff + n_rot) + n_threads x 2 head_dim) + T x (Q8_0 row + Q8_K row).
+// Model::Model's workspace for T tokens: 4 B x (T x (2 n_embd + max(n_embd, q_dim, n_ff, moe_ff)
+// + q_dim + 2 kv_dim + n_rot) + 2 max(T n_ff, A moe_ff) + n_threads x 2 head_dim + MoE routing)
+// + max(T, A) x (Q8_0 row + Q8_K row), where A = T x experts_per_tok (0 for dense models) and
+// MoE routing = T E + n_threads 2 E + 4 A + E + 1 + A n_embd for E routed experts.
 uint64_t engine_workspace_bytes(const ModelShape& m, int64_t max_num_batched_tokens,
                                 int64_t n_threads, const Dtype& weight_dtype);
 
-// Errors: shapes the engine cannot run (MLA, MoE), invalid options, a budget that leaves no room
-// for one KV block ("needs 3.1 GiB for weights and workspace, budget 2.0 GiB").
+// Errors: shapes the engine cannot run (MLA, shared experts), invalid options, a budget that leaves
+// no room for one KV block ("needs 3.1 GiB for weights and workspace, budget 2.0 GiB").
 Result<BudgetTable> plan_engine_budget(const ModelShape& m, const EngineOptions& opt);
 
 }  // namespace kvw::planner

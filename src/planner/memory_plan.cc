@@ -147,6 +147,7 @@ ParamCounts count_params(const ModelShape& m) {
     if (is_moe_layer(m, l)) {
       const uint64_t expert = 3 * e * (uint64_t)m.moe_ff;
       pc.routed_experts += (uint64_t)m.n_routed_experts * expert;
+      pc.routed_experts_active += (uint64_t)m.n_experts_per_tok * expert;
       pc.shared_experts += (uint64_t)m.n_shared_experts * expert;
       pc.router += (uint64_t)m.n_routed_experts * e;
       p += (uint64_t)(m.n_routed_experts + m.n_shared_experts) * expert +

@@ -33,10 +33,15 @@ struct ParamCounts {
   uint64_t shared_experts = 0;
   uint64_t router = 0;  // gate: n_routed_experts * n_embd per MoE layer
   uint64_t norms = 0;   // RMSNorm weights
+  // Routed-expert parameters one token uses: n_experts_per_tok of n_routed_experts per layer.
+  uint64_t routed_experts_active = 0;
   uint64_t total() const {
     return embedding + output_head + attention + dense_mlp + routed_experts + shared_experts +
            router + norms;
   }
+  // Parameters one token's forward pass reads (the decode bandwidth bound's numerator): all but
+  // the unchosen routed experts. Equals total() for dense models.
+  uint64_t active() const { return total() - routed_experts + routed_experts_active; }
   // Parameters in layer l alone (attention, MLP or experts, norms of that layer).
   std::vector<uint64_t> per_layer;
 };

@@ -23,11 +23,15 @@ enum class WindowPattern {
 
 // Extra facts only a GGUF file gives; they make kvwarden's own engine budget exact.
 struct GgufFacts {
-  uint64_t weight_bytes = 0;        // sum of every tensor's bytes in the file
-  uint64_t num_params = 0;          // sum of every tensor's elements
-  int64_t n_rot = 0;                // rope.dimension_count
-  int64_t act_q8_0_row_bytes = 0;   // widest Q8_0 activation row any matmul needs (0: none)
-  int64_t act_q8_k_row_bytes = 0;   // widest Q8_K activation row any matmul needs (0: none)
+  uint64_t weight_bytes = 0;         // sum of every tensor's bytes in the file
+  uint64_t num_params = 0;           // sum of every tensor's elements
+  int64_t n_rot = 0;                 // rope.dimension_count
+  int64_t act_q8_0_row_bytes = 0;    // widest Q8_0 activation row any matmul needs (0: none)
+  int64_t act_q8_k_row_bytes = 0;    // widest Q8_K activation row any matmul needs (0: none)
+  uint64_t routed_expert_bytes = 0;  // ffn_{gate,up,down}_exps tensors, all experts
+  // Weight bytes one single-sequence decode step streams: every tensor but the embedding (tied:
+  // it is the output head), with only expert_used_count of expert_count routed experts.
+  uint64_t decode_bytes_per_token = 0;
   std::string weight_type_summary;  // "q4_K x 155, f32 x 45"
 };
 

@@ -132,6 +132,19 @@ Result<ModelShape> shape_from_gguf(const GgufFile& f) {
   m.max_position = hp->n_ctx_train;
   m.tied_embeddings = hp->tied_embeddings;
   m.qkv_bias = hp->qkv_bias;
+  m.n_routed_experts = hp->moe.n_expert;
+  m.n_experts_per_tok = hp->moe.n_expert_used;
+  m.n_shared_experts = hp->moe.n_expert_shared;
+  m.moe_ff = hp->moe.is_moe() ? hp->moe.n_ff_exp : 0;
+  m.first_k_dense = hp->moe.n_layer_dense_lead;
+  if (hp->mla.is_mla()) {
+    m.kv_lora_rank = hp->mla.kv_lora_rank;
+    m.q_lora_rank = hp->mla.q_lora_rank;
+    m.qk_rope_head_dim = hp->mla.qk_rope_dim;
+    m.qk_nope_head_dim = hp->mla.qk_nope_dim;
+    m.v_head_dim = hp->mla.v_head_dim;
+    m.head_dim = hp->mla.v_head_dim;  // as shape_from_config_json: MLA's head_dim is v_head_dim
+  }
   if (hp->sliding_window > 0) {
     m.sliding_window = hp->sliding_window;
     m.window_pattern = WindowPattern::kAll;
@@ -142,10 +155,13 @@ Result<ModelShape> shape_from_gguf(const GgufFile& f) {
   for (const GgufTensorInfo& t : f.tensors()) {
     g.weight_bytes += t.num_bytes;
     g.num_params += t.num_elements;
+    if (t.name.ends_with("_exps.weight")) g.routed_expert_bytes += t.num_bytes;
     type_counts[std::string(type_traits(t.type).name)] += 1;
     // Matmul weights are 2-D and not norms; kvwarden's kernels quantise their input rows to
     // Q8_0 (for Q4_0/Q8_0 weights) or Q8_K (for K-quants), sized by the row length shape[0].
-    const bool matmul = t.shape.size() == 2 && t.name != "token_embd.weight";
+    // Stacked experts (ffn_*_exps) are 3-D: n_expert matrices of the same row length.
+    const bool matmul =
+        (t.shape.size() == 2 || t.shape.size() == 3) && t.name != "token_embd.weight";
     const bool tied_output = hp->tied_embeddings && t.name == "token_embd.weight";
     if (!matmul && !tied_output) continue;
     const int64_t n_in = t.shape[0];
@@ -157,6 +173,15 @@ Result<ModelShape> shape_from_gguf(const GgufFile& f) {
       g.act_q8_k_row_bytes = std::max<int64_t>(
           g.act_q8_k_row_bytes, n_in / 256 * type_traits(GgmlType::kQ8_K).block_bytes);
     }
+  }
+  // One decode token reads every matrix but the embedding (one row of it), and of the routed
+  // experts only the used ones.
+  const GgufTensorInfo* emb = f.find_tensor("token_embd.weight");
+  g.decode_bytes_per_token = g.weight_bytes - g.routed_expert_bytes -
+                             (hp->tied_embeddings || emb == nullptr ? 0 : emb->num_bytes);
+  if (hp->moe.is_moe()) {
+    g.decode_bytes_per_token +=
+        g.routed_expert_bytes / (uint64_t)hp->moe.n_expert * (uint64_t)hp->moe.n_expert_used;
   }
   for (const auto& [type, count] : type_counts) {
     if (!g.weight_type_summary.empty()) g.weight_type_summary += ", ";

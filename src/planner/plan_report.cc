@@ -86,6 +86,7 @@ nlohmann::json plan_to_json(const MemoryPlan& p) {
                  {"overhead_bytes", p.in.overhead_bytes}};
   const ParamCounts& c = p.params;
   j["params"] = {{"total", c.total()},
+                 {"active", c.active()},
                  {"embedding", c.embedding},
                  {"output_head", c.output_head},
                  {"attention", c.attention},
@@ -136,8 +137,10 @@ std::string plan_to_text(const MemoryPlan& p, bool explain) {
   std::ostringstream os;
   os << "model     " << m.name << " (" << m.attention_kind() << ", " << m.n_layer << " layers"
      << (m.is_moe() ? ", MoE " + std::to_string(m.n_routed_experts) + " experts" : "") << ", "
-     << fixed2((double)p.params.total() / 1e9) << "B params)"
-     << (m.unconfirmed ? " [unconfirmed]" : "") << "\n          source: " << m.source << "\n";
+     << fixed2((double)p.params.total() / 1e9) << "B params"
+     << (m.is_moe() ? ", " + fixed2((double)p.params.active() / 1e9) + "B active per token" : "")
+     << ")" << (m.unconfirmed ? " [unconfirmed]" : "") << "\n          source: " << m.source
+     << "\n";
   os << "gpu       " << in.gpu_name << ": " << format_bytes((int64_t)in.gpu_memory_bytes) << " x "
      << in.tp * in.pp << " (tp " << in.tp << ", pp " << in.pp << "), utilization "
      << fixed2(in.gpu_memory_utilization) << "\n";

@@ -11,7 +11,7 @@ WORK="$(mktemp -d)"
 PID=""
 trap '[ -n "$PID" ] && kill $PID 2>/dev/null; rm -rf "$WORK"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
-table() { grep -E "^  (weights|workspace|kv_pool|reserve|request|total|kv:|seq:) " "$1"; }
+table() { grep -E "^  (weights|workspace|kv_pool|reserve|request|total|kv:|seq:|decode:) " "$1"; }
 
 # compare NAME MODEL MAX_MODEL_LEN: starts serve, leaves it running (PID, URL), diffs the tables.
 compare() {
@@ -67,6 +67,21 @@ if command -v curl >/dev/null; then
   [ -n "$FREED" ] || fail "window: kvwarden_kv_window_freed_blocks_total missing from /metrics"
   awk -v f="$FREED" 'BEGIN { exit !(f + 0 > 0) }' || fail "window: no blocks freed ($FREED)"
   echo "window: $FREED blocks freed behind the window for one request"
+fi
+stop
+
+# Mixtral-style MoE (8 experts, 2 per token): the same table, whose weights row counts every
+# expert and whose decode row counts the experts a token reads; with curl, serve answers.
+"$KVW" make-model --out "$WORK/moe.gguf" --preset mixtral-tiny --seed 9 >"$WORK/make.out" 2>&1 ||
+  fail "make-model moe: $(cat "$WORK/make.out")"
+compare moe "$WORK/moe.gguf" 256
+grep -qE "^  decode: .* of weights read per token, 2 of 8 experts$" "$WORK/moe.serve.table" ||
+  fail "moe: no decode row: $(cat "$WORK/moe.serve.table")"
+if command -v curl >/dev/null; then
+  curl -sf "$URL/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt": "hello world", "max_tokens": 20, "ignore_eos": true}' >"$WORK/moe.json" ||
+    fail "moe: completion failed"
+  grep -q '"finish_reason"' "$WORK/moe.json" || fail "moe: no answer: $(cat "$WORK/moe.json")"
 fi
 stop
 echo PASS

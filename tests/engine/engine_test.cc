@@ -1,6 +1,6 @@
 // Engine behaviour: batch-invariant greedy output (alone, batched, prefix hit, preempted and
-// swapped), clean ends (cancel, reject, shutdown), no leaked blocks, the start-up budget check and
-// the numerics guard.
+// swapped; dense and Mixtral-style MoE), clean ends (cancel, reject, shutdown), no leaked blocks,
+// the start-up budget check and the numerics guard.
 #include "engine/engine.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 
 #include "engine_test_util.h"
 #include "gguf/gguf_file.h"
+#include "model/model_maker.h"
 #include "planner/engine_budget.h"
 
 namespace kvw {
@@ -55,19 +56,15 @@ void expect_no_leak(Engine& e) {
 class EngineTest : public ::testing::Test {
  protected:
   void SetUp() override { model_ = testutil::tiny_model_path(); }
-  std::vector<GenerationRequest> requests(int n, int prompt_len, int max_tokens, int32_t n_vocab) {
-    std::vector<GenerationRequest> rs;
-    for (int i = 0; i < n; ++i)
-      rs.push_back(greedy(prompt(100 + i, prompt_len + 3 * i, n_vocab), max_tokens));
-    return rs;
-  }
   std::string model_;
 };
 
-TEST_F(EngineTest, GreedyOutputIdenticalAloneAndBatchedWithSixOthers) {
-  auto e = make_engine(config_with_blocks(model_, 256));
+void expect_batched_equals_alone(const std::string& model) {
+  auto e = make_engine(config_with_blocks(model, 256));
   ASSERT_NE(e, nullptr);
-  const auto rs = requests(7, 20, 12, e->model().hparams().n_vocab);
+  const int32_t n_vocab = e->model().hparams().n_vocab;
+  std::vector<GenerationRequest> rs;
+  for (int i = 0; i < 7; ++i) rs.push_back(greedy(prompt(100 + i, 20 + 3 * i, n_vocab), 12));
   std::vector<std::vector<int32_t>> alone;
   for (const auto& r : rs) {
     auto c = run_one(*e, r);
@@ -84,8 +81,8 @@ TEST_F(EngineTest, GreedyOutputIdenticalAloneAndBatchedWithSixOthers) {
   expect_no_leak(*e);
 }
 
-TEST_F(EngineTest, PrefixCacheHitGivesSameOutput) {
-  auto e = make_engine(config_with_blocks(model_, 64));
+void expect_prefix_hit_gives_same_output(const std::string& model) {
+  auto e = make_engine(config_with_blocks(model, 64));
   ASSERT_NE(e, nullptr);
   const auto r = greedy(prompt(7, 50, e->model().hparams().n_vocab), 10);  // 3 full blocks
   auto first = run_one(*e, r);
@@ -95,6 +92,14 @@ TEST_F(EngineTest, PrefixCacheHitGivesSameOutput) {
   e->shutdown();
   EXPECT_GE(e->kv_manager().prefix_counters().num_hit_blocks, 3u);
   expect_no_leak(*e);
+}
+
+TEST_F(EngineTest, GreedyOutputIdenticalAloneAndBatchedWithSixOthers) {
+  expect_batched_equals_alone(model_);
+}
+
+TEST_F(EngineTest, PrefixCacheHitGivesSameOutput) {
+  expect_prefix_hit_gives_same_output(model_);
 }
 
 void run_under_tiny_budget(const std::string& model, bool with_swap) {
@@ -146,6 +151,19 @@ TEST_F(EngineTest, GreedyOutputIdenticalWhenPreemptedForRecomputeUnderTinyBudget
 
 TEST_F(EngineTest, GreedyOutputIdenticalWhenSwappedUnderTinyBudget) {
   run_under_tiny_budget(model_, true);
+}
+
+// Mixtral-style experts (8, top-2): a step groups its tokens per expert, and the output of each
+// request is still the same alone, batched, from a prefix hit, preempted and swapped.
+TEST(EngineMoe, GreedyOutputIdenticalAloneBatchedPrefixHitPreemptedAndSwapped) {
+  auto spec = make_model_preset("mixtral-tiny");
+  ASSERT_TRUE(spec.ok());
+  const std::string model = ::testing::TempDir() + "/engine_moe.gguf";
+  ASSERT_TRUE(make_model(*spec, model).ok());
+  expect_batched_equals_alone(model);
+  expect_prefix_hit_gives_same_output(model);
+  run_under_tiny_budget(model, false);
+  run_under_tiny_budget(model, true);
 }
 
 TEST_F(EngineTest, CancelFreesBlocksByTheNextStep) {

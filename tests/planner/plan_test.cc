@@ -41,6 +41,17 @@ TEST(Params, MoeCountsEveryExpert) {
   EXPECT_NEAR(billions("deepseek-v3"), 671.0, 0.3);  // 685B on the hub includes the 14B MTP layer
 }
 
+TEST(Params, ActiveCountsTheUsedExpertsOnly) {
+  // Published active parameters per token: Mixtral-8x7B 12.9B, Qwen3-30B-A3B 3.3B,
+  // DeepSeek-V2-Lite 2.4B, DeepSeek-V3 37B; a dense model's are all of them.
+  EXPECT_NEAR(count_params(model("mixtral-8x7b")).active() / 1e9, 12.88, 0.01);
+  EXPECT_NEAR(count_params(model("qwen3-30b-a3b")).active() / 1e9, 3.35, 0.01);  // card: 3.3B
+  EXPECT_NEAR(count_params(model("deepseek-v2-lite")).active() / 1e9, 2.4, 0.3);
+  EXPECT_NEAR(count_params(model("deepseek-v3")).active() / 1e9, 37.5, 0.6);
+  const ParamCounts dense = count_params(model("llama-3-8b"));
+  EXPECT_EQ(dense.active(), dense.total());
+}
+
 PlanInputs inputs(uint64_t gpu_bytes, int64_t tp, int64_t len, int64_t conc) {
   PlanInputs in;
   in.gpu_name = "test";

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "gguf/gguf_file.h"
+#include "gguf/gguf_writer.h"
 #include "kv/kv_arena.h"
 #include "kv/kv_manager.h"
 #include "model/model.h"
@@ -199,6 +200,92 @@ TEST(EngineBudget, EqualsTheEnginesBuffersForF32Q8AndKQuantModels) {
   s.arch = "qwen2";
   s.tied = true;
   expect_engine_matches(make(s, "planner_q6k.gguf"), 32, 3);
+}
+
+TEST(EngineBudget, EqualsTheEnginesBuffersForMoeModels) {
+  // Mixtral-style: the workspace holds T x experts_used gathered rows for the experts.
+  MakeModelSpec s = *make_model_preset("mixtral-tiny");
+  s.n_embd = 256;
+  s.n_ff = 512;
+  expect_engine_matches(make(s, "planner_moe_f32.gguf"), 64, 2);
+  s.weight_type = GgmlType::kQ4_K;
+  s.n_expert_used = 3;
+  expect_engine_matches(make(s, "planner_moe_q4k.gguf"), 48, 3);
+}
+
+TEST(EngineBudget, MoeDecodeReadsOnlyTheUsedExperts) {
+  MakeModelSpec s = *make_model_preset("mixtral-tiny");  // 8 experts, 2 used
+  s.n_embd = 128;
+  s.n_ff = 256;
+  const std::string path = make(s, "planner_moe_decode.gguf");
+  auto shape = load_model_shape(path);
+  ASSERT_TRUE(shape.ok()) << shape.message();
+  EXPECT_EQ(shape->n_routed_experts, 8);
+  EXPECT_EQ(shape->n_experts_per_tok, 2);
+  EXPECT_EQ(shape->moe_ff, 256);
+  // The file's bytes: one expert tensor is 8 x 256 x 128 f32; three per layer, four layers.
+  const uint64_t experts = 4 * 3 * (8ull * 256 * 128 * 4);
+  EXPECT_EQ(shape->gguf->routed_expert_bytes, experts);
+  auto f = GgufFile::open(path);
+  ASSERT_TRUE(f.ok());
+  const uint64_t embd = (*f)->find_tensor("token_embd.weight")->num_bytes;
+  EXPECT_EQ(shape->gguf->decode_bytes_per_token,
+            shape->gguf->weight_bytes - embd - experts + experts / 4);
+  EngineOptions opt;
+  opt.max_model_len = 256;
+  opt.max_num_seqs = 2;
+  auto b = plan_engine_budget(*shape, opt);
+  ASSERT_TRUE(b.ok()) << b.message();
+  EXPECT_EQ(b->weights_bytes, shape->gguf->weight_bytes);  // every expert stays mapped
+  EXPECT_EQ(b->decode_weight_bytes, shape->gguf->decode_bytes_per_token);
+  EXPECT_NE(b->to_string().find("of weights read per token, 2 of 8 experts"), std::string::npos)
+      << b->to_string();
+  // Parameters: all experts in total(), two of eight per layer in active().
+  const ParamCounts pc = count_params(*shape);
+  EXPECT_EQ(pc.routed_experts, 4ull * 8 * 3 * 256 * 128);
+  EXPECT_EQ(pc.active(), pc.total() - pc.routed_experts / 4 * 3);
+}
+
+TEST(Gguf, Deepseek2FileGivesTheMlaShapeAndTheEngineBudgetRefusesIt) {
+  // DeepSeek-V2-Lite's attention and expert keys at a small width (llama.cpp's names).
+  GgufWriter w;
+  const std::string a = "deepseek2.";
+  w.set_string("general.architecture", "deepseek2");
+  for (const auto& [k, v] :
+       std::vector<std::pair<std::string, uint32_t>>{{"context_length", 4096},
+                                                     {"embedding_length", 256},
+                                                     {"block_count", 3},
+                                                     {"feed_forward_length", 1024},
+                                                     {"attention.head_count", 16},
+                                                     {"attention.head_count_kv", 16},
+                                                     {"rope.dimension_count", 64},
+                                                     {"attention.kv_lora_rank", 512},
+                                                     {"attention.key_length", 192},
+                                                     {"attention.value_length", 128},
+                                                     {"leading_dense_block_count", 1},
+                                                     {"expert_count", 64},
+                                                     {"expert_used_count", 6},
+                                                     {"expert_shared_count", 2},
+                                                     {"expert_feed_forward_length", 128}}) {
+    w.set_u32(a + k, v);
+  }
+  w.set_f32(a + "expert_weights_scale", 1.0f);
+  w.add_tensor("token_embd.weight", GgmlType::kF32, {256, 64},
+               std::vector<uint8_t>(256 * 64 * 4, 0));
+  const std::string path = ::testing::TempDir() + "/ds2_plan.gguf";
+  ASSERT_TRUE(w.write(path).ok());
+  auto shape = load_model_shape(path);
+  ASSERT_TRUE(shape.ok()) << shape.message();
+  EXPECT_TRUE(shape->is_mla());
+  EXPECT_EQ(shape->qk_nope_head_dim, 128);
+  EXPECT_EQ(shape->n_routed_experts, 64);
+  EXPECT_EQ(shape->n_shared_experts, 2);
+  EXPECT_EQ(shape->first_k_dense, 1);
+  // One latent of 512 + 64 per token per layer: 3 layers x 576 x 2 B.
+  EXPECT_EQ(kv_bytes_per_token(*shape, KvDtype::kBF16, 1), 3u * 576 * 2);
+  auto b = plan_engine_budget(*shape, EngineOptions{});
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.message().find("is MLA"), std::string::npos) << b.message();
 }
 
 TEST(EngineBudget, BudgetModeGivesTheKvPoolWhatIsLeft) {

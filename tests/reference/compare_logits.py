@@ -47,7 +47,7 @@ TOLERANCES = {
 _BASE = dict(arch="llama", dim=128, layers=2, heads=4, kv_heads=4, ffn=256, n_vocab=768,
              context=512, weight_type="f32", tied=False, rope_scaling="none", rope_scale=1.0,
              rope_orig_ctx=0, sliding_window=0, vocab_type="spm", kv_dtype="f32", seed=1,
-             lengths=(64,), tol="f32")
+             lengths=(64,), tol="f32", experts=0, experts_used=0)
 # K-quants need row lengths that are multiples of 256 (dim and ffn).
 _QUANT = dict(dim=256, heads=4, kv_heads=2, ffn=512, n_vocab=768, lengths=(40, 90))
 
@@ -85,6 +85,11 @@ CASES = {
     "llama_q4_k": _case(weight_type="q4_k", seed=14, tol="q4_k", **_QUANT),
     "llama_q5_k": _case(weight_type="q5_k", seed=15, tol="q5_k", **_QUANT),
     "llama_q6_k": _case(weight_type="q6_k", seed=16, tol="q6_k", **_QUANT),
+    # Mixtral-style MoE: 8 experts, top-2, batched so experts see tokens of several sequences.
+    "llama_moe_f32": _case(heads=4, kv_heads=2, experts=8, experts_used=2, layers=3,
+                           lengths=(1, 23, 120), seed=17),
+    "llama_moe_top3_f16": _case(heads=4, kv_heads=2, experts=6, experts_used=3,
+                                weight_type="f16", lengths=(70, 9), seed=18, tol="f16"),
     # Real trained weights and real token ids: a story prefix and the greedy prompt, batched.
     "stories260k": dict(real_model="stories260K.gguf", tol="f32",
                         texts=("Once upon a time, there was a little girl named Lily. She loved to "
@@ -122,6 +127,8 @@ def make_model(kvw, c, path):
                 "--rope-orig-ctx", str(c["rope_orig_ctx"])]
     if c["sliding_window"]:
         cmd += ["--sliding-window", str(c["sliding_window"])]
+    if c["experts"]:
+        cmd += ["--experts", str(c["experts"]), "--experts-used", str(c["experts_used"])]
     _run(cmd)
 
 
@@ -140,7 +147,14 @@ def check_model_file(model, c):
     expect("n_head", hp.n_head, c["heads"])
     expect("n_head_kv", hp.n_head_kv, c["kv_heads"])
     expect("n_vocab", model.n_vocab, c["n_vocab"])
-    expect("ffn rows", model.layers[0]["ffn_gate"].shape[0], c["ffn"])
+    moe = c["experts"] > 0
+    expect("experts", hp.n_expert, c["experts"])
+    expect("experts used", hp.n_expert_used, c["experts_used"])
+    if moe:
+        expect("expert tensor shape", model.layers[0]["ffn_gate_exps"].shape,
+               (c["experts"], c["ffn"], c["dim"]))
+    else:
+        expect("ffn rows", model.layers[0]["ffn_gate"].shape[0], c["ffn"])
     expect("rope scaling", hp.rope_scaling, c["rope_scaling"])
     if c["rope_scaling"] != "none":
         expect("rope scale", hp.rope_scale, c["rope_scale"])
@@ -150,7 +164,8 @@ def check_model_file(model, c):
     if c["arch"] == "qwen2":
         expect("qwen2 q bias present", f.has_tensor("blk.0.attn_q.bias"), True)
     want_type = _GGML_TYPE_BY_FLAG[c["weight_type"]]
-    for name in ("blk.0.attn_q.weight", "blk.0.ffn_down.weight"):
+    for name in ("blk.0.attn_q.weight", "blk.0.ffn_down_exps.weight" if moe
+                 else "blk.0.ffn_down.weight"):
         expect(f"{name} type", GGML_TYPES[f.tensors[name].ggml_type][0], want_type)
     if errors:
         raise CaseFailure("generated model does not match the case:\n  " + "\n  ".join(errors))
@@ -203,6 +218,18 @@ def check_feature_matters(model, seqs, ours, c, max_abs):
     """With the case's feature switched off the reference must disagree with our logits, so a
     case cannot pass because its model happens to be insensitive to the feature."""
     hp = model.hp
+    if c["experts"]:
+        # Routing must matter both ways: one expert per token, and every expert per token.
+        gaps = []
+        for used in (1, hp.n_expert):
+            saved_used, hp.n_expert_used = hp.n_expert_used, used
+            try:
+                gaps.append(float(np.abs(ours - model.forward_batch(seqs)).max()))
+            finally:
+                hp.n_expert_used = saved_used
+        if min(gaps) < 100 * max_abs:
+            raise CaseFailure(f"other expert counts change logits by only {min(gaps):.2e}")
+        return min(gaps)
     saved = (hp.rope_scaling, hp.sliding_window)
     if c["rope_scaling"] != "none":
         hp.rope_scaling = "none"

@@ -1,4 +1,5 @@
-"""Independent numpy reference of the Llama-family decoder ("llama", "qwen2"), float64 throughout.
+"""Independent numpy reference of the Llama-family decoder ("llama", "qwen2", and Mixtral-style
+mixture-of-experts llama files), float64 throughout.
 
 Written from the architecture's mathematics, not from the C++ engine: the comparison tests trust
 it as the oracle. Also holds a tiny SentencePiece-style tokenizer (merge by score) and, run as a
@@ -43,6 +44,10 @@ class Hparams:
             self.rope_scaling, self.rope_scale = "linear", float(legacy_linear)
         # llama GGUFs store q/k permuted for adjacent-pair rotation; qwen2 keeps HF's half split.
         self.rope_neox = arch == "qwen2"
+        # Mixtral-style mixture of experts (HF MixtralSparseMoeBlock): softmax over the router
+        # logits, the top expert_used_count experts, their probabilities renormalised to sum 1.
+        self.n_expert = int(meta("expert_count", 0))
+        self.n_expert_used = int(meta("expert_used_count", 0))
         if self.n_head % self.n_head_kv != 0:
             raise ValueError("n_head must be a multiple of n_head_kv")
 
@@ -128,9 +133,10 @@ class LlamaRef:
         self.layers = []
         for il in range(hp.n_layer):
             p = f"blk.{il}."
+            ffn = ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps") \
+                if hp.n_expert > 0 else ("ffn_gate", "ffn_up", "ffn_down")
             layer = {k: w(p + k + ".weight") for k in (
-                "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate",
-                "ffn_up", "ffn_down")}
+                "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm") + ffn}
             for k in ("attn_q", "attn_k", "attn_v"):
                 layer[k + ".bias"] = opt(p + k + ".bias")
             self.layers.append(layer)
@@ -171,10 +177,29 @@ class LlamaRef:
             attn = np.einsum("hqk,khd->qhd", probs, v).reshape(n, nh * hd)
             x = x + attn @ L["attn_output"].T
             h = rms_norm(x, L["ffn_norm"], hp.rms_eps)
-            ff = silu(h @ L["ffn_gate"].T) * (h @ L["ffn_up"].T)
-            x = x + ff @ L["ffn_down"].T
+            if hp.n_expert > 0:
+                x = x + self.moe_ffn(L, h)
+            else:
+                ff = silu(h @ L["ffn_gate"].T) * (h @ L["ffn_up"].T)
+                x = x + ff @ L["ffn_down"].T
         x = rms_norm(x, self.output_norm, hp.rms_eps)
         return x @ self.output.T
+
+    def moe_ffn(self, L, h):
+        """Mixtral's sparse MoE block for h (T, n_embd); expert tensors are (E, rows, n_in)."""
+        k = self.hp.n_expert_used
+        logits = h @ L["ffn_gate_inp"].T  # (T, E)
+        probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        probs /= probs.sum(axis=-1, keepdims=True)
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            chosen = np.argsort(-probs[t], kind="stable")[:k]
+            weights = probs[t, chosen] / probs[t, chosen].sum()
+            for e, wt in zip(chosen, weights):
+                g = L["ffn_gate_exps"][e] @ h[t]
+                u = L["ffn_up_exps"][e] @ h[t]
+                out[t] += wt * (L["ffn_down_exps"][e] @ (silu(g) * u))
+        return out
 
     def forward_batch(self, sequences):
         """Independent sequences -> logits concatenated in order, (sum of lengths, n_vocab)."""

@@ -1,0 +1,117 @@
+// model/moe_forward.cc: the FFN of a mixture-of-experts layer. Tokens of the step are routed one
+// by one (model/moe_router.h), then grouped per expert, so each chosen expert's weights stream
+// from memory once per step whatever the batch (prefill or batched decode), and experts no token
+// chose are never read. Outputs are combined per token in its own routing order, so a token's
+// result does not depend on which other tokens share the step.
+//
+//   tokens [T] --route--> (token, k) assignments --group by expert--> A rows, expert 0's first
+//   gate/up/down matmuls per expert over its rows --> weighted sum per token into tmp_ [T][n_embd]
+#include <algorithm>
+
+#include "kernels/kernels.h"
+#include "model/model.h"
+#include "model/moe_router.h"
+
+namespace kvw {
+
+// Counting sort of this step's assignments by expert, tokens ascending within an expert (one
+// thread: T x K entries, a few thousand at most, against matmuls of millions of MACs).
+void Model::group_by_expert(int64_t n_tokens) {
+  const int32_t E = hp_.moe.n_expert, K = hp_.moe.n_expert_used;
+  std::vector<int32_t>& begin = expert_begin_;  // [E + 1]
+  std::fill(begin.begin(), begin.end(), 0);
+  for (int64_t i = 0; i < n_tokens * K; ++i) ++begin[route_ids_[i] + 1];
+  for (int32_t e = 0; e < E; ++e) begin[e + 1] += begin[e];
+  // begin[e] serves as expert e's fill cursor, which leaves it at the old begin[e + 1] ...
+  for (int64_t i = 0; i < n_tokens * K; ++i) {
+    const int32_t a = begin[route_ids_[i]]++;
+    assign_tok_[a] = (int32_t)(i / K);
+    route_slot_[i] = a;
+  }
+  // ... so shifting right by one restores the starts.
+  for (int32_t e = E; e > 0; --e) begin[e] = begin[e - 1];
+  begin[0] = 0;
+}
+
+void Model::run_moe_ffn(const LayerWeights& L, int64_t n_tokens) {
+  const auto& kt = kernels::kernels();
+  const MoeParams& moe = hp_.moe;
+  const int64_t d = hp_.n_embd, E = moe.n_expert, K = moe.n_expert_used, ff = moe.n_ff_exp;
+  const int64_t A = n_tokens * K;
+  float* xn = xn_.data();
+  float* rows = moe_rows_.data();
+  const float* bias = L.exp_probs_b.empty() ? nullptr : L.exp_probs_b.data();
+
+  pool_.run([&](int ith, int nth) {
+    kt.matmul(L.router.type, L.router.data, E, d, act_for(L.router, xn), n_tokens,
+              router_logits_.data(), ith, nth);
+  });
+  pool_.run([&](int ith, int nth) {
+    float* scratch = router_scratch_.data() + ith * router_scratch_floats(moe);
+    auto [b, e] = thread_share(n_tokens, ith, nth);
+    for (int64_t t = b; t < e; ++t) {
+      route_token(moe, router_logits_.data() + t * E, bias, route_ids_.data() + t * K,
+                  route_weights_.data() + t * K, scratch);
+    }
+  });
+  group_by_expert(n_tokens);
+  // Gather each assignment's input row and quantise it for the expert matmuls.
+  const WeightMatrix& gate0 = L.gate_exps.first;
+  const WeightMatrix& up0 = L.up_exps.first;
+  const WeightMatrix& down0 = L.down_exps.first;
+  pool_.run([&](int ith, int nth) {
+    auto [b, e] = thread_share(A, ith, nth);
+    for (int64_t a = b; a < e; ++a) {
+      std::copy_n(xn + assign_tok_[a] * d, d, rows + a * d);
+      quantize_for(gate0, rows, a, d);
+      if (up0.type != gate0.type) quantize_for(up0, rows, a, d);
+    }
+  });
+  // One matmul per chosen expert over its rows; each thread takes its share of weight rows.
+  auto rows_of = [&](int32_t e) { return expert_begin_[e + 1] - expert_begin_[e]; };
+  pool_.run([&](int ith, int nth) {
+    for (int32_t e = 0; e < E; ++e) {
+      const int64_t n = rows_of(e), a0 = expert_begin_[e];
+      if (n == 0) continue;
+      const auto* gate_act = static_cast<const uint8_t*>(act_for(gate0, rows));
+      const auto* up_act = static_cast<const uint8_t*>(act_for(up0, rows));
+      kt.matmul(gate0.type, L.gate_exps.expert(e).data, ff, d,
+                gate_act + a0 * kernels::act_row_bytes(gate0.type, d), n, gate_.data() + a0 * ff,
+                ith, nth);
+      kt.matmul(up0.type, L.up_exps.expert(e).data, ff, d,
+                up_act + a0 * kernels::act_row_bytes(up0.type, d), n, up_.data() + a0 * ff, ith,
+                nth);
+    }
+  });
+  pool_.run([&](int ith, int nth) {
+    auto [b, e] = thread_share(A, ith, nth);
+    for (int64_t a = b; a < e; ++a) {
+      float* g = gate_.data() + a * ff;
+      kt.silu_mul(g, up_.data() + a * ff, ff, g);  // in place: elementwise
+      quantize_for(down0, gate_.data(), a, ff);
+    }
+  });
+  pool_.run([&](int ith, int nth) {
+    const auto* act = static_cast<const uint8_t*>(act_for(down0, gate_.data()));
+    for (int32_t e = 0; e < E; ++e) {
+      const int64_t n = rows_of(e), a0 = expert_begin_[e];
+      if (n == 0) continue;
+      kt.matmul(down0.type, L.down_exps.expert(e).data, d, ff,
+                act + a0 * kernels::act_row_bytes(down0.type, ff), n, rows + a0 * d, ith, nth);
+    }
+  });
+  // Per token, in its routing order: tmp = sum_k weight_k * expert_k(x).
+  pool_.run([&](int ith, int nth) {
+    auto [b, e] = thread_share(n_tokens, ith, nth);
+    for (int64_t t = b; t < e; ++t) {
+      float* out = tmp_.data() + t * d;
+      for (int64_t k = 0; k < K; ++k) {
+        const float w = route_weights_[t * K + k];
+        const float* y = rows + (int64_t)route_slot_[t * K + k] * d;
+        for (int64_t i = 0; i < d; ++i) out[i] = k == 0 ? w * y[i] : out[i] + w * y[i];
+      }
+    }
+  });
+}
+
+}  // namespace kvw

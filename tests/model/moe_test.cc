@@ -1,0 +1,273 @@
+// Mixtral-style MoE llama files end to end in the model: the invariants the engine rests on hold
+// for routed experts (logits bit-identical alone, in batches, in chunks and with any thread
+// count, for float and quantised experts), and inconsistent expert metadata or tensors are
+// refused at load with one message naming the file, the key or tensor, and expected vs found.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <random>
+
+#include "gguf/gguf_file.h"
+#include "gguf/gguf_writer.h"
+#include "model/model.h"
+#include "model/model_maker.h"
+
+namespace kvw {
+namespace {
+
+MakeModelSpec moe_spec(const std::string& type) {
+  auto s = make_model_preset("mixtral-tiny");
+  EXPECT_TRUE(s.ok());
+  s->n_embd = 256;  // K-quant rows are whole 256-element super-blocks
+  s->n_ff = 256;
+  s->n_layer = 2;
+  s->weight_type = *ggml_type_from_name(type);
+  s->seed = 21;
+  return *s;
+}
+
+std::string write_model(const std::string& name, const MakeModelSpec& spec) {
+  const std::string path = ::testing::TempDir() + "/" + name + ".gguf";
+  Status st = make_model(spec, path);
+  EXPECT_TRUE(st.ok()) << st.message();
+  return path;
+}
+
+std::unique_ptr<Model> load(const std::string& path, int threads) {
+  ModelOptions opt;
+  opt.n_threads = threads;
+  opt.max_batch_tokens = 256;
+  auto m = Model::load(path, opt);
+  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.message());
+  return std::move(m.value());
+}
+
+std::vector<int32_t> random_tokens(int n, int32_t n_vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = (int32_t)(rng() % n_vocab);
+  return t;
+}
+
+// Every sequence's prompt with all logits, in one forward call, blocks from `first_block` on.
+std::vector<std::vector<float>> run_batch(Model& m, KvArena& kv,
+                                          const std::vector<std::vector<int32_t>>& seqs,
+                                          uint32_t first_block = 0) {
+  const int32_t bs = kv.config().block_size;
+  std::vector<std::vector<uint32_t>> tables(seqs.size());
+  std::vector<SeqInput> in;
+  uint32_t next = first_block;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    for (size_t b = 0; b < (seqs[i].size() + bs - 1) / bs; ++b) tables[i].push_back(next++);
+    in.push_back({.tokens = seqs[i], .start_pos = 0, .block_table = tables[i], .all_logits = true});
+  }
+  const int32_t V = m.hparams().n_vocab;
+  std::vector<float> all(Model::num_logit_rows(in) * V);
+  Status st = m.forward(in, kv, all.data());
+  EXPECT_TRUE(st.ok()) << st.message();
+  std::vector<std::vector<float>> out;
+  size_t off = 0;
+  for (const auto& s : seqs) {
+    out.emplace_back(all.begin() + off, all.begin() + off + s.size() * V);
+    off += s.size() * V;
+  }
+  return out;
+}
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+class MoeForwardTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MoeForwardTest, LogitsAreBitIdenticalAloneBatchedChunkedAndAcrossThreads) {
+  const std::string path = write_model("moe_" + GetParam(), moe_spec(GetParam()));
+  auto m = load(path, 2);
+  ASSERT_EQ(m->hparams().moe.n_expert, 8);
+  ASSERT_EQ(m->hparams().moe.n_expert_used, 2);
+  KvArena kv(m->kv_config(128, 16, KvDtype::kF16));
+  const int32_t V = m->hparams().n_vocab;
+  const auto probe = random_tokens(37, V, 1);
+  const auto alone = run_batch(*m, kv, {probe})[0];
+  for (int n : {2, 7}) {
+    std::vector<std::vector<int32_t>> seqs;
+    for (int i = 0; i < n; ++i) seqs.push_back(random_tokens(1 + 5 * i, V, 100 + i));
+    seqs[n / 2] = probe;
+    EXPECT_TRUE(bit_equal(run_batch(*m, kv, seqs, 40)[n / 2], alone)) << "batch of " << n;
+  }
+  // Chunks of 16, 16, 4, then one decode token, in other blocks.
+  std::vector<uint32_t> table = {90, 91, 92};
+  std::vector<float> chunked;
+  for (size_t pos = 0; pos < probe.size();) {
+    const size_t n = pos < 32 ? 16 : (pos < 36 ? 4 : 1);
+    SeqInput in{.tokens = std::span(probe).subspan(pos, n),
+                .start_pos = (int64_t)pos,
+                .block_table = table,
+                .all_logits = true};
+    std::vector<float> l(n * V);
+    ASSERT_TRUE(m->forward({&in, 1}, kv, l.data()).ok());
+    chunked.insert(chunked.end(), l.begin(), l.end());
+    pos += n;
+  }
+  EXPECT_TRUE(bit_equal(chunked, alone));
+  for (int threads : {1, 3}) {
+    auto mt = load(path, threads);
+    KvArena kvt(mt->kv_config(8, 16, KvDtype::kF16));
+    EXPECT_TRUE(bit_equal(run_batch(*mt, kvt, {probe})[0], alone)) << threads << " threads";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ExpertTypes, MoeForwardTest, ::testing::Values("f32", "q8_0", "q4_K"));
+
+TEST(MoeForward, RoutingMatters) {
+  // The same weights with one expert per token instead of two give other logits: the experts
+  // and their weights really reach the output.
+  MakeModelSpec s = moe_spec("f32");
+  const std::string two = write_model("moe_k2", s);
+  s.n_expert_used = 1;
+  const std::string one = write_model("moe_k1", s);
+  auto a = load(two, 1), b = load(one, 1);
+  KvArena kva(a->kv_config(4, 16, KvDtype::kF32)), kvb(b->kv_config(4, 16, KvDtype::kF32));
+  const auto tokens = random_tokens(20, a->hparams().n_vocab, 3);
+  EXPECT_FALSE(bit_equal(run_batch(*a, kva, {tokens})[0], run_batch(*b, kvb, {tokens})[0]));
+}
+
+// Copies `src` to a new file, letting `meta` change metadata and `tensors` add, drop or replace
+// tensors (return false to drop).
+using TensorEdit = std::function<bool(GgufWriter&, const GgufTensorInfo&, const uint8_t*)>;
+std::string rewrite(const std::string& src, const std::string& name,
+                    const std::function<void(GgufWriter&)>& meta, const TensorEdit& tensors) {
+  auto f = GgufFile::open(src);
+  EXPECT_TRUE(f.ok());
+  GgufWriter w;
+  for (const auto& kv : (*f)->metadata()) w.set(kv.key, kv.value);
+  meta(w);
+  for (const auto& t : (*f)->tensors()) {
+    const uint8_t* p = (*f)->tensor_data(t);
+    if (tensors(w, t, p)) {
+      w.add_tensor(t.name, t.type, t.shape, std::vector<uint8_t>(p, p + t.num_bytes));
+    }
+  }
+  const std::string path = ::testing::TempDir() + "/" + name + ".gguf";
+  EXPECT_TRUE(w.write(path).ok());
+  return path;
+}
+
+const auto kKeepAll = [](GgufWriter&, const GgufTensorInfo&, const uint8_t*) { return true; };
+
+void expect_refused(const std::string& path, const std::vector<std::string>& parts) {
+  auto m = Model::load(path, {});
+  ASSERT_FALSE(m.ok());
+  const std::string file = path.substr(path.find_last_of('/') + 1);
+  EXPECT_NE(m.message().find(file), std::string::npos) << m.message();
+  for (const auto& p : parts) EXPECT_NE(m.message().find(p), std::string::npos) << m.message();
+}
+
+class MoeBadInput : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MakeModelSpec s = moe_spec("f32");
+    s.n_embd = 64;
+    s.n_ff = 128;
+    good_ = write_model("moe_good", s);
+  }
+  std::string good_;
+};
+
+TEST_F(MoeBadInput, MoreExpertsUsedThanExist) {
+  const std::string bad = rewrite(
+      good_, "moe_used9", [](GgufWriter& w) { w.set_u32("llama.expert_used_count", 9); }, kKeepAll);
+  expect_refused(bad, {"llama.expert_used_count", "expected 1..8", "found 9"});
+}
+
+TEST_F(MoeBadInput, ExpertsUsedWithoutExperts) {
+  const std::string bad = rewrite(
+      good_, "moe_count0", [](GgufWriter& w) { w.set_u32("llama.expert_count", 0); }, kKeepAll);
+  expect_refused(bad, {"llama.expert_used_count", "expert_count is 0"});
+}
+
+TEST_F(MoeBadInput, ZeroExpertsUsed) {
+  const std::string bad = rewrite(
+      good_, "moe_used0", [](GgufWriter& w) { w.set_u32("llama.expert_used_count", 0); }, kKeepAll);
+  expect_refused(bad, {"llama.expert_used_count", "expected 1..8", "found 0"});
+}
+
+TEST_F(MoeBadInput, MissingExpertTensor) {
+  const std::string bad = rewrite(
+      good_, "moe_noup", [](GgufWriter&) {},
+      [](GgufWriter&, const GgufTensorInfo& t, const uint8_t*) {
+        return t.name != "blk.1.ffn_up_exps.weight";
+      });
+  expect_refused(bad, {"blk.1.ffn_up_exps.weight", "missing"});
+}
+
+TEST_F(MoeBadInput, MissingRouter) {
+  const std::string bad = rewrite(
+      good_, "moe_norouter", [](GgufWriter&) {},
+      [](GgufWriter&, const GgufTensorInfo& t, const uint8_t*) {
+        return t.name != "blk.0.ffn_gate_inp.weight";
+      });
+  expect_refused(bad, {"blk.0.ffn_gate_inp.weight", "missing"});
+}
+
+TEST_F(MoeBadInput, ExpertTensorWithTooFewExperts) {
+  // ffn_down_exps holding 7 experts' matrices where metadata says 8.
+  const std::string bad = rewrite(
+      good_, "moe_down7", [](GgufWriter&) {},
+      [](GgufWriter& w, const GgufTensorInfo& t, const uint8_t* p) {
+        if (t.name != "blk.0.ffn_down_exps.weight") return true;
+        w.add_tensor(t.name, t.type, {t.shape[0], t.shape[1], 7},
+                     std::vector<uint8_t>(p, p + t.num_bytes / 8 * 7));
+        return false;
+      });
+  expect_refused(bad,
+                 {"blk.0.ffn_down_exps.weight", "shape [128, 64, 7]", "expected [128, 64, 8]"});
+}
+
+TEST_F(MoeBadInput, ExpertTensorFlattenedTo2D) {
+  const std::string bad = rewrite(
+      good_, "moe_gate2d", [](GgufWriter&) {},
+      [](GgufWriter& w, const GgufTensorInfo& t, const uint8_t* p) {
+        if (t.name != "blk.1.ffn_gate_exps.weight") return true;
+        w.add_tensor(t.name, t.type, {t.shape[0], t.shape[1] * t.shape[2]},
+                     std::vector<uint8_t>(p, p + t.num_bytes));
+        return false;
+      });
+  expect_refused(bad, {"blk.1.ffn_gate_exps.weight", "shape [64, 1024]", "expected [64, 128, 8]"});
+}
+
+TEST_F(MoeBadInput, PerExpertTensorsOfOlderConvertersAreNamed) {
+  // blk.N.ffn_gate.E.weight per expert instead of the stacked blk.N.ffn_gate_exps.weight.
+  const std::string bad = rewrite(
+      good_, "moe_split", [](GgufWriter&) {},
+      [](GgufWriter& w, const GgufTensorInfo& t, const uint8_t* p) {
+        if (!t.name.ends_with("_exps.weight")) return true;
+        const std::string stem = t.name.substr(0, t.name.size() - 12);  // "blk.0.ffn_gate"
+        const uint64_t per = t.num_bytes / 8;
+        for (int e = 0; e < 8; ++e) {
+          w.add_tensor(stem + "." + std::to_string(e) + ".weight", t.type, {t.shape[0], t.shape[1]},
+                       std::vector<uint8_t>(p + e * per, p + (e + 1) * per));
+        }
+        return false;
+      });
+  expect_refused(bad, {"blk.0.ffn_gate_exps.weight", "missing", "one tensor per expert",
+                       "blk.0.ffn_gate.0.weight"});
+}
+
+TEST_F(MoeBadInput, DenseTensorsInsteadOfExperts) {
+  // A dense llama file that claims experts: the router is the first thing missing.
+  MakeModelSpec s;
+  const std::string dense = write_model("dense_for_moe", s);
+  const std::string bad = rewrite(
+      dense, "dense_claims_moe",
+      [](GgufWriter& w) {
+        w.set_u32("llama.expert_count", 4);
+        w.set_u32("llama.expert_used_count", 2);
+      },
+      kKeepAll);
+  expect_refused(bad, {"blk.0.ffn_gate_inp.weight", "missing"});
+}
+
+}  // namespace
+}  // namespace kvw
