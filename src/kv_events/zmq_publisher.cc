@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
@@ -71,6 +72,10 @@ Status KvEventPublisher::open_sockets() {
   if (cfg_.replay_endpoint) {
     replay_ = zmq_socket(ctx_, ZMQ_ROUTER);
     zmq_setsockopt(replay_, ZMQ_LINGER, &linger, sizeof(linger));
+    // A ROUTER drops replies past its hwm (1000 by default): room for a whole buffer plus the
+    // end marker, so a subscriber asking from the oldest batch gets all of them.
+    const int replay_hwm = int(std::min<size_t>(cfg_.buffer_steps + 1, INT32_MAX));
+    zmq_setsockopt(replay_, ZMQ_SNDHWM, &replay_hwm, sizeof(replay_hwm));
     if (zmq_bind(replay_, cfg_.replay_endpoint->c_str()) != 0) {
       return zmq_error("bind", *cfg_.replay_endpoint);
     }

@@ -45,7 +45,7 @@ start_server() {
 stop_server() { kill "$PID" && wait "$PID" 2>/dev/null; PID=""; }
 
 "$KVW" make-model --out "$WORK/m.gguf" --seed 1 --context 1024 2>/dev/null || fail "make-model"
-"$KVW" serve --help | grep -q -- "--kv-events-config" || fail "serve --help lacks --kv-events-config"
+"$KVW" serve --help | grep -q -- "--kv-events-config" || fail "no --kv-events-config in --help"
 # A key vLLM does not have: refused at start-up, one line naming it, exit 2.
 timeout 30 "$KVW" serve --model "$WORK/m.gguf" --port 0 \
   --kv-events-config '{"enable_kv_cache_events": true, "port": 5557}' 2>"$WORK/bad.err"
@@ -59,7 +59,9 @@ rc=$?
 # (preemptions to the swap tier and back) and share two system prefixes (prefix hits).
 FLAGS=(--max-num-seqs 8 --max-model-len 256 --swap-space 1MiB --swap-path "$WORK/swap")
 start_server "${FLAGS[@]}"
-row_bytes() { grep -oE "^  $1 .*\(([0-9]+) B\)" "$WORK/serve.err" | grep -oE "[0-9]+ B" | tr -d ' B'; }
+row_bytes() {  # row_bytes NAME: bytes of a row of serve's budget table
+  grep -oE "^  $1 .*\(([0-9]+) B\)" "$WORK/serve.err" | grep -oE "[0-9]+ B" | tr -d ' B'
+}
 budget=$(($(row_bytes total) - $(row_bytes kv_pool) + 40 * $(grep -oE "[0-9]+ B/block" \
   "$WORK/serve.err" | tr -d ' B/block')))
 stop_server
