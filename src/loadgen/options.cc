@@ -181,6 +181,11 @@ std::vector<OptionDef> make_defs() {
                      return Error{"--percentile-metrics " + m + ": use ttft, tpot, itl, e2el"};
                  return {};
                }});
+  d.push_back(flag("ignore-eos", "Send \"ignore_eos\": true (vLLM; the default here)",
+                   &O::ignore_eos, true));
+  d.push_back(str("label", "vLLM's name for --name (result file prefix)", &O::name));
+  d.push_back(str("host", "Target host (vLLM; with --port instead of --base-url)", &O::host));
+  d.push_back(num("port", "Target port (vLLM; with --host instead of --base-url)", &O::port, 1));
   d.push_back(flag("save-result",
                    "Also write the JSON report as vLLM does: [--result-dir/]--result-filename, "
                    "default {name}-{rate}qps[-concurrency{N}]-{model}-{YYYYmmdd-HHMMSS}.json",
@@ -236,6 +241,11 @@ Status resolve_vllm_options(BenchOptions& o) {
   };
   if (o.random_input_len > 0) o.input_len = dist(o.random_input_len);
   if (o.random_output_len > 0) o.output_len = dist(o.random_output_len);
+  if (!o.host.empty() || o.port > 0) {
+    if (o.port > 65535) return Error{"--port must be <= 65535"};
+    o.base_url = "http://" + (o.host.empty() ? std::string("127.0.0.1") : o.host) + ":" +
+                 std::to_string(o.port > 0 ? o.port : 8000);
+  }
   return {};
 }
 

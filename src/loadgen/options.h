@@ -54,6 +54,8 @@ struct BenchOptions {
   int random_input_len = 0, random_output_len = 0;  // 0: not given
   double random_range_ratio = 0;  // lengths uniform in [N (1 - r), N (1 + r)], as vLLM's random
   std::vector<std::string> percentile_metrics = {"ttft", "tpot", "itl", "e2el"};
+  std::string host;                         // --host/--port: base URL http://host:port
+  int port = 0;                             //   (vLLM's defaults 127.0.0.1 and 8000)
   bool save_result = false;                 // --save-result: write the JSON report ...
   std::string result_dir, result_filename;  // ... here, under this name (else vLLM's)
 };
@@ -69,7 +71,8 @@ const std::vector<OptionDef>& option_defs();
 
 Status apply_option(BenchOptions& options, const std::string& name, const std::string& value);
 // --random-input-len/--random-output-len (with --random-range-ratio) become --input-len and
-// --output-len; errors name the flag. Call once all options are applied.
+// --output-len, --host/--port the base URL; errors name the flag. Call once all options are
+// applied.
 Status resolve_vllm_options(BenchOptions& options);
 // Where --save-result writes, as vLLM's compute_result_filename: [result_dir/]result_filename,
 // or "{name}-{request_rate}qps[-concurrency{N}]-{model basename}-{YYYYmmdd-HHMMSS}.json".

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # kvwarden bench with `vllm bench serve`'s flag names against a real `kvwarden serve` (issue 17):
-# --dataset-name random|sharegpt, --random-input-len/--random-output-len, --num-prompts,
-# --max-concurrency, --request-rate, --percentile-metrics, --metric-percentiles, --save-result
-# with --result-dir/--result-filename (and vLLM's default file name without it). The saved JSON
-# must carry vLLM's field names with values that add up.
+# --host/--port, --dataset-name random|sharegpt, --random-input-len/--random-output-len,
+# --num-prompts, --ignore-eos, --max-concurrency, --request-rate, --percentile-metrics,
+# --metric-percentiles, --save-result with --result-dir/--result-filename (and vLLM's default
+# file name without it). The saved JSON must carry vLLM's field names with values that add up.
 set -u
 KVW="$1"
 WORK="$(mktemp -d)"
@@ -30,11 +30,14 @@ done
 URL=$(grep -o 'http://[^ ]*' "$WORK/serve.out" | head -1)
 [ -n "$URL" ] || fail "server did not start"
 
-# 1. The random dataset, all at once, at most 3 in flight, percentiles for three metrics.
-"$KVW" bench --base-url "$URL" --dataset-name random --random-input-len 32 \
-  --random-output-len 8 --num-prompts 10 --max-concurrency 3 --request-rate inf \
-  --percentile-metrics ttft,tpot,itl --metric-percentiles 50,99 --seed 2 --quiet \
-  --save-result --result-dir "$WORK/results" --result-filename r.json >"$WORK/b1.out" 2>&1 ||
+# 1. The random dataset, all at once, at most 3 in flight, percentiles for three metrics; the
+#    target as vLLM names it (--host, --port).
+PORT=${URL##*:}
+"$KVW" bench --host 127.0.0.1 --port "$PORT" --ignore-eos --dataset-name random \
+  --random-input-len 32 --random-output-len 8 --num-prompts 10 --max-concurrency 3 \
+  --request-rate inf --percentile-metrics ttft,tpot,itl --metric-percentiles 50,99 --seed 2 \
+  --quiet --save-result --result-dir "$WORK/results" --result-filename r.json \
+  >"$WORK/b1.out" 2>&1 ||
   fail "bench with vLLM flags: $(tail -5 "$WORK/b1.out")"
 grep -q "P99 ttft (ms)" "$WORK/b1.out" || fail "no P99 ttft row: $(cat "$WORK/b1.out")"
 grep -q "P99 e2el (ms)" "$WORK/b1.out" && fail "E2EL percentiles printed though not selected"
@@ -80,8 +83,9 @@ JSON
   --result-dir "$WORK/default" >"$WORK/b2.out" 2>&1 || fail "sharegpt: $(tail -5 "$WORK/b2.out")"
 f=$(ls "$WORK/default")
 echo "$f" | grep -Eq '^bench-infqps-concurrency2-m-[0-9]{8}-[0-9]{6}\.json$' ||
-  fail "default result file name '$f' is not vLLM's {label}-{rate}qps-concurrency{N}-{model}-{dt}.json"
-/usr/bin/python3 -c "import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r['completed']==4 and r['failed']==0 else 1)" \
+  fail "result file '$f' is not vLLM's {label}-{rate}qps-concurrency{N}-{model}-{dt}.json"
+/usr/bin/python3 -c "import json, sys; r = json.load(open(sys.argv[1]))
+sys.exit(0 if r['completed'] == 4 and r['failed'] == 0 else 1)" \
   "$WORK/default/$f" || fail "sharegpt: not 4 completed"
 echo "sharegpt: 4 completed, saved as $f"
 

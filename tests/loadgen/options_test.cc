@@ -64,6 +64,14 @@ TEST(Options, VllmBenchServeFlagsSetTheSameFields) {
   EXPECT_EQ(o.input_len, "uniform:512:1536");  // vLLM: [N (1 - r), N (1 + r)]
   ASSERT_TRUE(apply_option(o, "random-range-ratio", "1").ok());
   EXPECT_FALSE(resolve_vllm_options(o).ok());
+  ASSERT_TRUE(apply_option(o, "port", "9000").ok());
+  ASSERT_TRUE(apply_option(o, "ignore-eos", "true").ok());
+  ASSERT_TRUE(apply_option(o, "label", "vllm").ok());
+  ASSERT_TRUE(apply_option(o, "random-range-ratio", "0").ok());
+  ASSERT_TRUE(resolve_vllm_options(o).ok());
+  EXPECT_EQ(o.base_url, "http://127.0.0.1:9000");  // vLLM's default host
+  EXPECT_TRUE(o.ignore_eos);
+  EXPECT_EQ(o.name, "vllm");
   EXPECT_FALSE(apply_option(o, "dataset-name", "sonnet").ok());
   EXPECT_FALSE(apply_option(o, "percentile-metrics", "ttft,latency").ok());
   EXPECT_FALSE(apply_option(o, "max-concurrency", "0").ok());
