@@ -12,7 +12,9 @@
 // Block hashes are the prefix cache's 64-bit chain hashes (kv/prefix_cache.h) sent as integers,
 // as vLLM does with its default VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1. data_parallel_rank is 0:
 // vLLM's publisher fills in its rank (0 with one engine) before encoding. medium names where the
-// blocks live: our KV pool is in host memory, so "CPU" (vLLM names its GPU pool "GPU").
+// blocks live: our KV pool is in host memory, so "CPU" (vLLM names its GPU pool "GPU"). Later
+// vLLM versions append lora_name (and optional fields) to BlockStored; llm-d's decoder reads
+// them as optional, so this 7-element form decodes there too.
 // Pure functions; thread-safe.
 #pragma once
 
