@@ -8,6 +8,8 @@ KVW_PACKAGES=(
   libgtest-dev googletest libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libpcre2-dev libxxhash-dev
   libcpp-httplib-dev libboost1.81-dev
+  # KV events (--kv-events-config): ZeroMQ; the e2e subscriber is Python (zmq + msgpack).
+  libzmq3-dev python3-zmq python3-msgpack
   # Fuzzing (scripts/fuzz.sh): clang with libFuzzer and the sanitizer runtimes.
   clang libclang-rt-14-dev
   python3 python3-numpy python3-yaml

@@ -32,13 +32,15 @@ KVW_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan -LE bench --output-on-failure -j"$JOBS"
 
 # ThreadSanitizer over what runs on several threads: the HTTP transport, the server over real
-# engines, the engine and its queues, the thread pool, the swap tier and the scheduler.
+# engines, the engine and its queues, the thread pool, the swap tier, the scheduler and the KV
+# events publisher.
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DKVW_SANITIZE=thread -DKVW_BUILD_BENCH=OFF \
   -DKVW_BUILD_APPS=OFF
 cmake --build build-tsan -j"$JOBS" --target http_server_test http_byte_budget_test server_test \
-  engine_test core_test swap_space_test sched_test
-TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --test-dir build-tsan \
-  -R "HttpServer|ByteBudget|Server|RequestMemory|Engine|Queue|ThreadPool|Swap|Scheduler" \
+  engine_test core_test swap_space_test sched_test kv_events_test
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/kv_events/tsan_libzmq.supp" \
+  ctest --test-dir build-tsan \
+  -R "HttpServer|ByteBudget|Server|RequestMemory|Engine|Queue|ThreadPool|Swap|Scheduler|Publisher" \
   --output-on-failure -j"$JOBS"
 
 # libFuzzer on the GGUF reader, both tokenizers, the request parser and chat templates, each

@@ -25,7 +25,12 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       "reports.\n"
       "408/409/429/5xx and connection failures are retried as the openai SDK does (--max-retries\n"
       "2, Retry-After honoured); latencies count from a request's first attempt.\n"
+      "`vllm bench serve` flag names work as well (--num-prompts, --max-concurrency,\n"
+      "--dataset-name random|sharegpt, --random-input-len, --random-output-len,\n"
+      "--percentile-metrics, --metric-percentiles, --save-result, --result-dir, ...).\n"
       "Example: kvwarden bench --pattern poisson --request-rate 4 --num-requests 200\n"
+      "         kvwarden bench --dataset-name random --random-input-len 1024 --num-prompts 200\n"
+      "             --max-concurrency 16 --save-result --result-dir results\n"
       "         kvwarden bench --scenario bench/scenarios/bursts.json");
   sub->add_option("--scenario", flags->scenario,
                   "Scenario file (JSON: args + pass criteria); other flags override its args")

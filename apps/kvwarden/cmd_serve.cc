@@ -23,6 +23,7 @@
 #include "core/log.h"
 #include "engine/engine.h"
 #include "gguf/gguf_file.h"
+#include "kv_events/zmq_publisher.h"
 #include "planner/engine_budget.h"
 #include "planner/model_source.h"
 #include "server/http_server.h"
@@ -36,7 +37,8 @@ struct ServeFlags {
   EngineConfig engine;
   std::string memory_budget, request_memory = "64MiB", swap_space, kv_dtype = "f16",
                              preemption_mode = "swap", overflow = "error", kv_reserve = "none",
-                             chat_template_file, diagnostics_dir;
+                             chat_template_file, diagnostics_dir, kv_events_json;
+  kv_events::KvEventsConfig kv_events;
   size_t trace_capacity = 65536;
   bool no_prefix_caching = false;
   int64_t max_model_len = 0;  // 0: min(4096, the model's trained context)
@@ -106,6 +108,15 @@ Result<std::unique_ptr<GgufFile>> resolve(ServeFlags& f) {
   if (!kr.ok()) return kr.error();
   e.sched.kv_reserve = *kr;
   e.enable_prefix_caching = !f.no_prefix_caching;
+  if (!f.kv_events_json.empty()) {
+    auto kc = kv_events::parse_kv_events_config(f.kv_events_json);
+    if (!kc.ok()) return kc.error();
+    f.kv_events = *kc;
+    if (f.kv_events.publishes() && !e.enable_prefix_caching) {
+      return Error{
+          "--kv-events-config: KV events report the prefix cache; drop --no-prefix-caching"};
+    }
+  }
   auto file = GgufFile::open(e.model_path);
   if (!file.ok()) return file.error();
   if (f.max_model_len > 0) {
@@ -193,7 +204,8 @@ nlohmann::json config_json(const ServeFlags& f) {
           {"preemption_mode", f.preemption_mode},
           {"overflow", f.overflow},
           {"kv_reserve", f.kv_reserve},
-          {"enable_prefix_caching", e.enable_prefix_caching}};
+          {"enable_prefix_caching", e.enable_prefix_caching},
+          {"kv_events_config", f.kv_events_json}};
 }
 
 int run(ServeFlags f) {
@@ -220,6 +232,22 @@ int run(ServeFlags f) {
   // Declared before the engine and the server so that they outlive both.
   std::unique_ptr<obs::ObservabilityContext> metrics;
   std::unique_ptr<server::ObsBridge> bridge;
+  // Outlives the engine, whose thread calls publish() through kv_event_sink.
+  std::unique_ptr<kv_events::KvEventPublisher> publisher;
+  if (f.kv_events.publishes()) {
+    auto p = kv_events::KvEventPublisher::start(f.kv_events, f.engine.block_size);
+    if (!p.ok()) return fail(p.message(), 2);
+    publisher = std::move(*p);
+    f.engine.kv_event_sink = [pub = publisher.get()](std::vector<KvCacheEvent>&& events) {
+      pub->publish(std::move(events));
+    };
+    std::cerr << "kvwarden serve: KV events on " << publisher->endpoint() << " topic '"
+              << f.kv_events.topic << "'"
+              << (publisher->replay_endpoint().empty()
+                      ? std::string(", no replay")
+                      : ", replay on " + publisher->replay_endpoint())
+              << "\n";
+  }
   server::StepRelay relay;
   f.engine.step_observer = relay.observer();
   // The engine's threads (its loop and the forward workers, all created by Engine::create)
@@ -240,7 +268,10 @@ int run(ServeFlags f) {
                                .trace_capacity = f.trace_capacity}));
   relay.connect(metrics->step_observer());
   bridge = std::make_unique<server::ObsBridge>(*metrics);
-  server::wire_observability(**srv, **engine, *metrics, *bridge, config_json(f));
+  server::wire_observability(
+      **srv, **engine, *metrics, *bridge, config_json(f),
+      publisher ? std::function<KvEventsStats()>([pub = publisher.get()] { return pub->stats(); })
+                : nullptr);
   if (Status st = (*srv)->start(); !st.ok()) {
     metrics->stop_watcher();  // it reads the engine
     return fail(st.message(), 1);
@@ -412,6 +443,15 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--kv-reserve", f->kv_reserve, "KV admission reserve: none or p95")
       ->capture_default_str();
   cmd->add_flag("--no-prefix-caching", f->no_prefix_caching, "Disable prefix caching");
+  cmd->add_option("--kv-events-config", f->kv_events_json,
+                  "Publish the prefix cache's KV events (BlockStored, BlockRemoved, "
+                  "AllBlocksCleared) over ZeroMQ in vLLM's format, for prefix-aware routers "
+                  "(llm-d). JSON with vLLM's keys: enable_kv_cache_events, publisher (zmq|null), "
+                  "endpoint (PUB, default tcp://*:5557), replay_endpoint (ROUTER), buffer_steps, "
+                  "hwm, max_queue_size (events; a full queue drops, counted in "
+                  "kvwarden_kv_events_dropped_total), topic. Example: "
+                  "'{\"enable_kv_cache_events\":true,\"publisher\":\"zmq\","
+                  "\"endpoint\":\"tcp://*:5557\",\"replay_endpoint\":\"tcp://*:5558\"}'");
   cmd->add_option("--activation-clamp", e.activation_clamp,
                   "Clamp residual activations to [-c, c] (0: off)")
       ->check(CLI::NonNegativeNumber);

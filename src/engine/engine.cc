@@ -146,6 +146,7 @@ Status Engine::init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file) {
                      .sliding_window = model_->hparams().sliding_window};
   KVW_RETURN_IF_ERROR(kc.validate());
   kv_ = std::make_unique<KvManager>(kc, arena_.get());
+  if (cfg.kv_event_sink) kv_->record_kv_events();
   if (cfg.swap_bytes > 0) {
     auto swap = SwapSpace::open(SwapConfig{.path = cfg.swap_path,
                                            .swap_bytes = cfg.swap_bytes,

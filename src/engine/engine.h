@@ -134,6 +134,7 @@ class Engine {
   std::vector<uint64_t> cancels_;
   // Emitted at the end of the step, after the stats that reflect it are published.
   std::vector<std::pair<uint64_t, ChannelEvent>> emit_tokens_;
+  std::vector<KvCacheEvent> kv_events_;  // this step's, handed to cfg_.kv_event_sink
   std::vector<FinishedRequest> emit_finished_;
 };
 

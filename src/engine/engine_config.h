@@ -7,9 +7,11 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/kv_dtype.h"
 #include "core/status.h"
+#include "kv/kv_events.h"
 #include "sched/sched_config.h"
 
 namespace kvw {
@@ -53,6 +55,10 @@ struct EngineConfig {
   bool check_invariants_every_step = false;  // tests: KvManager + Scheduler CHECKs each step
   // Called on the engine thread after every step (metrics, traces); empty = none.
   std::function<void(const StepObservation&)> step_observer;
+  // Called on the engine thread after a step (or idle tick) with the prefix cache's KV cache
+  // events since the last call (kv/kv_events.h), oldest first; never with none. Must not block
+  // (src/kv_events queues them for its publisher thread). Empty = events are not recorded.
+  std::function<void(std::vector<KvCacheEvent>&&)> kv_event_sink;
 
   Status validate() const;  // messages name the flag
 };

@@ -190,6 +190,11 @@ void Engine::sample_rows(const SchedulerOutput& out) {
 }
 
 void Engine::publish_and_emit() {
+  if (cfg_.kv_event_sink) {
+    kv_->take_kv_events(kv_events_);
+    if (!kv_events_.empty()) cfg_.kv_event_sink(std::move(kv_events_));
+    kv_events_.clear();  // moved-from: valid, emptied for reuse
+  }
   const SchedCounters& c = sched_->counters();
   stats_.num_preemptions = c.num_preemptions;
   stats_.num_swap_outs = c.num_swap_outs;

@@ -194,19 +194,37 @@ void KvManager::register_full_blocks(BlockTable& t, std::span<const int32_t> com
   for (; k0 < num_full && k0 < prompt_hashes.size(); ++k0) fresh.push_back(prompt_hashes[k0]);
   hash_full_blocks(computed, cfg_.block_size, k0, k0 == first ? t.last_hash() : fresh.back(),
                    fresh);
+  size_t run_start = 0, run_len = 0;  // blocks [first + run_start, +run_len) newly cached
+  auto flush_run = [&] {
+    if (run_len == 0) return;
+    const size_t i = first + run_start;
+    const size_t bs = static_cast<size_t>(cfg_.block_size);
+    events_.stored(i == 0 ? std::nullopt : std::optional<uint64_t>(t.block_hashes()[i - 1]),
+                   t.block_hashes().subspan(i, run_len), computed.subspan(i * bs, run_len * bs));
+    run_len = 0;
+  };
   for (size_t k = 0; k < fresh.size(); ++k) {
     const uint64_t h = fresh[k];
     const BlockId b = t.blocks()[first + k];
     t.push_hash(h);
+    bool cached_now = false;
     // Holes are hashed before they become holes (here, or with their prefix hit); defensive.
-    if (b == kNullBlock) continue;
-    const BlockMeta& m = pool_.meta(b);
-    if (m.has_hash) {
-      CHECK(m.hash == h) << "block " << index_of(b) << " holds another prefix";
-    } else if (cache_.insert(h, b)) {
-      pool_.set_hash(b, h);
-    }  // else another block already caches this prefix; this one stays private
+    if (b != kNullBlock) {
+      const BlockMeta& m = pool_.meta(b);
+      if (m.has_hash) {
+        CHECK(m.hash == h) << "block " << index_of(b) << " holds another prefix";
+      } else if (cache_.insert(h, b)) {
+        pool_.set_hash(b, h);
+        cached_now = true;
+      }  // else another block already caches this prefix; this one stays private
+    }
+    if (!cached_now) {
+      flush_run();
+    } else if (run_len++ == 0) {
+      run_start = k;
+    }
   }
+  flush_run();
 }
 
 AllocStatus KvManager::fork(SeqId parent, SeqId child) {
@@ -286,6 +304,14 @@ uint32_t KvManager::defragment(uint32_t max_moves) {
   return static_cast<uint32_t>(moves.size());
 }
 
+void KvManager::record_kv_events() {
+  if (!events_.enabled()) events_.enable();
+}
+
+void KvManager::take_kv_events(std::vector<KvCacheEvent>& out) {
+  events_.take(out);
+}
+
 void KvManager::advance_step() {
   ++step_;
   pool_.set_step(step_);
@@ -293,6 +319,7 @@ void KvManager::advance_step() {
 
 void KvManager::on_evict(BlockId b, uint64_t hash) {
   ++cache_.counters().num_evictions;
+  events_.removed(hash);
   if (swap_ != nullptr) offload(b, hash);
 }
 
@@ -354,6 +381,7 @@ std::vector<BlockRecord> KvManager::block_map() const {
     r.num_tokens = r.state == BlockState::kCached ? cfg_.block_size : filled[i];
     r.alloc_step = m.alloc_step;
     r.last_access_step = m.last_access_step;
+    if (m.has_hash) r.block_hash = m.hash;
   }
   // Holders: the owner is the lowest SeqId (deterministic); access is the last commit.
   for (const auto& [seq, t] : tables_) {

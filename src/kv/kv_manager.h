@@ -44,6 +44,7 @@
 #include "core/status.h"
 #include "kv/block_pool.h"
 #include "kv/block_table.h"
+#include "kv/kv_events.h"
 #include "kv/kv_storage.h"
 #include "kv/layout_stats.h"
 #include "kv/prefix_cache.h"
@@ -159,6 +160,12 @@ class KvManager {
   // Returns the moves done (0 when already compact).
   uint32_t defragment(uint32_t max_moves);
 
+  // KV cache events (kv/kv_events.h): from this call on, every prefix cache registration and
+  // eviction is recorded (starting with AllBlocksCleared) until take_kv_events moves it out.
+  // Off by default: kvsim and tests that never take them record nothing.
+  void record_kv_events();
+  void take_kv_events(std::vector<KvCacheEvent>& out);
+
   // The engine advances this once per step; it stamps allocation and access times.
   void advance_step();
   uint64_t step() const { return step_; }
@@ -178,7 +185,9 @@ class KvManager {
   // uncomputed slots are dropped: after swap_in, num_tokens == num_computed_tokens. Returns
   // false, with nothing changed, when the tier lacks room; the caller then frees the sequence
   // and recomputes it later.
-  bool swap_out(SeqId seq);
+  // `tokens`: the sequence's token ids from position 0 (at least its hashed blocks' tokens);
+  // needed only while KV events are recorded, for the BlockStored events of swap_in.
+  bool swap_out(SeqId seq, std::span<const int32_t> tokens = {});
   // Brings a swapped sequence back without blocking: the first call allocates its blocks
   // (all-or-nothing; kNoFreeBlocks: nothing changed) and submits the reads (after the
   // sequence's own swap-out writes have finished); later calls submit what the in-flight bound
@@ -245,6 +254,8 @@ class KvManager {
   struct SwappedSeq {
     std::vector<SwapSlot> slots;  // [live blocks]; kReleasedSlot once a failed write released it
     std::vector<uint64_t> hashes;
+    // [hashes.size() * block_size] the hashed blocks' tokens, only while events are recorded.
+    std::vector<int32_t> hashed_tokens;
     size_t num_holes = 0;  // leading window holes: slots[k] is logical block num_holes + k
     int64_t num_computed = 0;
     bool lost = false;         // a write failed: the data cannot come back
@@ -293,6 +304,7 @@ class KvManager {
   KvManagerConfig cfg_;
   KvStorage* storage_;  // not owned; nullptr in simulation
   PrefixCache cache_;
+  KvEventLog events_;
   BlockPool pool_;
   std::unordered_map<SeqId, BlockTable> tables_;
   uint64_t step_ = 0;

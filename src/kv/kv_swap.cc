@@ -123,6 +123,7 @@ void KvManager::append_from_tier(std::span<const int32_t> prompt,
   const size_t bs = static_cast<size_t>(cfg_.block_size);
   const size_t max_blocks = (prompt.size() - 1) / bs;
   uint64_t h = parent;
+  uint64_t parent_of_h = parent;  // chain hash of block i - 1
   for (size_t i = first_block; i < max_blocks; ++i) {
     h = i < prompt_hashes.size() ? prompt_hashes[i]
                                  : hash_block_tokens(h, prompt.subspan(i * bs, bs));
@@ -152,14 +153,19 @@ void KvManager::append_from_tier(std::span<const int32_t> prompt,
       return;
     }
     swap_->free_slot(slot);
-    if (cache_.insert(h, dst[0])) pool_.set_hash(dst[0], h);
+    if (cache_.insert(h, dst[0])) {
+      pool_.set_hash(dst[0], h);
+      events_.stored(i == 0 ? std::nullopt : std::optional<uint64_t>(parent_of_h),
+                     std::span<const uint64_t>(&h, 1), prompt.subspan(i * bs, bs));
+    }
+    parent_of_h = h;
     lease.push_back(dst[0]);
     hashes.push_back(h);
     ++cache_.counters().num_swap_hits;
   }
 }
 
-bool KvManager::swap_out(SeqId seq) {
+bool KvManager::swap_out(SeqId seq, std::span<const int32_t> tokens) {
   CHECK(swap_ != nullptr) << "swap_out without a swap tier";
   BlockTable& t = table(seq);
   // Only the live computed blocks travel; window holes are restored as holes by swap_in.
@@ -175,6 +181,13 @@ bool KvManager::swap_out(SeqId seq) {
   SwappedSeq& s = swapped_[seq];
   s.num_computed = t.num_computed_tokens();
   s.hashes.assign(t.block_hashes().begin(), t.block_hashes().end());
+  if (events_.enabled()) {
+    const size_t num_hashed_tokens = s.hashes.size() * size_t(block_size());
+    CHECK(tokens.size() >= num_hashed_tokens)
+        << "swap_out of " << index_of(seq) << " with " << tokens.size() << " tokens for "
+        << s.hashes.size() << " hashed blocks";
+    s.hashed_tokens.assign(tokens.begin(), tokens.begin() + ptrdiff_t(num_hashed_tokens));
+  }
   s.num_holes = first;
   for (size_t i = first; i < end; ++i) {
     SwapSubmission sub = swap_->swap_out(t.blocks()[i]);
@@ -263,10 +276,18 @@ SwapInStatus KvManager::install_swapped(std::unordered_map<SeqId, SwappedSeq>::i
   blocks.append(std::move(*s.lease));
   t.append(std::move(blocks), s.num_computed);
   t.set_num_computed(s.num_computed, step_);
+  const size_t bs = static_cast<size_t>(cfg_.block_size);
   for (size_t i = 0; i < s.hashes.size(); ++i) {
     const BlockId b = t.blocks()[i];
     t.push_hash(s.hashes[i]);
-    if (b != kNullBlock && cache_.insert(s.hashes[i], b)) pool_.set_hash(b, s.hashes[i]);
+    if (b != kNullBlock && cache_.insert(s.hashes[i], b)) {
+      pool_.set_hash(b, s.hashes[i]);
+      if (events_.enabled()) {
+        events_.stored(i == 0 ? std::nullopt : std::optional<uint64_t>(s.hashes[i - 1]),
+                       std::span<const uint64_t>(&s.hashes[i], 1),
+                       std::span<const int32_t>(s.hashed_tokens).subspan(i * bs, bs));
+      }
+    }
   }
   for (SwapSlot slot : s.slots) swap_->free_slot(slot);
   if (s.next_block) s.next_block->reset();  // unhashed: the next allocation takes it back

@@ -58,9 +58,10 @@ struct BlockRecord {
   BlockState state = BlockState::kFree;
   std::optional<SeqId> owner;  // first table holding it (lowest SeqId); none if free/cached
   int32_t ref_count = 0;
-  int32_t num_tokens = 0;         // filled slots (block_size for cached blocks)
-  uint64_t alloc_step = 0;        // step of the last allocation / revival
-  uint64_t last_access_step = 0;  // last step it was allocated, hit, freed or computed into
+  int32_t num_tokens = 0;              // filled slots (block_size for cached blocks)
+  uint64_t alloc_step = 0;             // step of the last allocation / revival
+  uint64_t last_access_step = 0;       // last step it was allocated, hit, freed or computed into
+  std::optional<uint64_t> block_hash;  // its prefix cache hash (cached, or used and registered)
 };
 
 // Largest run and number of runs of `true` in a per-block mask (shared with tests and kvsim).

@@ -213,6 +213,8 @@ bool judge(const std::vector<Criterion>& criteria, nlohmann::json& report) {
 
 // One run: returns 0, 1 (a criterion failed), 2 (bad options) or 3 (target unreachable).
 int run_one(BenchOptions o, const std::vector<Criterion>& criteria) {
+  if (Status st = resolve_vllm_options(o); !st.ok())
+    return std::cerr << "kvwarden bench: " << st.message() << "\n", 2;
   auto url = parse_url(o.base_url);
   if (!url.ok()) return std::cerr << "kvwarden bench: --base-url " << url.message() << "\n", 2;
   auto slos = parse_slos(o.goodput);
@@ -267,22 +269,25 @@ int run_one(BenchOptions o, const std::vector<Criterion>& criteria) {
   RunOutput out = run_benchmark(http, rc, specs.value());
   const bool alive = server_alive(http, url->path_prefix, 10);
 
-  SummaryOptions sopts{o.percentiles, slos.value()};
-  nlohmann::json context = {{"name", o.name},
-                            {"date", iso_now()},
-                            {"base_url", o.base_url},
-                            {"endpoint", o.endpoint},
-                            {"model_id", model},
-                            {"pattern", o.pattern},
-                            {"burstiness", o.burstiness},
-                            {"max_concurrency", o.concurrency},
-                            {"max_retries", o.max_retries},
-                            {"seed", o.seed},
-                            {"workload", o.workload},
-                            {"input_len", o.input_len},
-                            {"output_len", o.output_len},
-                            {"stream", o.stream},
-                            {"tokenizer", exact ? "target /tokenize" : "estimated ~4 chars/token"}};
+  SummaryOptions sopts{o.percentiles, slos.value(), o.percentile_metrics};
+  nlohmann::json context = {
+      {"name", o.name},
+      {"date", iso_now()},
+      {"base_url", o.base_url},
+      {"endpoint", o.endpoint},
+      {"model_id", model},
+      {"pattern", o.pattern},
+      {"burstiness", o.burstiness},
+      // vLLM: null when uncapped
+      {"max_concurrency", o.concurrency > 0 ? nlohmann::json(o.concurrency) : nlohmann::json()},
+      {"num_prompts", o.num_requests},
+      {"max_retries", o.max_retries},
+      {"seed", o.seed},
+      {"workload", o.workload},
+      {"input_len", o.input_len},
+      {"output_len", o.output_len},
+      {"stream", o.stream},
+      {"tokenizer", exact ? "target /tokenize" : "estimated ~4 chars/token"}};
   context["request_rate"] =
       std::isinf(o.request_rate) ? nlohmann::json("inf") : nlohmann::json(o.request_rate);
   nlohmann::json report = build_report(out, sopts, context, o.warmup_s);
@@ -291,8 +296,10 @@ int run_one(BenchOptions o, const std::vector<Criterion>& criteria) {
   std::cout << "server alive after the run: " << (alive ? "yes" : "NO") << "\n";
 
   const bool failed = !criteria.empty() && !judge(criteria, report);
+  const std::string vllm_path = vllm_result_path(o, model, std::time(nullptr));
   for (const auto& [path, text] :
-       {std::pair{o.output_json, report.dump(2)}, std::pair{o.output_html, render_html(report)}}) {
+       {std::pair{o.output_json, report.dump(2)}, std::pair{vllm_path, report.dump(2)},
+        std::pair{o.output_html, render_html(report)}}) {
     if (path.empty()) continue;
     Status st = write_file(path, text);
     if (!st.ok()) return std::cerr << "kvwarden bench: " << st.message() << "\n", 2;

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <iomanip>
 #include <sstream>
 
 namespace kvw::loadgen {
@@ -137,18 +138,60 @@ std::vector<OptionDef> make_defs() {
       num("scrape-interval", "Seconds between /metrics scrapes", &O::scrape_interval_s, 0.05),
       flag("quiet", "No live progress line", &O::quiet, true),
   };
-  d.push_back({"percentiles", "Percentiles to report, e.g. 50,90,95,99", false, true,
+  auto set_percentiles = [](O& o, const std::string& v) -> Status {
+    o.percentiles.clear();
+    for (const auto& p : split_list(v)) {
+      auto x = to_double("percentiles", p);
+      if (!x.ok()) return x.error();
+      if (!(x.value() >= 0 && x.value() <= 100))
+        return Error{"--percentiles " + p + ": not in 0..100"};
+      o.percentiles.push_back(x.value());
+    }
+    return {};
+  };
+  d.push_back(
+      {"percentiles", "Percentiles to report, e.g. 50,90,95,99", false, true, set_percentiles});
+  // vLLM `bench serve` names for the same settings, so its command lines run unchanged.
+  d.push_back(num("num-prompts", "vLLM's name for --num-requests", &O::num_requests, 0));
+  d.push_back(num("max-concurrency", "vLLM's name for --concurrency (cap on requests in flight)",
+                  &O::concurrency, 1));
+  d.push_back({"dataset-name", "vLLM's name for --workload: random or sharegpt", false, false,
                [](O& o, const std::string& v) -> Status {
-                 o.percentiles.clear();
-                 for (const auto& p : split_list(v)) {
-                   auto x = to_double("percentiles", p);
-                   if (!x.ok()) return x.error();
-                   if (!(x.value() >= 0 && x.value() <= 100))
-                     return Error{"--percentiles " + p + ": not in 0..100"};
-                   o.percentiles.push_back(x.value());
-                 }
+                 if (v != "random" && v != "sharegpt")
+                   return Error{"--dataset-name '" + v + "': kvwarden bench has random, sharegpt"};
+                 o.workload = v;
                  return {};
                }});
+  d.push_back(num("random-input-len", "random: prompt tokens (vLLM; --input-len fixed:N)",
+                  &O::random_input_len, 1));
+  d.push_back(num("random-output-len", "random: max_tokens (vLLM; --output-len fixed:N)",
+                  &O::random_output_len, 1));
+  d.push_back(num("random-range-ratio",
+                  "random: lengths uniform in [N (1 - r), N (1 + r)] (vLLM; default 0)",
+                  &O::random_range_ratio, 0));
+  d.push_back({"metric-percentiles", "vLLM's name for --percentiles, e.g. 25,50,99", false, true,
+               set_percentiles});
+  d.push_back({"percentile-metrics",
+               "Metrics that get percentiles in the report: some of ttft,tpot,itl,e2el (vLLM; "
+               "default all four)",
+               false, true, [](O& o, const std::string& v) -> Status {
+                 o.percentile_metrics = split_list(v);
+                 for (const auto& m : o.percentile_metrics)
+                   if (m != "ttft" && m != "tpot" && m != "itl" && m != "e2el")
+                     return Error{"--percentile-metrics " + m + ": use ttft, tpot, itl, e2el"};
+                 return {};
+               }});
+  d.push_back(flag("ignore-eos", "Send \"ignore_eos\": true (vLLM; the default here)",
+                   &O::ignore_eos, true));
+  d.push_back(str("label", "vLLM's name for --name (result file prefix)", &O::name));
+  d.push_back(str("host", "Target host (vLLM; with --port instead of --base-url)", &O::host));
+  d.push_back(num("port", "Target port (vLLM; with --host instead of --base-url)", &O::port, 1));
+  d.push_back(flag("save-result",
+                   "Also write the JSON report as vLLM does: [--result-dir/]--result-filename, "
+                   "default {name}-{rate}qps[-concurrency{N}]-{model}-{YYYYmmdd-HHMMSS}.json",
+                   &O::save_result, true));
+  d.push_back(str("result-dir", "Directory for --save-result (created)", &O::result_dir));
+  d.push_back(str("result-filename", "File name for --save-result", &O::result_filename));
   d.push_back({"goodput", "SLOs in ms for goodput, e.g. ttft:500 tpot:50 e2el:2000", false, true,
                [](O& o, const std::string& v) -> Status {
                  o.goodput = split_list(v);
@@ -186,6 +229,47 @@ Status apply_json_args(BenchOptions& options, const nlohmann::json& args) {
     KVW_RETURN_IF_ERROR(apply_option(options, k, text));
   }
   return {};
+}
+
+Status resolve_vllm_options(BenchOptions& o) {
+  const double r = o.random_range_ratio;
+  if (!(r < 1)) return Error{"--random-range-ratio must be in [0, 1)"};
+  auto dist = [r](int n) {
+    if (r == 0) return "fixed:" + std::to_string(n);
+    return "uniform:" + std::to_string(int(std::floor(n * (1 - r)))) + ":" +
+           std::to_string(int(std::ceil(n * (1 + r))));
+  };
+  if (o.random_input_len > 0) o.input_len = dist(o.random_input_len);
+  if (o.random_output_len > 0) o.output_len = dist(o.random_output_len);
+  if (!o.host.empty() || o.port > 0) {
+    if (o.port > 65535) return Error{"--port must be <= 65535"};
+    o.base_url = "http://" + (o.host.empty() ? std::string("127.0.0.1") : o.host) + ":" +
+                 std::to_string(o.port > 0 ? o.port : 8000);
+  }
+  return {};
+}
+
+std::string vllm_result_path(const BenchOptions& o, const std::string& model_id, std::time_t now) {
+  if (!o.save_result) return {};
+  std::string file = o.result_filename;
+  if (file.empty()) {
+    // Python's str(float): "inf", "4.0", "2.5".
+    std::ostringstream rate;
+    if (std::isinf(o.request_rate)) {
+      rate << "inf";
+    } else if (o.request_rate == std::floor(o.request_rate)) {
+      rate << std::fixed << std::setprecision(1) << o.request_rate;
+    } else {
+      rate << o.request_rate;
+    }
+    char dt[32];
+    std::strftime(dt, sizeof dt, "%Y%m%d-%H%M%S", std::localtime(&now));
+    const std::string base = model_id.substr(model_id.rfind('/') + 1);
+    file = o.name + "-" + rate.str() + "qps" +
+           (o.concurrency > 0 ? "-concurrency" + std::to_string(o.concurrency) : "") + "-" + base +
+           "-" + dt + ".json";
+  }
+  return o.result_dir.empty() ? file : o.result_dir + "/" + file;
 }
 
 std::string Criterion::description() const {

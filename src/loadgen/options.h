@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <ctime>
 #include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -49,6 +50,14 @@ struct BenchOptions {
   bool scrape_metrics = true;
   double scrape_interval_s = 1;
   bool quiet = false;  // no progress line
+  // vLLM `bench serve` vocabulary; resolve_vllm_options() turns these into the fields above.
+  int random_input_len = 0, random_output_len = 0;  // 0: not given
+  double random_range_ratio = 0;  // lengths uniform in [N (1 - r), N (1 + r)], as vLLM's random
+  std::vector<std::string> percentile_metrics = {"ttft", "tpot", "itl", "e2el"};
+  std::string host;                         // --host/--port: base URL http://host:port
+  int port = 0;                             //   (vLLM's defaults 127.0.0.1 and 8000)
+  bool save_result = false;                 // --save-result: write the JSON report ...
+  std::string result_dir, result_filename;  // ... here, under this name (else vLLM's)
 };
 
 struct OptionDef {
@@ -61,6 +70,15 @@ struct OptionDef {
 const std::vector<OptionDef>& option_defs();
 
 Status apply_option(BenchOptions& options, const std::string& name, const std::string& value);
+// --random-input-len/--random-output-len (with --random-range-ratio) become --input-len and
+// --output-len, --host/--port the base URL; errors name the flag. Call once all options are
+// applied.
+Status resolve_vllm_options(BenchOptions& options);
+// Where --save-result writes, as vLLM's compute_result_filename: [result_dir/]result_filename,
+// or "{name}-{request_rate}qps[-concurrency{N}]-{model basename}-{YYYYmmdd-HHMMSS}.json".
+// Empty without --save-result.
+std::string vllm_result_path(const BenchOptions& options, const std::string& model_id,
+                             std::time_t now);
 // Scenario "args": {"pattern": "spike", "spike-rate": 100, "no-stream": true, "goodput": [..]}.
 Status apply_json_args(BenchOptions& options, const nlohmann::json& args);
 

@@ -156,6 +156,8 @@ std::string format_summary(const nlohmann::json& r, const SummaryOptions& option
     const std::string suffix = " " + k + " (ms):";
     row(std::string("Mean").append(suffix).c_str(), r.value("mean_" + k + "_ms", 0.0));
     row(std::string("Median").append(suffix).c_str(), r.value("median_" + k + "_ms", 0.0));
+    const auto& pm = options.percentile_metrics;
+    if (std::find(pm.begin(), pm.end(), k) == pm.end()) continue;
     for (double p : options.percentiles) {
       const std::string name = percentile_name(p);
       row(std::string("P").append(name).append(suffix).c_str(),

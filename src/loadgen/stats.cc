@@ -74,11 +74,13 @@ std::string percentile_name(double p) {
 
 namespace {
 void add_metric(nlohmann::json& out, const std::string& name, const std::vector<double>& v,
-                const std::vector<double>& percentiles) {
+                const SummaryOptions& options) {
   out["mean_" + name + "_ms"] = mean_of(v);
   out["median_" + name + "_ms"] = percentile(v, 50);
   out["std_" + name + "_ms"] = std_of(v);
-  for (double p : percentiles) {
+  const auto& m = options.percentile_metrics;
+  if (std::find(m.begin(), m.end(), name) == m.end()) return;
+  for (double p : options.percentiles) {
     std::string key = "p";  // built by append: GCC 12 warns falsely on "p" + std::string&&
     key += percentile_name(p);
     key += "_" + name + "_ms";
@@ -146,10 +148,10 @@ nlohmann::json summarize(const std::vector<RequestResult>& results, double durat
   if (!options.slos.empty()) out["request_goodput"] = good / d;
   out["output_throughput"] = out_tokens / d;
   out["total_token_throughput"] = (in_tokens + out_tokens) / d;
-  add_metric(out, "ttft", ttft, options.percentiles);
-  add_metric(out, "tpot", tpot, options.percentiles);
-  add_metric(out, "itl", itl, options.percentiles);
-  add_metric(out, "e2el", e2el, options.percentiles);
+  add_metric(out, "ttft", ttft, options);
+  add_metric(out, "tpot", tpot, options);
+  add_metric(out, "itl", itl, options);
+  add_metric(out, "e2el", e2el, options);
   out["errors_by_status"] = errors;
   out["refused"] = refused;
   out["errors_5xx"] = errors_5xx;

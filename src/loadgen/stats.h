@@ -56,6 +56,9 @@ std::string percentile_name(double p);
 struct SummaryOptions {
   std::vector<double> percentiles = {50, 90, 95, 99};
   std::vector<Slo> slos;
+  // Metrics that get p{NN}_{metric}_ms keys (vLLM's --percentile-metrics); mean, median and std
+  // are reported for all four.
+  std::vector<std::string> percentile_metrics = {"ttft", "tpot", "itl", "e2el"};
 };
 
 // The vLLM-compatible summary of the measured (non-warm-up) requests over duration_s:

@@ -96,6 +96,13 @@ std::string kv_json(const KvSnapshot* kv, const planner::BudgetTable* budget) {
   append_column(out, "alloc_step", blocks, [](const BlockRecord& r) { return r.alloc_step; });
   append_column(out, "last_access_step", blocks,
                 [](const BlockRecord& r) { return r.last_access_step; });
+  // Prefix cache hashes (null: not registered), the set KV events mirror (kv/kv_events.h).
+  out += ",\"block_hash\":[";
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (i > 0) out += ',';
+    out += blocks[i].block_hash ? std::to_string(*blocks[i].block_hash) : "null";
+  }
+  out += ']';
   if (budget) out += ",\"budget\":" + budget_json(*budget).dump();
   out += '}';
   return out;

@@ -4,6 +4,7 @@
 //    "stats":{num_used_blocks,...,"block_usage","token_usage","internal_waste","fragmentation"},
 //    "state":[0 free|1 cached|2 used, ...N], "owner":[request id or -1, ...N],
 //    "ref_count":[...N], "num_tokens":[...N], "alloc_step":[...N], "last_access_step":[...N],
+//    "block_hash":[prefix cache hash or null, ...N],
 //    "budget":{weights_bytes,workspace_bytes,kv_pool_bytes,reserve_bytes,total_bytes,...}}
 // /debug/stats is one small object (see stats_json) sampled by the dashboard every second.
 // Pure functions; thread-safe.

@@ -113,6 +113,7 @@ std::string ObservabilityContext::metrics_text() {
   const ObsProviders p = providers();
   if (p.stats) metrics_.update_engine(p.stats());
   if (p.transport) metrics_.update_transport(p.transport());
+  if (p.kv_events) metrics_.update_kv_events(p.kv_events());
   if (p.budget) metrics_.update_budget(p.budget());
   metrics_.update_process();
   return metrics_.render();

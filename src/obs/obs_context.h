@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "engine/queues.h"
+#include "kv/kv_events.h"
 #include "obs/diagnostics.h"
 #include "obs/serving_metrics.h"
 #include "obs/trace_ring.h"
@@ -51,6 +52,7 @@ struct ObsProviders {
   std::function<planner::BudgetTable()> budget = nullptr;
   std::function<nlohmann::json()> config = nullptr;  // the serve config, for diagnostics dumps
   std::function<http::HttpServerStats()> transport = nullptr;  // the HTTP front door
+  std::function<KvEventsStats()> kv_events = nullptr;          // the KV events publisher
 };
 
 class ObservabilityContext {

@@ -136,6 +136,26 @@ void ServingMetrics::init_kvwarden() {
                              "KV blocks released because they fell wholly behind the model's "
                              "sliding window.")
                        .with({});
+  prefix_evictions_ = &r.counter("kvwarden_prefix_cache_evictions_total",
+                                 "Cached prefix blocks evicted to hold other data (LRU).")
+                           .with({});
+  kv_events_published_ = &r.counter("kvwarden_kv_events_published_total",
+                                    "KV cache events sent on the --kv-events-config PUB socket.")
+                              .with({});
+  kv_events_dropped_ = &r.counter("kvwarden_kv_events_dropped_total",
+                                  "KV cache events dropped because the publisher queue "
+                                  "(max_queue_size events) was full; never waited for.")
+                            .with({});
+  kv_batches_published_ = &r.counter("kvwarden_kv_event_batches_published_total",
+                                     "KV event batches (one per engine step with events) sent.")
+                               .with({});
+  kv_batches_dropped_ = &r.counter("kvwarden_kv_event_batches_dropped_total",
+                                   "KV event batches dropped at the full queue (each leaves a "
+                                   "gap in the sequence numbers).")
+                             .with({});
+  kv_events_queued_ =
+      &r.gauge("kvwarden_kv_events_queued", "KV cache events waiting for the publisher thread.")
+           .with({});
   http_conns_ = &r.gauge("kvwarden_http_connections", "Open HTTP connections.").with({});
   http_peak_conns_ =
       &r.gauge("kvwarden_http_connections_peak", "Most HTTP connections open at once.").with({});
@@ -253,6 +273,7 @@ void ServingMetrics::update_engine(const EngineStats& s) {
   engine_waiting_ = double(s.num_waiting);
   defrag_moves_->set_total(double(s.num_defrag_moves));
   window_freed_->set_total(double(s.num_window_freed_blocks));
+  prefix_evictions_->set_total(double(s.prefix.num_evictions));
   swapped_->set(double(s.num_swapped));
   numerics_->set_total(double(s.num_numerics_errors));
   gen_tokens_->set_total(double(s.num_generated_tokens));
@@ -364,6 +385,14 @@ void ServingMetrics::observe_shed(std::string_view reason) {
 void ServingMetrics::set_breaker_state(BreakerState s) {
   breaker_->set(double(int(s)));
   for (int i = 0; i < 3; ++i) breaker_labelled_[i]->set(i == int(s) ? 1.0 : 0.0);
+}
+
+void ServingMetrics::update_kv_events(const KvEventsStats& s) {
+  kv_events_published_->set_total(double(s.num_events_published));
+  kv_events_dropped_->set_total(double(s.num_events_dropped));
+  kv_batches_published_->set_total(double(s.num_batches_published));
+  kv_batches_dropped_->set_total(double(s.num_batches_dropped));
+  kv_events_queued_->set(double(s.num_events_queued));
 }
 
 }  // namespace kvw::obs

@@ -19,6 +19,7 @@
 #include "core/breaker_state.h"
 #include "engine/queues.h"
 #include "http/http_server.h"
+#include "kv/kv_events.h"
 #include "obs/metrics.h"
 #include "planner/engine_budget.h"
 
@@ -66,6 +67,8 @@ class ServingMetrics {
   // handler thread, or being prepared) are added to kvwarden_requests{state="waiting"} and
   // vllm:num_requests_waiting, so every accepted request is visible. After update_engine.
   void update_transport(const http::HttpServerStats& t);
+  // The KV events publisher (--kv-events-config), when there is one.
+  void update_kv_events(const KvEventsStats& s);
 
   // Observes TTFT, TPOT, ITL, e2e and queue time (when known), counts prompt tokens and the
   // finish reason. Generation tokens are counted from EngineStats, not here (no double count).
@@ -110,7 +113,9 @@ class ServingMetrics {
   Gauge *http_conns_, *http_peak_conns_, *http_streams_, *http_buffered_, *http_preparing_,
       *req_mem_used_, *req_mem_capacity_, *req_mem_peak_, *req_mem_waiting_;
   Counter *http_accepted_, *http_rejected_, *http_slow_, *req_mem_timeouts_, *defrag_moves_;
-  Counter* window_freed_;
+  Counter *window_freed_, *prefix_evictions_;
+  Counter *kv_events_published_, *kv_events_dropped_, *kv_batches_published_, *kv_batches_dropped_;
+  Gauge* kv_events_queued_;
   double engine_waiting_ = 0;
   // vllm:*
   Gauge *v_kv_usage_, *v_gpu_usage_, *v_running_, *v_waiting_, *v_swapped_;

@@ -208,8 +208,8 @@ void Scheduler::preempt(Request* victim, SchedulerOutput& out) {
   }
   remove_running(victim);
   ++victim->num_preemptions;
-  const bool swapped =
-      cfg_.preemption_mode == PreemptionMode::kSwap && kv_->has_swap() && kv_->swap_out(victim->id);
+  const bool swapped = cfg_.preemption_mode == PreemptionMode::kSwap && kv_->has_swap() &&
+                       kv_->swap_out(victim->id, victim->token_ids);
   if (swapped) {
     victim->state = RequestState::kPreemptedSwapped;
     ++counters_.num_swap_outs;

@@ -56,13 +56,15 @@ void ObsBridge::on_breaker_change(BreakerState state) {
 }
 
 void wire_observability(Server& server, Engine& engine, obs::ObservabilityContext& ctx,
-                        ObsBridge& bridge, nlohmann::json config) {
+                        ObsBridge& bridge, nlohmann::json config,
+                        std::function<KvEventsStats()> kv_events) {
   ctx.attach(
       {.stats = [&engine] { return engine.stats(); },
        .kv_snapshot = [&engine] { return engine.kv_snapshot(std::chrono::milliseconds(200)); },
        .budget = [&engine] { return engine.budget(); },
        .config = [config = std::move(config)] { return config; },
-       .transport = [&server] { return server.transport(); }});
+       .transport = [&server] { return server.transport(); },
+       .kv_events = std::move(kv_events)});
   ctx.metrics().set_breaker_state(BreakerState::kOk);
   server.set_observer(&bridge);
   obs::register_observability_routes(

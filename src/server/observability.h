@@ -66,8 +66,9 @@ class ObsBridge final : public ServerObserver {
 
 // Attaches the engine providers (KV snapshot with a 200 ms timeout), sets `bridge` as the
 // server's observer, registers the GET routes and starts the diagnostics watcher. Before
-// server.start().
+// server.start(). `kv_events`: the KV events publisher's counters (null: none).
 void wire_observability(Server& server, Engine& engine, obs::ObservabilityContext& ctx,
-                        ObsBridge& bridge, nlohmann::json config);
+                        ObsBridge& bridge, nlohmann::json config,
+                        std::function<KvEventsStats()> kv_events = nullptr);
 
 }  // namespace kvw::server

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <mutex>
+#include <set>
 
 #include "engine/engine.h"
 #include "engine/seq_sampler.h"
@@ -107,6 +108,55 @@ TEST(EngineObserve, StepObserverSeesEveryStepAndItsBlocks) {
   EXPECT_GE(allocated, 3u);     // 44 tokens in 16-token blocks
   EXPECT_EQ(allocated, freed);  // everything back at the end
   EXPECT_TRUE(finished_seen);
+}
+
+TEST(EngineObserve, KvEventSinkMirrorsThePrefixCache) {
+  std::mutex mu;
+  std::set<uint64_t> mirror;  // a subscriber's view, rebuilt from the events
+  size_t num_stored = 0, num_removed = 0;
+  EngineConfig cfg = config_with_blocks(testutil::tiny_model_path(), 16);
+  cfg.kv_event_sink = [&](std::vector<KvCacheEvent>&& events) {
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_FALSE(events.empty());
+    for (const KvCacheEvent& ev : events) {
+      if (ev.kind == KvCacheEvent::Kind::kAllBlocksCleared) mirror.clear();
+      for (uint64_t h : ev.block_hashes) {
+        if (ev.kind == KvCacheEvent::Kind::kBlockStored) {
+          EXPECT_TRUE(mirror.insert(h).second);
+          ++num_stored;
+        } else {
+          EXPECT_EQ(mirror.erase(h), 1u);
+          ++num_removed;
+        }
+      }
+    }
+  };
+  auto e = make_engine(cfg);
+  ASSERT_NE(e, nullptr);
+  const int32_t n_vocab = e->model().hparams().n_vocab;
+  const std::vector<int32_t> shared = prompt(3, 48, n_vocab);
+  for (uint64_t i = 0; i < 6; ++i) {  // a shared prefix (hits) in a 16-block pool (evictions)
+    GenerationRequest r;
+    r.prompt = shared;
+    const std::vector<int32_t> tail = prompt(100 + i, 60, n_vocab);
+    r.prompt.insert(r.prompt.end(), tail.begin(), tail.end());
+    r.max_tokens = 20;
+    r.ignore_eos = true;
+    auto ch = e->submit(r);
+    ASSERT_TRUE(ch.ok()) << ch.message();
+    ASSERT_EQ((*ch)->collect().tokens.size(), 20u);
+  }
+  // The finished request's last step handed its events over before its channel finished.
+  auto snap = e->kv_snapshot(std::chrono::milliseconds(2000));
+  ASSERT_NE(snap, nullptr);
+  std::set<uint64_t> cached;
+  for (const BlockRecord& b : snap->blocks)
+    if (b.block_hash) cached.insert(*b.block_hash);
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(mirror, cached);
+  EXPECT_GT(num_removed, 0u);
+  EXPECT_GT(e->stats().prefix.num_hit_blocks, 0u);
+  EXPECT_EQ(num_stored - num_removed, cached.size());
 }
 
 TEST(EngineObserve, KvSnapshotShowsTheRunningRequestsBlocks) {

@@ -34,6 +34,66 @@ TEST(Options, JsonArgsAndFlagsSetTheSameFields) {
   EXPECT_NE(bad.message().find("sprite-rate"), std::string::npos);
 }
 
+TEST(Options, VllmBenchServeFlagsSetTheSameFields) {
+  BenchOptions o;
+  for (const auto& [k, v] :
+       std::vector<std::pair<std::string, std::string>>{{"num-prompts", "200"},
+                                                        {"max-concurrency", "16"},
+                                                        {"dataset-name", "sharegpt"},
+                                                        {"dataset-path", "sg.json"},
+                                                        {"random-input-len", "1024"},
+                                                        {"random-output-len", "128"},
+                                                        {"metric-percentiles", "25,50,99"},
+                                                        {"percentile-metrics", "ttft,e2el"},
+                                                        {"save-result", "true"},
+                                                        {"result-dir", "out"},
+                                                        {"result-filename", "r.json"}}) {
+    ASSERT_TRUE(apply_option(o, k, v).ok()) << k;
+  }
+  EXPECT_EQ(o.num_requests, 200);
+  EXPECT_EQ(o.concurrency, 16);
+  EXPECT_EQ(o.workload, "sharegpt");
+  EXPECT_EQ(o.percentiles, (std::vector<double>{25, 50, 99}));
+  EXPECT_EQ(o.percentile_metrics, (std::vector<std::string>{"ttft", "e2el"}));
+  ASSERT_TRUE(resolve_vllm_options(o).ok());
+  EXPECT_EQ(o.input_len, "fixed:1024");
+  EXPECT_EQ(o.output_len, "fixed:128");
+  EXPECT_EQ(vllm_result_path(o, "org/m", 0), "out/r.json");
+  ASSERT_TRUE(apply_option(o, "random-range-ratio", "0.5").ok());
+  ASSERT_TRUE(resolve_vllm_options(o).ok());
+  EXPECT_EQ(o.input_len, "uniform:512:1536");  // vLLM: [N (1 - r), N (1 + r)]
+  ASSERT_TRUE(apply_option(o, "random-range-ratio", "1").ok());
+  EXPECT_FALSE(resolve_vllm_options(o).ok());
+  ASSERT_TRUE(apply_option(o, "port", "9000").ok());
+  ASSERT_TRUE(apply_option(o, "ignore-eos", "true").ok());
+  ASSERT_TRUE(apply_option(o, "label", "vllm").ok());
+  ASSERT_TRUE(apply_option(o, "random-range-ratio", "0").ok());
+  ASSERT_TRUE(resolve_vllm_options(o).ok());
+  EXPECT_EQ(o.base_url, "http://127.0.0.1:9000");  // vLLM's default host
+  EXPECT_TRUE(o.ignore_eos);
+  EXPECT_EQ(o.name, "vllm");
+  EXPECT_FALSE(apply_option(o, "dataset-name", "sonnet").ok());
+  EXPECT_FALSE(apply_option(o, "percentile-metrics", "ttft,latency").ok());
+  EXPECT_FALSE(apply_option(o, "max-concurrency", "0").ok());
+}
+
+TEST(Options, SaveResultUsesVllmsDefaultFileName) {
+  BenchOptions o;
+  EXPECT_EQ(vllm_result_path(o, "m", 0), "");  // not asked to save
+  o.save_result = true;
+  o.concurrency = 4;
+  const std::time_t t = 1767225600;  // a fixed instant; the name uses local time, like vLLM's
+  char dt[32];
+  std::strftime(dt, sizeof dt, "%Y%m%d-%H%M%S", std::localtime(&t));
+  EXPECT_EQ(vllm_result_path(o, "meta-llama/Llama-3-8B", t),
+            "bench-infqps-concurrency4-Llama-3-8B-" + std::string(dt) + ".json");
+  o.request_rate = 4;
+  o.concurrency = 0;
+  o.name = "openai";
+  o.result_dir = "res";
+  EXPECT_EQ(vllm_result_path(o, "m", t), "res/openai-4.0qps-m-" + std::string(dt) + ".json");
+}
+
 TEST(Options, CriteriaPassFailAndUnmeasured) {
   nlohmann::json report = {
       {"errors_5xx", 0}, {"completed_or_refused_ratio", 0.998}, {"alive", true}};

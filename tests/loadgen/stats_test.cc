@@ -92,6 +92,20 @@ TEST(Stats, SummaryCountsThroughputErrorsAndPercentiles) {
   EXPECT_FALSE(j.contains("request_goodput"));
 }
 
+TEST(Stats, PercentileMetricsChooseWhichMetricsGetPercentiles) {
+  const std::vector<RequestResult> rs = {ok_result(100, 500, 5, {100, 100, 100, 100})};
+  SummaryOptions opt;
+  opt.percentiles = {25, 99.9};
+  opt.percentile_metrics = {"ttft", "itl"};  // vLLM's --percentile-metrics ttft,itl
+  auto j = summarize(rs, 1.0, opt);
+  EXPECT_TRUE(j.contains("p25_ttft_ms"));
+  EXPECT_TRUE(j.contains("p99.9_itl_ms"));
+  EXPECT_FALSE(j.contains("p25_tpot_ms"));
+  EXPECT_FALSE(j.contains("p99.9_e2el_ms"));
+  EXPECT_TRUE(j.contains("mean_e2el_ms"));  // mean, median, std for every metric
+  EXPECT_TRUE(j.contains("median_tpot_ms"));
+}
+
 TEST(Stats, GoodputCountsRequestsMeetingEverySlo) {
   std::vector<RequestResult> rs = {ok_result(100, 500, 5),    // tpot 100
                                    ok_result(600, 700, 2),    // ttft too slow

@@ -21,8 +21,8 @@ TEST(DebugKv, ColumnsDescribeEveryBlock) {
   EXPECT_LT(body.size(), 4u << 20);  // compact: ~6 short numbers per block
   const auto j = nlohmann::json::parse(body);
   EXPECT_EQ(j["num_blocks"], 100'000);
-  for (const char* col :
-       {"state", "owner", "ref_count", "num_tokens", "alloc_step", "last_access_step"})
+  for (const char* col : {"state", "owner", "ref_count", "num_tokens", "alloc_step",
+                          "last_access_step", "block_hash"})
     ASSERT_EQ(j[col].size(), 100'000u) << col;
   EXPECT_EQ(j["state"][0], 0);  // free
   EXPECT_EQ(j["state"][5], 1);  // cached
@@ -32,6 +32,16 @@ TEST(DebugKv, ColumnsDescribeEveryBlock) {
   EXPECT_EQ(j["stats"]["num_free_blocks"], kv.stats.num_free_blocks);
   EXPECT_DOUBLE_EQ(j["stats"]["block_usage"].get<double>(), kv.stats.block_usage());
   EXPECT_EQ(j["budget"]["kv_pool_bytes"], b.kv_pool_bytes);
+}
+
+TEST(DebugKv, BlockHashColumnIsExactOrNull) {
+  KvSnapshot kv = test::make_snapshot(3);
+  kv.blocks[1].block_hash = 0xffffffffffffffffull;  // beyond a double's 53 bits: printed exactly
+  const auto j = nlohmann::json::parse(kv_json(&kv, nullptr));
+  ASSERT_EQ(j["block_hash"].size(), 3u);
+  EXPECT_TRUE(j["block_hash"][0].is_null());
+  EXPECT_EQ(j["block_hash"][1].get<uint64_t>(), 0xffffffffffffffffull);
+  EXPECT_TRUE(j["block_hash"][2].is_null());
 }
 
 TEST(DebugKv, NoSnapshotIsAnEmptyMap) {

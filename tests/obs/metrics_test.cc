@@ -189,6 +189,7 @@ TEST(ServingMetrics, ExportsEngineFiguresInBaseUnits) {
   EXPECT_EQ(value_of(p, "kvwarden_preemptions_total", {{"mode", "recompute"}}), 5);
   EXPECT_EQ(value_of(p, "kvwarden_swap_bytes_total", {{"direction", "out"}}), 1 << 20);
   EXPECT_EQ(value_of(p, "kvwarden_prefix_cache_hits_total"), 250);
+  EXPECT_EQ(value_of(p, "kvwarden_prefix_cache_evictions_total"), 17);
   EXPECT_EQ(value_of(p, "kvwarden_requests", {{"state", "waiting"}}), 11);
   EXPECT_EQ(value_of(p, "kvwarden_requests_shed_total", {{"reason", "queue_full"}}), 2);
   EXPECT_EQ(value_of(p, "kvwarden_breaker_state"), 1);
@@ -211,6 +212,21 @@ TEST(ServingMetrics, ExportsEngineFiguresInBaseUnits) {
   EXPECT_EQ(value_of(p, "vllm:request_success_total", {{"finished_reason", "length"}}), 1);
   EXPECT_EQ(
       value_of(p, "vllm:cache_config_info", {{"num_gpu_blocks", "300"}, {"block_size", "16"}}), 1);
+}
+
+TEST(ServingMetrics, ExportsKvEventsPublisherCounters) {
+  ServingMetrics m(kCfg);
+  m.update_kv_events({.num_events_published = 40,
+                      .num_batches_published = 12,
+                      .num_events_dropped = 7,
+                      .num_batches_dropped = 2,
+                      .num_events_queued = 3});
+  const test::Parsed p = parse_prometheus_text(m.render());
+  EXPECT_EQ(value_of(p, "kvwarden_kv_events_published_total"), 40);
+  EXPECT_EQ(value_of(p, "kvwarden_kv_event_batches_published_total"), 12);
+  EXPECT_EQ(value_of(p, "kvwarden_kv_events_dropped_total"), 7);
+  EXPECT_EQ(value_of(p, "kvwarden_kv_event_batches_dropped_total"), 2);
+  EXPECT_EQ(value_of(p, "kvwarden_kv_events_queued"), 3);
 }
 
 TEST(ServingMetrics, RequestTimingFeedsLatencyHistograms) {

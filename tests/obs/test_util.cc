@@ -94,6 +94,7 @@ EngineStats make_stats() {
   s.num_swapped = 2;
   s.prefix.num_query_tokens = 1000;
   s.prefix.num_hit_tokens = 250;
+  s.prefix.num_evictions = 17;
   s.kv = make_snapshot(300).stats;
   s.last_step_seqs = 6;
   s.last_step_tokens = 6;
