@@ -74,8 +74,9 @@ def export(model, tok, path, step):
     w.add_string("general.architecture", "llama")
     w.add_string("general.name", "kvwarden-default")
     w.add_string("general.description",
-                 "kvwarden's embedded default model: a %d-parameter Llama trained %d steps on "
-                 "the King James Bible (tools/train)" % (model.n_params(), step))
+                 "kvwarden's embedded default model: a %d-parameter Llama trained on the King "
+                 "James Bible (tools/train; %d steps in the last run, see "
+                 "models/kvwarden-default.md)" % (model.n_params(), step))
     w.add_string("general.license", "public-domain text; model weights CC0")
     w.add_u32("general.alignment", 32)
     w.add_u32("general.file_type", 1)  # mostly F16
