@@ -32,6 +32,10 @@
 namespace kvw::app {
 namespace {
 
+// The default --max-model-len's cap: long prompts pass, and the default KV pool does not grow
+// with it (it holds max_num_seqs x planner::kDefaultPoolTokensPerSeq tokens, shared).
+constexpr int64_t kMaxDefaultModelLen = 16384;
+
 struct ServeFlags {
   server::ServerConfig server;
   EngineConfig engine;
@@ -41,7 +45,7 @@ struct ServeFlags {
   kv_events::KvEventsConfig kv_events;
   size_t trace_capacity = 65536;
   bool no_prefix_caching = false;
-  int64_t max_model_len = 0;  // 0: min(4096, the model's trained context)
+  int64_t max_model_len = 0;  // 0: min(kMaxDefaultModelLen, the model's trained context)
 };
 
 Result<uint64_t> parse_size_flag(const std::string& flag, const std::string& text) {
@@ -125,7 +129,7 @@ Result<std::unique_ptr<GgufFile>> resolve(ServeFlags& f) {
     auto shape = planner::shape_from_gguf(**file);
     if (!shape.ok()) return shape.error();
     e.sched.max_model_len =
-        shape->max_position > 0 ? std::min<int64_t>(4096, shape->max_position) : 4096;
+        shape->max_position > 0 ? std::min(kMaxDefaultModelLen, shape->max_position) : 4096;
   }
   if (!f.chat_template_file.empty()) {
     f.server.chat_template = read_file(f.chat_template_file);
@@ -414,7 +418,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--memory-budget", f->memory_budget,
                   "Total memory for weights + workspace + KV pool + reserve: bytes, 8G, 512MiB "
                   "or 75% of the machine (default: none; the KV pool then fits max-num-seqs x "
-                  "max-model-len)");
+                  "min(max-model-len, 4096) tokens, and one max-model-len sequence at least)");
   cmd->add_option("--block-size", e.block_size, "KV block size in tokens")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
@@ -426,7 +430,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "Tokens per engine step (also sizes the forward workspace)")
       ->capture_default_str();
   cmd->add_option("--max-model-len", f->max_model_len,
-                  "Prompt + output tokens per request (default: min(4096, the model's context))");
+                  "Prompt + output tokens per request (default: min(16384, the model's context))");
   cmd->add_option("--swap-space", f->swap_space,
                   "Swap tier for preempted KV (bytes or 4G; default: none)");
   cmd->add_option("--swap-path", e.swap_path, "Swap file location (with --swap-space)");

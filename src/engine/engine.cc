@@ -74,7 +74,7 @@ Status Engine::plan_budget(const GgufFile& file) {
   LOG(INFO, engine) << "memory budget "
                     << (cfg_.memory_budget_bytes
                             ? planner::format_bytes((int64_t)cfg_.memory_budget_bytes)
-                            : std::string("(none: max_num_seqs x max_model_len)"))
+                            : std::string("(none: max_num_seqs x min(max_model_len, 4096))"))
                     << " (reserve includes " << logit_rows << " x " << n_vocab << " f32 logits):\n"
                     << budget_.to_string();
   return Status::ok_status();

@@ -119,9 +119,10 @@ Result<BudgetTable> plan_engine_budget(const ModelShape& m, const EngineOptions&
     if (opt.max_model_len < 1 || opt.max_num_seqs < 1) {
       return Error{"give a memory budget, or max_model_len and max_num_seqs >= 1"};
     }
-    const auto blocks_per_seq =
-        (uint64_t)engine_blocks_per_seq(m, opt.max_model_len, opt.block_size);
-    b.num_blocks = blocks_per_seq * (uint64_t)opt.max_num_seqs;
+    const auto pool_len = std::min(opt.max_model_len, kDefaultPoolTokensPerSeq);
+    b.num_blocks = std::max(
+        (uint64_t)engine_blocks_per_seq(m, pool_len, opt.block_size) * (uint64_t)opt.max_num_seqs,
+        (uint64_t)engine_blocks_per_seq(m, opt.max_model_len, opt.block_size));
   }
   b.kv_pool_bytes = b.num_blocks * b.kv_bytes_per_block;
   if (opt.max_model_len > 0) {

@@ -21,7 +21,8 @@ struct EngineOptions {
   Dtype weight_dtype{"f32", 1, 4};       // used only when the shape has no GGUF facts
   // Either a total memory budget (the KV pool takes what is left) ...
   uint64_t memory_budget_bytes = 0;
-  // ... or, when the budget is 0, room for max_num_seqs sequences of max_model_len tokens
+  // ... or, when the budget is 0, room for max_num_seqs sequences of
+  // min(max_model_len, kDefaultPoolTokensPerSeq) tokens, and at least one of max_model_len
   // (engine_blocks_per_seq each: a sliding window caps it).
   int64_t max_model_len = 0;
   int64_t max_num_seqs = 0;
@@ -57,6 +58,9 @@ struct RequestMemoryOptions {
 };
 inline constexpr uint64_t kConnectionBytes = 16u << 10;  // measured: bench/http_front_bench
 inline constexpr uint64_t kAnswerBytesPerToken = 16;
+// Without a memory budget the pool is sized for max_num_seqs requests of up to this many tokens:
+// a long context does not multiply the pool by max_num_seqs; its requests share the pool.
+inline constexpr int64_t kDefaultPoolTokensPerSeq = 4096;
 int64_t default_max_connections(int64_t max_num_seqs, int64_t max_queue);
 // Streams that can be open at once: every request admission lets run or wait.
 int64_t max_open_streams(int64_t max_num_seqs, int64_t max_queue);

@@ -1,8 +1,8 @@
 // The embedded default model (models/kvwarden-default.gguf, trained by tools/train): our engine
 // reproduces the training side's numbers. The held-out data are the first 8 non-overlapping
-// 256-token windows of the validation books (Jude, Revelation), written by
-// tools/train/evaluate.py together with PyTorch's perplexity on them and the binary's greedy
-// output, which evaluate.py checked equals PyTorch's greedy decoding.
+// 256-token windows of the validation books (Jude, Revelation) and their first 8192 tokens as
+// one window, written by tools/train/evaluate.py together with PyTorch's perplexity on them and
+// the binary's greedy output, which evaluate.py checked equals PyTorch's greedy decoding.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -28,8 +28,8 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-std::vector<std::vector<int32_t>> heldout_windows() {
-  auto j = nlohmann::json::parse(read_file(kData + "/heldout_tokens.json"));
+std::vector<std::vector<int32_t>> heldout_windows(const std::string& file) {
+  auto j = nlohmann::json::parse(read_file(kData + "/" + file));
   return j["sequences"].get<std::vector<std::vector<int32_t>>>();
 }
 
@@ -60,7 +60,9 @@ TEST(DefaultModel, TokenizerMatchesTrainingEncoder) {
   auto tok = Tokenizer::from_gguf(m->file());
   ASSERT_TRUE(tok.ok()) << tok.message();
   std::vector<int32_t> flat;
-  for (const auto& w : heldout_windows()) flat.insert(flat.end(), w.begin(), w.end());
+  for (const auto& w : heldout_windows("heldout_tokens.json")) {
+    flat.insert(flat.end(), w.begin(), w.end());
+  }
   std::istringstream lines(read_file(kData + "/heldout_text.txt"));
   std::vector<int32_t> ours;
   int n_chapters = 0;
@@ -74,15 +76,13 @@ TEST(DefaultModel, TokenizerMatchesTrainingEncoder) {
   EXPECT_EQ(ours, std::vector<int32_t>(flat.begin(), flat.begin() + (int64_t)ours.size()));
 }
 
-// Perplexity over the windows (each alone; positions 0..254 predict tokens 1..255) within 1%
-// of PyTorch's figure for the same F16 weights, and well below the uniform n_vocab.
-TEST(DefaultModel, HeldOutPerplexityMatchesPyTorch) {
-  const auto windows = heldout_windows();
-  ASSERT_EQ(windows.size(), 8u);
+// Perplexity over the windows, each alone (positions 0..n-2 predict tokens 1..n-1), from one
+// batched forward.
+double engine_ppl(const std::vector<std::vector<int32_t>>& windows) {
   int64_t total = 0;
   for (const auto& w : windows) total += (int64_t)w.size();
   auto m = load((int32_t)total);
-  ASSERT_NE(m, nullptr);
+  if (m == nullptr) return NAN;
   const int32_t bs = 16, V = m->hparams().n_vocab;
   uint32_t blocks = 0;
   std::vector<std::vector<uint32_t>> tables(windows.size());
@@ -96,7 +96,7 @@ TEST(DefaultModel, HeldOutPerplexityMatchesPyTorch) {
         {.tokens = windows[i], .start_pos = 0, .block_table = tables[i], .all_logits = true});
   }
   std::vector<float> logits(Model::num_logit_rows(in) * V);
-  ASSERT_TRUE(m->forward(in, kv, logits.data()).ok());
+  EXPECT_TRUE(m->forward(in, kv, logits.data()).ok());
 
   double nll = 0.0;
   int64_t count = 0, row = 0;
@@ -111,10 +111,33 @@ TEST(DefaultModel, HeldOutPerplexityMatchesPyTorch) {
       ++count;
     }
   }
-  const double ppl = std::exp(nll / (double)count);
+  return std::exp(nll / (double)count);
+}
+
+// Within 1% of PyTorch's figure for the same F16 weights, and well below the uniform n_vocab.
+TEST(DefaultModel, HeldOutPerplexityMatchesPyTorch) {
+  const auto windows = heldout_windows("heldout_tokens.json");
+  ASSERT_EQ(windows.size(), 8u);
+  const double ppl = engine_ppl(windows);
   const double expected = std::stod(read_file(kData + "/pytorch_ppl.txt"));
   EXPECT_NEAR(ppl, expected, 0.01 * expected) << "engine " << ppl << ", PyTorch " << expected;
-  EXPECT_LT(ppl, V / 16.0);  // uniform guessing scores n_vocab; this model ~206
+  EXPECT_LT(ppl, 4096 / 16.0);  // uniform guessing scores n_vocab
+}
+
+// One 8192-token window, 32x the 256 tokens the model was first trained on: the engine's
+// YaRN-scaled positions (llama.rope.scaling.*) give training's perplexity.
+TEST(DefaultModel, LongContextPerplexityMatchesPyTorch) {
+  const auto windows = heldout_windows("heldout_8k_tokens.json");
+  ASSERT_EQ(windows.size(), 1u);
+  ASSERT_EQ(windows[0].size(), 8192u);
+  auto m = load(16);
+  ASSERT_NE(m, nullptr);
+  EXPECT_GE(m->hparams().n_ctx_train, 8192);
+  EXPECT_EQ(m->hparams().rope.scaling, RopeScaling::kYarn);
+  const double ppl = engine_ppl(windows);
+  const double expected = std::stod(read_file(kData + "/pytorch_ppl_8k.txt"));
+  EXPECT_NEAR(ppl, expected, 0.01 * expected) << "engine " << ppl << ", PyTorch " << expected;
+  EXPECT_LT(ppl, 4096 / 16.0);
 }
 
 std::string run_generate(const std::string& prompt) {

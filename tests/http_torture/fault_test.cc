@@ -34,7 +34,8 @@ TEST(Faults, TinyBudgetWithSwapServesOrRefusesEveryLongPrompt) {
   auto served =
       serve_default_model({"--memory-budget", "133MiB", "--max-num-seqs", "16", "--max-queue", "16",
                            "--request-memory", "8MiB", "--max-body-bytes", "1048576",
-                           "--swap-space", "8MiB", "--swap-path", tmp.path() + "/swap"});
+                           "--swap-space", "8MiB", "--swap-path", tmp.path() + "/swap",
+                           "--max-model-len", "256"});
   ASSERT_TRUE(served->server && served->server->alive());
   const uint16_t port = served->server->port();
   std::vector<PlannedRequest> reqs;
@@ -112,7 +113,8 @@ TEST(Faults, SigtermMidStreamFinishesEveryStreamRefusesNewWorkAndExitsZero) {
 
 TEST(Faults, BreakerFlagsTripAndRecover) {
   auto served =
-      serve_default_model({"--max-num-seqs", "8", "--breaker-kv-threshold", "0.3",
+      serve_default_model({"--max-num-seqs", "8", "--max-model-len", "256",
+                           "--breaker-kv-threshold", "0.3",
                            "--breaker-kv-recover", "0.1", "--breaker-kv-seconds", "0.3",
                            "--breaker-recover-seconds", "0.5", "--breaker-tick-ms", "50"});
   ASSERT_TRUE(served->server && served->server->alive());

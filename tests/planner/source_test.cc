@@ -314,6 +314,34 @@ TEST(EngineBudget, BudgetModeGivesTheKvPoolWhatIsLeft) {
   EXPECT_FALSE(plan_engine_budget(*find_model("deepseek-v2-lite"), EngineOptions{}).ok());
 }
 
+// Without a budget a long max_model_len does not multiply the pool by max_num_seqs: it holds
+// max_num_seqs x 4096 tokens (what the old 4096 default gave), and one full-length sequence.
+TEST(EngineBudget, NoBudgetPoolIsCappedPerSequenceButFitsOneFullSequence) {
+  MakeModelSpec s;
+  s.n_embd = 128;
+  s.n_head = 4;
+  s.n_head_kv = 4;
+  s.n_ff = 256;
+  auto shape = load_model_shape(make(s, "planner_long.gguf"));
+  ASSERT_TRUE(shape.ok());
+  EngineOptions opt;
+  opt.max_num_seqs = 8;
+  opt.max_model_len = 4096;
+  auto at_cap = plan_engine_budget(*shape, opt);
+  ASSERT_TRUE(at_cap.ok()) << at_cap.message();
+  EXPECT_EQ(at_cap->num_blocks, 8u * 256);
+  opt.max_model_len = 10240;
+  auto longer = plan_engine_budget(*shape, opt);
+  ASSERT_TRUE(longer.ok()) << longer.message();
+  EXPECT_EQ(longer->num_blocks, 8u * 256);
+  EXPECT_EQ(longer->kv_blocks_per_seq, 640u);
+  EXPECT_EQ(longer->max_seqs_at_max_len, 3u);
+  opt.max_num_seqs = 1;
+  auto one = plan_engine_budget(*shape, opt);
+  ASSERT_TRUE(one.ok()) << one.message();
+  EXPECT_EQ(one->num_blocks, 640u);
+}
+
 // A Mistral-style GGUF (every layer windowed): a sequence at full context holds the window's
 // blocks only, the same bound the KvManager keeps, so the pool is sized for (and reports) that.
 TEST(EngineBudget, SlidingWindowCapsBlocksPerSequenceLikeTheKvManager) {

@@ -9,10 +9,16 @@ GGUF stores F16):
   tests/default_model/heldout_text.txt     the validation chapters inside those windows, one a
                                            line (the tokenizer test re-encodes them)
   tests/default_model/pytorch_ppl.txt      PyTorch's perplexity on those windows
+  tests/default_model/heldout_8k_tokens.json  the first 8192 validation tokens, one sequence
+  tests/default_model/pytorch_ppl_8k.txt   PyTorch's perplexity on it
   models/kvwarden-default-loss.svg/.csv    the loss curve
   --out/eval.json                          full validation loss, samples, C++ comparison
-With --kvwarden, also runs the binary: `logits` on a prompt (max abs difference from PyTorch) and
-greedy `generate` on the sample prompts (must equal PyTorch's greedy text).
+Perplexity by context (eval.json "ppl_by_ctx"): the validation stream cut into non-overlapping
+windows of 256, 1024, 4096 and 8192 tokens, each window alone, every position but the first
+predicted from the ones before it in its window.
+With --kvwarden, also runs the binary: `logits` on a prompt (max abs difference from PyTorch),
+the same perplexities from its logits, and greedy `generate` on the sample prompts (must equal
+PyTorch's greedy text).
 """
 
 import argparse
@@ -37,6 +43,7 @@ N_WINDOWS, WINDOW = 8, 256
 PROMPTS = ["In the beginning", "And the LORD said unto Moses,", "Blessed are the",
            "The kingdom of heaven is like"]
 N_SAMPLE = 40
+CONTEXTS = (256, 1024, 4096, 8192)
 
 
 @torch.no_grad()
@@ -91,14 +98,40 @@ def held_out(val, tok, val_docs):
 
 
 def windows_ppl(model, windows):
-    # Each window is evaluated alone: tokens 1..255 predicted from the tokens before them.
-    x = torch.tensor(windows)
+    # Each window is evaluated alone: tokens 1..n-1 predicted from the tokens before them.
     nll, cnt = 0.0, 0
     with torch.no_grad():
-        logits = model(x)
-        nll = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
-                              x[:, 1:].reshape(-1), reduction="sum").item()
-        cnt = x[:, 1:].numel()
+        for i in range(0, len(windows), 8):
+            x = torch.tensor(windows[i:i + 8])
+            logits = model(x)
+            nll += F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                   x[:, 1:].reshape(-1), reduction="sum").item()
+            cnt += x[:, 1:].numel()
+    return math.exp(nll / cnt)
+
+
+def ctx_windows(val, n):
+    return [val[i * n:(i + 1) * n].tolist() for i in range(len(val) // n)]
+
+
+def cpp_logits(exe, gguf, seqs, path):
+    """`kvwarden logits` on seqs: a memory map [sum of lengths][n_vocab] of its output."""
+    with open(path + ".json", "w") as f:
+        json.dump({"sequences": seqs}, f)
+    subprocess.run([exe, "logits", "--model", gguf, "--tokens-file", path + ".json", "--out",
+                    path, "--threads", "2"], check=True)
+    return np.memmap(path, dtype=np.float32, mode="r").reshape(sum(map(len, seqs)), -1)
+
+
+def cpp_windows_ppl(exe, gguf, windows):
+    nll, cnt, row = 0.0, 0, 0
+    with tempfile.TemporaryDirectory() as d:
+        logits = cpp_logits(exe, gguf, windows, os.path.join(d, "l.bin"))
+        for w in windows:
+            l = torch.from_numpy(np.array(logits[row:row + len(w) - 1])).double()
+            nll += F.cross_entropy(l, torch.tensor(w[1:]), reduction="sum").item()
+            cnt += len(w) - 1
+            row += len(w)
     return math.exp(nll / cnt)
 
 
@@ -149,12 +182,7 @@ def compare_cpp(exe, gguf, model, tok, result):
     ids = tok.encode(PROMPTS[1] + " and to Aaron, saying, Speak unto the children of Israel",
                      bos=True)
     with tempfile.TemporaryDirectory() as d:
-        tf, lf = os.path.join(d, "t.json"), os.path.join(d, "l.bin")
-        with open(tf, "w") as f:
-            json.dump({"sequences": [ids]}, f)
-        subprocess.run([exe, "logits", "--model", gguf, "--tokens-file", tf, "--out", lf,
-                        "--threads", "1"], check=True)
-        cpp = np.fromfile(lf, dtype=np.float32).reshape(len(ids), -1)
+        cpp = np.array(cpp_logits(exe, gguf, [ids], os.path.join(d, "l.bin")))
     with torch.no_grad():
         py = model(torch.tensor([ids]))[0].numpy()
     result["logits_max_abs_diff"] = float(np.abs(cpp - py).max())
@@ -190,6 +218,11 @@ def main():
         f.write("".join(t + "\n" for t in texts))
     with open(os.path.join(TEST_DIR, "pytorch_ppl.txt"), "w") as f:
         f.write("%.6f\n" % ppl)
+    long = ctx_windows(val, 8192)[:1]
+    with open(os.path.join(TEST_DIR, "heldout_8k_tokens.json"), "w") as f:
+        f.write('{"sequences": [\n' + json.dumps(long[0]) + "\n]}\n")
+    with open(os.path.join(TEST_DIR, "pytorch_ppl_8k.txt"), "w") as f:
+        f.write("%.6f\n" % windows_ppl(model, long))
 
     rows = read_log(os.path.join(args.out, "log.csv"))
     shutil.copy(os.path.join(args.out, "log.csv"), os.path.join(ROOT, "models/kvwarden-default-loss.csv"))
@@ -203,9 +236,15 @@ def main():
     result["val_ppl_f32"] = math.exp(result["val_loss_f32"])
     result["val_ppl_f16"] = math.exp(result["val_loss_f16"])
     result["val_tokens"] = len(val)
+    result["ppl_by_ctx"] = {n: {"windows": len(ctx_windows(val, n)),
+                                "pytorch_f16": windows_ppl(model, ctx_windows(val, n))}
+                            for n in CONTEXTS}
     result["py_greedy"] = {p: greedy(model, tok, p, N_SAMPLE) for p in PROMPTS}
     if args.kvwarden:
         compare_cpp(args.kvwarden, args.gguf, model, tok, result)
+        for n in CONTEXTS:
+            result["ppl_by_ctx"][n]["kvwarden"] = cpp_windows_ppl(args.kvwarden, args.gguf,
+                                                                 ctx_windows(val, n))
         result["greedy_match"] = result["cpp_greedy"] == result["py_greedy"]
     with open(os.path.join(args.out, "eval.json"), "w") as f:
         json.dump(result, f, indent=1)

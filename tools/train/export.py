@@ -16,6 +16,7 @@ import os
 
 import torch
 
+import gguf_reader
 from gguf_writer import GgufWriter
 from model import Config, Llama
 from spm_bpe import BOS, EOS, UNK, Tokenizer
@@ -32,14 +33,50 @@ def load_model(out):
     return model, ck["step"]
 
 
+def gguf_tensors(model):
+    """(GGUF tensor name, parameter) pairs; matrices are stored F16, vectors F32."""
+    yield "token_embd.weight", model.token_embd.weight
+    yield "output_norm.weight", model.output_norm.weight
+    for i, b in enumerate(model.blocks):
+        p = "blk.%d." % i
+        yield from ((p + "attn_norm.weight", b.attn_norm.weight), (p + "attn_q.weight", b.wq.weight),
+                    (p + "attn_k.weight", b.wk.weight), (p + "attn_v.weight", b.wv.weight),
+                    (p + "attn_output.weight", b.wo.weight), (p + "ffn_norm.weight", b.ffn_norm.weight),
+                    (p + "ffn_gate.weight", b.gate.weight), (p + "ffn_up.weight", b.up.weight),
+                    (p + "ffn_down.weight", b.down.weight))
+
+
+def import_gguf(path):
+    """The inverse of export(): (Config, model with the file's weights, Tokenizer)."""
+    meta, tensors = gguf_reader.read(path)
+    a = "llama."
+    cfg = Config(n_vocab=tensors["token_embd.weight"].shape[0], n_embd=meta[a + "embedding_length"],
+                 n_layer=meta[a + "block_count"], n_head=meta[a + "attention.head_count"],
+                 n_head_kv=meta[a + "attention.head_count_kv"], n_ff=meta[a + "feed_forward_length"],
+                 n_ctx=meta[a + "context_length"],
+                 norm_eps=meta[a + "attention.layer_norm_rms_epsilon"],
+                 rope_base=meta[a + "rope.freq_base"],
+                 rope_scaling=meta.get(a + "rope.scaling.type", "none"),
+                 rope_factor=meta.get(a + "rope.scaling.factor", 1.0),
+                 rope_orig_ctx=meta.get(a + "rope.scaling.original_context_length", 0))
+    model = Llama(cfg)
+    with torch.no_grad():
+        for name, p in gguf_tensors(model):
+            p.copy_(torch.from_numpy(tensors[name]))
+    tok = Tokenizer(meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.scores"],
+                    meta["tokenizer.ggml.token_type"])
+    return cfg, model, tok
+
+
 def export(model, tok, path, step):
     cfg = model.cfg
     w = GgufWriter()
     w.add_string("general.architecture", "llama")
     w.add_string("general.name", "kvwarden-default")
     w.add_string("general.description",
-                 "kvwarden's embedded default model: a %d-parameter Llama trained %d steps on "
-                 "the King James Bible (tools/train)" % (model.n_params(), step))
+                 "kvwarden's embedded default model: a %d-parameter Llama trained on the King "
+                 "James Bible (tools/train; %d steps in the last run, see "
+                 "models/kvwarden-default.md)" % (model.n_params(), step))
     w.add_string("general.license", "public-domain text; model weights CC0")
     w.add_u32("general.alignment", 32)
     w.add_u32("general.file_type", 1)  # mostly F16
@@ -52,6 +89,10 @@ def export(model, tok, path, step):
     w.add_u32("llama.rope.dimension_count", cfg.head_dim)
     w.add_f32("llama.rope.freq_base", cfg.rope_base)
     w.add_f32("llama.attention.layer_norm_rms_epsilon", cfg.norm_eps)
+    if cfg.rope_scaling != "none":
+        w.add_string("llama.rope.scaling.type", cfg.rope_scaling)
+        w.add_f32("llama.rope.scaling.factor", cfg.rope_factor)
+        w.add_u32("llama.rope.scaling.original_context_length", cfg.rope_orig_ctx)
     w.add_u32("llama.vocab_size", cfg.n_vocab)
     w.add_string("tokenizer.ggml.model", "llama")
     w.add_string_array("tokenizer.ggml.tokens", tok.pieces)
@@ -65,25 +106,8 @@ def export(model, tok, path, step):
     w.add_bool("tokenizer.ggml.add_space_prefix", True)
     w.add_string("tokenizer.chat_template", CHAT_TEMPLATE)
 
-    def mat(name, t):
-        w.add_tensor(name, t.detach().float().numpy(), f16=True)
-
-    def vec(name, t):
-        w.add_tensor(name, t.detach().float().numpy(), f16=False)
-
-    mat("token_embd.weight", model.token_embd.weight)
-    vec("output_norm.weight", model.output_norm.weight)
-    for i, b in enumerate(model.blocks):
-        p = "blk.%d." % i
-        vec(p + "attn_norm.weight", b.attn_norm.weight)
-        mat(p + "attn_q.weight", b.wq.weight)
-        mat(p + "attn_k.weight", b.wk.weight)
-        mat(p + "attn_v.weight", b.wv.weight)
-        mat(p + "attn_output.weight", b.wo.weight)
-        vec(p + "ffn_norm.weight", b.ffn_norm.weight)
-        mat(p + "ffn_gate.weight", b.gate.weight)
-        mat(p + "ffn_up.weight", b.up.weight)
-        mat(p + "ffn_down.weight", b.down.weight)
+    for name, p in gguf_tensors(model):
+        w.add_tensor(name, p.detach().float().numpy(), f16=p.dim() == 2)
     w.write(path)
 
 

@@ -10,6 +10,7 @@ Progress goes to --out/log.csv (step, seconds, lr, train loss, validation loss).
 """
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -19,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 import kjv
+from export import import_gguf
 from model import Config, Llama
 from spm_bpe import BOS, EOS, Tokenizer
 
@@ -30,9 +32,12 @@ def prepare(out, vocab_size):
     if os.path.exists(tok_path) and os.path.exists(data_path):
         return Tokenizer.load(tok_path), torch.load(data_path)
     train_docs, val_docs = kjv.split_documents()
-    t0 = time.time()
-    tok = Tokenizer.train(train_docs, vocab_size)
-    print("tokenizer: %d pieces in %.1fs" % (len(tok.pieces), time.time() - t0), flush=True)
+    if os.path.exists(tok_path):  # e.g. the vocabulary of the GGUF we continue from
+        tok = Tokenizer.load(tok_path)
+    else:
+        t0 = time.time()
+        tok = Tokenizer.train(train_docs, vocab_size)
+        print("tokenizer: %d pieces in %.1fs" % (len(tok.pieces), time.time() - t0), flush=True)
 
     def stream(docs):
         ids = []
@@ -76,6 +81,17 @@ def main():
     ap.add_argument("--out", default="/tmp/kvw-train")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--init-gguf", default="",
+                    help="with no checkpoint in --out: start from this GGUF's weights and vocabulary")
+    ap.add_argument("--ctx", type=int, default=256, help="training window (tokens)")
+    ap.add_argument("--n-ctx", type=int, default=0,
+                    help="the model's context (llama.context_length); 0: --ctx")
+    ap.add_argument("--rope-scaling", default="none", choices=("none", "linear", "yarn"))
+    ap.add_argument("--rope-factor", type=float, default=1.0)
+    ap.add_argument("--rope-orig-ctx", type=int, default=0,
+                    help="context before the extension (rope.scaling.original_context_length)")
+    ap.add_argument("--recompute", action="store_true",
+                    help="recompute each block in backward instead of storing its activations")
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--lr", type=float, default=3e-3)
@@ -91,23 +107,32 @@ def main():
 
     torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
+    ckpt_path = os.path.join(args.out, "ckpt.pt")
+    ck = torch.load(ckpt_path) if os.path.exists(ckpt_path) else None
+    cfg = Config(n_ctx=args.n_ctx or args.ctx, rope_scaling=args.rope_scaling,
+                 rope_factor=args.rope_factor, rope_orig_ctx=args.rope_orig_ctx)
+    init = None
+    if ck is None and args.init_gguf:
+        _, init, gguf_tok = import_gguf(args.init_gguf)
+        gguf_tok.save(os.path.join(args.out, "tokenizer.json"))
+        print("starting from %s" % args.init_gguf, flush=True)
     tok, data = prepare(args.out, args.vocab)
     train, val = data["train"], data["val"]
     print("tokens: train %d, val %d" % (len(train), len(val)), flush=True)
 
     torch.manual_seed(args.seed)
-    cfg = Config(n_vocab=len(tok.pieces))
+    cfg = Config(**ck["config"]) if ck else dataclasses.replace(cfg, n_vocab=len(tok.pieces))
     model = Llama(cfg)
+    if init is not None:
+        model.load_state_dict(init.state_dict())
     print("parameters: %d" % model.n_params(), flush=True)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95))
-    ckpt_path = os.path.join(args.out, "ckpt.pt")
     step, elapsed = 0, 0.0
-    if os.path.exists(ckpt_path):
-        ck = torch.load(ckpt_path)
+    if ck:
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
         step, elapsed = ck["step"], ck["elapsed"]
@@ -123,7 +148,7 @@ def main():
                     "elapsed": elapsed, "config": cfg.to_dict(), "args": vars(args)}, tmp)
         os.replace(tmp, ckpt_path)
 
-    n_ctx = cfg.n_ctx
+    n_ctx = args.ctx
     stop = args.steps if not args.max_steps_this_run else min(args.steps,
                                                               step + args.max_steps_this_run)
     t_last = time.time()
@@ -135,7 +160,7 @@ def main():
         lr = lr_at(step, args)
         for group in opt.param_groups:
             group["lr"] = lr
-        logits = model(x[:, :-1])
+        logits = model(x[:, :-1], recompute=args.recompute)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
