@@ -18,8 +18,10 @@ fi
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$JOBS"
-# Label "bench" tests print numbers (run them by hand: ctest -L bench); everything else runs.
-ctest --test-dir build --output-on-failure -j"$JOBS" -LE bench
+# Label "bench" tests print numbers (run them by hand: ctest -L bench); label "image" builds the
+# container image (root, podman, mmdebstrap; minutes of compiling: ctest -L image). Everything
+# else runs.
+ctest --test-dir build --output-on-failure -j"$JOBS" -LE "bench|image"
 
 # ASan + UBSan over the unit tests (fuzz corpus replays included) and the in-process server
 # tests (real HTTP transport over real engines); the binary and benchmarks are not built.
