@@ -64,10 +64,10 @@ for _ in $(seq 1 50); do curl -sf "http://$LB/health" >/dev/null && break; sleep
 curl -sf "http://$LB/health" >/dev/null || fail "haproxy does not answer on $LB"
 echo "replicas r1=$R1 r2=$R2 behind haproxy on $LB"
 
-# The long stream: eight choices of 240 tokens keep a replica draining for longer than
+# The long stream: sixteen choices of 240 tokens keep a replica draining for longer than
 # HAProxy's check interval (1 s) after its SIGTERM.
 curl -sN "http://$LB/v1/completions" -H 'Content-Type: application/json' \
-  -d '{"prompt": "And God said", "max_tokens": 240, "n": 8, "ignore_eos": true, "stream": true}' \
+  -d '{"prompt": "And God said", "max_tokens": 240, "n": 16, "ignore_eos": true, "stream": true}' \
   >"$WORK/stream.out" 2>"$WORK/stream.err" &
 STREAM_PID=$!
 for _ in $(seq 1 50); do
@@ -119,6 +119,6 @@ grep -q "kvwarden/$VICTIM is DOWN.*code: 503" "$WORK/haproxy.err" ||
 [ $victim_rc -eq 0 ] || fail "$VICTIM exited $victim_rc"
 grep -q "stopped (0 requests cancelled" "$WORK/$VICTIM.err" || fail "$VICTIM cancelled requests"
 tail -c 200 "$WORK/stream.out" | grep -q "data: \[DONE\]" || fail "the long stream was cut"
-[ "$(grep -c '"finish_reason":"length"' "$WORK/stream.out")" -eq 8 ] ||
-  fail "the long stream did not finish its 8 choices"
+[ "$(grep -c '"finish_reason":"length"' "$WORK/stream.out")" -eq 16 ] ||
+  fail "the long stream did not finish its 16 choices"
 echo PASS
