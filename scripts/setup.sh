@@ -15,6 +15,8 @@ KVW_PACKAGES=(
   python3 python3-numpy python3-yaml
   # cli_serve_opens_model_once counts the model file's opens.
   strace
+  # deploy_haproxy_replicas: a real load balancer in front of two replicas.
+  haproxy
   # End-to-end tests: Node's `openai` client and playwright-core (tests/e2e), Chromium for the
   # dashboard test, real Prometheus/promtool for metrics and alert rules.
   chromium prometheus

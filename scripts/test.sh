@@ -18,8 +18,10 @@ fi
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$JOBS"
-# Label "bench" tests print numbers (run them by hand: ctest -L bench); everything else runs.
-ctest --test-dir build --output-on-failure -j"$JOBS" -LE bench
+# Label "bench" tests print numbers (run them by hand: ctest -L bench); label "image" builds the
+# container image (root, podman, mmdebstrap; minutes of compiling: ctest -L image). Everything
+# else runs.
+ctest --test-dir build --output-on-failure -j"$JOBS" -LE "bench|image"
 
 # ASan + UBSan over every label but the benchmarks: unit (fuzz corpus replays included), reference,
 # the in-process server tests, the CLI and the end-to-end tests against the sanitized binary. -O1

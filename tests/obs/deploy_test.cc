@@ -1,5 +1,6 @@
 // deploy/: the Prometheus rules pass promtool (check + unit tests), the Grafana dashboard only
-// queries metrics we export, and the Kubernetes manifests wire the probes and the memory limit.
+// queries metrics we export, the Kubernetes manifests (llm-d example included) agree with each
+// other and with the image, and the HAProxy configuration is valid.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -91,43 +92,26 @@ TEST(DeployGrafana, DashboardQueriesOnlyExportedMetrics) {
     EXPECT_NE(all.find(m), std::string::npos) << m;
 }
 
-TEST(DeployKubernetes, ProbesResourcesAndArgsAreWired) {
+// deploy_manifests_check.py: probes, memory limit and args of both Deployments, the image
+// scripts/image.sh builds, and the llm-d InferencePool, endpoint picker and KV-events wiring.
+TEST(DeployKubernetes, ManifestsAgreeWithEachOtherAndTheImage) {
   const char* py = "/usr/bin/python3";
   KVW_REQUIRE_TOOL(test::have_program(py), "python3");
   KVW_REQUIRE_TOOL(test::run_command(std::string(py) + " -c 'import yaml'", nullptr) == 0,
                    "python3-yaml");
-  const std::string dir = test::temp_dir("k8s");
-  test::write_file(dir + "/check.py", R"(
-import sys, yaml
-d = sys.argv[1]
-dep = yaml.safe_load(open(d + '/deployment.yaml'))
-c = dep['spec']['template']['spec']['containers'][0]
-assert c['livenessProbe']['httpGet']['path'] == '/health'
-assert c['readinessProbe']['httpGet']['path'] == '/ready'
-units = {'G': 2**30, 'Gi': 2**30, 'M': 2**20, 'Mi': 2**20}
-def parse(q):
-    for u in sorted(units, key=len, reverse=True):
-        if q.endswith(u): return float(q[:-len(u)]) * units[u]
-    return float(q)
-budget = [a.split('=', 1)[1] for a in c['args'] if a.startswith('--memory-budget=')]
-assert budget, c['args']
-limit = parse(c['resources']['limits']['memory'])
-assert limit >= parse(budget[0]), (limit, budget)
-assert limit - parse(budget[0]) <= 2 * 2**30, 'limit far above the budget wastes the node'
-port = c['ports'][0]['containerPort']
-svc = yaml.safe_load(open(d + '/service.yaml'))
-assert svc['spec']['selector'] == dep['spec']['selector']['matchLabels']
-pm = yaml.safe_load(open(d + '/podmonitor.yaml'))
-assert pm['spec']['podMetricsEndpoints'][0]['path'] == '/metrics'
-cm = yaml.safe_load(open(d + '/prometheus-scrape-config.yaml'))
-prom = yaml.safe_load(cm['data']['prometheus.yml'])
-assert prom['scrape_configs'][0]['job_name'] == 'kvwarden'
-print('ok')
-)");
   std::string out;
-  EXPECT_EQ(
-      test::run_command(std::string(py) + " " + dir + "/check.py " + kDeploy + "/kubernetes", &out),
-      0)
+  EXPECT_EQ(test::run_command(std::string(py) + " " + KVW_TEST_DIR +
+                                  "/deploy_manifests_check.py " + kDeploy + "/..",
+                              &out),
+            0)
+      << out;
+}
+
+TEST(DeployHaproxy, ConfigIsValid) {
+  KVW_REQUIRE_TOOL(test::have_program("/usr/sbin/haproxy"), "haproxy");
+  std::string out;
+  EXPECT_EQ(test::run_command("/usr/sbin/haproxy -c -f " + kDeploy + "/haproxy/haproxy.cfg", &out),
+            0)
       << out;
 }
 
