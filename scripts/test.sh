@@ -31,7 +31,7 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g -O
   -DKVW_SANITIZE=address,undefined -DKVW_BUILD_BENCH=OFF -DKVW_BUILD_APPS=ON
 cmake --build build-asan -j"$JOBS"
 KVW_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan -LE bench --output-on-failure -j"$JOBS"
+  ctest --test-dir build-asan -LE "bench|image" --output-on-failure -j"$JOBS"
 
 # ThreadSanitizer over what runs on several threads: the HTTP transport, the server over real
 # engines, the engine and its queues, the thread pool, the swap tier, the scheduler and the KV
