@@ -5,6 +5,9 @@
 # concurrent ones under ThreadSanitizer, and bounded libFuzzer runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each stage prints its start time, so CI logs show what each one costs.
+stage() { echo "== test.sh stage: $* ($(date -u +%T), ${SECONDS}s in)"; }
+stage setup
 bash scripts/setup.sh
 JOBS=$(nproc)
 # Optional tools a test may not find fail it unless named here (comma-separated). CI has no
@@ -16,30 +19,36 @@ if [ -f tests/e2e/package-lock.json ]; then
   npm ci --prefix tests/e2e --no-audit --no-fund --loglevel=error
 fi
 
+stage release build
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$JOBS"
 # Label "bench" tests print numbers (run them by hand: ctest -L bench); label "image" builds the
 # container image (root, podman, mmdebstrap; minutes of compiling: ctest -L image). Everything
 # else runs.
+stage release suite
 ctest --test-dir build --output-on-failure -j"$JOBS" -LE "bench|image"
 
 # ASan + UBSan over every label but the benchmarks: unit (fuzz corpus replays included), reference,
 # the in-process server tests, the CLI and the end-to-end tests against the sanitized binary. -O1
 # keeps the spawned servers fast enough for the load tests; KVW_SANITIZED tells tests whose RSS
 # figures the allocator's quarantine distorts to leave leaks to LeakSanitizer.
+stage asan build
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" \
   -DKVW_SANITIZE=address,undefined -DKVW_BUILD_BENCH=OFF -DKVW_BUILD_APPS=ON
 cmake --build build-asan -j"$JOBS"
+stage asan suite
 KVW_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan -LE "bench|image" --output-on-failure -j"$JOBS"
 
 # ThreadSanitizer over what runs on several threads: the HTTP transport, the server over real
 # engines, the engine and its queues, the thread pool, the swap tier, the scheduler and the KV
 # events publisher.
+stage tsan build
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DKVW_SANITIZE=thread -DKVW_BUILD_BENCH=OFF \
   -DKVW_BUILD_APPS=OFF
 cmake --build build-tsan -j"$JOBS" --target http_server_test http_byte_budget_test server_test \
   engine_test core_test swap_space_test sched_test kv_events_test
+stage tsan suite
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/kv_events/tsan_libzmq.supp" \
   ctest --test-dir build-tsan \
   -R "HttpServer|ByteBudget|Server|RequestMemory|Engine|Queue|ThreadPool|Swap|Scheduler|Publisher" \
@@ -47,4 +56,6 @@ TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/kv
 
 # libFuzzer on the GGUF reader, both tokenizers, the request parser and chat templates, each
 # for FUZZ_SECONDS (30) from its seed corpus.
+stage fuzz
 bash scripts/fuzz.sh
+stage done
