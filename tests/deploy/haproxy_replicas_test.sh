@@ -39,11 +39,13 @@ num_running() {
 }
 # start_replica NAME: `kvwarden serve` on a free port; sets PID and ADDR (host:port).
 start_replica() {
-  "$KVW" serve --model "$MODEL" --port 0 --threads 1 --drain-timeout 30 \
+  # --max-num-seqs 32: a 384 MiB KV pool instead of the default 3 GiB, which each replica
+  # pre-faults at start-up (seconds on a loaded CI machine, times two).
+  "$KVW" serve --model "$MODEL" --port 0 --threads 1 --drain-timeout 30 --max-num-seqs 32 \
     >"$WORK/$1.out" 2>"$WORK/$1.err" &
   PID=$!
   PIDS="$PIDS $PID"
-  for _ in $(seq 1 100); do
+  for _ in $(seq 1 300); do
     grep -q "kvwarden serving" "$WORK/$1.out" && break
     kill -0 "$PID" 2>/dev/null || fail "$1 exited"
     sleep 0.1
