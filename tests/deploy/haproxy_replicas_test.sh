@@ -66,10 +66,10 @@ for _ in $(seq 1 50); do curl -sf "http://$LB/health" >/dev/null && break; sleep
 curl -sf "http://$LB/health" >/dev/null || fail "haproxy does not answer on $LB"
 echo "replicas r1=$R1 r2=$R2 behind haproxy on $LB"
 
-# The long stream: sixteen choices of 240 tokens keep a replica draining for longer than
+# The long stream: sixteen choices of 1000 tokens keep a replica draining for longer than
 # HAProxy's check interval (1 s) after its SIGTERM.
 curl -sN "http://$LB/v1/completions" -H 'Content-Type: application/json' \
-  -d '{"prompt": "And God said", "max_tokens": 240, "n": 16, "ignore_eos": true, "stream": true}' \
+  -d '{"prompt": "And God said", "max_tokens": 1000, "n": 16, "ignore_eos": true, "stream": true}' \
   >"$WORK/stream.out" 2>"$WORK/stream.err" &
 STREAM_PID=$!
 for _ in $(seq 1 50); do
@@ -84,7 +84,10 @@ else
   V_PID=$R2_PID V=$R2 S=$R1
 fi
 
-"$KVW" bench --base-url "http://$LB" --pattern closed --concurrency 4 --num-requests 120 \
+# A constant 30 requests/s keeps the bench running ~4 s however fast the machine is, so most of
+# it is still to come when the SIGTERM lands (a closed loop finished before it on a fast CPU).
+"$KVW" bench --base-url "http://$LB" --pattern constant --request-rate 30 --concurrency 8 \
+  --num-requests 120 \
   --input-len fixed:24 --output-len fixed:16 --max-retries 3 --seed 5 --quiet \
   --output-json "$WORK/bench.json" >"$WORK/bench.out" 2>&1 &
 BENCH_PID=$!
