@@ -3,6 +3,8 @@
 # Debian 12 base comes from Debian's mirrors (mmdebstrap into a tarball, `podman import`ed
 # once as localhost/debian12-base), then an ordinary multi-stage `podman build` on it.
 # KVW_CCACHE_DIR=DIR lends the build stage that ccache directory (mounted at /ccache).
+# KVW_PREBUILT=1 takes build/apps/kvwarden/kvwarden (a host Release build of this tree) instead
+# of compiling in the build stage (Containerfile's KVWARDEN_FROM=prebuilt).
 # Needs root, podman and mmdebstrap. Prints the image name.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +30,10 @@ if ! "${podman[@]}" image exists "$BASE"; then
 fi
 
 build_args=(--build-arg "BASE=$BASE")
+if [ "${KVW_PREBUILT:-0}" = 1 ]; then
+  [ -x build/apps/kvwarden/kvwarden ] || { echo "image.sh: KVW_PREBUILT=1 needs build/apps/kvwarden/kvwarden" >&2; exit 1; }
+  build_args+=(--build-arg KVWARDEN_FROM=prebuilt)
+fi
 if [ -n "${KVW_CCACHE_DIR:-}" ]; then
   build_args+=(--build-arg CCACHE=1 --volume "$KVW_CCACHE_DIR:/ccache")
 fi
