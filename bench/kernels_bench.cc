@@ -1,7 +1,8 @@
 // bench/kernels_bench.cc: matmul throughput per weight type, in weight bytes per second, next to
 // the STREAM-like triad and read-only bandwidth of this machine (the bound for decode).
 //
-//   BM_Matmul/<type>/<rows>x<n_in>/tokens:<n>/threads:<t>   bytes/s = weight bytes streamed
+//   BM_Matmul/<type>/<rows>x<n_in>/tokens:<n>/threads:<t>   bytes/s = weight bytes streamed,
+//                                                            GOP/s = 2 x rows x n_in x tokens
 //   BM_MemoryBandwidth/<triad|read>/threads:<t>             bytes/s = the probe's bandwidth
 //
 // Weights are replicated into several copies totalling >= 128 MiB and a different copy is used
@@ -69,6 +70,11 @@ void bm_matmul(benchmark::State& state, MatmulCase c) {
   state.SetBytesProcessed((int64_t)state.iterations() * (int64_t)matrix_bytes);
   state.counters["tokens/s"] =
       benchmark::Counter((double)state.iterations() * c.n_tokens, benchmark::Counter::kIsRate);
+  // 2 ops (multiply, add) per weight element per token, in units of 1e9 ops per second.
+  state.counters["GOP/s"] =
+      benchmark::Counter((double)state.iterations() * 2e-9 * (double)c.n_rows * (double)c.n_in *
+                             (double)c.n_tokens,
+                         benchmark::Counter::kIsRate);
   state.SetLabel(k.isa);
 }
 
@@ -90,7 +96,8 @@ void register_all() {
   const int64_t shapes[][2] = {{2048, 2048}, {5632, 2048}};
   for (GgmlType t : types) {
     for (const auto& s : shapes) {
-      for (int64_t n_tokens : {1, 32}) {
+      // 1: decode; 8..512: prefill chunks (512 = the default max batch tokens).
+      for (int64_t n_tokens : {1, 8, 32, 64, 512}) {
         for (int threads : {1, 2}) {
           const std::string name = "BM_Matmul/" + std::string(type_traits(t).name) + "/" +
                                    std::to_string(s[0]) + "x" + std::to_string(s[1]) +
