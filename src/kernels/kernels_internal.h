@@ -40,8 +40,9 @@ MatmulGeometry matmul_geometry(GgmlType wtype, int64_t n_in);
 // What quantize_act appends to each Q8_0 activation row, after its n_in/32 BlockQ8_0: one of
 // these per block, for matmul_packed (x86 kernels broadcast both straight from memory).
 struct ActBlockExtra {
-  float d;      // the block's fp16 scale, converted (exact)
-  int32_t sum;  // sum of its 32 quants, for the unsigned-weight correction
+  float d;         // the block's fp16 scale, converted (exact)
+  int32_t neg128;  // -128 x the sum of its 32 quants: the unsigned-weight correction of Q8_0
+                   // (weights stored q + 128); Q4_0's -8 x sum is neg128 >> 4 (exact)
 };
 // Writes the nb extras of one Q8_0 activation row whose blocks are already written.
 void write_act_extras(void* q8_0_row, int64_t nb);

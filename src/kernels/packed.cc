@@ -48,8 +48,9 @@ int unsigned_quant(GgmlType wtype, const uint8_t* row, int64_t b, int j) {
   return j < 16 ? (q & 0xF) : (q >> 4);
 }
 
-int quant_offset(GgmlType wtype) {
-  return wtype == GgmlType::kQ8_0 ? 128 : 8;
+// -offset x sum(x) for the block's activations: exact, as the SIMD tables compute it.
+int32_t correction(GgmlType wtype, const ActBlockExtra& ex) {
+  return wtype == GgmlType::kQ8_0 ? ex.neg128 : ex.neg128 >> 4;
 }
 
 // One group of kPackRows GGUF rows (src) into the packed layout (dst); they must not overlap.
@@ -97,7 +98,7 @@ void write_act_extras(void* q8_0_row, int64_t nb) {
   for (int64_t b = 0; b < nb; ++b) {
     int32_t sum = 0;
     for (int j = 0; j < kQK8_0; ++j) sum += blocks[b].qs[j];
-    extras[b] = {f16_to_f32(blocks[b].d), sum};
+    extras[b] = {f16_to_f32(blocks[b].d), -128 * sum};
   }
 }
 
@@ -138,7 +139,6 @@ void matmul_packed_tail(GgmlType wtype, const void* w, int64_t n_rows, int64_t n
   const PackedGeometry g = packed_geometry(wtype, n_rows, n_in);
   const auto* w8 = static_cast<const uint8_t*>(w);
   const auto* x8 = static_cast<const uint8_t*>(xq);
-  const int off = quant_offset(wtype);
   const int64_t block_bytes = wtype == GgmlType::kQ8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
   for (int64_t r = std::max(row_begin, g.n_groups * kPackRows); r < row_end; ++r) {
     const uint8_t* row = w8 + r * g.row_bytes;  // past the groups: GGUF layout
@@ -152,7 +152,7 @@ void matmul_packed_tail(GgmlType wtype, const void* w, int64_t n_rows, int64_t n
         for (int j = 0; j < kQK8_0; ++j) dot += unsigned_quant(wtype, row, b, j) * xs[j];
         uint16_t dw;
         std::memcpy(&dw, row + b * block_bytes, 2);
-        acc = std::fma((float)(dot - off * ex[b].sum), f16_to_f32(dw) * ex[b].d, acc);
+        acc = std::fma((float)(dot + correction(wtype, ex[b])), f16_to_f32(dw) * ex[b].d, acc);
       }
       y[t * n_rows + r] = acc;
     }
@@ -167,7 +167,6 @@ void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, 
   const RowRange rows = split_range(n_rows, ith, nth, kRowAlign);
   const auto* w8 = static_cast<const uint8_t*>(w);
   const auto* x8 = static_cast<const uint8_t*>(xq);
-  const int off = quant_offset(wtype);
   const int64_t full = g.n_groups * kPackRows;
   for (int64_t r = rows.begin; r < std::min(rows.end, full); ++r) {
     const uint8_t* group = w8 + (r / kPackRows) * g.group_bytes;
@@ -182,7 +181,7 @@ void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, 
         for (int j = 0; j < kQK8_0; ++j) dot += packed_quant(wtype, g, group, rr, b, j) * xs[j];
         uint16_t dw;
         std::memcpy(&dw, group + b * kScaleBytes + 2 * rr, 2);
-        acc = std::fma((float)(dot - off * ex[b].sum), f16_to_f32(dw) * ex[b].d, acc);
+        acc = std::fma((float)(dot + correction(wtype, ex[b])), f16_to_f32(dw) * ex[b].d, acc);
       }
       y[t * n_rows + r] = acc;
     }
