@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <random>
 
@@ -180,6 +181,41 @@ TEST(Forward, PackedWeightsMatchUnpackedAndStayBatchInvariant) {
       EXPECT_TRUE(bit_equal(run_batch(*packed, kv, seqs, 8)[1], alone));
     }
   }
+}
+
+uint64_t rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  while (in >> key) {
+    if (key == "VmRSS:") {
+      uint64_t kb = 0;
+      in >> kb;
+      return kb * 1024;
+    }
+    std::getline(in, key);
+  }
+  return 0;
+}
+
+// Packing rewrites the weights in place in the private file mapping: loading grows the resident
+// set by the packed bytes (copy-on-write pages replacing file pages) and the workspace, not by
+// a second copy of the weights, so the budget's weights row (the tensor bytes) stays exact.
+TEST(Forward, PackingInPlaceDoesNotDoubleResidentWeights) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizer's shadow memory inflates RSS (measured in the Release build)";
+#endif
+  MakeModelSpec spec = spec_for("q8_0");
+  spec.n_embd = 1024;
+  spec.n_ff = 2816;
+  const std::string path = make_test_model("rss_packed", spec);
+  const uint64_t before = rss_bytes();
+  auto m = load(path, 1, 16);
+  const uint64_t grown = rss_bytes() - before;
+  const uint64_t weights = m->weights().total_bytes;
+  ASSERT_TRUE(m->weights().layers[0].gate.packed);
+  ASSERT_GT(weights, uint64_t{24} << 20);
+  EXPECT_LE(grown, weights + m->workspace_bytes() + (uint64_t{8} << 20))
+      << "weights " << weights << " workspace " << m->workspace_bytes();
 }
 
 TEST(Forward, BlockPlacementDoesNotChangeLogits) {
