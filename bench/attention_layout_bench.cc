@@ -47,7 +47,8 @@ void BM_AttentionDecode(benchmark::State& state) {
     state.PauseTiming();
     for (size_t i = 0; i < flush.size(); i += 64) flush[i]++;
     state.ResumeTiming();
-    t.attention(q.data(), kHeads, kv, table, 0, kContext, 0.125f, out.data(), scratch.data());
+    const AttnQuery query = {q.data(), out.data(), 0, kContext};
+    t.attention({&query, 1}, kHeads, kv, table, 0.125f, scratch.data());
     benchmark::DoNotOptimize(out.data());
   }
   state.SetBytesProcessed(state.iterations() * (int64_t)table.size() * stride);

@@ -14,5 +14,6 @@ void add_plan_command(CLI::App& app, int& exit_code);
 void add_kvsim_command(CLI::App& app, int& exit_code);
 void add_serve_command(CLI::App& app, int& exit_code);
 void add_bench_command(CLI::App& app, int& exit_code);
+void add_bench_model_command(CLI::App& app, int& exit_code);
 
 }  // namespace kvw::app

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   kvw::app::add_kvsim_command(app, exit_code);
   kvw::app::add_serve_command(app, exit_code);
   kvw::app::add_bench_command(app, exit_code);
+  kvw::app::add_bench_model_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,6 +1,41 @@
 #include "core/thread_pool.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 namespace kvw {
+namespace {
+
+constexpr uint64_t kStop = ~uint64_t{0};
+// Polls before sleeping: ~10-50 us depending on the CPU's pause latency, longer than most
+// phases of a decode step and short enough not to steal a core from other processes for long.
+constexpr int kSpinPolls = 2048;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// Waits until a.load() != old: spins, then blocks. Returns the new value.
+template <class T>
+T wait_change(const std::atomic<T>& a, T old) {
+  for (int i = 0; i < kSpinPolls; ++i) {
+    const T v = a.load(std::memory_order_acquire);
+    if (v != old) return v;
+    cpu_relax();
+  }
+  for (;;) {
+    a.wait(old, std::memory_order_acquire);
+    const T v = a.load(std::memory_order_acquire);
+    if (v != old) return v;
+  }
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = (int)std::max(1u, std::thread::hardware_concurrency());
@@ -9,11 +44,8 @@ ThreadPool::ThreadPool(int num_threads) {
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_start_.notify_all();
+  generation_.store(kStop, std::memory_order_release);
+  generation_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
@@ -22,35 +54,24 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     fn(0, 1);
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    job_ = &fn;
-    pending_ = num_threads_ - 1;
-    ++generation_;
-  }
-  cv_start_.notify_all();
+  job_ = &fn;
+  pending_.store(num_threads_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
+  generation_.notify_all();
   fn(0, num_threads_);
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_done_.wait(lock, [this] { return pending_ == 0; });
+  for (int left = pending_.load(std::memory_order_acquire); left != 0;) {
+    left = wait_change(pending_, left);
+  }
   job_ = nullptr;
 }
 
 void ThreadPool::worker(int ith) {
   uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int, int)>* job;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_start_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      job = job_;
-    }
-    (*job)(ith, num_threads_);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) cv_done_.notify_one();
-    }
+    seen = wait_change(generation_, seen);
+    if (seen == kStop) return;
+    (*job_)(ith, num_threads_);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
   }
 }
 

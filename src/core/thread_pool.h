@@ -2,13 +2,16 @@
 // run(fn) calls fn(ith, nth) once on each of nth threads (the caller is thread 0) and returns
 // when all are done. Threads are created once; run() never allocates.
 // Owner: the thread that calls run(); run() is not re-entrant.
+//
+// A forward pass is a few hundred short phases, so the start and end of a phase are
+// spin-then-block barriers on atomics: a thread spins briefly (a phase is often done within
+// microseconds) and only then sleeps in the kernel (C++20 atomic wait, a futex on Linux). A
+// mutex + condition variable round trip per phase cost more than small models' phases.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -35,13 +38,9 @@ class ThreadPool {
 
   int num_threads_;
   std::vector<std::thread> workers_;
-  std::mutex mu_;
-  std::condition_variable cv_start_;
-  std::condition_variable cv_done_;
-  const std::function<void(int, int)>* job_ = nullptr;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  const std::function<void(int, int)>* job_ = nullptr;  // published by generation_ (release)
+  std::atomic<uint64_t> generation_{0};  // bumped to start a phase; ~0 stops the workers
+  std::atomic<int> pending_{0};          // workers still running the current phase
 };
 
 }  // namespace kvw

@@ -69,9 +69,10 @@ int32_t gqa_group(int32_t n_heads, const KvLayerView& kv) {
   return n_heads / kv.n_kv_heads;
 }
 
-// k and v rows of one position converted to f32 (used when the KV cache is F16).
+// One chunk's K (transposed) and V rows decoded to f32, one decoded row, and a chunk of
+// softmax weights.
 int64_t attention_scratch_floats(int32_t head_dim) {
-  return 2 * (int64_t)head_dim;
+  return (2 * kAttnChunk + 1) * (int64_t)head_dim + kAttnChunk;
 }
 
 namespace {

@@ -42,13 +42,27 @@ void kv_load_row(const KvLayerView& kv, bool value, std::span<const uint32_t> bl
 void kv_store_row(const KvLayerView& kv, bool value, std::span<const uint32_t> block_table,
                   int64_t pos, int32_t kv_head, const float* in);
 
+// One query token of an attention call: its q and out rows ([n_heads][head_dim] each) and the
+// positions it attends, [pos_begin, pos_end): pos_end = its own position + 1 (causal),
+// pos_begin > 0 under a sliding window.
+struct AttnQuery {
+  const float* q;
+  float* out;
+  int64_t pos_begin;
+  int64_t pos_end;
+};
+
+// Positions per attention chunk (two AVX2 registers of scores).
+constexpr int32_t kAttnChunk = 16;
+
 struct KernelTable {
   const char* isa;  // "avx512vnni", "avx512", "avx2vnni", "avx2", "ref"
 
   // Activations x [n_tokens][n_in] f32 converted to the dot-product format that weights of
   // `wtype` pair with (Q8_0 for Q4_0/Q8_0, Q8_K for K-quants, copy otherwise), rows [ith share].
   // dst holds n_tokens rows of act_row_bytes(wtype, n_in). A Q8_0 row is n_in/32 BlockQ8_0
-  // followed by n_in/32 int16 block sums sum(qs) (read by matmul_packed only).
+  // followed by n_in/32 ActBlockExtra (f32 scale, -128 x sum of the block's quants;
+  // kernels_internal.h), which only matmul_packed reads.
   void (*quantize_act)(GgmlType wtype, const float* x, int64_t n_tokens, int64_t n_in, void* dst,
                        int ith, int nth);
 
@@ -76,16 +90,17 @@ struct KernelTable {
   // out[i] = silu(gate[i]) * up[i]
   void (*silu_mul)(const float* gate, const float* up, int64_t n, float* out);
 
-  // Attention for one query token (all heads): q [n_heads][head_dim], scale = 1/sqrt(head_dim).
-  // Attends to positions [pos_begin, pos_end) of the sequence whose blocks are `block_table`
-  // (position p lives in block_table[p / block_size], slot p % block_size). Reads only the
-  // entries of blocks [pos_begin / block_size, (pos_end - 1) / block_size]: entries before may
-  // be holes (0xffffffff, blocks released behind a sliding window) and are never touched.
-  // Online softmax in fixed position order; out [n_heads][head_dim].
-  // scratch: at least attention_scratch_floats(head_dim) floats.
-  void (*attention)(const float* q, int32_t n_heads, const KvLayerView& kv,
-                    std::span<const uint32_t> block_table, int64_t pos_begin, int64_t pos_end,
-                    float scale, float* out, float* scratch);
+  // Attention for a tile of query tokens of one sequence (all heads of each): flash attention
+  // with online softmax. Positions are visited in chunks of kAttnChunk aligned to absolute
+  // positions; each chunk's K/V rows are read (and decoded) once for every query and every query
+  // head of their KV head. Positions outside a query's [pos_begin, pos_end) contribute exact zeros,
+  // so a query's result does not depend on the other queries of its tile: decode (one query),
+  // prefill tiles and chunked prefill give the same bits. Position p lives in
+  // block_table[p / block_size], slot p % block_size; only blocks covering [min pos_begin,
+  // max pos_end) are read (entries before may be holes, 0xffffffff, released behind a sliding
+  // window). scratch: at least attention_scratch_floats(head_dim) floats.
+  void (*attention)(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
+                    std::span<const uint32_t> block_table, float scale, float* scratch);
 
   // Writes one token's k, v ([n_kv_heads][head_dim] f32) into slot `pos` of the block table.
   void (*kv_store)(const KvLayerView& kv, std::span<const uint32_t> block_table, int64_t pos,

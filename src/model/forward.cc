@@ -12,6 +12,9 @@
 namespace kvw {
 namespace {
 
+// Query tokens per attention tile (kernels.h: the tile reads each K/V row once).
+constexpr int64_t kAttnTile = 16;
+
 // The kernels' view of layer l of the arena (layout in kv/kv_arena.h).
 kernels::KvLayerView layer_view(const KvArena& kv, int32_t l) {
   uint8_t* base = kv.layer_base(l);
@@ -151,22 +154,34 @@ void Model::run_layer(int32_t l, KvArena& kv, int64_t n_tokens) {
       kt.kv_store(view, seqs_[tok_[t].seq].block_table, tok_[t].pos, k, v);
     }
   });
-  // Attention: one work item per (token, kv head); the query heads of a group share its K/V.
+  // Attention: one work item per (tile, KV head); a tile is up to kAttnTile consecutive tokens
+  // of one sequence, whose query heads of that KV head read each K/V row once. Items are dealt
+  // round-robin: later tiles attend to more positions, and contiguous shares would leave the
+  // last thread most of the work.
   const int32_t group = hp_.n_head / hp_.n_head_kv;
   const float scale = 1.0f / std::sqrt((float)hd);
   pool_.run([&](int ith, int nth) {
     float* scratch = attn_scratch_.data() + ith * kernels::attention_scratch_floats(hd);
-    auto [b, e] = thread_share(n_tokens * hp_.n_head_kv, ith, nth);
-    for (int64_t item = b; item < e; ++item) {
-      const int64_t t = item / hp_.n_head_kv;
-      const int32_t g = (int32_t)(item % hp_.n_head_kv);
-      const kernels::KvLayerView gv = kv_head_view(view, g);
-      const int64_t pos = tok_[t].pos;
-      const int64_t begin =
-          hp_.sliding_window > 0 ? std::max<int64_t>(0, pos + 1 - hp_.sliding_window) : 0;
-      const int64_t head0 = (int64_t)g * group;
-      kt.attention(q_.data() + t * qd + head0 * hd, group, gv, seqs_[tok_[t].seq].block_table,
-                   begin, pos + 1, scale, xn + t * qd + head0 * hd, scratch);
+    kernels::AttnQuery tile[kAttnTile];
+    int64_t item = 0;
+    for (int64_t t0 = 0; t0 < n_tokens;) {
+      int64_t t1 = t0 + 1;
+      while (t1 < n_tokens && t1 - t0 < kAttnTile && tok_[t1].seq == tok_[t0].seq) ++t1;
+      const std::span<const uint32_t> table = seqs_[tok_[t0].seq].block_table;
+      for (int32_t g = 0; g < hp_.n_head_kv; ++g, ++item) {
+        if (item % nth != ith) continue;
+        const int64_t head0 = (int64_t)g * group;
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t pos = tok_[t].pos;
+          const int64_t begin =
+              hp_.sliding_window > 0 ? std::max<int64_t>(0, pos + 1 - hp_.sliding_window) : 0;
+          tile[t - t0] = {q_.data() + t * qd + head0 * hd, xn + t * qd + head0 * hd, begin,
+                          pos + 1};
+        }
+        kt.attention({tile, (size_t)(t1 - t0)}, group, kv_head_view(view, g), table, scale,
+                     scratch);
+      }
+      t0 = t1;
     }
   });
   pool_.run([&](int ith, int nth) {

@@ -51,7 +51,8 @@ uint64_t engine_workspace_bytes(const ModelShape& m, int64_t max_num_batched_tok
   const uint64_t ff_floats = std::max(T * (uint64_t)m.n_ff, A * (uint64_t)m.moe_ff);
   const uint64_t floats_per_token =
       (uint64_t)(m.n_embd + max_in + q_dim + 2 * kv_dim + m.n_embd + n_rot);
-  const uint64_t scratch_floats = (uint64_t)n_threads * 2 * (uint64_t)m.head_dim;
+  const uint64_t scratch_floats =
+      (uint64_t)n_threads * (uint64_t)kernels::attention_scratch_floats(m.head_dim);
   // Router logits [T][E], router scratch [threads][2E], ids, weights, slots and tokens of each
   // assignment [A] x 4, expert starts [E + 1], gathered rows [A][n_embd] (4-byte elements).
   const uint64_t moe_elems =

@@ -39,11 +39,13 @@ num_running() {
 }
 # start_replica NAME: `kvwarden serve` on a free port; sets PID and ADDR (host:port).
 start_replica() {
-  "$KVW" serve --model "$MODEL" --port 0 --threads 1 --drain-timeout 30 \
+  # --max-num-seqs 32: a 384 MiB KV pool instead of the default 3 GiB, which each replica
+  # pre-faults at start-up (seconds on a loaded CI machine, times two).
+  "$KVW" serve --model "$MODEL" --port 0 --threads 1 --drain-timeout 30 --max-num-seqs 32 \
     >"$WORK/$1.out" 2>"$WORK/$1.err" &
   PID=$!
   PIDS="$PIDS $PID"
-  for _ in $(seq 1 100); do
+  for _ in $(seq 1 300); do
     grep -q "kvwarden serving" "$WORK/$1.out" && break
     kill -0 "$PID" 2>/dev/null || fail "$1 exited"
     sleep 0.1
@@ -64,10 +66,10 @@ for _ in $(seq 1 50); do curl -sf "http://$LB/health" >/dev/null && break; sleep
 curl -sf "http://$LB/health" >/dev/null || fail "haproxy does not answer on $LB"
 echo "replicas r1=$R1 r2=$R2 behind haproxy on $LB"
 
-# The long stream: sixteen choices of 240 tokens keep a replica draining for longer than
+# The long stream: sixteen choices of 1000 tokens keep a replica draining for longer than
 # HAProxy's check interval (1 s) after its SIGTERM.
 curl -sN "http://$LB/v1/completions" -H 'Content-Type: application/json' \
-  -d '{"prompt": "And God said", "max_tokens": 240, "n": 16, "ignore_eos": true, "stream": true}' \
+  -d '{"prompt": "And God said", "max_tokens": 1000, "n": 16, "ignore_eos": true, "stream": true}' \
   >"$WORK/stream.out" 2>"$WORK/stream.err" &
 STREAM_PID=$!
 for _ in $(seq 1 50); do
@@ -82,7 +84,10 @@ else
   V_PID=$R2_PID V=$R2 S=$R1
 fi
 
-"$KVW" bench --base-url "http://$LB" --pattern closed --concurrency 4 --num-requests 120 \
+# A constant 30 requests/s keeps the bench running ~4 s however fast the machine is, so most of
+# it is still to come when the SIGTERM lands (a closed loop finished before it on a fast CPU).
+"$KVW" bench --base-url "http://$LB" --pattern constant --request-rate 30 --concurrency 8 \
+  --num-requests 120 \
   --input-len fixed:24 --output-len fixed:16 --max-retries 3 --seed 5 --quiet \
   --output-json "$WORK/bench.json" >"$WORK/bench.out" 2>&1 &
 BENCH_PID=$!

@@ -1,8 +1,10 @@
 // tests/kernels/attention_test.cc: paged attention of every table against a naive two-pass
-// softmax in float64 (F32 and F16 KV, GQA ratios 1/2/4, block_size 16, scattered block ids,
-// full ranges and windows), and kv_store of every table against ref byte for byte.
+// softmax in float64 (every KV dtype, GQA ratios 1/2/4, block_size 16, scattered block ids,
+// full ranges and windows), tiles of queries against each query alone (bit for bit), and
+// kv_store of every table against ref byte for byte.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -117,8 +119,8 @@ TEST(KernelsAttention, MatchesTwoPassSoftmaxForEveryTable) {
       const float scale = 1.0f / std::sqrt((float)c.head_dim);
       std::vector<float> out(n_heads * c.head_dim, NAN);
       std::vector<float> scratch(attention_scratch_floats(c.head_dim), NAN);
-      t->attention(q.data(), n_heads, arena.view, kBlockTable, c.pos_begin, c.pos_end, scale,
-                   out.data(), scratch.data());
+      const AttnQuery query = {q.data(), out.data(), c.pos_begin, c.pos_end};
+      t->attention({&query, 1}, n_heads, arena.view, kBlockTable, scale, scratch.data());
       const auto want = naive_attention(arena, q, n_heads, c.pos_begin, c.pos_end, scale);
       EXPECT_LE(testing::max_abs_diff(out.data(), want.data(), (int64_t)want.size()), 2e-5);
     }
@@ -133,19 +135,62 @@ TEST(KernelsAttention, SingleHeadGqaGroupsEqualHeadsComputedSeparately) {
     fill(*t, arena, 80, 41);
     const auto q = testing::random_floats(n_heads * hd, 43);
     std::vector<float> all(n_heads * hd), scratch(attention_scratch_floats(hd));
-    t->attention(q.data(), n_heads, arena.view, kBlockTable, 0, 80, 0.125f, all.data(),
-                 scratch.data());
+    const AttnQuery query = {q.data(), all.data(), 0, 80};
+    t->attention({&query, 1}, n_heads, arena.view, kBlockTable, 0.125f, scratch.data());
     // Same query repeated in every head of the group: all rows of a group must be equal bits.
     std::vector<float> q_same(q);
     for (int32_t h = 0; h < n_heads; ++h) {
       std::memcpy(q_same.data() + h * hd, q.data() + (h / gqa) * gqa * hd, hd * sizeof(float));
     }
     std::vector<float> same(n_heads * hd);
-    t->attention(q_same.data(), n_heads, arena.view, kBlockTable, 0, 80, 0.125f, same.data(),
-                 scratch.data());
+    const AttnQuery query_same = {q_same.data(), same.data(), 0, 80};
+    t->attention({&query_same, 1}, n_heads, arena.view, kBlockTable, 0.125f, scratch.data());
     for (int32_t h = 0; h < n_heads; ++h) {
       EXPECT_EQ(std::memcmp(same.data() + h * hd, all.data() + (h / gqa) * gqa * hd, hd * 4), 0)
           << t->isa << " head " << h;
+    }
+  }
+}
+
+// A tile of consecutive query tokens (prefill) must give each query the same bits as attending
+// alone (decode), for every KV dtype, causal and sliding-window ranges, tiles that cross chunk
+// and block boundaries, more queries than one pass takes, and head_dims with 8- and 1-wide tails.
+TEST(KernelsAttention, TileOfQueriesEqualsEachQueryAloneBitForBit) {
+  for (const KernelTable* t : available_kernel_tables()) {
+    for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBF16, KvDtype::kInt8}) {
+      for (int32_t hd : {64, 40, 44}) {
+        for (int64_t window : {0, 21}) {
+          SCOPED_TRACE(std::string(t->isa) + " " + std::string(kv_dtype_name(dtype)) + " hd " +
+                       std::to_string(hd) + " window " + std::to_string(window));
+          KvArena arena(dtype, hd);
+          fill(kernels_ref(), arena, 96, 61);
+          const int32_t n_heads = kKvHeads * 2;
+          const int64_t first = 29, n_q = 37;  // positions 29..65
+          const auto q = testing::random_floats(n_q * n_heads * hd, 63, 3.0f);
+          std::vector<float> tiled(n_q * n_heads * hd, NAN), alone(n_q * n_heads * hd, NAN);
+          std::vector<AttnQuery> queries;
+          for (int64_t i = 0; i < n_q; ++i) {
+            const int64_t pos = first + i;
+            const int64_t begin = window > 0 ? std::max<int64_t>(0, pos + 1 - window) : 0;
+            queries.push_back(
+                {q.data() + i * n_heads * hd, tiled.data() + i * n_heads * hd, begin, pos + 1});
+          }
+          std::vector<float> scratch(attention_scratch_floats(hd), NAN);
+          const float scale = 1.0f / std::sqrt((float)hd);
+          t->attention(queries, n_heads, arena.view, kBlockTable, scale, scratch.data());
+          for (int64_t i = 0; i < n_q; ++i) {
+            AttnQuery one = queries[i];
+            one.out = alone.data() + i * n_heads * hd;
+            t->attention({&one, 1}, n_heads, arena.view, kBlockTable, scale, scratch.data());
+            const auto want =
+                naive_attention(arena, std::vector<float>(one.q, one.q + n_heads * hd), n_heads,
+                                one.pos_begin, one.pos_end, scale);
+            EXPECT_LE(testing::max_abs_diff(one.out, want.data(), n_heads * hd), 2e-5)
+                << "query at " << first + i;
+          }
+          EXPECT_EQ(std::memcmp(tiled.data(), alone.data(), tiled.size() * sizeof(float)), 0);
+        }
+      }
     }
   }
 }

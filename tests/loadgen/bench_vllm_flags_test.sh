@@ -64,7 +64,9 @@ need(math.isclose(r["output_throughput"], 80 / d, rel_tol=1e-6), "output_through
 need(math.isclose(r["total_token_throughput"], (r["total_input_tokens"] + 80) / d, rel_tol=1e-6),
      "total_token_throughput")
 need(0 < r["p50_ttft_ms"] <= r["p99_ttft_ms"], "ttft percentiles")
-need(r["mean_itl_ms"] > 0 and r["mean_e2el_ms"] >= r["mean_ttft_ms"], "itl / e2el")
+# ITL may be 0: on a loaded machine a response's tokens can arrive in one read.
+need(r["mean_itl_ms"] >= 0 and r["p99_itl_ms"] >= r["median_itl_ms"] and
+     r["mean_e2el_ms"] >= r["mean_ttft_ms"], "itl / e2el")
 need(r["request_rate"] == "inf" and r["max_concurrency"] == 3 and r["num_prompts"] == 10,
      f"context {r['request_rate']} {r['max_concurrency']} {r['num_prompts']}")
 print(f"vLLM-named result: {r['completed']} completed in {d:.2f} s, "

@@ -58,13 +58,15 @@ void attend_head(const float* q, int32_t kv_head, const KvLayerView& kv,
   for (int32_t i = 0; i < hd; ++i) acc[i] *= inv;
 }
 
-void attention(const float* q, int32_t n_heads, const KvLayerView& kv,
-               std::span<const uint32_t> block_table, int64_t pos_begin, int64_t pos_end,
-               float scale, float* out, float* scratch) {
+void attention(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
+               std::span<const uint32_t> block_table, float scale, float* scratch) {
   const int32_t group = gqa_group(n_heads, kv);
-  for (int32_t h = 0; h < n_heads; ++h) {
-    attend_head(q + (int64_t)h * kv.head_dim, h / group, kv, block_table, pos_begin, pos_end, scale,
-                out + (int64_t)h * kv.head_dim, scratch, scratch + kv.head_dim);
+  const int64_t hd = kv.head_dim;
+  for (const AttnQuery& query : queries) {
+    for (int32_t h = 0; h < n_heads; ++h) {
+      attend_head(query.q + h * hd, h / group, kv, block_table, query.pos_begin, query.pos_end,
+                  scale, query.out + h * hd, scratch, scratch + hd);
+    }
   }
 }
 

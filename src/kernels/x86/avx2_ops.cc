@@ -1,8 +1,9 @@
 // kernels/x86/avx2_ops.cc: AVX2 rmsnorm, silu_mul, paged attention and KV store, and the "avx2"
 // KernelTable. Compiled with -mavx2 -mfma -mf16c; used only after dispatch.cc checked CPUID.
-// Attention vectorises over head_dim and walks the query heads of one KV head together, so each
-// K/V row is read (and, for F16, converted) once per group; each head still sees its positions
-// in order with its own online-softmax state, so the result per head is the same as alone.
+// Attention is flash attention over chunks of kAttnChunk positions: each K/V row is read (and
+// decoded) once per tile of queries and query heads of its KV head; each (query, head) keeps its
+// own online-softmax state and sees the same chunks with the same masks whatever tile it is in,
+// so its result is the same bits as alone.
 #include <cstring>
 
 #include "kernels/kernels_internal.h"
@@ -13,33 +14,7 @@ namespace kvw::kernels::avx2 {
 namespace {
 
 constexpr int kMaxGroup = 16;  // query heads sharing a K/V row handled per pass
-
-KVW_INLINE float dot(const float* a, const float* b, int32_t n) {
-  __m256 acc0 = _mm256_setzero_ps();
-  __m256 acc1 = _mm256_setzero_ps();
-  int32_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
-  }
-  for (; i + 8 <= n; i += 8)
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-  float sum = x86::hsum(_mm256_add_ps(acc0, acc1));
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-// y = y * c + e * v.
-KVW_INLINE void scale_add(float* y, float c, float e, const float* v, int32_t n) {
-  const __m256 vc = _mm256_set1_ps(c);
-  const __m256 ve = _mm256_set1_ps(e);
-  int32_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 yi = _mm256_mul_ps(_mm256_loadu_ps(y + i), vc);
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(ve, _mm256_loadu_ps(v + i), yi));
-  }
-  for (; i < n; ++i) y[i] = y[i] * c + e * v[i];
-}
+constexpr int kMaxTile = 16;   // query tokens handled per pass
 
 KVW_INLINE void scale_row(float* y, float c, int32_t n) {
   const __m256 vc = _mm256_set1_ps(c);
@@ -71,53 +46,138 @@ int64_t kv_offset(const KvLayerView& kv, const uint32_t* block_table, int64_t po
          ((int64_t)kv_head * kv.block_size + pos % kv.block_size) * kv.head_dim * elem;
 }
 
-// Query heads [h0, h0 + ng) of KV head kv_head; acc rows are the output rows.
-void attend_group(const float* q, int32_t h0, int ng, int32_t kv_head, const KvLayerView& kv,
-                  const uint32_t* block_table, int64_t pos_begin, int64_t pos_end, float scale,
-                  float* out, float* scratch) {
+// Decodes row (kv_head, pos) of K or V to f32 in `row`, or returns the cache row itself (F32).
+const float* kv_row(const KvLayerView& kv, bool value, const uint32_t* block_table, int64_t pos,
+                    int32_t kv_head, float* row) {
+  if (kv.dtype == KvDtype::kF32) {
+    const int64_t off = kv_offset(kv, block_table, pos, kv_head, 4);
+    return reinterpret_cast<const float*>(static_cast<const uint8_t*>(value ? kv.v : kv.k) + off);
+  }
+  if (kv.dtype == KvDtype::kF16) {
+    const int64_t off = kv_offset(kv, block_table, pos, kv_head, 2);
+    f16_to_f32_row(
+        reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(value ? kv.v : kv.k) + off),
+        row, kv.head_dim);
+    return row;
+  }
+  // bf16, int8: the shared row codec (it only reads blocks up to pos).
+  const std::span<const uint32_t> table(block_table, (size_t)(pos / kv.block_size + 1));
+  kv_load_row(kv, value, table, pos, kv_head, row);
+  return row;
+}
+
+// Running softmax state of one (query, head): max, sum of weights.
+struct SoftmaxState {
+  float m;
+  float l;
+};
+
+// out = out * c + sum over lanes [a, b) of pv[lane] * v[lane], 32 then 8 floats at a time
+// (accumulators stay in registers across the chunk), then a scalar tail.
+KVW_INLINE void accumulate_v(float* out, float c, const float* pv, const float* const* v, int a,
+                             int b, int32_t hd) {
+  const __m256 vc = _mm256_set1_ps(c);
+  int32_t j = 0;
+  for (; j + 32 <= hd; j += 32) {
+    __m256 acc[4];
+    for (int k = 0; k < 4; ++k) acc[k] = _mm256_mul_ps(_mm256_loadu_ps(out + j + 8 * k), vc);
+    for (int p = a; p < b; ++p) {
+      const __m256 w = _mm256_broadcast_ss(pv + p);
+      for (int k = 0; k < 4; ++k)
+        acc[k] = _mm256_fmadd_ps(w, _mm256_loadu_ps(v[p] + j + 8 * k), acc[k]);
+    }
+    for (int k = 0; k < 4; ++k) _mm256_storeu_ps(out + j + 8 * k, acc[k]);
+  }
+  for (; j + 8 <= hd; j += 8) {
+    __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(out + j), vc);
+    for (int p = a; p < b; ++p)
+      acc = _mm256_fmadd_ps(_mm256_broadcast_ss(pv + p), _mm256_loadu_ps(v[p] + j), acc);
+    _mm256_storeu_ps(out + j, acc);
+  }
+  for (; j < hd; ++j) {
+    float acc = out[j] * c;
+    for (int p = a; p < b; ++p) acc = __builtin_fmaf(pv[p], v[p][j], acc);
+    out[j] = acc;
+  }
+}
+
+// Queries [0, nq) x query heads [h0, h0 + ng) of KV head kv_head. Per chunk: K rows transposed
+// into kt [head_dim][kAttnChunk] so one FMA scores 8 positions, V rows decoded once; then for
+// each (query, head) the chunk's scores (positions outside the query's range masked to -inf), one
+// rescale of the running state, and the weighted V rows of the query's own positions only.
+void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t kv_head,
+                 const KvLayerView& kv, const uint32_t* block_table, float scale, float* scratch) {
   const int32_t hd = kv.head_dim;
-  float m[kMaxGroup];
-  float l[kMaxGroup];
-  for (int g = 0; g < ng; ++g) {
-    m[g] = -__builtin_inff();
-    l[g] = 0.0f;
-    std::memset(out + (int64_t)(h0 + g) * hd, 0, hd * sizeof(float));
-  }
-  for (int64_t p = pos_begin; p < pos_end; ++p) {
-    const float* k = scratch;
-    const float* v = scratch + hd;
-    if (kv.dtype == KvDtype::kF16) {
-      const int64_t off = kv_offset(kv, block_table, p, kv_head, 2);
-      f16_to_f32_row(reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(kv.k) + off),
-                     scratch, hd);
-      f16_to_f32_row(reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(kv.v) + off),
-                     scratch + hd, hd);
-    } else if (kv.dtype == KvDtype::kF32) {
-      const int64_t off = kv_offset(kv, block_table, p, kv_head, 4);
-      k = reinterpret_cast<const float*>(static_cast<const uint8_t*>(kv.k) + off);
-      v = reinterpret_cast<const float*>(static_cast<const uint8_t*>(kv.v) + off);
-    } else {  // bf16, int8: decoded by the shared row codec
-      const std::span<const uint32_t> table(block_table,
-                                            (size_t)(pos_end + kv.block_size - 1) / kv.block_size);
-      kv_load_row(kv, false, table, p, kv_head, scratch);
-      kv_load_row(kv, true, table, p, kv_head, scratch + hd);
-    }
+  float* kt = scratch;                  // [hd][kAttnChunk]
+  float* vbuf = kt + hd * kAttnChunk;   // [kAttnChunk][hd]
+  float* row = vbuf + hd * kAttnChunk;  // [hd]
+  float* pv = row + hd;                 // [kAttnChunk]
+  const float* vrow[kAttnChunk];
+  SoftmaxState st[kMaxTile][kMaxGroup];
+  int64_t lo = queries[0].pos_begin, hi = queries[0].pos_end;
+  for (int i = 0; i < nq; ++i) {
+    lo = queries[i].pos_begin < lo ? queries[i].pos_begin : lo;
+    hi = queries[i].pos_end > hi ? queries[i].pos_end : hi;
     for (int g = 0; g < ng; ++g) {
-      const float s = dot(q + (int64_t)(h0 + g) * hd, k, hd) * scale;
-      float c = 1.0f;
-      if (s > m[g]) {
-        c = __builtin_expf(m[g] - s);  // 0 at the first position (m = -inf)
-        l[g] *= c;
-        m[g] = s;
-      }
-      const float e = __builtin_expf(s - m[g]);
-      l[g] += e;
-      scale_add(out + (int64_t)(h0 + g) * hd, c, e, v, hd);
+      st[i][g] = {-__builtin_inff(), 0.0f};
+      std::memset(queries[i].out + (int64_t)(h0 + g) * hd, 0, hd * sizeof(float));
     }
   }
-  for (int g = 0; g < ng; ++g) {
-    const float inv = l[g] > 0.0f ? 1.0f / l[g] : 0.0f;
-    scale_row(out + (int64_t)(h0 + g) * hd, inv, hd);
+  const __m256i lane_lo = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i lane_hi = _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15);
+  const __m256 neg_inf = _mm256_set1_ps(-__builtin_inff());
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (int64_t c0 = lo / kAttnChunk * kAttnChunk; c0 < hi; c0 += kAttnChunk) {
+    // Load the chunk's positions that some query attends; other lanes score zero (masked).
+    const int la = (int)((lo > c0 ? lo : c0) - c0);
+    const int lb = (int)((hi < c0 + kAttnChunk ? hi : c0 + kAttnChunk) - c0);
+    std::memset(kt, 0, sizeof(float) * hd * kAttnChunk);
+    for (int p = la; p < lb; ++p) {
+      const float* k = kv_row(kv, false, block_table, c0 + p, kv_head, row);
+      for (int32_t d = 0; d < hd; ++d) kt[d * kAttnChunk + p] = k[d];
+      vrow[p] = kv_row(kv, true, block_table, c0 + p, kv_head, vbuf + p * hd);
+    }
+    for (int i = 0; i < nq; ++i) {
+      const int64_t qa64 = queries[i].pos_begin > c0 ? queries[i].pos_begin : c0;
+      const int64_t qb64 =
+          queries[i].pos_end < c0 + kAttnChunk ? queries[i].pos_end : c0 + kAttnChunk;
+      if (qa64 >= qb64) continue;
+      const int qa = (int)(qa64 - c0), qb = (int)(qb64 - c0);
+      const __m256i va = _mm256_set1_epi32(qa - 1), vb = _mm256_set1_epi32(qb);
+      const __m256 valid0 = _mm256_castsi256_ps(
+          _mm256_and_si256(_mm256_cmpgt_epi32(lane_lo, va), _mm256_cmpgt_epi32(vb, lane_lo)));
+      const __m256 valid1 = _mm256_castsi256_ps(
+          _mm256_and_si256(_mm256_cmpgt_epi32(lane_hi, va), _mm256_cmpgt_epi32(vb, lane_hi)));
+      for (int g = 0; g < ng; ++g) {
+        const float* q = queries[i].q + (int64_t)(h0 + g) * hd;
+        __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+        for (int32_t d = 0; d < hd; ++d) {
+          const __m256 qd = _mm256_broadcast_ss(q + d);
+          s0 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kt + d * kAttnChunk), s0);
+          s1 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kt + d * kAttnChunk + 8), s1);
+        }
+        s0 = _mm256_blendv_ps(neg_inf, _mm256_mul_ps(s0, vscale), valid0);
+        s1 = _mm256_blendv_ps(neg_inf, _mm256_mul_ps(s1, vscale), valid1);
+        SoftmaxState& s = st[i][g];
+        const float chunk_max = x86::hmax(_mm256_max_ps(s0, s1));
+        const float m = chunk_max > s.m ? chunk_max : s.m;
+        const float c = __builtin_expf(s.m - m);  // 0 on the first chunk (s.m = -inf)
+        const __m256 vm = _mm256_set1_ps(m);
+        const __m256 p0 = _mm256_and_ps(x86::exp256(_mm256_sub_ps(s0, vm)), valid0);
+        const __m256 p1 = _mm256_and_ps(x86::exp256(_mm256_sub_ps(s1, vm)), valid1);
+        s.l = s.l * c + x86::hsum(_mm256_add_ps(p0, p1));
+        s.m = m;
+        _mm256_storeu_ps(pv, p0);
+        _mm256_storeu_ps(pv + 8, p1);
+        accumulate_v(queries[i].out + (int64_t)(h0 + g) * hd, c, pv, vrow, qa, qb, hd);
+      }
+    }
+  }
+  for (int i = 0; i < nq; ++i) {
+    for (int g = 0; g < ng; ++g) {
+      const float inv = st[i][g].l > 0.0f ? 1.0f / st[i][g].l : 0.0f;
+      scale_row(queries[i].out + (int64_t)(h0 + g) * hd, inv, hd);
+    }
   }
 }
 
@@ -162,15 +222,17 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
   for (; i < n; ++i) out[i] = gate[i] / (1.0f + __builtin_expf(-gate[i])) * up[i];
 }
 
-void attention(const float* q, int32_t n_heads, const KvLayerView& kv,
-               std::span<const uint32_t> block_table, int64_t pos_begin, int64_t pos_end,
-               float scale, float* out, float* scratch) {
+void attention(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
+               std::span<const uint32_t> block_table, float scale, float* scratch) {
   const int32_t group = gqa_group(n_heads, kv);
-  for (int32_t kv_head = 0; kv_head < kv.n_kv_heads; ++kv_head) {
-    for (int32_t g0 = 0; g0 < group; g0 += kMaxGroup) {
-      const int ng = group - g0 < kMaxGroup ? group - g0 : kMaxGroup;
-      attend_group(q, kv_head * group + g0, ng, kv_head, kv, block_table.data(), pos_begin, pos_end,
-                   scale, out, scratch);
+  for (size_t i0 = 0; i0 < queries.size(); i0 += kMaxTile) {
+    const int nq = queries.size() - i0 < (size_t)kMaxTile ? (int)(queries.size() - i0) : kMaxTile;
+    for (int32_t kv_head = 0; kv_head < kv.n_kv_heads; ++kv_head) {
+      for (int32_t g0 = 0; g0 < group; g0 += kMaxGroup) {
+        const int ng = group - g0 < kMaxGroup ? group - g0 : kMaxGroup;
+        attend_tile(queries.data() + i0, nq, kv_head * group + g0, ng, kv_head, kv,
+                    block_table.data(), scale, scratch);
+      }
     }
   }
 }

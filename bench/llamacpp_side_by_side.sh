@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# kvwarden and llama.cpp side by side on the same GGUF files, in one run on one machine.
+#
+#   bench/llamacpp_side_by_side.sh LLAMA_CPP_DIR MODEL.gguf [MODEL.gguf ...]
+#
+# LLAMA_CPP_DIR is a llama.cpp source checkout outside this repository (never committed here);
+# it is built once into LLAMA_CPP_DIR/build (-DGGML_NATIVE=ON) if its tools are missing.
+# Tests, with llama-bench's names:
+#   ppP           llama-bench -p P            vs  kvwarden bench-model -p P
+#   tgN           llama-bench -n N            vs  kvwarden bench-model -n N
+#   tgN @ dD      llama-batched-bench -npp D -ntg N -npl 1   vs  bench-model -p 0 -n N -d D
+#   tgG xS @ d32  llama-batched-bench -npp 32 -ntg G -npl S  vs  bench-model -p 0 -n G -d 32 -s S
+#                 (S sequences decoding together: aggregate tokens/s)
+# Environment: THREADS (nproc), REPS (3), PROMPTS (512,2048), GEN (128), DEPTH (4096),
+# STREAMS (16), STREAM_GEN (64), KVW (build/apps/kvwarden/kvwarden), OUT (a temp dir).
+# Prints a markdown table (median of REPS runs each, ratio = kvwarden / llama.cpp) and the
+# machine line of kvwarden's bandwidth and compute probes from the same run.
+set -euo pipefail
+[ $# -ge 2 ] || { sed -n 2,17p "$0"; exit 2; }
+LCPP=$(cd "$1" && pwd)
+shift
+cd "$(dirname "$0")/.."
+THREADS=${THREADS:-$(nproc)}
+REPS=${REPS:-3}
+PROMPTS=${PROMPTS:-512,2048}
+GEN=${GEN:-128}
+DEPTH=${DEPTH:-4096}
+STREAMS=${STREAMS:-16}
+STREAM_GEN=${STREAM_GEN:-64}
+KVW=${KVW:-build/apps/kvwarden/kvwarden}
+OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT"
+
+BIN=$LCPP/build/bin
+if [ ! -x "$BIN/llama-bench" ] || [ ! -x "$BIN/llama-batched-bench" ]; then
+  echo "building llama.cpp in $LCPP/build ..." >&2
+  cmake -S "$LCPP" -B "$LCPP/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF >/dev/null
+  cmake --build "$LCPP/build" -j"$(nproc)" --target llama-bench llama-batched-bench >/dev/null
+fi
+LCPP_COMMIT=$(git -C "$LCPP" rev-parse --short HEAD 2>/dev/null || echo unknown)
+
+i=0
+for model in "$@"; do
+  i=$((i + 1))
+  echo "== $model" >&2
+  "$BIN/llama-bench" -m "$model" -p "$PROMPTS" -n "$GEN" -t "$THREADS" -r "$REPS" -mmp 0 \
+    -o json >"$OUT/$i.lcpp_bench.json" 2>"$OUT/$i.lcpp_bench.err"
+  : >"$OUT/$i.lcpp_batched.jsonl"
+  for _ in $(seq "$REPS"); do
+    "$BIN/llama-batched-bench" -m "$model" -c $((DEPTH + GEN + 16)) -b 2048 -ub 512 \
+      -npp "$DEPTH" -ntg "$GEN" -npl 1 -t "$THREADS" -tb "$THREADS" --output-format jsonl \
+      2>/dev/null | grep '^{' >>"$OUT/$i.lcpp_batched.jsonl"
+    "$BIN/llama-batched-bench" -m "$model" -c $((STREAMS * (32 + STREAM_GEN) + 16)) -b 2048 \
+      -ub 512 -npp 32 -ntg "$STREAM_GEN" -npl "$STREAMS" -t "$THREADS" -tb "$THREADS" \
+      --output-format jsonl 2>/dev/null | grep '^{' >>"$OUT/$i.lcpp_batched.jsonl"
+  done
+  probes=--no-probes
+  [ "$i" -eq 1 ] && probes=
+  "$KVW" bench-model -m "$model" -p "$PROMPTS" -n "$GEN" -t "$THREADS" -r "$REPS" $probes \
+    --json "$OUT/$i.kvw_1.json" >/dev/null 2>"$OUT/$i.kvw.err"
+  "$KVW" bench-model -m "$model" -p 0 -n "$GEN" -d "$DEPTH" -t "$THREADS" -r "$REPS" --no-probes \
+    --json "$OUT/$i.kvw_2.json" >/dev/null 2>>"$OUT/$i.kvw.err"
+  "$KVW" bench-model -m "$model" -p 0 -n "$STREAM_GEN" -d 32 -s "$STREAMS" -t "$THREADS" \
+    -r "$REPS" --no-probes --json "$OUT/$i.kvw_3.json" >/dev/null 2>>"$OUT/$i.kvw.err"
+done
+
+python3 - "$OUT" "$#" "$LCPP_COMMIT" "$DEPTH" "$GEN" "$STREAMS" "$STREAM_GEN" <<'PY'
+import json, os, statistics, sys
+out, n, commit = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+depth, gen, streams, sgen = map(int, sys.argv[4:8])
+machine = None
+print(f"\nllama.cpp {commit} vs kvwarden; median of the runs; ratio = kvwarden / llama.cpp\n")
+print("| model | test | llama.cpp t/s | kvwarden t/s | ratio |")
+print("|---|---|---|---|---|")
+for i in range(1, n + 1):
+    lc = {}
+    for r in json.load(open(f"{out}/{i}.lcpp_bench.json")):
+        name = f"pp{r['n_prompt']}" if r["n_prompt"] > 0 else f"tg{r['n_gen']}"
+        lc[name] = statistics.median(r["samples_ts"])
+    runs = {}
+    for line in open(f"{out}/{i}.lcpp_batched.jsonl"):
+        r = json.loads(line)
+        name = (f"tg{r['tg']} @ d{r['pp']}" if r["pl"] == 1 else
+                f"tg{r['tg']} x{r['pl']} @ d{r['pp']}")
+        runs.setdefault(name, []).append(r["speed_tg"])
+    lc.update({k: statistics.median(v) for k, v in runs.items()})
+    kv, model = {}, None
+    for part in (1, 2, 3):
+        rep = json.load(open(f"{out}/{i}.kvw_{part}.json"))
+        machine = machine or (rep["machine"] if rep["machine"]["read_gbs"] > 0 else None)
+        (model,) = rep["models"]
+        kv.update({r["test"]: r["median_ts"] for r in model["results"]})
+    name = f"{os.path.basename(model['model_filename'])} ({model['model_type']})"
+    for test, ours in kv.items():
+        theirs = lc.get(test)
+        ratio = f"{ours / theirs:.2f}" if theirs else "n/a"
+        print(f"| {name} | {test} | {theirs or float('nan'):.2f} | {ours:.2f} | {ratio} |")
+if machine:
+    m = machine
+    print(f"\nmachine: {m['cpu']} [{m['features']}], {m['threads']} threads; read "
+          f"{m['read_gbs']:.1f} GB/s, triad {m['triad_gbs']:.1f} GB/s; f32 FMA "
+          f"{m['fma_gflops']:.0f} GFLOP/s ({m['fma_kind']}); int8 {m['int8_gops']:.0f} GOP/s "
+          f"({m['int8_kind']})")
+PY
