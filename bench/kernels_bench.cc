@@ -1,13 +1,15 @@
 // bench/kernels_bench.cc: matmul throughput per weight type, in weight bytes per second, next to
 // the STREAM-like triad and read-only bandwidth of this machine (the bound for decode).
 //
-//   BM_Matmul/<type>/<rows>x<n_in>/tokens:<n>/threads:<t>   bytes/s = weight bytes streamed
+//   BM_Matmul/<type>/<rows>x<n_in>/tokens:<n>/threads:<t>   bytes/s = weight bytes streamed,
+//                                                            GOP/s = 2 x rows x n_in x tokens
+//   BM_MatmulPacked/...                                     the same on load-time packed weights
 //   BM_MemoryBandwidth/<triad|read>/threads:<t>             bytes/s = the probe's bandwidth
 //
 // Weights are replicated into several copies totalling >= 128 MiB and a different copy is used
 // on each iteration, so every call reads its weights from DRAM as a real decode step does (the
 // L3 here is 32 MiB; a single 2048x2048 Q8_0 matrix, 4.5 MiB, would be served from cache).
-// KVW_ISA=ref|avx2|avx512 pins the kernel table.
+// KVW_ISA=ref|avx2|avx2vnni|avx512|avx512vnni pins the kernel table.
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -31,6 +33,7 @@ struct MatmulCase {
   int64_t n_in;
   int64_t n_tokens;
   int threads;
+  bool packed;  // load-time packed layout and matmul_packed (Q8_0 / Q4_0)
 };
 
 void bm_matmul(benchmark::State& state, MatmulCase c) {
@@ -45,6 +48,7 @@ void bm_matmul(benchmark::State& state, MatmulCase c) {
     for (float& v : row) v = dist(rng);
     quantize_row(c.wtype, row.data(), one.data() + r * w_row_bytes, c.n_in);
   }
+  if (c.packed) k.pack(c.wtype, one.data(), one.data(), c.n_rows, c.n_in);
   const size_t copies = (kMinWeightBytes + matrix_bytes - 1) / matrix_bytes;
   std::vector<uint8_t> w(copies * matrix_bytes);
   for (size_t i = 0; i < copies; ++i)
@@ -61,7 +65,11 @@ void bm_matmul(benchmark::State& state, MatmulCase c) {
   for (auto _ : state) {
     const uint8_t* wc = w.data() + copy * matrix_bytes;
     pool.run([&](int ith, int nth) {
-      k.matmul(c.wtype, wc, c.n_rows, c.n_in, xq.data(), c.n_tokens, y.data(), ith, nth);
+      if (c.packed) {
+        k.matmul_packed(c.wtype, wc, c.n_rows, c.n_in, xq.data(), c.n_tokens, y.data(), ith, nth);
+      } else {
+        k.matmul(c.wtype, wc, c.n_rows, c.n_in, xq.data(), c.n_tokens, y.data(), ith, nth);
+      }
     });
     benchmark::DoNotOptimize(y.data());
     copy = (copy + 1) % copies;
@@ -69,6 +77,10 @@ void bm_matmul(benchmark::State& state, MatmulCase c) {
   state.SetBytesProcessed((int64_t)state.iterations() * (int64_t)matrix_bytes);
   state.counters["tokens/s"] =
       benchmark::Counter((double)state.iterations() * c.n_tokens, benchmark::Counter::kIsRate);
+  // 2 ops (multiply, add) per weight element per token, in units of 1e9 ops per second.
+  state.counters["GOP/s"] = benchmark::Counter(
+      (double)state.iterations() * 2e-9 * (double)c.n_rows * (double)c.n_in * (double)c.n_tokens,
+      benchmark::Counter::kIsRate);
   state.SetLabel(k.isa);
 }
 
@@ -90,16 +102,21 @@ void register_all() {
   const int64_t shapes[][2] = {{2048, 2048}, {5632, 2048}};
   for (GgmlType t : types) {
     for (const auto& s : shapes) {
-      for (int64_t n_tokens : {1, 32}) {
+      // 1: decode; 8..512: prefill chunks (512 = the default max batch tokens).
+      for (int64_t n_tokens : {1, 8, 32, 64, 512}) {
         for (int threads : {1, 2}) {
-          const std::string name = "BM_Matmul/" + std::string(type_traits(t).name) + "/" +
-                                   std::to_string(s[0]) + "x" + std::to_string(s[1]) +
-                                   "/tokens:" + std::to_string(n_tokens) +
-                                   "/threads:" + std::to_string(threads);
-          benchmark::RegisterBenchmark(name.c_str(), bm_matmul,
-                                       MatmulCase{t, s[0], s[1], n_tokens, threads})
-              ->Unit(benchmark::kMicrosecond)
-              ->UseRealTime();
+          for (bool packed : {false, true}) {
+            if (packed && !kernels().packs(t, s[0], s[1])) continue;
+            const std::string name = std::string(packed ? "BM_MatmulPacked/" : "BM_Matmul/") +
+                                     std::string(type_traits(t).name) + "/" + std::to_string(s[0]) +
+                                     "x" + std::to_string(s[1]) +
+                                     "/tokens:" + std::to_string(n_tokens) +
+                                     "/threads:" + std::to_string(threads);
+            benchmark::RegisterBenchmark(name.c_str(), bm_matmul,
+                                         MatmulCase{t, s[0], s[1], n_tokens, threads, packed})
+                ->Unit(benchmark::kMicrosecond)
+                ->UseRealTime();
+          }
         }
       }
     }

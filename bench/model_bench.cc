@@ -5,7 +5,8 @@
 // token, with the bandwidth measured in the same run. Models are written once into --dir.
 //
 //   build/bench/model_bench --dir build/bench-models [--types f16,q8_0,q4_0] [--decode 32]
-//                           [--preset tinyllama-1.1b]
+//                           [--preset tinyllama-1.1b] [--pack 1|0]
+// --pack 0 keeps Q8_0/Q4_0 weights in the GGUF layout (the row-tiled matmul) for A/B runs.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -51,7 +52,7 @@ double decode_bytes(const ModelWeights& w, const ModelHParams& hp) {
 }
 
 int run(const std::string& dir, const std::string& preset, const std::vector<std::string>& types,
-        int n_prompt, int n_decode, double triad_gbs, double read_gbs) {
+        int n_prompt, int n_decode, bool pack, double triad_gbs, double read_gbs) {
   std::vector<Row> rows;
   for (const auto& type : types) {
     const std::string path = dir + "/" + preset + "-" + type + ".gguf";
@@ -70,6 +71,7 @@ int run(const std::string& dir, const std::string& preset, const std::vector<std
     }
     ModelOptions opt;
     opt.max_batch_tokens = n_prompt;
+    opt.pack_weights = pack;
     auto m = Model::load(path, opt);
     if (!m) {
       std::fprintf(stderr, "%s\n", m.message().c_str());
@@ -121,6 +123,7 @@ int run(const std::string& dir, const std::string& preset, const std::vector<std
 int main(int argc, char** argv) {
   std::string dir = "bench-models", types_arg = "f16,q8_0,q4_0", preset = "tinyllama-1.1b";
   int n_prompt = 512, n_decode = 32;
+  bool pack = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--dir")
@@ -133,11 +136,13 @@ int main(int argc, char** argv) {
       n_decode = std::atoi(argv[i + 1]);
     else if (a == "--preset")
       preset = argv[i + 1];
+    else if (a == "--pack")
+      pack = std::atoi(argv[i + 1]) != 0;
     else {
       std::fprintf(
           stderr,
           "usage: model_bench [--dir D] [--types f16,q8_0,q4_0] [--prompt 512] [--decode 32] "
-          "[--preset tinyllama-1.1b]\n");
+          "[--preset tinyllama-1.1b] [--pack 1|0]\n");
       return 2;
     }
   }
@@ -150,5 +155,5 @@ int main(int argc, char** argv) {
   const double triad = kvw::kernels::measure_memory_bandwidth_gbs(pool, size_t{3} << 28);
   std::printf("machine: %u threads, kernels %s, read bandwidth %.1f GB/s, triad %.1f GB/s\n",
               std::thread::hardware_concurrency(), kvw::kernels::kernels().isa, bw, triad);
-  return kvw::run(dir, preset, types, n_prompt, n_decode, triad, bw);
+  return kvw::run(dir, preset, types, n_prompt, n_decode, pack, triad, bw);
 }

@@ -59,6 +59,12 @@ class GgufFile {
   const GgufTensorInfo* find_tensor(std::string_view name) const;
   const uint8_t* tensor_data(const GgufTensorInfo& t) const { return data_ + t.offset; }
 
+  // Load-time repacking (model/weights.cc pack_matrices): while writable, pointers from
+  // tensor_data() may be written through. The mapping is MAP_PRIVATE, so the file never changes:
+  // each page written becomes a private anonymous page that replaces the file page this process
+  // mapped, and resident bytes stay those of the file. Errors: mprotect failing.
+  Status set_writable(bool writable);
+
  private:
   GgufFile() = default;
   friend class GgufParser;

@@ -435,6 +435,15 @@ Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path) {
   return f;
 }
 
+Status GgufFile::set_writable(bool writable) {
+  if (base_ == nullptr) return Status::ok_status();
+  if (::mprotect(const_cast<uint8_t*>(base_), size_, PROT_READ | (writable ? PROT_WRITE : 0)) !=
+      0) {
+    return Error{path_ + ": mprotect failed: " + std::strerror(errno)};
+  }
+  return Status::ok_status();
+}
+
 GgufFile::~GgufFile() {
   if (base_ != nullptr) ::munmap(const_cast<uint8_t*>(base_), size_);
 }

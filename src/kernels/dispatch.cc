@@ -1,6 +1,7 @@
-// kernels/dispatch.cc: chooses the KernelTable once from CPUID (AVX-512 > AVX2 > ref), with the
-// KVW_ISA=ref|avx2|avx512 environment override for tests and benchmarks, and holds the small
-// ISA-independent helpers declared in kernels_internal.h. Thread-safe (static initialisation).
+// kernels/dispatch.cc: chooses the KernelTable once from CPUID (AVX-512 > AVX2 > ref, each with
+// VNNI first), with the KVW_ISA=ref|avx2|avx2vnni|avx512|avx512vnni environment override for tests
+// and benchmarks, and holds the small ISA-independent helpers declared in kernels_internal.h.
+// Thread-safe (static initialisation).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -45,7 +46,7 @@ int64_t act_row_bytes(GgmlType wtype, int64_t n_in) {
   switch (act_type(wtype)) {
     case GgmlType::kQ8_0:
       CHECK(n_in % kQK8_0 == 0) << "n_in " << n_in;
-      return n_in / kQK8_0 * (int64_t)sizeof(BlockQ8_0);
+      return n_in / kQK8_0 * (int64_t)(sizeof(BlockQ8_0) + sizeof(ActBlockExtra));
     case GgmlType::kQ8_K:
       CHECK(n_in % kQK_K == 0) << "n_in " << n_in;
       return n_in / kQK_K * (int64_t)sizeof(BlockQ8_K);
@@ -76,14 +77,20 @@ int64_t attention_scratch_floats(int32_t head_dim) {
 
 namespace {
 
-enum class Isa { kRef, kAvx2, kAvx512 };
+enum class Isa { kRef, kAvx2, kAvx2Vnni, kAvx512, kAvx512Vnni };
+// Worst to best: choose_table() takes the last one the CPU supports.
+constexpr Isa kAllIsas[] = {Isa::kRef, Isa::kAvx2, Isa::kAvx2Vnni, Isa::kAvx512, Isa::kAvx512Vnni};
 
 // Names match KernelTable::isa. Looked up here rather than through the tables: code in the
 // AVX-512 translation unit must not run at all on a CPU without AVX-512.
 const char* isa_name(Isa isa) {
   switch (isa) {
+    case Isa::kAvx512Vnni:
+      return "avx512vnni";
     case Isa::kAvx512:
       return "avx512";
+    case Isa::kAvx2Vnni:
+      return "avx2vnni";
     case Isa::kAvx2:
       return "avx2";
     case Isa::kRef:
@@ -97,14 +104,19 @@ bool cpu_supports(Isa isa) {
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                     __builtin_cpu_supports("f16c");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
   switch (isa) {
     case Isa::kRef:
       return true;
     case Isa::kAvx2:
       return avx2;
+    case Isa::kAvx2Vnni:
+      return avx2 && __builtin_cpu_supports("avxvnni");
     case Isa::kAvx512:
-      return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl");
+      return avx512;
+    case Isa::kAvx512Vnni:
+      return avx512 && __builtin_cpu_supports("avx512vnni");
   }
   return false;
 #else
@@ -114,8 +126,18 @@ bool cpu_supports(Isa isa) {
 
 const KernelTable& table_for(Isa isa) {
 #if defined(KVW_HAVE_X86)
-  if (isa == Isa::kAvx512) return avx512_table();
-  if (isa == Isa::kAvx2) return avx2_table();
+  switch (isa) {
+    case Isa::kAvx512Vnni:
+      return avx512vnni_table();
+    case Isa::kAvx512:
+      return avx512_table();
+    case Isa::kAvx2Vnni:
+      return avx2vnni_table();
+    case Isa::kAvx2:
+      return avx2_table();
+    case Isa::kRef:
+      break;
+  }
 #endif
   (void)isa;
   return ref_table();
@@ -123,14 +145,12 @@ const KernelTable& table_for(Isa isa) {
 
 const KernelTable& choose_table() {
   Isa best = Isa::kRef;
-  if (cpu_supports(Isa::kAvx512)) {
-    best = Isa::kAvx512;
-  } else if (cpu_supports(Isa::kAvx2)) {
-    best = Isa::kAvx2;
+  for (Isa isa : kAllIsas) {
+    if (cpu_supports(isa)) best = isa;
   }
   // The one environment variable kernels read: benchmarks and tests pin an ISA with it.
   if (const char* want = std::getenv("KVW_ISA"); want != nullptr && *want != '\0') {
-    for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512}) {
+    for (Isa isa : kAllIsas) {
       if (std::strcmp(want, isa_name(isa)) != 0) continue;
       if (cpu_supports(isa)) return table_for(isa);
       LOG(WARN, kernels) << "KVW_ISA=" << want << " not supported by this CPU; using "
@@ -156,7 +176,7 @@ const KernelTable& kernels_ref() {
 std::span<const KernelTable* const> available_kernel_tables() {
   static const std::vector<const KernelTable*> tables = [] {
     std::vector<const KernelTable*> out;
-    for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512}) {
+    for (Isa isa : kAllIsas) {
       if (cpu_supports(isa)) out.push_back(&table_for(isa));
     }
     return out;

@@ -6,7 +6,8 @@
 // a fixed reduction order that does not depend on n_tokens, ith or nth. Work is split over output
 // rows / tokens / heads, never over a reduction dimension.
 //
-// A KernelTable of function pointers is chosen once from CPUID (AVX-512 > AVX2 > scalar ref).
+// A KernelTable of function pointers is chosen once from CPUID (AVX-512 > AVX2 > scalar ref,
+// each with a VNNI variant).
 #pragma once
 
 #include <cstdint>
@@ -55,11 +56,13 @@ struct AttnQuery {
 constexpr int32_t kAttnChunk = 16;
 
 struct KernelTable {
-  const char* isa;  // "avx512", "avx2", "ref"
+  const char* isa;  // "avx512vnni", "avx512", "avx2vnni", "avx2", "ref"
 
   // Activations x [n_tokens][n_in] f32 converted to the dot-product format that weights of
   // `wtype` pair with (Q8_0 for Q4_0/Q8_0, Q8_K for K-quants, copy otherwise), rows [ith share].
-  // dst holds n_tokens rows of act_row_bytes(wtype, n_in).
+  // dst holds n_tokens rows of act_row_bytes(wtype, n_in). A Q8_0 row is n_in/32 BlockQ8_0
+  // followed by n_in/32 ActBlockExtra (f32 scale, -128 x sum of the block's quants;
+  // kernels_internal.h), which only matmul_packed reads.
   void (*quantize_act)(GgmlType wtype, const float* x, int64_t n_tokens, int64_t n_in, void* dst,
                        int ith, int nth);
 
@@ -68,6 +71,18 @@ struct KernelTable {
   // Each thread takes a contiguous range of rows.
   void (*matmul)(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
                  int64_t n_tokens, float* y, int ith, int nth);
+
+  // Load-time repacking for prefill-speed GEMM (Q8_0 and Q4_0; layout in kernels/packed.cc, the
+  // same for every table). packs(): whether matmul_packed takes this matrix (n_rows >= 8).
+  // pack(): rewrites n_rows GGUF rows into the packed layout of the same byte count; dst may
+  // equal src (in place). matmul_packed(): as matmul, for weights pack() wrote. For each (row,
+  // token) it computes acc = fma(float(isum_b), d_w_b * d_x_b, acc) over blocks b in order from
+  // 0 (isum_b the exact int32 block dot) in every table, so its output is bit-identical across
+  // tables, tile shapes, n_tokens and thread counts. Each thread takes a contiguous row range.
+  bool (*packs)(GgmlType wtype, int64_t n_rows, int64_t n_in);
+  void (*pack)(GgmlType wtype, const void* src, void* dst, int64_t n_rows, int64_t n_in);
+  void (*matmul_packed)(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
+                        int64_t n_tokens, float* y, int ith, int nth);
 
   // out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], n elements (single row).
   void (*rmsnorm)(const float* x, const float* w, int64_t n, float eps, float* out);
@@ -96,7 +111,7 @@ struct KernelTable {
 int64_t act_row_bytes(GgmlType wtype, int64_t n_in);
 int64_t attention_scratch_floats(int32_t head_dim);
 
-// The best table for this CPU (chosen once, on first call). KVW_ISA=ref|avx2|avx512 overrides.
+// The best table for this CPU (chosen once, on first call). KVW_ISA=<isa name> overrides.
 const KernelTable& kernels();
 const KernelTable& kernels_ref();
 // All tables this CPU can run (for tests comparing each against ref).

@@ -37,6 +37,35 @@ struct MatmulGeometry {
 };
 MatmulGeometry matmul_geometry(GgmlType wtype, int64_t n_in);
 
+// What quantize_act appends to each Q8_0 activation row, after its n_in/32 BlockQ8_0: one of
+// these per block, for matmul_packed (x86 kernels broadcast both straight from memory).
+struct ActBlockExtra {
+  float d;         // the block's fp16 scale, converted (exact)
+  int32_t neg128;  // -128 x the sum of its 32 quants: the unsigned-weight correction of Q8_0
+                   // (weights stored q + 128); Q4_0's -8 x sum is neg128 >> 4 (exact)
+};
+// Writes the nb extras of one Q8_0 activation row whose blocks are already written.
+void write_act_extras(void* q8_0_row, int64_t nb);
+
+// The packed layout (kernels/packed.cc): a group of kPackRows rows, and the geometry of one
+// packed matrix. packed_geometry CHECKs that the table packs (wtype, n_rows, n_in).
+constexpr int64_t kPackRows = 8;
+struct PackedGeometry {
+  int64_t nb;           // 32-element blocks per row
+  int64_t row_bytes;    // GGUF row bytes (rows past the last full group keep this layout)
+  int64_t group_bytes;  // kPackRows * row_bytes
+  int64_t quant_bytes;  // per block of one group: Q8_0 256, Q4_0 128
+  int64_t n_groups;     // n_rows / kPackRows
+  int64_t x_row_bytes;  // act_row_bytes
+};
+PackedGeometry packed_geometry(GgmlType wtype, int64_t n_rows, int64_t n_in);
+bool packs(GgmlType wtype, int64_t n_rows, int64_t n_in);
+void pack(GgmlType wtype, const void* src, void* dst, int64_t n_rows, int64_t n_in);
+// Rows [row_begin, row_end) that lie past the last full group (GGUF layout), for all tokens,
+// with matmul_packed's arithmetic in scalar code: every table calls this for its tail rows.
+void matmul_packed_tail(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
+                        int64_t n_tokens, float* y, int64_t row_begin, int64_t row_end);
+
 // Query heads per KV head; CHECKs n_kv_heads > 0 divides n_heads.
 int32_t gqa_group(int32_t n_heads, const KvLayerView& kv);
 
@@ -44,11 +73,17 @@ int32_t gqa_group(int32_t n_heads, const KvLayerView& kv);
 const KernelTable& ref_table();
 const KernelTable& avx2_table();
 const KernelTable& avx512_table();
+// The same tables with matmul_packed on VNNI dot products (AVX-VNNI / AVX512-VNNI).
+const KernelTable& avx2vnni_table();
+const KernelTable& avx512vnni_table();
 
 // Scalar reference pieces that tests and other tables reuse.
 namespace ref {
 void quantize_row_q8_0(const float* x, void* dst, int64_t n);  // n % 32 == 0
 void quantize_row_q8_k(const float* x, void* dst, int64_t n);  // n % 256 == 0
+// The scalar packed matmul every table's matmul_packed matches bit for bit.
+void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
+                   int64_t n_tokens, float* y, int ith, int nth);
 }  // namespace ref
 
 }  // namespace kvw::kernels

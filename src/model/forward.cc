@@ -131,9 +131,9 @@ void Model::run_layer(int32_t l, KvArena& kv, int64_t n_tokens) {
     }
   });
   pool_.run([&](int ith, int nth) {
-    kt.matmul(L.wq.type, L.wq.data, qd, d, act_for(L.wq, xn), n_tokens, q_.data(), ith, nth);
-    kt.matmul(L.wk.type, L.wk.data, kvd, d, act_for(L.wk, xn), n_tokens, k_.data(), ith, nth);
-    kt.matmul(L.wv.type, L.wv.data, kvd, d, act_for(L.wv, xn), n_tokens, v_.data(), ith, nth);
+    matmul(kt, L.wq, act_for(L.wq, xn), n_tokens, q_.data(), ith, nth);
+    matmul(kt, L.wk, act_for(L.wk, xn), n_tokens, k_.data(), ith, nth);
+    matmul(kt, L.wv, act_for(L.wv, xn), n_tokens, v_.data(), ith, nth);
   });
   // Biases, RoPE, and K/V into the paged cache.
   const kernels::KvLayerView view = layer_view(kv, l);
@@ -189,7 +189,7 @@ void Model::run_layer(int32_t l, KvArena& kv, int64_t n_tokens) {
     for (int64_t t = b; t < e; ++t) quantize_for(L.wo, xn, t, qd);
   });
   pool_.run([&](int ith, int nth) {
-    kt.matmul(L.wo.type, L.wo.data, d, qd, act_for(L.wo, xn), n_tokens, tmp_.data(), ith, nth);
+    matmul(kt, L.wo, act_for(L.wo, xn), n_tokens, tmp_.data(), ith, nth);
   });
   // FFN: residual, RMSNorm, then SwiGLU or routed experts.
   const bool moe = hp_.is_moe_layer(l);
@@ -211,9 +211,8 @@ void Model::run_layer(int32_t l, KvArena& kv, int64_t n_tokens) {
     return;
   }
   pool_.run([&](int ith, int nth) {
-    kt.matmul(L.gate.type, L.gate.data, ff, d, act_for(L.gate, xn), n_tokens, gate_.data(), ith,
-              nth);
-    kt.matmul(L.up.type, L.up.data, ff, d, act_for(L.up, xn), n_tokens, up_.data(), ith, nth);
+    matmul(kt, L.gate, act_for(L.gate, xn), n_tokens, gate_.data(), ith, nth);
+    matmul(kt, L.up, act_for(L.up, xn), n_tokens, up_.data(), ith, nth);
   });
   pool_.run([&](int ith, int nth) {
     auto [b, e] = thread_share(n_tokens, ith, nth);
@@ -223,8 +222,7 @@ void Model::run_layer(int32_t l, KvArena& kv, int64_t n_tokens) {
     }
   });
   pool_.run([&](int ith, int nth) {
-    kt.matmul(L.down.type, L.down.data, d, ff, act_for(L.down, xn), n_tokens, tmp_.data(), ith,
-              nth);
+    matmul(kt, L.down, act_for(L.down, xn), n_tokens, tmp_.data(), ith, nth);
   });
 }
 
@@ -243,8 +241,7 @@ void Model::compute_logits(int64_t n_rows, float* logits) {
     }
   });
   pool_.run([&](int ith, int nth) {
-    kt.matmul(w_.output.type, w_.output.data, hp_.n_vocab, d, act_for(w_.output, xn), n_rows,
-              logits, ith, nth);
+    matmul(kt, w_.output, act_for(w_.output, xn), n_rows, logits, ith, nth);
   });
 }
 

@@ -42,6 +42,13 @@ Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<GgufFile> file,
   if (hp->rope.scale_factor <= 0.0f) return Error{"rope scale factor must be > 0"};
   auto w = weights_from_gguf(*file, *hp);
   if (!w) return Error{w.message()};
+  if (opt.pack_weights) {
+    // Prefill-speed GEMM: Q8_0/Q4_0 matrices are repacked once, in place (kernels/packed.cc).
+    auto packed = pack_matrices(*file, *w, kernels::kernels());
+    if (!packed) return Error{packed.message()};
+    LOG(INFO, model) << "repacked " << *packed / (1 << 20) << " MiB of Q8_0/Q4_0 weights for "
+                     << kernels::kernels().isa << " matmul_packed";
+  }
   return std::unique_ptr<Model>(
       new Model(std::move(file), std::move(hp.value()), std::move(w.value()), opt));
 }

@@ -38,6 +38,9 @@ struct ModelOptions {
   // embedding and after every residual add, so one extreme row cannot overflow a later norm
   // into Inf/NaN. 0 = off (the default; clamping changes numerics).
   float activation_clamp = 0.0f;
+  // Repack Q8_0/Q4_0 matrices at load for the packed GEMM (pack_matrices in model/weights.h).
+  // false keeps the GGUF layout and the row-tiled matmul (benchmarks and tests compare both).
+  bool pack_weights = true;
 };
 
 // One sequence's part of a batch.

@@ -43,8 +43,7 @@ void Model::run_moe_ffn(const LayerWeights& L, int64_t n_tokens) {
   const float* bias = L.exp_probs_b.empty() ? nullptr : L.exp_probs_b.data();
 
   pool_.run([&](int ith, int nth) {
-    kt.matmul(L.router.type, L.router.data, E, d, act_for(L.router, xn), n_tokens,
-              router_logits_.data(), ith, nth);
+    matmul(kt, L.router, act_for(L.router, xn), n_tokens, router_logits_.data(), ith, nth);
   });
   pool_.run([&](int ith, int nth) {
     float* scratch = router_scratch_.data() + ith * router_scratch_floats(moe);
@@ -75,12 +74,10 @@ void Model::run_moe_ffn(const LayerWeights& L, int64_t n_tokens) {
       if (n == 0) continue;
       const auto* gate_act = static_cast<const uint8_t*>(act_for(gate0, rows));
       const auto* up_act = static_cast<const uint8_t*>(act_for(up0, rows));
-      kt.matmul(gate0.type, L.gate_exps.expert(e).data, ff, d,
-                gate_act + a0 * kernels::act_row_bytes(gate0.type, d), n, gate_.data() + a0 * ff,
-                ith, nth);
-      kt.matmul(up0.type, L.up_exps.expert(e).data, ff, d,
-                up_act + a0 * kernels::act_row_bytes(up0.type, d), n, up_.data() + a0 * ff, ith,
-                nth);
+      matmul(kt, L.gate_exps.expert(e), gate_act + a0 * kernels::act_row_bytes(gate0.type, d), n,
+             gate_.data() + a0 * ff, ith, nth);
+      matmul(kt, L.up_exps.expert(e), up_act + a0 * kernels::act_row_bytes(up0.type, d), n,
+             up_.data() + a0 * ff, ith, nth);
     }
   });
   pool_.run([&](int ith, int nth) {
@@ -96,8 +93,8 @@ void Model::run_moe_ffn(const LayerWeights& L, int64_t n_tokens) {
     for (int32_t e = 0; e < E; ++e) {
       const int64_t n = rows_of(e), a0 = expert_begin_[e];
       if (n == 0) continue;
-      kt.matmul(down0.type, L.down_exps.expert(e).data, d, ff,
-                act + a0 * kernels::act_row_bytes(down0.type, ff), n, rows + a0 * d, ith, nth);
+      matmul(kt, L.down_exps.expert(e), act + a0 * kernels::act_row_bytes(down0.type, ff), n,
+             rows + a0 * d, ith, nth);
     }
   });
   // Per token, in its routing order: tmp = sum_k weight_k * expert_k(x).

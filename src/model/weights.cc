@@ -129,4 +129,43 @@ Result<ModelWeights> weights_from_gguf(const GgufFile& f, const ModelHParams& hp
   return w;
 }
 
+namespace {
+
+// Packs `m` (n_slices matrices of slice_bytes each, e.g. stacked experts) if the table packs it.
+uint64_t pack_matrix(WeightMatrix& m, int64_t n_slices, uint64_t slice_bytes,
+                     const kernels::KernelTable& kt) {
+  if (m.data == nullptr || !kt.packs(m.type, m.n_rows, m.n_in)) return 0;
+  for (int64_t e = 0; e < n_slices; ++e) {
+    // The file mapping is writable (copy-on-write) while packing: see pack_matrices.
+    void* slice = static_cast<uint8_t*>(const_cast<void*>(m.data)) + e * slice_bytes;
+    kt.pack(m.type, slice, slice, m.n_rows, m.n_in);
+  }
+  m.packed = true;
+  return (uint64_t)n_slices * slice_bytes;
+}
+
+}  // namespace
+
+Result<uint64_t> pack_matrices(GgufFile& file, ModelWeights& w, const kernels::KernelTable& kt) {
+  KVW_RETURN_IF_ERROR(file.set_writable(true));
+  uint64_t bytes = 0;
+  if (w.output.data != w.token_embd.data) bytes += pack_matrix(w.output, 1, 0, kt);
+  for (LayerWeights& l : w.layers) {
+    for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down, &l.router}) {
+      bytes += pack_matrix(*m, 1, 0, kt);
+    }
+    for (ExpertMatrices* x : {&l.gate_exps, &l.up_exps, &l.down_exps}) {
+      bytes += pack_matrix(x->first, x->n_expert, x->expert_bytes, kt);
+    }
+  }
+  KVW_RETURN_IF_ERROR(file.set_writable(false));
+  return bytes;
+}
+
+void matmul(const kernels::KernelTable& kt, const WeightMatrix& w, const void* act,
+            int64_t n_tokens, float* y, int ith, int nth) {
+  (w.packed ? kt.matmul_packed : kt.matmul)(w.type, w.data, w.n_rows, w.n_in, act, n_tokens, y, ith,
+                                            nth);
+}
+
 }  // namespace kvw

@@ -9,19 +9,22 @@
 
 #include "core/status.h"
 #include "gguf/tensor_types.h"
+#include "kernels/kernels.h"
 #include "model/hparams.h"
 
 namespace kvw {
 
 class GgufFile;
 
-// n_rows rows of n_in elements each, stored in `type` (ggml shape [n_in, n_rows]).
+// n_rows rows of n_in elements each, stored in `type` (ggml shape [n_in, n_rows]), or, when
+// `packed`, in the kernels' packed layout of the same bytes (kernels/packed.cc).
 struct WeightMatrix {
   GgmlType type = GgmlType::kF32;
   const void* data = nullptr;
   int64_t n_rows = 0;
   int64_t n_in = 0;
   uint64_t row_bytes = 0;
+  bool packed = false;
 };
 
 // n_expert matrices of n_rows x n_in stacked in one tensor (ggml shape [n_in, n_rows, n_expert],
@@ -62,5 +65,17 @@ struct ModelWeights {
 
 // Finds and shape-checks every tensor; errors name the file and tensor.
 Result<ModelWeights> weights_from_gguf(const GgufFile& file, const ModelHParams& hp);
+
+// Repacks, in place in the file's private mapping, every matrix the table packs (kt.packs):
+// the layers' projections, router and each expert's slice of the stacked experts, and `output`
+// unless it is token_embd (which embedding lookups read row by row, so it is never packed).
+// No double residency: the packed bytes are copy-on-write pages that replace the file pages,
+// so resident weights stay total_bytes. Returns the bytes repacked; errors: mprotect failing.
+Result<uint64_t> pack_matrices(GgufFile& file, ModelWeights& w, const kernels::KernelTable& kt);
+
+// y [n_tokens][w.n_rows] = w x act (quantize_act output for w.type), rows of thread ith of nth:
+// kt.matmul, or kt.matmul_packed for a packed matrix.
+void matmul(const kernels::KernelTable& kt, const WeightMatrix& w, const void* act,
+            int64_t n_tokens, float* y, int ith, int nth);
 
 }  // namespace kvw

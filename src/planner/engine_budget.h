@@ -67,7 +67,9 @@ int64_t max_open_streams(int64_t max_num_seqs, int64_t max_queue);
 uint64_t request_row_bytes(const RequestMemoryOptions& o);
 
 struct BudgetTable {
-  uint64_t weights_bytes = 0;    // mmapped tensors (GGUF: exact sum of tensor bytes)
+  uint64_t weights_bytes = 0;    // mmapped tensors (GGUF: exact sum of tensor bytes; Q8_0/Q4_0
+                                 // matrices repacked at load are the same bytes, as private
+                                 // copy-on-write pages in place of the file's)
   uint64_t workspace_bytes = 0;  // activation buffers for max_num_batched_tokens
   uint64_t kv_pool_bytes = 0;    // num_blocks * kv_bytes_per_block
   uint64_t reserve_bytes = 0;

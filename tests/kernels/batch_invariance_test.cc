@@ -89,5 +89,62 @@ TEST(KernelsBatchInvariance, LargeBatchCrossesTokenBlocksWithoutChangingRows) {
   }
 }
 
+// Packed Q8_0/Q4_0 weights: 200 rows = 25 groups (not a multiple of 16, so a thread range ends
+// mid-pair of groups) and 205 = 25 groups + 5 GGUF rows; 16 tokens cover every tile width
+// (4, 6, 12) with tails; n_in 8192 makes the token block (256 KiB / 10.5 KiB rows) 24 tokens,
+// which 40 tokens cross.
+std::vector<float> packed_matmul(const KernelTable& t, GgmlType wtype, const uint8_t* w,
+                                 int64_t n_rows, int64_t n_in, const uint8_t* xq, int64_t n_tokens,
+                                 int nth) {
+  std::vector<float> y(n_tokens * n_rows, std::nanf(""));
+  for (int ith = 0; ith < nth; ++ith)
+    t.matmul_packed(wtype, w, n_rows, n_in, xq, n_tokens, y.data(), ith, nth);
+  return y;
+}
+
+TEST(KernelsBatchInvariance, PackedMatmulRowsAreBitIdenticalAloneInBatchesAndAcrossThreads) {
+  struct Case {
+    int64_t n_rows, n_in, n_tokens;
+    std::vector<int64_t> batches;
+  };
+  const Case cases[] = {{200, 544, 16, {1, 2, 3, 4, 5, 6, 7, 11, 12, 13, 16}},
+                        {205, 256, 16, {1, 3, 9, 12, 15, 16}},
+                        {40, 8192, 40, {25, 37, 40}}};
+  for (const KernelTable* t : available_kernel_tables()) {
+    for (GgmlType wtype : {GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+      for (const Case& c : cases) {
+        SCOPED_TRACE(std::string(t->isa) + " " + testing::type_name(wtype) + " rows " +
+                     std::to_string(c.n_rows) + " n_in " + std::to_string(c.n_in));
+        auto w = testing::make_weights(wtype, c.n_rows, c.n_in, 25);
+        t->pack(wtype, w.data(), w.data(), c.n_rows, c.n_in);
+        const auto x = testing::random_floats(c.n_tokens * c.n_in, 26);
+        std::vector<float> alone(c.n_tokens * c.n_rows);
+        for (int64_t tok = 0; tok < c.n_tokens; ++tok) {
+          const auto xq = testing::quantize_act(*t, wtype, x.data() + tok * c.n_in, 1, c.n_in);
+          const auto y = packed_matmul(*t, wtype, w.data(), c.n_rows, c.n_in, xq.data(), 1, 1);
+          std::memcpy(alone.data() + tok * c.n_rows, y.data(), c.n_rows * sizeof(float));
+        }
+        for (int64_t batch : c.batches) {
+          for (int nth = 1; nth <= 3; ++nth) {
+            for (int64_t first : {(int64_t)0, c.n_tokens - batch, (c.n_tokens - batch) / 2}) {
+              const float* xb = x.data() + first * c.n_in;
+              const auto xq = testing::quantize_act(*t, wtype, xb, batch, c.n_in, nth);
+              const auto y =
+                  packed_matmul(*t, wtype, w.data(), c.n_rows, c.n_in, xq.data(), batch, nth);
+              for (int64_t i = 0; i < batch; ++i) {
+                ASSERT_EQ(
+                    std::memcmp(y.data() + i * c.n_rows, alone.data() + (first + i) * c.n_rows,
+                                c.n_rows * sizeof(float)),
+                    0)
+                    << "batch " << batch << " first " << first << " token " << i << " nth " << nth;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvw::kernels

@@ -213,6 +213,7 @@ void quantize_act(GgmlType wtype, const float* x, int64_t n_tokens, int64_t n_in
     switch (act_type(wtype)) {
       case GgmlType::kQ8_0:
         quantize_row_q8_0(xt, out + t * row_bytes, n_in);
+        write_act_extras(out + t * row_bytes, n_in / kQK8_0);
         break;
       case GgmlType::kQ8_K:
         quantize_row_q8_k(xt, out + t * row_bytes, n_in);

@@ -1,6 +1,7 @@
 // kernels/x86/avx2.cc: AVX2/FMA/F16C activation quantisation and matmul for float, Q8_0 and
-// Q4_0 weights (K-quants live in avx2_kquants.cc). Compiled with -mavx2 -mfma -mf16c; reached
-// only through the table dispatch.cc picks after checking CPUID.
+// Q4_0 weights (K-quants live in avx2_kquants.cc), and the packed Q8_0/Q4_0 GEMM without VNNI.
+// Compiled with -mavx2 -mfma -mf16c; reached only through the table dispatch.cc picks after
+// checking CPUID.
 //
 // Batch invariance: each (token, row) dot product is one accumulator fed block by block in
 // order by the same Ops::fma, then reduced by the same Ops::finish, in every tile shape (see
@@ -12,6 +13,7 @@
 #include "kernels/x86/avx2_kernels.h"
 #include "kernels/x86/avx2_util.h"
 #include "kernels/x86/matmul_tile.h"
+#include "kernels/x86/packed_tile.h"
 
 namespace kvw::kernels::avx2 {
 namespace {
@@ -193,6 +195,11 @@ struct Q4_0Unpack {
   }
 };
 
+// Packed GEMM without VNNI: maddubs + madd (packed_tile.h).
+struct DotMaddubs {
+  static constexpr bool kVnni = false;
+};
+
 template <class Ops>
 void run_rows(MatmulArgs a, RowRange rows) {
   a.nb = a.n_in / Ops::kBlockElems;
@@ -212,12 +219,20 @@ void quantize_act(GgmlType wtype, const float* x, int64_t n_tokens, int64_t n_in
     uint8_t* yt = out + t * row_bytes;
     if (format == GgmlType::kQ8_0) {
       quantize_row_q8_0(xt, reinterpret_cast<BlockQ8_0*>(yt), n_in);
+      write_act_extras(yt, n_in / kQK8_0);
     } else if (format == GgmlType::kQ8_K) {
       quantize_row_q8_k(xt, reinterpret_cast<BlockQ8_K*>(yt), n_in);
     } else {
       std::memcpy(yt, xt, n_in * sizeof(float));
     }
   }
+}
+
+// 8 rows x 4 tokens: 4 float + 4 int32 accumulators, the weights, |weights|, one broadcast and
+// two constants: 14 of 16 ymm registers.
+void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
+                   int64_t n_tokens, float* y, int ith, int nth) {
+  x86::matmul_packed<DotMaddubs, 4>(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
 }
 
 void matmul(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,

@@ -1,0 +1,194 @@
+// kernels/packed.cc: the load-time packed layout of Q8_0 / Q4_0 matrices for prefill-speed GEMM,
+// the packer, and the scalar matmul_packed every SIMD table reproduces bit for bit.
+//
+// Layout of an n_rows x n_in matrix, nb = n_in / 32 blocks per row, same bytes as GGUF:
+//
+//   [group 0][group 1] ... [group n_rows/8 - 1][the n_rows % 8 last rows, GGUF layout]
+//   group g (rows 8g .. 8g+7), 8 x row_bytes:
+//     scales [nb][8 rows] fp16                                  16 bytes per block
+//     quants [nb][steps][8 rows][4] uint8, block b's 32 elements in 4-byte steps:
+//       Q8_0: 8 steps, byte k of step s = q[r][4s + k] + 128       256 bytes per block
+//       Q4_0: 4 steps, byte k of step s = GGUF qs[r][4s + k]       128 bytes per block
+//             (low nibble: element 4s + k, high nibble: element 16 + 4s + k; q = nibble - 8)
+//
+// One 256-bit load of a step holds 4 consecutive weights of each of the 8 rows, which meet a
+// token's 4 activation bytes broadcast to every lane: one multiply-add instruction does 8 rows x
+// 4 elements, and the 8 lanes of the float accumulator are the 8 rows (no horizontal sum). The
+// scales of all blocks come first so that, for an even nb, every quant load is 32-byte aligned
+// (GGUF tensors are) and never splits a cache line. Weights are unsigned (q + 128, or the raw
+// nibble) as VNNI's u8 x s8 dpbusd needs; the offset is removed exactly with the activation block
+// sum: isum = sum(w_u * x) - off * sum(x).
+//
+// Arithmetic per (row, token): acc = 0; for b in order: acc = fma(float(isum_b), d_w * d_x, acc)
+// with d_w * d_x one float multiply. isum_b is exact, so every table, tile shape, token count
+// and thread split produces the same bits.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/check.h"
+#include "core/half.h"
+#include "gguf/quant_blocks.h"
+#include "kernels/kernels_internal.h"
+
+namespace kvw::kernels {
+namespace {
+
+constexpr int64_t kScaleBytes = kPackRows * 2;  // per block of one group
+
+bool packable_type(GgmlType wtype) {
+  return wtype == GgmlType::kQ8_0 || wtype == GgmlType::kQ4_0;
+}
+
+// Element j of block b of GGUF row `row` as (unsigned stored value, offset).
+int unsigned_quant(GgmlType wtype, const uint8_t* row, int64_t b, int j) {
+  if (wtype == GgmlType::kQ8_0) return reinterpret_cast<const BlockQ8_0*>(row)[b].qs[j] + 128;
+  const uint8_t q = reinterpret_cast<const BlockQ4_0*>(row)[b].qs[j % 16];
+  return j < 16 ? (q & 0xF) : (q >> 4);
+}
+
+// -offset x sum(x) for the block's activations: exact, as the SIMD tables compute it.
+int32_t correction(GgmlType wtype, const ActBlockExtra& ex) {
+  return wtype == GgmlType::kQ8_0 ? ex.neg128 : ex.neg128 >> 4;
+}
+
+// One group of kPackRows GGUF rows (src) into the packed layout (dst); they must not overlap.
+void pack_group(GgmlType wtype, const PackedGeometry& g, const uint8_t* src, uint8_t* dst) {
+  uint8_t* scales = dst;
+  uint8_t* quants = dst + g.nb * kScaleBytes;
+  const int64_t block_bytes = wtype == GgmlType::kQ8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+  for (int64_t r = 0; r < kPackRows; ++r) {
+    const uint8_t* row = src + r * g.row_bytes;
+    for (int64_t b = 0; b < g.nb; ++b) {
+      // Both block types start with the fp16 scale.
+      std::memcpy(scales + b * kScaleBytes + 2 * r, row + b * block_bytes, 2);
+      uint8_t* q = quants + b * g.quant_bytes;
+      if (wtype == GgmlType::kQ8_0) {
+        for (int j = 0; j < 32; ++j) {
+          q[(j / 4) * 32 + r * 4 + j % 4] = (uint8_t)unsigned_quant(wtype, row, b, j);
+        }
+      } else {
+        const uint8_t* qs = reinterpret_cast<const BlockQ4_0*>(row)[b].qs;
+        for (int j = 0; j < 16; ++j) q[(j / 4) * 32 + r * 4 + j % 4] = qs[j];
+      }
+    }
+  }
+}
+
+// Element j of block b of packed row r (within its group) as an unsigned stored value.
+int packed_quant(GgmlType wtype, const PackedGeometry& g, const uint8_t* group, int64_t r,
+                 int64_t b, int j) {
+  const uint8_t* q = group + g.nb * kScaleBytes + b * g.quant_bytes;
+  if (wtype == GgmlType::kQ8_0) return q[(j / 4) * 32 + r * 4 + j % 4];
+  const uint8_t byte = q[((j % 16) / 4) * 32 + r * 4 + j % 4];
+  return j < 16 ? (byte & 0xF) : (byte >> 4);
+}
+
+const ActBlockExtra* act_extras(const uint8_t* x_row, int64_t nb) {
+  return reinterpret_cast<const ActBlockExtra*>(x_row + nb * (int64_t)sizeof(BlockQ8_0));
+}
+
+}  // namespace
+
+void write_act_extras(void* q8_0_row, int64_t nb) {
+  const auto* blocks = static_cast<const BlockQ8_0*>(q8_0_row);
+  auto* extras = reinterpret_cast<ActBlockExtra*>(static_cast<uint8_t*>(q8_0_row) +
+                                                  nb * (int64_t)sizeof(BlockQ8_0));
+  for (int64_t b = 0; b < nb; ++b) {
+    int32_t sum = 0;
+    for (int j = 0; j < kQK8_0; ++j) sum += blocks[b].qs[j];
+    extras[b] = {f16_to_f32(blocks[b].d), -128 * sum};
+  }
+}
+
+bool packs(GgmlType wtype, int64_t n_rows, int64_t n_in) {
+  return packable_type(wtype) && n_rows >= kPackRows && n_in > 0 && n_in % kQK8_0 == 0;
+}
+
+PackedGeometry packed_geometry(GgmlType wtype, int64_t n_rows, int64_t n_in) {
+  CHECK(packs(wtype, n_rows, n_in))
+      << "packed matmul: weight type " << (uint32_t)wtype << " rows " << n_rows << " n_in " << n_in;
+  PackedGeometry g;
+  g.nb = n_in / kQK8_0;
+  g.row_bytes = (int64_t)*row_bytes(wtype, n_in);
+  g.group_bytes = kPackRows * g.row_bytes;
+  g.quant_bytes = wtype == GgmlType::kQ8_0 ? 256 : 128;
+  g.n_groups = n_rows / kPackRows;
+  g.x_row_bytes = act_row_bytes(wtype, n_in);
+  DCHECK(g.nb * (kScaleBytes + g.quant_bytes) == g.group_bytes);
+  return g;
+}
+
+void pack(GgmlType wtype, const void* src, void* dst, int64_t n_rows, int64_t n_in) {
+  const PackedGeometry g = packed_geometry(wtype, n_rows, n_in);
+  const auto* s = static_cast<const uint8_t*>(src);
+  auto* d = static_cast<uint8_t*>(dst);
+  // In place (src == dst) each group is copied out first: one group of scratch.
+  std::vector<uint8_t> scratch(g.group_bytes);
+  for (int64_t i = 0; i < g.n_groups; ++i) {
+    std::memcpy(scratch.data(), s + i * g.group_bytes, g.group_bytes);
+    pack_group(wtype, g, scratch.data(), d + i * g.group_bytes);
+  }
+  const int64_t tail = g.n_groups * g.group_bytes;
+  if (s != d) std::memcpy(d + tail, s + tail, (n_rows % kPackRows) * g.row_bytes);
+}
+
+void matmul_packed_tail(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
+                        int64_t n_tokens, float* y, int64_t row_begin, int64_t row_end) {
+  const PackedGeometry g = packed_geometry(wtype, n_rows, n_in);
+  const auto* w8 = static_cast<const uint8_t*>(w);
+  const auto* x8 = static_cast<const uint8_t*>(xq);
+  const int64_t block_bytes = wtype == GgmlType::kQ8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+  for (int64_t r = std::max(row_begin, g.n_groups * kPackRows); r < row_end; ++r) {
+    const uint8_t* row = w8 + r * g.row_bytes;  // past the groups: GGUF layout
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const uint8_t* xr = x8 + t * g.x_row_bytes;
+      const ActBlockExtra* ex = act_extras(xr, g.nb);
+      float acc = 0.0f;
+      for (int64_t b = 0; b < g.nb; ++b) {
+        const int8_t* xs = reinterpret_cast<const BlockQ8_0*>(xr)[b].qs;
+        int32_t dot = 0;
+        for (int j = 0; j < kQK8_0; ++j) dot += unsigned_quant(wtype, row, b, j) * xs[j];
+        uint16_t dw;
+        std::memcpy(&dw, row + b * block_bytes, 2);
+        acc = std::fma((float)(dot + correction(wtype, ex[b])), f16_to_f32(dw) * ex[b].d, acc);
+      }
+      y[t * n_rows + r] = acc;
+    }
+  }
+}
+
+namespace ref {
+
+void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
+                   int64_t n_tokens, float* y, int ith, int nth) {
+  const PackedGeometry g = packed_geometry(wtype, n_rows, n_in);
+  const RowRange rows = split_range(n_rows, ith, nth, kRowAlign);
+  const auto* w8 = static_cast<const uint8_t*>(w);
+  const auto* x8 = static_cast<const uint8_t*>(xq);
+  const int64_t full = g.n_groups * kPackRows;
+  for (int64_t r = rows.begin; r < std::min(rows.end, full); ++r) {
+    const uint8_t* group = w8 + (r / kPackRows) * g.group_bytes;
+    const int64_t rr = r % kPackRows;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const uint8_t* xr = x8 + t * g.x_row_bytes;
+      const ActBlockExtra* ex = act_extras(xr, g.nb);
+      float acc = 0.0f;
+      for (int64_t b = 0; b < g.nb; ++b) {
+        const int8_t* xs = reinterpret_cast<const BlockQ8_0*>(xr)[b].qs;
+        int32_t dot = 0;
+        for (int j = 0; j < kQK8_0; ++j) dot += packed_quant(wtype, g, group, rr, b, j) * xs[j];
+        uint16_t dw;
+        std::memcpy(&dw, group + b * kScaleBytes + 2 * rr, 2);
+        acc = std::fma((float)(dot + correction(wtype, ex[b])), f16_to_f32(dw) * ex[b].d, acc);
+      }
+      y[t * n_rows + r] = acc;
+    }
+  }
+  if (rows.end > full)
+    matmul_packed_tail(wtype, w, n_rows, n_in, xq, n_tokens, y, rows.begin, rows.end);
+}
+
+}  // namespace ref
+}  // namespace kvw::kernels

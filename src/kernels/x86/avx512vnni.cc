@@ -1,0 +1,169 @@
+// kernels/x86/avx512vnni.cc: the "avx512vnni" KernelTable: the AVX-512 table with the packed GEMM
+// on AVX512-VNNI's dpbusd: prefill tiles of two groups (16 rows) in 512-bit registers, decode
+// and an odd last group in 256-bit ones (EVEX: 32 registers, so 12-token tiles either way).
+// Compiled with the AVX-512 flags plus -mavx512vnni; nothing here runs unless dispatch.cc saw
+// AVX512-VNNI in CPUID.
+#include <cstring>
+
+#include "gguf/quant_blocks.h"
+#include "kernels/kernels_internal.h"
+#include "kernels/x86/packed_tile.h"
+
+namespace kvw::kernels {
+namespace {
+
+struct DotAvx512Vnni {
+  static constexpr bool kVnni = true;
+  static KVW_INLINE __m256i dpbusd(__m256i acc, __m256i u8, __m256i s8) {
+    return _mm256_dpbusd_epi32(acc, u8, s8);
+  }
+};
+
+using x86::PackedArgs;
+using x86::XBlock;
+
+KVW_INLINE __m512i bcast4_512(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// The 32 bytes at offset `off` of groups grp and grp + 1 as one zmm (lanes 0-7: the first).
+KVW_INLINE __m512i load_pair(const uint8_t* g0, int64_t group_bytes, int64_t off) {
+  const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g0 + off));
+  const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g0 + group_bytes + off));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+// Prefill tile of two groups (16 rows, one zmm per token) x C tokens: per lane exactly the
+// arithmetic of x86::packed_tile (exact int32 isum, d = d_w * d_x, acc = fma(isum, d, acc)), so
+// a row gives the same bits in a pair tile, a single-group tile or decode. 512-bit dpbusd does
+// twice the work per instruction, and the per-(token, block) scale work covers 16 rows, not 8.
+template <bool kQ8, int C>
+KVW_INLINE void pair_tile(const PackedArgs& a, int64_t grp, int64_t t0) {
+  const uint8_t* g0 = a.w + grp * a.g.group_bytes;
+  const int64_t gb = a.g.group_bytes;
+  const int64_t quants = a.g.nb * 2 * kPackRows;
+  const uint8_t* x0 = a.x + t0 * a.g.x_row_bytes;
+  XBlock x = {x0 + 2, x0 + a.g.nb * sizeof(BlockQ8_0), a.g.x_row_bytes};
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[C];
+#pragma GCC unroll 16
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < a.g.nb; ++b) {
+    __m512i isum[C];
+    if constexpr (kQ8) {
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) isum[c] = _mm512_set1_epi32(*x.neg128_at(c));
+#pragma GCC unroll 8
+      for (int s = 0; s < 8; ++s) {
+        const __m512i w = load_pair(g0, gb, quants + b * 256 + 32 * s);
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) {
+          isum[c] = _mm512_dpbusd_epi32(isum[c], w, bcast4_512(x.q(c, s)));
+        }
+      }
+    } else {
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) {
+        isum[c] = _mm512_srai_epi32(_mm512_set1_epi32(*x.neg128_at(c)), 4);
+      }
+#pragma GCC unroll 4
+      for (int s = 0; s < 4; ++s) {
+        const __m512i v = load_pair(g0, gb, quants + b * 128 + 32 * s);
+        const __m512i lo = _mm512_and_si512(v, low4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) {
+          isum[c] = _mm512_dpbusd_epi32(isum[c], lo, bcast4_512(x.q(c, s)));
+          isum[c] = _mm512_dpbusd_epi32(isum[c], hi, bcast4_512(x.q(c, s + 4)));
+        }
+      }
+    }
+    const __m256i dw16 = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g0 + 16 * b))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(g0 + gb + 16 * b)), 1);
+    const __m512 dw = _mm512_cvtph_ps(dw16);
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(*x.d(c)));
+      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), d, acc[c]);
+    }
+    x.qs += sizeof(BlockQ8_0);
+    x.extra += sizeof(ActBlockExtra);
+  }
+#pragma GCC unroll 16
+  for (int c = 0; c < C; ++c) {
+    _mm512_storeu_ps(a.y + (t0 + c) * a.n_rows + grp * kPackRows, acc[c]);
+  }
+}
+
+template <bool kQ8, int N>
+KVW_INLINE void pair_rest(const PackedArgs& a, int64_t grp, int64_t t0, int64_t n) {
+  if constexpr (N > 0) {
+    if (n == N) return pair_tile<kQ8, N>(a, grp, t0);
+    pair_rest<kQ8, N - 1>(a, grp, t0, n);
+  }
+}
+
+// 8 rows x 12 tokens (ymm, decode and an odd last group) or 16 rows x 12 tokens (zmm): 12 float
+// + 12 int32 accumulators and the weights: 28 of 32 registers.
+constexpr int kTokens = 12;
+
+// As x86::packed_groups, with group pairs; an odd last group takes the single-group tile.
+template <bool kQ8>
+void pair_groups(const PackedArgs& a, int64_t g_begin, int64_t g_end) {
+  if (a.n_tokens == 1) return x86::packed_groups<DotAvx512Vnni, kQ8, kTokens>(a, g_begin, g_end);
+  int64_t token_block = (256 * 1024) / a.g.x_row_bytes;
+  token_block = token_block < kTokens ? kTokens : token_block / kTokens * kTokens;
+  for (int64_t tb = 0; tb < a.n_tokens; tb += token_block) {
+    const int64_t te = tb + token_block < a.n_tokens ? tb + token_block : a.n_tokens;
+    int64_t grp = g_begin;
+    for (; grp + 2 <= g_end; grp += 2) {
+      int64_t t = tb;
+      for (; t + kTokens <= te; t += kTokens) pair_tile<kQ8, kTokens>(a, grp, t);
+      pair_rest<kQ8, kTokens - 1>(a, grp, t, te - t);
+    }
+    if (grp < g_end) {
+      int64_t t = tb;
+      for (; t + kTokens <= te; t += kTokens) {
+        x86::packed_tile<DotAvx512Vnni, kQ8, kTokens>(a, grp, t);
+      }
+      x86::packed_rest<DotAvx512Vnni, kQ8, kTokens - 1>(a, grp, t, te - t);
+    }
+  }
+}
+
+void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
+                   int64_t n_tokens, float* y, int ith, int nth) {
+  const PackedGeometry g = packed_geometry(wtype, n_rows, n_in);
+  const RowRange rows = split_range(n_rows, ith, nth, kRowAlign);
+  if (rows.begin >= rows.end || n_tokens <= 0) return;
+  const PackedArgs a = {
+      g, static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(xq), n_rows, n_tokens, y};
+  const int64_t full = g.n_groups * kPackRows;
+  const int64_t g_begin = rows.begin / kPackRows;
+  const int64_t g_end = (rows.end < full ? rows.end : full) / kPackRows;
+  if (wtype == GgmlType::kQ8_0) {
+    pair_groups<true>(a, g_begin, g_end);
+  } else {
+    pair_groups<false>(a, g_begin, g_end);
+  }
+  if (rows.end > full) {
+    matmul_packed_tail(wtype, w, n_rows, n_in, xq, n_tokens, y, rows.begin, rows.end);
+  }
+}
+
+}  // namespace
+
+const KernelTable& avx512vnni_table() {
+  static const KernelTable table = [] {
+    KernelTable t = avx512_table();
+    t.isa = "avx512vnni";
+    t.matmul_packed = matmul_packed;
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace kvw::kernels

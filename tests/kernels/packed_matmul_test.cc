@@ -1,0 +1,126 @@
+// tests/kernels/packed_matmul_test.cc: the load-time packed Q8_0/Q4_0 GEMM (kernels/packed.cc).
+// Every table's matmul_packed must equal ref::matmul_packed bit for bit (same exact int32 block
+// sums, same per-block fma), and stay within float rounding of the unpacked ref matmul.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "gguf/quant_blocks.h"
+#include "kernels/kernels_internal.h"
+#include "kernels_test_util.h"
+
+namespace kvw::kernels {
+namespace {
+
+const GgmlType kPackedTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0};
+
+struct Shape {
+  int64_t n_rows;
+  int64_t n_in;
+  int64_t n_tokens;
+};
+
+// Rows past the last group of 8 (37, 129, 203), n_rows not a multiple of 16 (8, 40, 200), odd
+// block counts (544 = 17 blocks), token counts around every tile width (4, 6, 12).
+const Shape kShapes[] = {{8, 32, 1},    {16, 256, 5},   {37, 512, 3},  {40, 544, 7},
+                         {64, 768, 17}, {129, 256, 13}, {200, 544, 9}, {203, 64, 25}};
+
+std::vector<uint8_t> packed(const KernelTable& t, GgmlType wtype, const std::vector<uint8_t>& w,
+                            int64_t n_rows, int64_t n_in) {
+  std::vector<uint8_t> out(w.size());
+  t.pack(wtype, w.data(), out.data(), n_rows, n_in);
+  return out;
+}
+
+std::vector<float> matmul_packed(const KernelTable& t, GgmlType wtype, const uint8_t* w,
+                                 int64_t n_rows, int64_t n_in, const uint8_t* xq, int64_t n_tokens,
+                                 int nth) {
+  std::vector<float> y(n_tokens * n_rows, std::nanf(""));
+  for (int ith = 0; ith < nth; ++ith)
+    t.matmul_packed(wtype, w, n_rows, n_in, xq, n_tokens, y.data(), ith, nth);
+  return y;
+}
+
+TEST(KernelsPackedMatmul, PacksOnlyQ8_0AndQ4_0WithAtLeastOneGroup) {
+  for (const KernelTable* t : available_kernel_tables()) {
+    EXPECT_TRUE(t->packs(GgmlType::kQ8_0, 8, 32)) << t->isa;
+    EXPECT_TRUE(t->packs(GgmlType::kQ4_0, 13, 2048)) << t->isa;
+    EXPECT_FALSE(t->packs(GgmlType::kQ8_0, 7, 2048)) << t->isa;
+    EXPECT_FALSE(t->packs(GgmlType::kQ4_K, 64, 2048)) << t->isa;
+    EXPECT_FALSE(t->packs(GgmlType::kF16, 64, 2048)) << t->isa;
+  }
+}
+
+TEST(KernelsPackedMatmul, InPlacePackingEqualsOutOfPlaceAndKeepsTailRows) {
+  for (GgmlType wtype : kPackedTypes) {
+    const int64_t n_rows = 21, n_in = 96;  // 2 groups + 5 GGUF rows
+    const auto w = testing::make_weights(wtype, n_rows, n_in, 31);
+    const auto out = packed(kernels_ref(), wtype, w, n_rows, n_in);
+    auto in_place = w;
+    kernels_ref().pack(wtype, in_place.data(), in_place.data(), n_rows, n_in);
+    EXPECT_EQ(in_place, out);
+    const int64_t tail = 16 * (int64_t)*row_bytes(wtype, n_in);
+    EXPECT_EQ(std::memcmp(out.data() + tail, w.data() + tail, w.size() - tail), 0);
+    EXPECT_NE(std::memcmp(out.data(), w.data(), tail), 0);
+  }
+}
+
+TEST(KernelsPackedMatmul, EveryTableMatchesPackedRefBitForBitAndUnpackedRefClosely) {
+  for (const KernelTable* t : available_kernel_tables()) {
+    for (GgmlType wtype : kPackedTypes) {
+      for (const Shape& s : kShapes) {
+        for (int nth = 1; nth <= 3; ++nth) {
+          SCOPED_TRACE(std::string(t->isa) + " " + testing::type_name(wtype) + " rows " +
+                       std::to_string(s.n_rows) + " n_in " + std::to_string(s.n_in) + " tokens " +
+                       std::to_string(s.n_tokens) + " nth " + std::to_string(nth));
+          const auto w = testing::make_weights(wtype, s.n_rows, s.n_in, 32);
+          const auto wp = packed(*t, wtype, w, s.n_rows, s.n_in);
+          const auto x = testing::random_floats(s.n_tokens * s.n_in, 33);
+          const auto xq = testing::quantize_act(*t, wtype, x.data(), s.n_tokens, s.n_in, nth);
+          const auto got =
+              matmul_packed(*t, wtype, wp.data(), s.n_rows, s.n_in, xq.data(), s.n_tokens, nth);
+          std::vector<float> want(got.size());
+          ref::matmul_packed(wtype, wp.data(), s.n_rows, s.n_in, xq.data(), s.n_tokens, want.data(),
+                             0, 1);
+          ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+          const auto unpacked = testing::matmul(kernels_ref(), wtype, w.data(), s.n_rows, s.n_in,
+                                                xq.data(), s.n_tokens);
+          EXPECT_LT(testing::nmse(got, unpacked), 1e-10);
+        }
+      }
+    }
+  }
+}
+
+// Extreme quants: weights -128 / 127 against activations of +-127. (q + 128) x x would saturate
+// maddubs' int16 pairs; the int32 block sums must stay exact.
+TEST(KernelsPackedMatmul, ExtremeQuantsDoNotSaturate) {
+  const int64_t n_rows = 16, n_in = 64, n_tokens = 3;
+  for (GgmlType wtype : kPackedTypes) {
+    auto w = testing::make_weights(wtype, n_rows, n_in, 34);
+    const int64_t nb = n_in / 32;
+    for (int64_t i = 0; i < n_rows * nb; ++i) {
+      if (wtype == GgmlType::kQ8_0) {
+        auto* b = reinterpret_cast<BlockQ8_0*>(w.data()) + i;
+        for (int j = 0; j < 32; ++j) b->qs[j] = (int8_t)((i + j) % 3 == 0 ? -128 : 127);
+      } else {
+        auto* b = reinterpret_cast<BlockQ4_0*>(w.data()) + i;
+        for (int j = 0; j < 16; ++j) b->qs[j] = (uint8_t)((i + j) % 3 == 0 ? 0x0F : 0xF0);
+      }
+    }
+    std::vector<float> x(n_tokens * n_in);
+    for (int64_t i = 0; i < (int64_t)x.size(); ++i) x[i] = (i % 5 == 0) ? -1.0f : 1.0f;
+    for (const KernelTable* t : available_kernel_tables()) {
+      SCOPED_TRACE(std::string(t->isa) + " " + testing::type_name(wtype));
+      const auto wp = packed(*t, wtype, w, n_rows, n_in);
+      const auto xq = testing::quantize_act(*t, wtype, x.data(), n_tokens, n_in);
+      const auto got = matmul_packed(*t, wtype, wp.data(), n_rows, n_in, xq.data(), n_tokens, 1);
+      const auto want =
+          testing::matmul(kernels_ref(), wtype, w.data(), n_rows, n_in, xq.data(), n_tokens);
+      EXPECT_LT(testing::nmse(got, want), 1e-12);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvw::kernels
