@@ -41,7 +41,7 @@ num_running() {
 start_replica() {
   # --max-num-seqs 32: a 384 MiB KV pool instead of the default 3 GiB, which each replica
   # pre-faults at start-up (seconds on a loaded CI machine, times two).
-  "$KVW" serve --model "$MODEL" --port 0 --threads 1 --drain-timeout 30 --max-num-seqs 32 \
+  "$KVW" serve --model "$MODEL" --port 0 --threads 1 --drain-timeout 150 --max-num-seqs 32 \
     >"$WORK/$1.out" 2>"$WORK/$1.err" &
   PID=$!
   PIDS="$PIDS $PID"
@@ -66,10 +66,10 @@ for _ in $(seq 1 50); do curl -sf "http://$LB/health" >/dev/null && break; sleep
 curl -sf "http://$LB/health" >/dev/null || fail "haproxy does not answer on $LB"
 echo "replicas r1=$R1 r2=$R2 behind haproxy on $LB"
 
-# The long stream: sixteen choices of 1000 tokens keep a replica draining for longer than
+# The long stream: sixteen choices of 500 tokens keep a replica draining for longer than
 # HAProxy's check interval (1 s) after its SIGTERM.
 curl -sN "http://$LB/v1/completions" -H 'Content-Type: application/json' \
-  -d '{"prompt": "And God said", "max_tokens": 1000, "n": 16, "ignore_eos": true, "stream": true}' \
+  -d '{"prompt": "And God said", "max_tokens": 500, "n": 16, "ignore_eos": true, "stream": true}' \
   >"$WORK/stream.out" 2>"$WORK/stream.err" &
 STREAM_PID=$!
 for _ in $(seq 1 50); do
