@@ -66,10 +66,10 @@ for _ in $(seq 1 50); do curl -sf "http://$LB/health" >/dev/null && break; sleep
 curl -sf "http://$LB/health" >/dev/null || fail "haproxy does not answer on $LB"
 echo "replicas r1=$R1 r2=$R2 behind haproxy on $LB"
 
-# The long stream: sixteen choices of 500 tokens keep a replica draining for longer than
+# The long stream: sixteen choices of 1000 tokens keep a replica draining for longer than
 # HAProxy's check interval (1 s) after its SIGTERM.
 curl -sN "http://$LB/v1/completions" -H 'Content-Type: application/json' \
-  -d '{"prompt": "And God said", "max_tokens": 500, "n": 16, "ignore_eos": true, "stream": true}' \
+  -d '{"prompt": "And God said", "max_tokens": 1000, "n": 16, "ignore_eos": true, "stream": true}' \
   >"$WORK/stream.out" 2>"$WORK/stream.err" &
 STREAM_PID=$!
 for _ in $(seq 1 50); do
@@ -84,15 +84,16 @@ else
   V_PID=$R2_PID V=$R2 S=$R1
 fi
 
-# A constant 30 requests/s keeps the bench running ~4 s however fast the machine is, so most of
-# it is still to come when the SIGTERM lands (a closed loop finished before it on a fast CPU).
-"$KVW" bench --base-url "http://$LB" --pattern constant --request-rate 30 --concurrency 8 \
-  --num-requests 120 \
+# A constant 60 requests/s keeps the bench running ~4 s however fast the machine is, so most of
+# it is still to come when the SIGTERM lands (a closed loop finished before it on a fast CPU),
+# and keeps enough in flight that leastconn also picks the replica holding the long stream.
+"$KVW" bench --base-url "http://$LB" --pattern constant --request-rate 60 --concurrency 16 \
+  --num-requests 240 \
   --input-len fixed:24 --output-len fixed:16 --max-retries 3 --seed 5 --quiet \
   --output-json "$WORK/bench.json" >"$WORK/bench.out" 2>&1 &
 BENCH_PID=$!
 # SIGTERM once the stream's replica has also finished some bench requests.
-for _ in $(seq 1 100); do [ "$(num_served "$V")" -ge 3 ] && break; sleep 0.1; done
+for _ in $(seq 1 200); do [ "$(num_served "$V")" -ge 3 ] && break; sleep 0.1; done
 victim_served=$(num_served "$V")
 survivor_before=$(num_served "$S")
 [ "$victim_served" -ge 3 ] || fail "$VICTIM served $victim_served bench requests"
@@ -117,7 +118,7 @@ echo "served: $VICTIM $victim_served before SIGTERM, the other $survivor_before 
 grep -E "is (DOWN|UP)" "$WORK/haproxy.err"
 
 [ $bench_rc -eq 0 ] || fail "bench exit $bench_rc"
-[ "$sent" = 120 ] && [ "$completed" = 120 ] && [ "$failed" = 0 ] || fail "requests lost"
+[ "$sent" = 240 ] && [ "$completed" = 240 ] && [ "$failed" = 0 ] || fail "requests lost"
 [ "$survivor_served" -gt "$survivor_before" ] || fail "no traffic moved to the other replica"
 grep -q "kvwarden/$VICTIM is DOWN.*code: 503" "$WORK/haproxy.err" ||
   fail "haproxy did not see the draining $VICTIM's /ready answer 503"
