@@ -17,6 +17,8 @@ KVW_PACKAGES=(
   strace
   # deploy_haproxy_replicas: a real load balancer in front of two replicas.
   haproxy
+  # deploy_image: the container image, built with podman on a base mmdebstrap makes.
+  podman mmdebstrap
   # End-to-end tests: Node's `openai` client and playwright-core (tests/e2e), Chromium for the
   # dashboard test, real Prometheus/promtool for metrics and alert rules.
   chromium prometheus
