@@ -75,6 +75,8 @@ in_image=(chroot --userspec="$USERSPEC" "$ROOT" /usr/bin/env -i -C "$WORKDIR" "$
 [ "$USERSPEC" != "0:0" ] || { echo "FAIL: the image runs as root"; exit 1; }
 "${in_image[@]}" "${COMMAND[@]}" >"$WORK/serve.out" 2>"$WORK/serve.err" &
 pid=$!
+# A failed check must not leave the server behind (it holds its whole budget).
+trap 'kill -KILL $pid 2>/dev/null' EXIT
 # The default serve pre-faults its 3.3 GiB budget: seconds on a loaded machine.
 for _ in $(seq 1 600); do grep -q "kvwarden serving" "$WORK/serve.out" && break; sleep 0.1; done
 grep -q "kvwarden serving" "$WORK/serve.out" || { echo "FAIL: did not start:"; cat "$WORK/serve.err"; exit 1; }
