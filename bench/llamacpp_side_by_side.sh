@@ -12,7 +12,8 @@
 #   tgG xS @ d32  llama-batched-bench -npp 32 -ntg G -npl S  vs  bench-model -p 0 -n G -d 32 -s S
 #                 (S sequences decoding together: aggregate tokens/s)
 # Environment: THREADS (nproc), REPS (3), PROMPTS (512,2048), GEN (128), DEPTH (4096),
-# STREAMS (16), STREAM_GEN (64), KVW (build/apps/kvwarden/kvwarden), OUT (a temp dir).
+# STREAMS (16), STREAM_GEN (64), KVW (build/apps/kvwarden/kvwarden), OUT (a temp dir),
+# LCPP_COMMIT (what to print as the llama.cpp version when LLAMA_CPP_DIR is not a git checkout).
 # Prints a markdown table (median of REPS runs each, ratio = kvwarden / llama.cpp) and the
 # machine line of kvwarden's bandwidth and compute probes from the same run.
 set -euo pipefail
@@ -38,7 +39,7 @@ if [ ! -x "$BIN/llama-bench" ] || [ ! -x "$BIN/llama-batched-bench" ]; then
     -DLLAMA_BUILD_TESTS=OFF >/dev/null
   cmake --build "$LCPP/build" -j"$(nproc)" --target llama-bench llama-batched-bench >/dev/null
 fi
-LCPP_COMMIT=$(git -C "$LCPP" rev-parse --short HEAD 2>/dev/null || echo unknown)
+LCPP_COMMIT=${LCPP_COMMIT:-$(git -C "$LCPP" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 
 i=0
 for model in "$@"; do
