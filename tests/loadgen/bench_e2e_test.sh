@@ -80,9 +80,10 @@ scenario b bursts.json "$URL" --duration 5 --spike-start 1.5 --spike-duration 2 
 
 # long-context fragmentation: 4 conversations x 6 rounds growing to 512 tokens (the model's
 # context is 1024; regenerated text can tokenize longer than it was generated), scraped often
-# enough to see the KV pool in use during a run this short.
+# enough to see the KV pool in use during a run this short (96-token answers keep it busy for
+# a few scrapes even on a fast idle CPU, where 16-token ones finished between two).
 scenario lc long_context_fragmentation.json "$URL" --num-conversations 4 --rounds 6 \
-  --max-context 512 --output-len fixed:16 --scrape-interval 0.05
+  --max-context 512 --output-len fixed:96 --scrape-interval 0.05
 [ "$(json "$WORK/lc.json" "['completed']")" = "24" ] || fail "long-context: completed != 24"
 /usr/bin/python3 -c "import json,sys; sys.exit(0 if json.load(open('$WORK/lc.json'))['max_server_kv_usage_ratio'] > 0 else 1)" ||
   fail "long-context: no KV usage seen in /metrics"
