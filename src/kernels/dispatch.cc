@@ -42,11 +42,15 @@ GgmlType act_type(GgmlType wtype) {
   return GgmlType::kF32;
 }
 
+int64_t act_extras_offset(int64_t nb) {
+  return (nb * (int64_t)sizeof(BlockQ8_0) + 3) / 4 * 4;
+}
+
 int64_t act_row_bytes(GgmlType wtype, int64_t n_in) {
   switch (act_type(wtype)) {
     case GgmlType::kQ8_0:
       CHECK(n_in % kQK8_0 == 0) << "n_in " << n_in;
-      return n_in / kQK8_0 * (int64_t)(sizeof(BlockQ8_0) + sizeof(ActBlockExtra));
+      return act_extras_offset(n_in / kQK8_0) + n_in / kQK8_0 * (int64_t)sizeof(ActBlockExtra);
     case GgmlType::kQ8_K:
       CHECK(n_in % kQK_K == 0) << "n_in " << n_in;
       return n_in / kQK_K * (int64_t)sizeof(BlockQ8_K);

@@ -44,6 +44,9 @@ struct ActBlockExtra {
   int32_t neg128;  // -128 x the sum of its 32 quants: the unsigned-weight correction of Q8_0
                    // (weights stored q + 128); Q4_0's -8 x sum is neg128 >> 4 (exact)
 };
+// Byte offset of the extras in a Q8_0 activation row of nb blocks: after the blocks, rounded up
+// to 4 bytes so that the extras, and every row (act_row_bytes is a multiple of 4), are aligned.
+int64_t act_extras_offset(int64_t nb);
 // Writes the nb extras of one Q8_0 activation row whose blocks are already written.
 void write_act_extras(void* q8_0_row, int64_t nb);
 
@@ -51,12 +54,13 @@ void write_act_extras(void* q8_0_row, int64_t nb);
 // packed matrix. packed_geometry CHECKs that the table packs (wtype, n_rows, n_in).
 constexpr int64_t kPackRows = 8;
 struct PackedGeometry {
-  int64_t nb;           // 32-element blocks per row
-  int64_t row_bytes;    // GGUF row bytes (rows past the last full group keep this layout)
-  int64_t group_bytes;  // kPackRows * row_bytes
-  int64_t quant_bytes;  // per block of one group: Q8_0 256, Q4_0 128
-  int64_t n_groups;     // n_rows / kPackRows
-  int64_t x_row_bytes;  // act_row_bytes
+  int64_t nb;             // 32-element blocks per row
+  int64_t row_bytes;      // GGUF row bytes (rows past the last full group keep this layout)
+  int64_t group_bytes;    // kPackRows * row_bytes
+  int64_t quant_bytes;    // per block of one group: Q8_0 256, Q4_0 128
+  int64_t n_groups;       // n_rows / kPackRows
+  int64_t x_row_bytes;    // act_row_bytes
+  int64_t extras_offset;  // act_extras_offset(nb)
 };
 PackedGeometry packed_geometry(GgmlType wtype, int64_t n_rows, int64_t n_in);
 bool packs(GgmlType wtype, int64_t n_rows, int64_t n_in);

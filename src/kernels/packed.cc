@@ -86,15 +86,15 @@ int packed_quant(GgmlType wtype, const PackedGeometry& g, const uint8_t* group, 
 }
 
 const ActBlockExtra* act_extras(const uint8_t* x_row, int64_t nb) {
-  return reinterpret_cast<const ActBlockExtra*>(x_row + nb * (int64_t)sizeof(BlockQ8_0));
+  return reinterpret_cast<const ActBlockExtra*>(x_row + act_extras_offset(nb));
 }
 
 }  // namespace
 
 void write_act_extras(void* q8_0_row, int64_t nb) {
   const auto* blocks = static_cast<const BlockQ8_0*>(q8_0_row);
-  auto* extras = reinterpret_cast<ActBlockExtra*>(static_cast<uint8_t*>(q8_0_row) +
-                                                  nb * (int64_t)sizeof(BlockQ8_0));
+  auto* extras =
+      reinterpret_cast<ActBlockExtra*>(static_cast<uint8_t*>(q8_0_row) + act_extras_offset(nb));
   for (int64_t b = 0; b < nb; ++b) {
     int32_t sum = 0;
     for (int j = 0; j < kQK8_0; ++j) sum += blocks[b].qs[j];
@@ -116,6 +116,7 @@ PackedGeometry packed_geometry(GgmlType wtype, int64_t n_rows, int64_t n_in) {
   g.quant_bytes = wtype == GgmlType::kQ8_0 ? 256 : 128;
   g.n_groups = n_rows / kPackRows;
   g.x_row_bytes = act_row_bytes(wtype, n_in);
+  g.extras_offset = act_extras_offset(g.nb);
   DCHECK(g.nb * (kScaleBytes + g.quant_bytes) == g.group_bytes);
   return g;
 }

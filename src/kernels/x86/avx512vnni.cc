@@ -45,7 +45,7 @@ KVW_INLINE void pair_tile(const PackedArgs& a, int64_t grp, int64_t t0) {
   const int64_t gb = a.g.group_bytes;
   const int64_t quants = a.g.nb * 2 * kPackRows;
   const uint8_t* x0 = a.x + t0 * a.g.x_row_bytes;
-  XBlock x = {x0 + 2, x0 + a.g.nb * sizeof(BlockQ8_0), a.g.x_row_bytes};
+  XBlock x = {x0 + 2, x0 + a.g.extras_offset, a.g.x_row_bytes};
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   __m512 acc[C];
 #pragma GCC unroll 16

@@ -183,7 +183,7 @@ KVW_INLINE void packed_tile(const PackedArgs& a, int64_t grp, int64_t t0) {
   const uint8_t* scales = a.w + grp * a.g.group_bytes;
   const uint8_t* quants = scales + a.g.nb * 2 * kPackRows;
   const uint8_t* x0 = a.x + t0 * a.g.x_row_bytes;
-  XBlock x = {x0 + 2, x0 + a.g.nb * sizeof(BlockQ8_0), a.g.x_row_bytes};
+  XBlock x = {x0 + 2, x0 + a.g.extras_offset, a.g.x_row_bytes};
   __m256 acc[C];
 #pragma GCC unroll 16
   for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
