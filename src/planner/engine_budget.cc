@@ -18,7 +18,7 @@ void uniform_act_rows(const Dtype& w, int64_t max_in, int64_t& q80, int64_t& q8k
   auto t = ggml_type_from_name(w.name);
   if (!t) return;
   if (*t == GgmlType::kQ4_0 || *t == GgmlType::kQ8_0) {
-    q80 = max_in / 32 * kernels::act_row_bytes(GgmlType::kQ8_0, 32);
+    q80 = kernels::act_row_bytes(GgmlType::kQ8_0, max_in / 32 * 32);
   } else if (*t == GgmlType::kQ4_K || *t == GgmlType::kQ5_K || *t == GgmlType::kQ6_K) {
     q8k = max_in / 256 * type_traits(GgmlType::kQ8_K).block_bytes;
   }

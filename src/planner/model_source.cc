@@ -168,7 +168,7 @@ Result<ModelShape> shape_from_gguf(const GgufFile& f) {
     const int64_t n_in = t.shape[0];
     if (t.type == GgmlType::kQ4_0 || t.type == GgmlType::kQ8_0) {
       g.act_q8_0_row_bytes = std::max<int64_t>(
-          g.act_q8_0_row_bytes, n_in / 32 * kernels::act_row_bytes(GgmlType::kQ8_0, 32));
+          g.act_q8_0_row_bytes, kernels::act_row_bytes(GgmlType::kQ8_0, n_in / 32 * 32));
     } else if (t.type == GgmlType::kQ4_K || t.type == GgmlType::kQ5_K ||
                t.type == GgmlType::kQ6_K) {
       g.act_q8_k_row_bytes = std::max<int64_t>(
