@@ -8,9 +8,11 @@ namespace kvw {
 namespace {
 
 constexpr uint64_t kStop = ~uint64_t{0};
-// Polls before sleeping: ~10-50 us depending on the CPU's pause latency, longer than most
-// phases of a decode step and short enough not to steal a core from other processes for long.
-constexpr int kSpinPolls = 2048;
+// Polls before sleeping: a few microseconds to ~15 us depending on the CPU's pause latency.
+// Long enough for the short phases of a decode step, short enough that a waiting thread does
+// not keep a core from a descheduled one when the machine is oversubscribed (2048 polls, up to
+// ~100 us, slowed sanitized servers sharing 2 cores with other tests past their deadlines).
+constexpr int kSpinPolls = 256;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
