@@ -18,6 +18,7 @@
 #include "kernels/compute_probe.h"
 #include "kernels/kernels.h"
 #include "kernels/membw.h"
+#include "loadgen/stats.h"
 #include "model/model.h"
 
 namespace kvw::app {
@@ -106,15 +107,12 @@ bool is_float(GgmlType t) {
 }
 
 void summarise(TestResult& r) {
-  std::vector<double> s = r.samples_ts;
-  std::sort(s.begin(), s.end());
-  const size_t n = s.size();
-  r.median_ts = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-  double sum = 0;
-  for (double x : s) sum += x;
-  r.avg_ts = sum / n;
+  r.median_ts = loadgen::percentile(r.samples_ts, 50);
+  r.avg_ts = loadgen::mean_of(r.samples_ts);
+  // Sample standard deviation, as llama-bench reports it (stats.h's std_of is the population's).
   double var = 0;
-  for (double x : s) var += (x - r.avg_ts) * (x - r.avg_ts);
+  for (double x : r.samples_ts) var += (x - r.avg_ts) * (x - r.avg_ts);
+  const size_t n = r.samples_ts.size();
   r.stddev_ts = n > 1 ? std::sqrt(var / (n - 1)) : 0;
 }
 
