@@ -65,6 +65,16 @@ class GgufFile {
   // mapped, and resident bytes stay those of the file. Errors: mprotect failing.
   Status set_writable(bool writable);
 
+  // Moves the tensor data out of the file mapping into anonymous memory on transparent huge
+  // pages (2 MiB-aligned, MADV_HUGEPAGE), 64 MiB at a time, unmapping each file chunk once
+  // copied, so resident bytes never exceed the file's by more than one chunk. Why: a step streams
+  // every weight, and over 4 KiB file pages each page is a TLB miss and a stop for the hardware
+  // prefetcher (measured: decode at 40-55% of the speed from huge pages; llama.cpp's -mmp 0
+  // shows the same). Pointers from tensor_data() taken before are invalid after. The copy is
+  // private (the file is not written) and writable. Errors: the allocation failing.
+  Status move_tensors_to_memory();
+  bool tensors_in_memory() const { return owned_ != nullptr; }
+
  private:
   GgufFile() = default;
   friend class GgufParser;
@@ -72,8 +82,11 @@ class GgufFile {
   std::string path_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
-  const uint8_t* base_ = nullptr;  // mmapped file
+  const uint8_t* base_ = nullptr;  // mmapped file (unmapped, mapped_ false, once moved)
   uint64_t size_ = 0;
+  bool mapped_ = false;
+  uint8_t* owned_ = nullptr;  // move_tensors_to_memory's region, owned_bytes_ long
+  uint64_t owned_bytes_ = 0;
   const uint8_t* data_ = nullptr;  // start of the tensor data section
   std::vector<GgufKv> kvs_;
   std::vector<GgufTensorInfo> tensors_;

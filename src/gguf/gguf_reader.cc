@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cerrno>
@@ -428,6 +429,7 @@ Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path) {
       return Error{path + ": mmap failed: " + std::strerror(err)};
     }
     f->base_ = static_cast<const uint8_t*>(p);
+    f->mapped_ = true;
   }
   ::close(fd);  // the mapping stays valid
   GgufParser parser(*f);
@@ -436,7 +438,7 @@ Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path) {
 }
 
 Status GgufFile::set_writable(bool writable) {
-  if (base_ == nullptr) return Status::ok_status();
+  if (base_ == nullptr || owned_ != nullptr) return Status::ok_status();  // anon: writable
   if (::mprotect(const_cast<uint8_t*>(base_), size_, PROT_READ | (writable ? PROT_WRITE : 0)) !=
       0) {
     return Error{path_ + ": mprotect failed: " + std::strerror(errno)};
@@ -444,8 +446,45 @@ Status GgufFile::set_writable(bool writable) {
   return Status::ok_status();
 }
 
+Status GgufFile::move_tensors_to_memory() {
+  if (!mapped_ || owned_ != nullptr) return Status::ok_status();
+  const uint64_t off = (uint64_t)(data_ - base_);
+  const uint64_t n = size_ - off;
+  constexpr uint64_t kHuge = uint64_t{2} << 20;
+  const uint64_t len = (n + kHuge - 1) / kHuge * kHuge;
+  if (len == 0) return Status::ok_status();
+  // Over-allocate by one huge page, then trim to a 2 MiB-aligned start.
+  void* raw = ::mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                     -1, 0);
+  if (raw == MAP_FAILED) {
+    return Error{path_ + ": cannot allocate " + std::to_string(len) +
+                 " bytes for the tensor data: " + std::strerror(errno)};
+  }
+  const auto start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (start + kHuge - 1) & ~(uintptr_t)(kHuge - 1);
+  if (aligned > start) ::munmap(raw, aligned - start);
+  if (aligned + len < start + len + kHuge) {
+    ::munmap(reinterpret_cast<void*>(aligned + len), start + kHuge - aligned);
+  }
+  owned_ = reinterpret_cast<uint8_t*>(aligned);
+  owned_bytes_ = len;
+  ::madvise(owned_, len, MADV_HUGEPAGE);  // best effort: without THP the copy still works
+  // Copy chunk by chunk, unmapping each file chunk (metadata was parsed into owned values).
+  constexpr uint64_t kChunk = uint64_t{64} << 20;
+  for (uint64_t c = 0; c < size_; c += kChunk) {
+    const uint64_t end = std::min(size_, c + kChunk);
+    const uint64_t from = std::max(c, off);
+    if (from < end) std::memcpy(owned_ + (from - off), base_ + from, end - from);
+    ::munmap(const_cast<uint8_t*>(base_) + c, end - c);
+  }
+  mapped_ = false;
+  data_ = owned_;
+  return Status::ok_status();
+}
+
 GgufFile::~GgufFile() {
-  if (base_ != nullptr) ::munmap(const_cast<uint8_t*>(base_), size_);
+  if (mapped_) ::munmap(const_cast<uint8_t*>(base_), size_);
+  if (owned_ != nullptr) ::munmap(owned_, owned_bytes_);
 }
 
 }  // namespace kvw
