@@ -8,7 +8,7 @@ namespace kvw {
 
 uint64_t KvArena::layer_block_bytes(const KvArenaConfig& c) {
   const uint64_t rows = (uint64_t)c.n_kv_heads * c.block_size;
-  return 2 * rows * kv_row_bytes(c.dtype, c.head_dim);
+  return (c.shared_kv ? 1 : 2) * rows * kv_row_bytes(c.dtype, c.head_dim);
 }
 
 KvArena::KvArena(const KvArenaConfig& cfg) : cfg_(cfg) {

@@ -21,6 +21,8 @@ struct KvArenaConfig {
   int32_t block_size = 16;  // tokens per block
   uint32_t num_blocks = 0;
   KvDtype dtype = KvDtype::kF16;
+  // MLA: one latent row per token serves as K and as V, so V is not stored (V reads K's bytes).
+  bool shared_kv = false;
 };
 
 class KvArena final : public KvStorage {
@@ -39,10 +41,11 @@ class KvArena final : public KvStorage {
   //   K  [n_kv_heads][block_size][head_dim] dtype
   //   V  [n_kv_heads][block_size][head_dim] dtype
   //   int8 only: K scales [n_kv_heads][block_size] f32, then V scales, same shape
+  // With shared_kv, V and V scales are absent and their offsets are K's.
   uint8_t* layer_base(int32_t l) const;
-  uint64_t v_offset() const { return elems_ * elem_bytes_; }
-  uint64_t k_scale_offset() const { return 2 * elems_ * elem_bytes_; }
-  uint64_t v_scale_offset() const { return k_scale_offset() + scales_ * 4; }
+  uint64_t v_offset() const { return cfg_.shared_kv ? 0 : elems_ * elem_bytes_; }
+  uint64_t k_scale_offset() const { return planes() * elems_ * elem_bytes_; }
+  uint64_t v_scale_offset() const { return k_scale_offset() + (cfg_.shared_kv ? 0 : scales_ * 4); }
 
   // KvStorage
   uint32_t num_blocks() const override { return cfg_.num_blocks; }
@@ -55,6 +58,8 @@ class KvArena final : public KvStorage {
   struct FreeDeleter {
     void operator()(void* p) const { std::free(p); }
   };
+  uint64_t planes() const { return cfg_.shared_kv ? 1 : 2; }
+
   KvArenaConfig cfg_;
   uint64_t elems_ = 0;   // K (or V) elements of one block in one layer
   uint64_t scales_ = 0;  // int8: K (or V) scales of one block in one layer

@@ -7,29 +7,11 @@
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "model/forward_util.h"
 #include "model/model.h"
 
 namespace kvw {
 namespace {
-
-// Query tokens per attention tile (kernels.h: the tile reads each K/V row once).
-constexpr int64_t kAttnTile = 16;
-
-// The kernels' view of layer l of the arena (layout in kv/kv_arena.h).
-kernels::KvLayerView layer_view(const KvArena& kv, int32_t l) {
-  uint8_t* base = kv.layer_base(l);
-  const auto& c = kv.config();
-  const bool int8 = c.dtype == KvDtype::kInt8;
-  return {c.dtype,
-          base,
-          base + kv.v_offset(),
-          int8 ? base + kv.k_scale_offset() : nullptr,
-          int8 ? base + kv.v_scale_offset() : nullptr,
-          (int64_t)KvArena::layer_block_bytes(c),
-          c.block_size,
-          c.n_kv_heads,
-          c.head_dim};
-}
 
 // The same view narrowed to KV head g alone (its query-head group is computed as one item).
 kernels::KvLayerView kv_head_view(const kernels::KvLayerView& v, int32_t g) {
@@ -115,21 +97,72 @@ Status Model::forward(std::span<const SeqInput> seqs, KvArena& kv, float* logits
 void Model::run_layer(int32_t l, KvArena& kv, int64_t n_tokens) {
   const auto& kt = kernels::kernels();
   const LayerWeights& L = w_.layers[l];
-  const int64_t d = hp_.n_embd, qd = hp_.q_dim(), kvd = hp_.kv_dim(), ff = hp_.n_ff;
-  const int32_t hd = hp_.head_dim;
+  const int64_t d = hp_.n_embd, ff = hp_.n_ff;
   float* xn = xn_.data();
 
-  // Attention input: residual from the previous layer's FFN, then RMSNorm, then quantise.
+  // Attention input: residual from the previous layer's FFN, then RMSNorm, then quantise for
+  // the matrices that read it (q, k, v; MLA: q or its down-projection, and the latent's).
+  const bool mla = hp_.mla.is_mla();
+  const WeightMatrix* in0 = mla ? (hp_.mla.q_lora_rank > 0 ? &L.wq_a : &L.wq) : &L.wq;
+  const WeightMatrix* in1 = mla ? &L.wkv_a : &L.wk;
+  const WeightMatrix* in2 = mla ? &L.wkv_a : &L.wv;
   pool_.run([&](int ith, int nth) {
     auto [b, e] = thread_share(n_tokens, ith, nth);
     for (int64_t t = b; t < e; ++t) {
       if (l > 0) residual(x_.data() + t * d, tmp_.data() + t * d, d, clamp_);
       kt.rmsnorm(x_.data() + t * d, L.attn_norm.data(), d, hp_.norm_eps, xn + t * d);
-      quantize_for(L.wq, xn, t, d);
-      if (L.wk.type != L.wq.type) quantize_for(L.wk, xn, t, d);
-      if (L.wv.type != L.wq.type && L.wv.type != L.wk.type) quantize_for(L.wv, xn, t, d);
+      quantize_for(*in0, xn, t, d);
+      if (in1->type != in0->type) quantize_for(*in1, xn, t, d);
+      if (in2->type != in0->type && in2->type != in1->type) quantize_for(*in2, xn, t, d);
     }
   });
+  if (mla) {
+    run_mla_attention(L, l, kv, n_tokens);
+  } else {
+    run_attention(L, l, kv, n_tokens);
+  }
+  // FFN: residual, RMSNorm, then SwiGLU or routed experts.
+  const bool moe = hp_.is_moe_layer(l);
+  pool_.run([&](int ith, int nth) {
+    auto [b, e] = thread_share(n_tokens, ith, nth);
+    for (int64_t t = b; t < e; ++t) {
+      residual(x_.data() + t * d, tmp_.data() + t * d, d, clamp_);
+      kt.rmsnorm(x_.data() + t * d, L.ffn_norm.data(), d, hp_.norm_eps, xn + t * d);
+      if (moe) {
+        quantize_for(L.router, xn, t, d);
+        continue;
+      }
+      quantize_for(L.gate, xn, t, d);
+      if (L.up.type != L.gate.type) quantize_for(L.up, xn, t, d);
+    }
+  });
+  if (moe) {
+    run_moe_ffn(L, n_tokens);
+    return;
+  }
+  pool_.run([&](int ith, int nth) {
+    matmul(kt, L.gate, act_for(L.gate, xn), n_tokens, gate_.data(), ith, nth);
+    matmul(kt, L.up, act_for(L.up, xn), n_tokens, up_.data(), ith, nth);
+  });
+  pool_.run([&](int ith, int nth) {
+    auto [b, e] = thread_share(n_tokens, ith, nth);
+    for (int64_t t = b; t < e; ++t) {
+      kt.silu_mul(gate_.data() + t * ff, up_.data() + t * ff, ff, xn + t * ff);
+      quantize_for(L.down, xn, t, ff);
+    }
+  });
+  pool_.run([&](int ith, int nth) {
+    matmul(kt, L.down, act_for(L.down, xn), n_tokens, tmp_.data(), ith, nth);
+  });
+}
+
+// Multi-head / grouped-query attention: q, k, v projections, RoPE, K/V into the paged cache,
+// attention, and attn_output into tmp_.
+void Model::run_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t n_tokens) {
+  const auto& kt = kernels::kernels();
+  const int64_t qd = hp_.q_dim(), kvd = hp_.kv_dim();
+  const int32_t hd = hp_.head_dim;
+  float* xn = xn_.data();
   pool_.run([&](int ith, int nth) {
     matmul(kt, L.wq, act_for(L.wq, xn), n_tokens, q_.data(), ith, nth);
     matmul(kt, L.wk, act_for(L.wk, xn), n_tokens, k_.data(), ith, nth);
@@ -190,39 +223,6 @@ void Model::run_layer(int32_t l, KvArena& kv, int64_t n_tokens) {
   });
   pool_.run([&](int ith, int nth) {
     matmul(kt, L.wo, act_for(L.wo, xn), n_tokens, tmp_.data(), ith, nth);
-  });
-  // FFN: residual, RMSNorm, then SwiGLU or routed experts.
-  const bool moe = hp_.is_moe_layer(l);
-  pool_.run([&](int ith, int nth) {
-    auto [b, e] = thread_share(n_tokens, ith, nth);
-    for (int64_t t = b; t < e; ++t) {
-      residual(x_.data() + t * d, tmp_.data() + t * d, d, clamp_);
-      kt.rmsnorm(x_.data() + t * d, L.ffn_norm.data(), d, hp_.norm_eps, xn + t * d);
-      if (moe) {
-        quantize_for(L.router, xn, t, d);
-        continue;
-      }
-      quantize_for(L.gate, xn, t, d);
-      if (L.up.type != L.gate.type) quantize_for(L.up, xn, t, d);
-    }
-  });
-  if (moe) {
-    run_moe_ffn(L, n_tokens);
-    return;
-  }
-  pool_.run([&](int ith, int nth) {
-    matmul(kt, L.gate, act_for(L.gate, xn), n_tokens, gate_.data(), ith, nth);
-    matmul(kt, L.up, act_for(L.up, xn), n_tokens, up_.data(), ith, nth);
-  });
-  pool_.run([&](int ith, int nth) {
-    auto [b, e] = thread_share(n_tokens, ith, nth);
-    for (int64_t t = b; t < e; ++t) {
-      kt.silu_mul(gate_.data() + t * ff, up_.data() + t * ff, ff, xn + t * ff);
-      quantize_for(L.down, xn, t, ff);
-    }
-  });
-  pool_.run([&](int ith, int nth) {
-    matmul(kt, L.down, act_for(L.down, xn), n_tokens, tmp_.data(), ith, nth);
   });
 }
 

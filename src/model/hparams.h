@@ -69,15 +69,15 @@ struct MlaParams {
 };
 
 struct ModelHParams {
-  std::string arch;  // general.architecture: "llama", "qwen2" or "deepseek2" (parsed; the
-                     // engine does not run MLA yet)
+  std::string arch;  // general.architecture: "llama", "qwen2" or "deepseek2"
   std::string name;  // general.name, if any
   int32_t n_vocab = 0;
   int32_t n_embd = 0;            // embedding_length
   int32_t n_layer = 0;           // block_count
   int32_t n_head = 0;            // attention.head_count
   int32_t n_head_kv = 0;         // attention.head_count_kv (GQA when < n_head)
-  int32_t head_dim = 0;          // n_embd / n_head unless attention.key_length says otherwise
+  int32_t head_dim = 0;          // n_embd / n_head unless attention.key_length says otherwise;
+                                 // MLA: the query/key head length qk_nope + qk_rope
   int32_t n_ff = 0;              // feed_forward_length
   int32_t n_ctx_train = 0;       // context_length
   int32_t sliding_window = 0;    // attention.sliding_window; 0 = full attention
@@ -92,6 +92,14 @@ struct ModelHParams {
   bool is_moe_layer(int32_t l) const { return moe.is_moe() && l >= moe.n_layer_dense_lead; }
   int32_t q_dim() const { return n_head * head_dim; }
   int32_t kv_dim() const { return n_head_kv * head_dim; }
+  // The KV cache's shape per token and layer: n_head_kv rows of head_dim, or for MLA one latent
+  // row of kv_lora_rank + qk_rope_dim that serves as both K and V (model/mla_forward.cc).
+  int32_t cache_heads() const { return mla.is_mla() ? 1 : n_head_kv; }
+  int32_t cache_head_dim() const {
+    return mla.is_mla() ? mla.kv_lora_rank + mla.qk_rope_dim : head_dim;
+  }
+  // Width of the attention output that attn_output reads.
+  int32_t attn_out_dim() const { return mla.is_mla() ? n_head * mla.v_head_dim : q_dim(); }
 };
 
 // Reads and validates hyper-parameters; errors name the file and key.

@@ -32,14 +32,10 @@ Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<GgufFile> file,
   if (opt.max_batch_tokens <= 0) return Error{"max batch tokens must be > 0"};
   auto hp = hparams_from_gguf(*file);
   if (!hp) return Error{hp.message()};
-  if (hp->mla.is_mla()) {
-    // TODO(deepseek-moe): MLA attention and its latent KV cache #15
-    return Error{file->path() + ": key 'general.architecture': '" + hp->arch +
-                 "' (multi-head latent attention) is read but not yet run by the engine "
-                 "(runs: llama, qwen2, Mixtral-style llama MoE)"};
-  }
   apply_rope_override(opt.rope, hp->rope);
   if (hp->rope.scale_factor <= 0.0f) return Error{"rope scale factor must be > 0"};
+  // Weights on huge pages: decode streams all of them every step (gguf_file.h says why).
+  KVW_RETURN_IF_ERROR(file->move_tensors_to_memory());
   auto w = weights_from_gguf(*file, *hp);
   if (!w) return Error{w.message()};
   if (opt.pack_weights) {
@@ -58,15 +54,22 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
     : file_(std::move(file)),
       hp_(std::move(hp)),
       w_(std::move(w)),
-      rope_(hp_.rope, w_.rope_freqs),
+      rope_(mla_rope_params(hp_), w_.rope_freqs),
       pool_(opt.n_threads),
       max_tokens_(opt.max_batch_tokens),
       clamp_(opt.activation_clamp) {
   const MoeParams& moe = hp_.moe;
   const int64_t T = max_tokens_;
   const int64_t A = T * moe.n_expert_used;  // MoE (token, expert) assignments per step
-  const int64_t ff_rows = std::max(T * hp_.n_ff, A * moe.n_ff_exp);
-  const int64_t max_in = std::max({hp_.n_embd, hp_.q_dim(), hp_.n_ff, moe.n_ff_exp});
+  const MlaParams& mla = hp_.mla;
+  const int64_t shared_ff = (int64_t)moe.n_ff_exp * moe.n_expert_shared;
+  const int64_t ff_rows =
+      std::max({T * hp_.n_ff, A * moe.n_ff_exp, T * shared_ff, T * mla.q_lora_rank});
+  // xn_ also holds MLA's attention output, n_head latent rows per token.
+  const int64_t max_in =
+      std::max({(int64_t)hp_.n_embd, (int64_t)hp_.q_dim(), (int64_t)hp_.n_ff,
+                (int64_t)moe.n_ff_exp, shared_ff,
+                mla.is_mla() ? (int64_t)hp_.n_head * hp_.cache_head_dim() : 0});
   tok_.resize(T);
   logit_src_.resize(T);
   x_.resize(T * hp_.n_embd);
@@ -85,7 +88,9 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
   need(w_.output);
   for (const auto& l : w_.layers) {
     for (const auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down, &l.router,
-                          &l.gate_exps.first, &l.up_exps.first, &l.down_exps.first}) {
+                          &l.gate_exps.first, &l.up_exps.first, &l.down_exps.first, &l.shexp_gate,
+                          &l.shexp_up, &l.shexp_down, &l.wq_a, &l.wq_b, &l.wkv_a, &l.k_b.first,
+                          &l.v_b.first}) {
       if (m->data != nullptr) need(*m);
     }
   }
@@ -93,14 +98,14 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
   act_q8_0_.resize(act_rows * q80);
   act_q8_k_.resize(act_rows * q8k);
   q_.resize(T * hp_.q_dim());
-  k_.resize(T * hp_.kv_dim());
+  k_.resize(T * std::max(hp_.kv_dim(), hp_.cache_head_dim()));
   v_.resize(T * hp_.kv_dim());
   tmp_.resize(T * hp_.n_embd);
   gate_.resize(ff_rows);
   up_.resize(ff_rows);
   cs_.resize(T * hp_.rope.n_rot);
   attn_scratch_.resize((size_t)pool_.num_threads() *
-                       kernels::attention_scratch_floats(hp_.head_dim));
+                       kernels::attention_scratch_floats(hp_.cache_head_dim()));
   if (moe.is_moe()) {
     router_logits_.resize(T * moe.n_expert);
     router_scratch_.resize(pool_.num_threads() * router_scratch_floats(moe));
@@ -111,12 +116,25 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
     expert_begin_.resize(moe.n_expert + 1);
     moe_rows_.resize(A * hp_.n_embd);
   }
+  if (mla.is_mla()) {
+    const int64_t H = hp_.n_head, R = mla.kv_lora_rank;
+    mla_scale_ = mla_score_scale(hp_);
+    mla_q_.resize(T * H * hp_.cache_head_dim());
+    mla_in_.resize(H * T * std::max<int64_t>(mla.qk_nope_dim, R));
+    mla_out_.resize(H * T * std::max<int64_t>(R, mla.v_head_dim));
+    mla_row_.resize(pool_.num_threads() * R);
+    const LayerWeights& l0 = w_.layers[0];
+    const int64_t act = std::max(kernels::act_row_bytes(l0.k_b.first.type, l0.k_b.first.n_in),
+                                 kernels::act_row_bytes(l0.v_b.first.type, R));
+    mla_act_.resize(H * T * act);
+  }
   workspace_bytes_ =
       4 * (x_.size() + xn_.size() + q_.size() + k_.size() + v_.size() + tmp_.size() + gate_.size() +
            up_.size() + cs_.size() + attn_scratch_.size() + router_logits_.size() +
            router_scratch_.size() + route_ids_.size() + route_weights_.size() + route_slot_.size() +
-           assign_tok_.size() + expert_begin_.size() + moe_rows_.size()) +
-      act_q8_0_.size() + act_q8_k_.size();
+           assign_tok_.size() + expert_begin_.size() + moe_rows_.size() + mla_q_.size() +
+           mla_in_.size() + mla_out_.size() + mla_row_.size()) +
+      act_q8_0_.size() + act_q8_k_.size() + mla_act_.size();
   LOG(INFO, model) << hp_.arch << " " << hp_.n_layer << " layers, n_embd " << hp_.n_embd
                    << ", heads " << hp_.n_head << "/" << hp_.n_head_kv << ", n_ff " << hp_.n_ff
                    << (moe.is_moe() ? ", experts " + std::to_string(moe.n_expert_used) + " of " +
@@ -132,11 +150,12 @@ Model::~Model() = default;
 
 KvArenaConfig Model::kv_config(uint32_t num_blocks, int32_t block_size, KvDtype dtype) const {
   return KvArenaConfig{.n_layer = hp_.n_layer,
-                       .n_kv_heads = hp_.n_head_kv,
-                       .head_dim = hp_.head_dim,
+                       .n_kv_heads = hp_.cache_heads(),
+                       .head_dim = hp_.cache_head_dim(),
                        .block_size = block_size,
                        .num_blocks = num_blocks,
-                       .dtype = dtype};
+                       .dtype = dtype,
+                       .shared_kv = hp_.mla.is_mla()};
 }
 
 int64_t Model::num_logit_rows(std::span<const SeqInput> seqs) {
@@ -147,7 +166,8 @@ int64_t Model::num_logit_rows(std::span<const SeqInput> seqs) {
 
 Status Model::validate(std::span<const SeqInput> seqs, const KvArena& kv) const {
   const auto& c = kv.config();
-  if (c.n_layer != hp_.n_layer || c.n_kv_heads != hp_.n_head_kv || c.head_dim != hp_.head_dim) {
+  if (c.n_layer != hp_.n_layer || c.n_kv_heads != hp_.cache_heads() ||
+      c.head_dim != hp_.cache_head_dim() || c.shared_kv != hp_.mla.is_mla()) {
     return Error{"KV arena shape does not match the model"};
   }
   int64_t total = 0;

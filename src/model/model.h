@@ -83,8 +83,13 @@ class Model {
   Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w, const ModelOptions& opt);
   Status validate(std::span<const SeqInput> seqs, const KvArena& kv) const;
   void run_layer(int32_t l, KvArena& kv, int64_t n_tokens);
+  // Attention of layer l: normed, quantised input in xn_ -> attn_output into tmp_ [T][n_embd].
+  void run_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t n_tokens);
+  void run_mla_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t n_tokens);
+  void per_head_matmul(const ExpertMatrices& w, const float* in, int64_t n_tokens, float* out);
   // FFN of an MoE layer: xn [T][n_embd] (normed, quantised for the router) -> tmp_ [T][n_embd].
   void run_moe_ffn(const LayerWeights& L, int64_t n_tokens);
+  void run_shared_experts(const LayerWeights& L, int64_t n_tokens);
   void group_by_expert(int64_t n_tokens);
   void compute_logits(int64_t n_rows, float* logits);
   void quantize_for(const WeightMatrix& w, const float* x, int64_t row, int64_t n_in);
@@ -132,6 +137,20 @@ class Model {
   std::vector<int32_t> assign_tok_;    // [A] token of each assignment, grouped by expert
   std::vector<int32_t> expert_begin_;  // [E + 1] assignments of expert e: [begin[e], begin[e+1])
   std::vector<float> moe_rows_;        // [A][n_embd] gathered inputs, then expert outputs
+
+  // MLA workspace (empty otherwise). H = n_head, R = kv_lora_rank, row = R + qk_rope_dim.
+  float mla_scale_ = 0.0f;       // score scale (mla_score_scale)
+  std::vector<float> mla_q_;     // [T][H][row] absorbed queries
+  std::vector<float> mla_in_;    // [H][T][max(nope, R)] per-head matmul inputs
+  std::vector<float> mla_out_;   // [H][T][max(R, v_head_dim)] per-head matmul outputs
+  std::vector<float> mla_row_;   // [n_threads][R] a dequantised attn_kv_b row
+  std::vector<uint8_t> mla_act_;  // [H x T][act_row_bytes] quantised per-head inputs
 };
+
+// MLA (model/mla_forward.cc): the rope parameters the rotation uses (llama.cpp's deepseek2
+// cancels the YaRN magnitude there) and the attention score scale (DeepSeek's mscale^2 /
+// sqrt(qk_nope + qk_rope)).
+RopeParams mla_rope_params(const ModelHParams& hp);
+float mla_score_scale(const ModelHParams& hp);
 
 }  // namespace kvw

@@ -109,6 +109,42 @@ void Model::run_moe_ffn(const LayerWeights& L, int64_t n_tokens) {
       }
     }
   });
+  if (L.shexp_gate.data != nullptr) run_shared_experts(L, n_tokens);
+}
+
+// DeepSeek's shared experts: one SwiGLU FFN of n_ff_exp x n_expert_shared every token passes
+// through, added to the routed output (llama.cpp: moe_out + ffn_shexp).
+void Model::run_shared_experts(const LayerWeights& L, int64_t n_tokens) {
+  const auto& kt = kernels::kernels();
+  const int64_t d = hp_.n_embd, fs = L.shexp_gate.n_rows;
+  float* xn = xn_.data();
+  float* out = moe_rows_.data();  // free again: the routed outputs are combined into tmp_
+  pool_.run([&](int ith, int nth) {
+    auto [b, e] = thread_share(n_tokens, ith, nth);
+    for (int64_t t = b; t < e; ++t) {
+      quantize_for(L.shexp_gate, xn, t, d);
+      if (L.shexp_up.type != L.shexp_gate.type) quantize_for(L.shexp_up, xn, t, d);
+    }
+  });
+  pool_.run([&](int ith, int nth) {
+    matmul(kt, L.shexp_gate, act_for(L.shexp_gate, xn), n_tokens, gate_.data(), ith, nth);
+    matmul(kt, L.shexp_up, act_for(L.shexp_up, xn), n_tokens, up_.data(), ith, nth);
+  });
+  pool_.run([&](int ith, int nth) {
+    auto [b, e] = thread_share(n_tokens, ith, nth);
+    for (int64_t t = b; t < e; ++t) {
+      float* g = gate_.data() + t * fs;
+      kt.silu_mul(g, up_.data() + t * fs, fs, g);
+      quantize_for(L.shexp_down, gate_.data(), t, fs);
+    }
+  });
+  pool_.run([&](int ith, int nth) {
+    matmul(kt, L.shexp_down, act_for(L.shexp_down, gate_.data()), n_tokens, out, ith, nth);
+  });
+  pool_.run([&](int ith, int nth) {
+    auto [b, e] = thread_share(n_tokens * d, ith, nth);
+    for (int64_t i = b; i < e; ++i) tmp_[i] += out[i];
+  });
 }
 
 }  // namespace kvw

@@ -54,6 +54,22 @@ class Loader {
                           (uint64_t)n_rows * *rb};
   }
 
+  const void* data(const GgufTensorInfo* t) const { return f_.tensor_data(*t); }
+
+  // The tensor holding `name`, shape-checked against `shape` (names the expected shape).
+  Result<const GgufTensorInfo*> tensor(const std::string& name, const std::vector<int64_t>& shape) {
+    const GgufTensorInfo* t = f_.find_tensor(name);
+    if (t == nullptr) return Error{f_.path() + ": tensor '" + name + "': missing"};
+    if (t->shape != shape) {
+      return Error{f_.path() + ": tensor '" + name + "': shape " + shape_str(t->shape) +
+                   ", expected " + shape_str(shape)};
+    }
+    if (!row_bytes(t->type, shape[0])) {
+      return Error{f_.path() + ": tensor '" + name + "': row length not a block multiple"};
+    }
+    return t;
+  }
+
   // A 1-D tensor converted to f32; optional ones return an empty vector when absent.
   Result<std::vector<float>> vector(const std::string& name, int64_t n, bool optional = false) {
     const GgufTensorInfo* t = f_.find_tensor(name);
@@ -84,12 +100,64 @@ class Loader {
     lhs = std::move(_r.value());         \
   } while (0)
 
+// Multi-head attention tensors of layer `p` (llama, qwen2).
+Status load_attention(Loader& ld, const std::string& p, const ModelHParams& hp, LayerWeights& l) {
+  const int64_t d = hp.n_embd, q = hp.q_dim(), kv = hp.kv_dim();
+  KVW_ASSIGN(l.wq, ld.matrix(p + "attn_q.weight", d, q));
+  KVW_ASSIGN(l.wk, ld.matrix(p + "attn_k.weight", d, kv));
+  KVW_ASSIGN(l.wv, ld.matrix(p + "attn_v.weight", d, kv));
+  KVW_ASSIGN(l.wo, ld.matrix(p + "attn_output.weight", q, d));
+  KVW_ASSIGN(l.bq, ld.vector(p + "attn_q.bias", q, !hp.qkv_bias));
+  KVW_ASSIGN(l.bk, ld.vector(p + "attn_k.bias", kv, !hp.qkv_bias));
+  KVW_ASSIGN(l.bv, ld.vector(p + "attn_v.bias", kv, !hp.qkv_bias));
+  return {};
+}
+
+// MLA attention tensors of layer `p` (llama.cpp's deepseek2 names and shapes).
+Status load_mla(Loader& ld, const std::string& p, const ModelHParams& hp, LayerWeights& l) {
+  const MlaParams& m = hp.mla;
+  const int64_t d = hp.n_embd, nh = hp.n_head, nope = m.qk_nope_dim, v = m.v_head_dim;
+  const int64_t r = m.kv_lora_rank;
+  if (m.q_lora_rank > 0) {
+    KVW_ASSIGN(l.wq_a, ld.matrix(p + "attn_q_a.weight", d, m.q_lora_rank));
+    KVW_ASSIGN(l.q_a_norm, ld.vector(p + "attn_q_a_norm.weight", m.q_lora_rank));
+    KVW_ASSIGN(l.wq_b, ld.matrix(p + "attn_q_b.weight", m.q_lora_rank, hp.q_dim()));
+  } else {
+    KVW_ASSIGN(l.wq, ld.matrix(p + "attn_q.weight", d, hp.q_dim()));
+  }
+  KVW_ASSIGN(l.wkv_a, ld.matrix(p + "attn_kv_a_mqa.weight", d, r + m.qk_rope_dim));
+  KVW_ASSIGN(l.kv_a_norm, ld.vector(p + "attn_kv_a_norm.weight", r));
+  KVW_ASSIGN(l.wo, ld.matrix(p + "attn_output.weight", hp.attn_out_dim(), d));
+  auto heads = [&](const GgufTensorInfo* t, int64_t n_in, int64_t n_rows, uint64_t offset_rows,
+                   uint64_t stride_rows) {
+    const uint64_t rb = *row_bytes(t->type, n_in);
+    const auto* base = static_cast<const uint8_t*>(ld.data(t));
+    return ExpertMatrices{WeightMatrix{t->type, base + offset_rows * rb, n_rows, n_in, rb},
+                          (int32_t)nh, stride_rows * rb};
+  };
+  if (m.split_kv_b) {
+    const GgufTensorInfo* kb = nullptr;
+    const GgufTensorInfo* vb = nullptr;
+    KVW_ASSIGN(kb, ld.tensor(p + "attn_k_b.weight", {nope, r, nh}));
+    KVW_ASSIGN(vb, ld.tensor(p + "attn_v_b.weight", {r, v, nh}));
+    l.k_b = heads(kb, nope, r, 0, r);
+    l.v_b = heads(vb, r, v, 0, v);
+    return {};
+  }
+  const GgufTensorInfo* kvb = nullptr;
+  KVW_ASSIGN(kvb, ld.tensor(p + "attn_kv_b.weight", {r, nh * (nope + v)}));
+  l.k_b = heads(kvb, r, nope, 0, nope + v);
+  l.k_b_transposed = true;
+  l.v_b = heads(kvb, r, v, nope, nope + v);
+  return {};
+}
+
 }  // namespace
 
 Result<ModelWeights> weights_from_gguf(const GgufFile& f, const ModelHParams& hp) {
   Loader ld(f);
   ModelWeights w;
-  const int64_t d = hp.n_embd, q = hp.q_dim(), kv = hp.kv_dim(), ff = hp.n_ff;
+  const int64_t d = hp.n_embd, ff = hp.n_ff;
   KVW_ASSIGN(w.token_embd, ld.matrix("token_embd.weight", d, hp.n_vocab));
   KVW_ASSIGN(w.output_norm, ld.vector("output_norm.weight", d));
   if (hp.tied_embeddings) {
@@ -103,14 +171,12 @@ Result<ModelWeights> weights_from_gguf(const GgufFile& f, const ModelHParams& hp
     const std::string p = "blk." + std::to_string(i) + ".";
     LayerWeights& l = w.layers[i];
     KVW_ASSIGN(l.attn_norm, ld.vector(p + "attn_norm.weight", d));
-    KVW_ASSIGN(l.wq, ld.matrix(p + "attn_q.weight", d, q));
-    KVW_ASSIGN(l.wk, ld.matrix(p + "attn_k.weight", d, kv));
-    KVW_ASSIGN(l.wv, ld.matrix(p + "attn_v.weight", d, kv));
-    KVW_ASSIGN(l.wo, ld.matrix(p + "attn_output.weight", q, d));
-    KVW_ASSIGN(l.bq, ld.vector(p + "attn_q.bias", q, !hp.qkv_bias));
-    KVW_ASSIGN(l.bk, ld.vector(p + "attn_k.bias", kv, !hp.qkv_bias));
-    KVW_ASSIGN(l.bv, ld.vector(p + "attn_v.bias", kv, !hp.qkv_bias));
     KVW_ASSIGN(l.ffn_norm, ld.vector(p + "ffn_norm.weight", d));
+    if (hp.mla.is_mla()) {
+      KVW_RETURN_IF_ERROR(load_mla(ld, p, hp, l));
+    } else {
+      KVW_RETURN_IF_ERROR(load_attention(ld, p, hp, l));
+    }
     if (!hp.is_moe_layer(i)) {
       KVW_ASSIGN(l.gate, ld.matrix(p + "ffn_gate.weight", d, ff));
       KVW_ASSIGN(l.up, ld.matrix(p + "ffn_up.weight", d, ff));
@@ -124,11 +190,16 @@ Result<ModelWeights> weights_from_gguf(const GgufFile& f, const ModelHParams& hp
     KVW_ASSIGN(l.up_exps, ld.experts(p + "ffn_up_exps.weight", d, fe, ne));
     KVW_ASSIGN(l.down_exps, ld.experts(p + "ffn_down_exps.weight", fe, d, ne));
     KVW_ASSIGN(l.exp_probs_b, ld.vector(p + "exp_probs_b.bias", ne, !hp.moe.probs_bias));
+    if (hp.moe.n_expert_shared > 0) {
+      const int64_t fs = fe * hp.moe.n_expert_shared;
+      KVW_ASSIGN(l.shexp_gate, ld.matrix(p + "ffn_gate_shexp.weight", d, fs));
+      KVW_ASSIGN(l.shexp_up, ld.matrix(p + "ffn_up_shexp.weight", d, fs));
+      KVW_ASSIGN(l.shexp_down, ld.matrix(p + "ffn_down_shexp.weight", fs, d));
+    }
   }
   for (const auto& t : f.tensors()) w.total_bytes += t.num_bytes;
   return w;
 }
-
 namespace {
 
 // Packs `m` (n_slices matrices of slice_bytes each, e.g. stacked experts) if the table packs it.
@@ -151,12 +222,16 @@ Result<uint64_t> pack_matrices(GgufFile& file, ModelWeights& w, const kernels::K
   uint64_t bytes = 0;
   if (w.output.data != w.token_embd.data) bytes += pack_matrix(w.output, 1, 0, kt);
   for (LayerWeights& l : w.layers) {
-    for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down, &l.router}) {
+    for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down, &l.router,
+                            &l.shexp_gate, &l.shexp_up, &l.shexp_down, &l.wq_a, &l.wq_b,
+                            &l.wkv_a}) {
       bytes += pack_matrix(*m, 1, 0, kt);
     }
-    for (ExpertMatrices* x : {&l.gate_exps, &l.up_exps, &l.down_exps}) {
+    for (ExpertMatrices* x : {&l.gate_exps, &l.up_exps, &l.down_exps, &l.v_b}) {
       bytes += pack_matrix(x->first, x->n_expert, x->expert_bytes, kt);
     }
+    // A transposed k_b is read row by row (mla_forward.cc), never through the GEMM.
+    if (!l.k_b_transposed) bytes += pack_matrix(l.k_b.first, l.k_b.n_expert, l.k_b.expert_bytes, kt);
   }
   KVW_RETURN_IF_ERROR(file.set_writable(false));
   return bytes;

@@ -52,6 +52,23 @@ struct LayerWeights {
   ExpertMatrices gate_exps, up_exps;  // n_expert x [n_ff_exp x n_embd]
   ExpertMatrices down_exps;           // n_expert x [n_embd x n_ff_exp]
   std::vector<float> exp_probs_b;     // [n_expert] selection bias; empty when absent
+  WeightMatrix shexp_gate, shexp_up;  // shared experts as one FFN: [n_ff_exp x n_shared x n_embd]
+  WeightMatrix shexp_down;            // [n_embd x n_ff_exp x n_shared]; null when none
+
+  // MLA (deepseek2) instead of wq/wk/wv; wo reads n_head x v_head_dim.
+  // Queries: wq [n_head x (nope + rope) x n_embd], or, with q_lora_rank > 0, wq_a
+  // [q_lora_rank x n_embd] -> RMSNorm q_a_norm -> wq_b [n_head x (nope + rope) x q_lora_rank].
+  WeightMatrix wq_a, wq_b;
+  std::vector<float> q_a_norm;  // [q_lora_rank]
+  WeightMatrix wkv_a;           // attn_kv_a_mqa [(kv_lora_rank + rope) x n_embd]
+  std::vector<float> kv_a_norm;  // [kv_lora_rank]
+  // Per-head up-projections of the latent. k_b: head h maps a query's no-rope part into the
+  // latent (kv_lora_rank rows of nope), so scores read the cache directly; v_b: head h maps the
+  // attention-weighted latent to its value (v_head_dim rows of kv_lora_rank). Files with the
+  // older fused attn_kv_b hold W_kb[h] untransposed (nope rows of kv_lora_rank): then
+  // k_b_transposed is set and k_b.expert(h) is that nope x kv_lora_rank slice.
+  ExpertMatrices k_b, v_b;
+  bool k_b_transposed = false;
 };
 
 struct ModelWeights {

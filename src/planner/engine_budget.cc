@@ -27,15 +27,27 @@ void uniform_act_rows(const Dtype& w, int64_t max_in, int64_t& q80, int64_t& q8k
 }  // namespace
 
 uint64_t engine_kv_bytes_per_token_layer(const ModelShape& m, KvDtype dtype) {
+  if (m.is_mla()) {  // one latent row serves as K and V (KvArenaConfig::shared_kv)
+    return (uint64_t)((m.kv_lora_rank + m.qk_rope_head_dim) * kv_elem_bytes(dtype) +
+                      kv_scale_bytes(dtype));
+  }
   return (uint64_t)(2 * m.n_kv_head * (m.head_dim * kv_elem_bytes(dtype) + kv_scale_bytes(dtype)));
 }
 
 uint64_t engine_workspace_bytes(const ModelShape& m, int64_t max_num_batched_tokens,
                                 int64_t n_threads, const Dtype& weight_dtype) {
   const uint64_t T = (uint64_t)max_num_batched_tokens;
-  const int64_t q_dim = m.n_head * m.head_dim, kv_dim = m.n_kv_head * m.head_dim;
-  const int64_t max_in = std::max({m.n_embd, q_dim, m.n_ff, m.moe_ff});
-  const int64_t n_rot = m.gguf && m.gguf->n_rot > 0 ? m.gguf->n_rot : m.head_dim;
+  // The engine's head lengths: MLA queries and keys are qk_nope + qk_rope long, and the cache
+  // row (and the attention's head length) is kv_lora_rank + qk_rope.
+  const int64_t qk_head = m.is_mla() ? m.qk_nope_head_dim + m.qk_rope_head_dim : m.head_dim;
+  const int64_t cache_head = m.is_mla() ? m.kv_lora_rank + m.qk_rope_head_dim : m.head_dim;
+  const int64_t q_dim = m.n_head * qk_head, kv_dim = m.n_kv_head * qk_head;
+  const int64_t shared_ff = m.is_mla() ? m.n_shared_experts * m.moe_ff : 0;
+  const int64_t max_in = std::max({m.n_embd, q_dim, m.n_ff, m.moe_ff, shared_ff,
+                                   m.is_mla() ? m.n_head * cache_head : 0});
+  const int64_t n_rot = m.gguf && m.gguf->n_rot > 0 ? m.gguf->n_rot
+                        : m.is_mla()                 ? m.qk_rope_head_dim
+                                                     : m.head_dim;
   int64_t q80 = 0, q8k = 0;
   if (m.gguf) {
     q80 = m.gguf->act_q8_0_row_bytes;
@@ -46,20 +58,37 @@ uint64_t engine_workspace_bytes(const ModelShape& m, int64_t max_num_batched_tok
   // MoE: A = T x experts_per_tok (token, expert) assignments; E = routed experts.
   const uint64_t E = m.is_moe() ? (uint64_t)m.n_routed_experts : 0;
   const uint64_t A = m.is_moe() ? T * (uint64_t)m.n_experts_per_tok : 0;
-  // x, xn, q, k, v, tmp, cs (f32), gate and up (T x n_ff, or A x moe_ff when larger), as
-  // Model::Model allocates them.
-  const uint64_t ff_floats = std::max(T * (uint64_t)m.n_ff, A * (uint64_t)m.moe_ff);
-  const uint64_t floats_per_token =
-      (uint64_t)(m.n_embd + max_in + q_dim + 2 * kv_dim + m.n_embd + n_rot);
+  // x, xn, q, k, v, tmp, cs (f32), gate and up (T x n_ff, A x moe_ff, T x the shared experts'
+  // width or T x q_lora_rank, the largest), as Model::Model allocates them.
+  const uint64_t ff_floats = std::max({T * (uint64_t)m.n_ff, A * (uint64_t)m.moe_ff,
+                                       T * (uint64_t)shared_ff, T * (uint64_t)m.q_lora_rank});
+  const uint64_t floats_per_token = (uint64_t)(m.n_embd + max_in + q_dim +
+                                               std::max(kv_dim, cache_head) + kv_dim + m.n_embd +
+                                               n_rot);
   const uint64_t scratch_floats =
-      (uint64_t)n_threads * (uint64_t)kernels::attention_scratch_floats(m.head_dim);
+      (uint64_t)n_threads * (uint64_t)kernels::attention_scratch_floats((int32_t)cache_head);
   // Router logits [T][E], router scratch [threads][2E], ids, weights, slots and tokens of each
   // assignment [A] x 4, expert starts [E + 1], gathered rows [A][n_embd] (4-byte elements).
   const uint64_t moe_elems =
       m.is_moe() ? T * E + (uint64_t)n_threads * 2 * E + 4 * A + E + 1 + A * (uint64_t)m.n_embd : 0;
+  // MLA: absorbed queries [T][H][cache_head], per-head inputs and outputs [H][T][...], one
+  // dequantised row per thread, quantised per-head inputs [H x T][row bytes].
+  uint64_t mla_floats = 0, mla_act = 0;
+  if (m.is_mla()) {
+    const uint64_t H = (uint64_t)m.n_head, R = (uint64_t)m.kv_lora_rank;
+    mla_floats = T * H * (uint64_t)cache_head +
+                 H * T * std::max<uint64_t>((uint64_t)m.qk_nope_head_dim, R) +
+                 H * T * std::max<uint64_t>(R, (uint64_t)m.v_head_dim) + (uint64_t)n_threads * R;
+    int64_t row = m.gguf ? m.gguf->mla_act_row_bytes : 0;
+    if (!m.gguf) {
+      const auto t = ggml_type_from_name(weight_dtype.name);
+      row = t ? kernels::act_row_bytes(*t, (int64_t)R) : (int64_t)R * 4;
+    }
+    mla_act = H * T * (uint64_t)row;
+  }
   const uint64_t act_rows = std::max(T, A);
-  return 4 * (T * floats_per_token + 2 * ff_floats + scratch_floats + moe_elems) +
-         act_rows * (uint64_t)(q80 + q8k);
+  return 4 * (T * floats_per_token + 2 * ff_floats + scratch_floats + moe_elems + mla_floats) +
+         act_rows * (uint64_t)(q80 + q8k) + mla_act;
 }
 
 int64_t engine_window(const ModelShape& m) {
@@ -78,12 +107,9 @@ int64_t engine_blocks_per_seq(const ModelShape& m, int64_t max_model_len, int64_
 
 Result<BudgetTable> plan_engine_budget(const ModelShape& m, const EngineOptions& opt) {
   KVW_RETURN_IF_ERROR(m.validate());
-  if (m.is_mla()) {
-    return Error{"kvwarden's engine runs MHA/GQA attention only; " + m.name + " is MLA"};
-  }
-  if (m.n_shared_experts > 0) {
-    return Error{"kvwarden's engine has no shared experts yet; " + m.name + " has " +
-                 std::to_string(m.n_shared_experts)};
+  if (m.n_shared_experts > 0 && !m.is_mla()) {
+    return Error{"kvwarden's engine runs shared experts in deepseek2 files only; " + m.name +
+                 " has " + std::to_string(m.n_shared_experts)};
   }
   if (opt.max_num_batched_tokens < 1 || opt.block_size < 1 || opt.n_threads < 1) {
     return Error{"max_num_batched_tokens, block_size and n_threads must be >= 1"};

@@ -28,6 +28,9 @@ struct GgufFacts {
   int64_t n_rot = 0;                 // rope.dimension_count
   int64_t act_q8_0_row_bytes = 0;    // widest Q8_0 activation row any matmul needs (0: none)
   int64_t act_q8_k_row_bytes = 0;    // widest Q8_K activation row any matmul needs (0: none)
+  // MLA: the widest activation row of the per-head up-projections (attn_k_b / attn_v_b, or the
+  // fused attn_kv_b's value rows), quantised for every head and token of a step.
+  int64_t mla_act_row_bytes = 0;
   uint64_t routed_expert_bytes = 0;  // ffn_{gate,up,down}_exps tensors, all experts
   // Weight bytes one single-sequence decode step streams: every tensor but the embedding (tied:
   // it is the output head), with only expert_used_count of expert_count routed experts.

@@ -175,6 +175,18 @@ Result<ModelShape> shape_from_gguf(const GgufFile& f) {
           g.act_q8_k_row_bytes, n_in / 256 * type_traits(GgmlType::kQ8_K).block_bytes);
     }
   }
+  if (hp->mla.is_mla()) {
+    // As Model::Model sizes mla_act_: blk.0's k_b (row length nope, or kv_lora_rank when fused
+    // into attn_kv_b) and v_b (kv_lora_rank) in their stored types.
+    const char* kb = hp->mla.split_kv_b ? "blk.0.attn_k_b.weight" : "blk.0.attn_kv_b.weight";
+    const char* vb = hp->mla.split_kv_b ? "blk.0.attn_v_b.weight" : "blk.0.attn_kv_b.weight";
+    for (const char* name : {kb, vb}) {
+      if (const GgufTensorInfo* t = f.find_tensor(name); t != nullptr && !t->shape.empty()) {
+        g.mla_act_row_bytes =
+            std::max(g.mla_act_row_bytes, kernels::act_row_bytes(t->type, t->shape[0]));
+      }
+    }
+  }
   // One decode token reads every matrix but the embedding (one row of it), and of the routed
   // experts only the used ones.
   const GgufTensorInfo* emb = f.find_tensor("token_embd.weight");

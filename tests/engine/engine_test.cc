@@ -1,5 +1,5 @@
 // Engine behaviour: batch-invariant greedy output (alone, batched, prefix hit, preempted and
-// swapped; dense and Mixtral-style MoE), clean ends (cancel, reject, shutdown), no leaked blocks,
+// swapped; dense, Mixtral-style MoE and DeepSeek MLA), clean ends (cancel, reject, shutdown), no leaked blocks,
 // the start-up budget check and the numerics guard.
 #include "engine/engine.h"
 
@@ -164,6 +164,22 @@ TEST(EngineMoe, GreedyOutputIdenticalAloneBatchedPrefixHitPreemptedAndSwapped) {
   expect_prefix_hit_gives_same_output(model);
   run_under_tiny_budget(model, false);
   run_under_tiny_budget(model, true);
+}
+
+// DeepSeek-style files (MLA latent cache, shared experts; V2-Lite-like and V3-like routing): the
+// same guarantees over the one-row-per-token cache.
+TEST(EngineMla, GreedyOutputIdenticalAloneBatchedPrefixHitPreemptedAndSwapped) {
+  for (const char* name : {"deepseek-v2-lite-tiny", "deepseek-v3-tiny"}) {
+    SCOPED_TRACE(name);
+    auto spec = make_model_preset(name);
+    ASSERT_TRUE(spec.ok());
+    const std::string model = ::testing::TempDir() + "/engine_" + name + ".gguf";
+    ASSERT_TRUE(make_model(*spec, model).ok());
+    expect_batched_equals_alone(model);
+    expect_prefix_hit_gives_same_output(model);
+    run_under_tiny_budget(model, false);
+    run_under_tiny_budget(model, true);
+  }
 }
 
 TEST_F(EngineTest, CancelFreesBlocksByTheNextStep) {

@@ -246,7 +246,7 @@ TEST(EngineBudget, MoeDecodeReadsOnlyTheUsedExperts) {
   EXPECT_EQ(pc.active(), pc.total() - pc.routed_experts / 4 * 3);
 }
 
-TEST(Gguf, Deepseek2FileGivesTheMlaShapeAndTheEngineBudgetRefusesIt) {
+TEST(Gguf, Deepseek2FileGivesTheMlaShapeAndTheEngineBudgetsOneLatentRow) {
   // DeepSeek-V2-Lite's attention and expert keys at a small width (llama.cpp's names).
   GgufWriter w;
   const std::string a = "deepseek2.";
@@ -283,9 +283,17 @@ TEST(Gguf, Deepseek2FileGivesTheMlaShapeAndTheEngineBudgetRefusesIt) {
   EXPECT_EQ(shape->first_k_dense, 1);
   // One latent of 512 + 64 per token per layer: 3 layers x 576 x 2 B.
   EXPECT_EQ(kv_bytes_per_token(*shape, KvDtype::kBF16, 1), 3u * 576 * 2);
-  auto b = plan_engine_budget(*shape, EngineOptions{});
-  ASSERT_FALSE(b.ok());
-  EXPECT_NE(b.message().find("is MLA"), std::string::npos) << b.message();
+  // The engine caches the same row (K and V share it): f16 576 x 2 B, int8 576 + a 4-byte scale.
+  EngineOptions opt;
+  opt.max_model_len = 4096;
+  opt.max_num_seqs = 4;
+  auto b = plan_engine_budget(*shape, opt);
+  ASSERT_TRUE(b.ok()) << b.message();
+  EXPECT_EQ(b->kv_bytes_per_token, 3u * 576 * 2);
+  opt.kv_dtype = KvDtype::kInt8;
+  b = plan_engine_budget(*shape, opt);
+  ASSERT_TRUE(b.ok()) << b.message();
+  EXPECT_EQ(b->kv_bytes_per_token, 3u * (576 + 4));
 }
 
 TEST(EngineBudget, BudgetModeGivesTheKvPoolWhatIsLeft) {

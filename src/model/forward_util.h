@@ -1,0 +1,30 @@
+// model/forward_util.h: small pieces the forward-pass files share (forward.cc, mla_forward.cc).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/kernels.h"
+#include "kv/kv_arena.h"
+
+namespace kvw {
+
+// Query tokens per attention tile (kernels.h: the tile reads each K/V row once).
+constexpr int64_t kAttnTile = 16;
+
+// The kernels' view of layer l of the arena (layout in kv/kv_arena.h).
+inline kernels::KvLayerView layer_view(const KvArena& kv, int32_t l) {
+  uint8_t* base = kv.layer_base(l);
+  const auto& c = kv.config();
+  const bool int8 = c.dtype == KvDtype::kInt8;
+  return {c.dtype,
+          base,
+          base + kv.v_offset(),
+          int8 ? base + kv.k_scale_offset() : nullptr,
+          int8 ? base + kv.v_scale_offset() : nullptr,
+          (int64_t)KvArena::layer_block_bytes(c),
+          c.block_size,
+          c.n_kv_heads,
+          c.head_dim};
+}
+
+}  // namespace kvw
