@@ -174,7 +174,8 @@ class Deepseek2Ref:
             self.layers.append(L)
         # Smallest routing margin seen by the last forward: the gap between the last chosen and
         # the first unchosen selection value (and between the last kept and first dropped group
-        # score). A comparison with a near-tie here would test rounding luck, not the engine.
+        # score), relative for softmax scores. A comparison with a near-tie here would test
+        # rounding luck, not the engine.
         self.min_routing_margin = math.inf
 
     # ----- attention -----
@@ -187,7 +188,8 @@ class Deepseek2Ref:
         return np.cos(angle), np.sin(angle)
 
     def mla_inputs(self, L, h, cos, sin):
-        """q_nope (T, nh, nope), rotated q_pe (T, nh, rope), latent c (T, r), rotated k_pe (T, rope)."""
+        """q_nope (T, nh, nope), rotated q_pe (T, nh, rope), latent c (T, r), rotated k_pe
+        (T, rope)."""
         hp = self.hp
         n = h.shape[0]
         if hp.q_lora_rank > 0:
@@ -250,6 +252,10 @@ class Deepseek2Ref:
             sel = sel + L["exp_probs_b"][None, :]
         T = h.shape[0]
         kept = None
+        # Unbiased softmax scores order like the logits: their gaps count relative to the values
+        # (f32 keeps relative precision even for tiny probabilities); sigmoid scores with a bias
+        # live on [0, 1] and count absolutely.
+        relative = hp.gating == GATING_SOFTMAX and not np.any(sel != scores)
         if hp.n_group > 1 and hp.use_groups:
             G, per = hp.n_group, E // hp.n_group
             grouped = sel.reshape(T, G, per)
@@ -258,23 +264,29 @@ class Deepseek2Ref:
             kept = np.sort(order[:, :hp.n_group_used], axis=-1)
             if hp.n_group_used < G:
                 gs = np.take_along_axis(group_score, order, axis=-1)
-                self._margin(gs[:, hp.n_group_used - 1] - gs[:, hp.n_group_used])
+                self._margin(gs[:, hp.n_group_used - 1], gs[:, hp.n_group_used], relative)
             mask = np.zeros((T, G), dtype=bool)
             np.put_along_axis(mask, kept, True, axis=-1)
             sel = np.where(np.repeat(mask, per, axis=-1), sel, -np.inf)
         chosen = np.argsort(-sel, axis=-1, kind="stable")[:, :k]
         if k < E:
             ss = -np.sort(-sel, axis=-1)
-            nxt = ss[:, k]
-            self._margin(np.where(np.isfinite(nxt), ss[:, k - 1] - nxt, np.inf))
+            self._margin(ss[:, k - 1], ss[:, k], relative)
         weights = np.take_along_axis(scores, chosen, axis=-1)
         if hp.weights_norm:
             weights = weights / weights.sum(axis=-1, keepdims=True)
         return chosen, weights * hp.weights_scale, kept
 
-    def _margin(self, gaps):
-        if gaps.size:
-            self.min_routing_margin = min(self.min_routing_margin, float(np.min(gaps)))
+    def _margin(self, last_in, first_out, relative):
+        """Records the smallest gap between the last kept and first dropped value (a dropped
+        -inf, masked by the group limit, is no tie)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            gap = last_in - first_out
+            if relative:
+                gap = gap / np.maximum(np.abs(last_in), np.abs(first_out))
+        gap = np.where(np.isfinite(first_out), gap, np.inf)
+        if gap.size:
+            self.min_routing_margin = min(self.min_routing_margin, float(np.min(gap)))
 
     def moe_ffn(self, L, h):
         hp = self.hp
