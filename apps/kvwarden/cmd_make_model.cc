@@ -8,30 +8,84 @@ namespace kvw::app {
 
 namespace {
 struct MakeModelFlags {
-  std::string out, preset = "tiny", weight_type, rope_scaling;
+  std::string out, preset = "tiny", weight_type, rope_scaling, mla_layout, gating;
   MakeModelSpec spec;
 };
+
+// deepseek2's flags (MLA ranks and head lengths, DeepSeekMoE routing).
+void add_deepseek2_options(CLI::App* cmd, MakeModelFlags& f) {
+  MakeModelSpec& s = f.spec;
+  cmd->add_option("--q-lora-rank", s.q_lora_rank,
+                  "deepseek2: query compression rank (0: plain attn_q, as V2-Lite)");
+  cmd->add_option("--kv-lora-rank", s.kv_lora_rank, "deepseek2: K/V latent rank (kv_lora_rank)");
+  cmd->add_option("--qk-rope-dim", s.qk_rope_dim, "deepseek2: rotated dims of each q/k head");
+  cmd->add_option("--qk-nope-dim", s.qk_nope_dim, "deepseek2: unrotated dims of each q/k head");
+  cmd->add_option("--v-head-dim", s.v_head_dim, "deepseek2: value head length");
+  cmd->add_option("--mla-layout", f.mla_layout,
+                  "deepseek2: kv_b (attn_kv_b, older converters) or split (attn_k_b + attn_v_b)");
+  cmd->add_option("--experts-shared", s.n_expert_shared, "deepseek2: always-on shared experts");
+  cmd->add_option("--expert-ffn", s.n_ff_exp, "deepseek2: each expert's width (--ffn: dense)");
+  cmd->add_option("--dense-lead", s.n_layer_dense_lead,
+                  "deepseek2: leading layers with a dense FFN instead of experts");
+  cmd->add_option("--gating", f.gating, "deepseek2: router scores, softmax or sigmoid");
+  cmd->add_option("--expert-groups", s.n_group,
+                  "deepseek2: expert groups (> 1 limits top-k to the best groups)");
+  cmd->add_option("--expert-groups-used", s.n_group_used, "deepseek2: groups kept per token");
+  cmd->add_option("--expert-weights-scale", s.expert_weights_scale,
+                  "deepseek2: multiplier of the routed experts' weights");
+  cmd->add_option("--expert-weights-norm", s.expert_weights_norm,
+                  "deepseek2: renormalise the chosen experts' weights (true|false)");
+  cmd->add_option("--probs-bias", s.probs_bias,
+                  "deepseek2: write exp_probs_b.bias, a selection-only router bias (true|false)");
+  cmd->add_option("--yarn-log-multiplier", s.yarn_log_multiplier,
+                  "deepseek2 with yarn: rope.scaling.yarn_log_multiplier (attention mscale)");
+}
+
+// Copies the deepseek2 flags that were given onto the preset's spec.
+void override_deepseek2(const CLI::App* cmd, const MakeModelSpec& g, MakeModelSpec& spec) {
+  auto given = [&](const char* flag) { return cmd->count(flag) > 0; };
+  if (given("--q-lora-rank")) spec.q_lora_rank = g.q_lora_rank;
+  if (given("--kv-lora-rank")) spec.kv_lora_rank = g.kv_lora_rank;
+  if (given("--qk-rope-dim")) spec.qk_rope_dim = g.qk_rope_dim;
+  if (given("--qk-nope-dim")) spec.qk_nope_dim = g.qk_nope_dim;
+  if (given("--v-head-dim")) spec.v_head_dim = g.v_head_dim;
+  if (given("--experts-shared")) spec.n_expert_shared = g.n_expert_shared;
+  if (given("--expert-ffn")) spec.n_ff_exp = g.n_ff_exp;
+  if (given("--dense-lead")) spec.n_layer_dense_lead = g.n_layer_dense_lead;
+  if (given("--expert-groups")) spec.n_group = g.n_group;
+  if (given("--expert-groups-used")) spec.n_group_used = g.n_group_used;
+  if (given("--expert-weights-scale")) spec.expert_weights_scale = g.expert_weights_scale;
+  if (given("--expert-weights-norm")) spec.expert_weights_norm = g.expert_weights_norm;
+  if (given("--probs-bias")) spec.probs_bias = g.probs_bias;
+  if (given("--yarn-log-multiplier")) spec.yarn_log_multiplier = g.yarn_log_multiplier;
+}
 }  // namespace
 
 void add_make_model_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "make-model",
-      "Write a GGUF model with seeded random weights (llama or qwen2) and a tokenizer");
+      "Write a GGUF model with seeded random weights (llama, qwen2 or deepseek2) and a "
+      "tokenizer");
   auto f = std::make_shared<MakeModelFlags>();
   MakeModelSpec& s = f->spec;
   cmd->add_option("--out,-o", f->out, "Output GGUF path")->required();
   cmd->add_option("--preset", f->preset,
-                  "Start from a named shape: tiny, tinyllama-1.1b, mixtral-tiny, mixtral-1b")
+                  "Start from a named shape: tiny, tinyllama-1.1b, mixtral-tiny, mixtral-1b, "
+                  "deepseek-v2-lite-tiny, deepseek-v3-tiny, deepseek-v2-lite")
       ->capture_default_str();
-  cmd->add_option("--arch", s.arch, "Architecture: llama or qwen2 (default llama)");
+  cmd->add_option("--arch", s.arch, "Architecture: llama, qwen2 or deepseek2 (default llama)");
   cmd->add_option("--name", s.name, "general.name");
   cmd->add_option("--dim", s.n_embd, "Embedding width");
   cmd->add_option("--layers", s.n_layer, "Number of decoder layers");
   cmd->add_option("--heads", s.n_head, "Attention heads");
-  cmd->add_option("--kv-heads", s.n_head_kv, "K/V heads (GQA when fewer than --heads)");
-  cmd->add_option("--ffn", s.n_ff, "Feed-forward width (of each expert with --experts)");
+  cmd->add_option("--kv-heads", s.n_head_kv,
+                  "K/V heads (GQA when fewer than --heads; deepseek2 does not use it)");
+  cmd->add_option("--ffn", s.n_ff,
+                  "Feed-forward width (llama: of each expert with --experts; deepseek2: of the "
+                  "dense layers)");
   cmd->add_option("--experts", s.n_expert,
-                  "llama: Mixtral-style experts per layer (ffn_*_exps; 0: dense FFN)");
+                  "Routed experts per layer (llama: Mixtral-style, deepseek2: DeepSeekMoE; "
+                  "0: dense FFN)");
   cmd->add_option("--experts-used", s.n_expert_used, "Experts each token is routed to (top-k)");
   cmd->add_option("--n-vocab", s.n_vocab, "Pad the vocabulary to this many tokens (0: as built)");
   cmd->add_option("--context", s.n_ctx, "Trained context length (context_length)");
@@ -49,6 +103,7 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--vocab-type", s.vocab_type, "spm (SentencePiece-style) or bpe (byte-level)");
   cmd->add_option("--seed", s.seed, "Random seed");
   cmd->add_option("--gguf-version", s.gguf_version, "GGUF version to write: 2 or 3");
+  add_deepseek2_options(cmd, *f);
   // Presets apply first; explicit flags then override (CLI11 parses before the callback, so
   // re-read only the flags that were given).
   cmd->callback([f, cmd, &exit_code] {
@@ -81,6 +136,21 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
     if (given("--vocab-type")) spec.vocab_type = g.vocab_type;
     if (given("--seed")) spec.seed = g.seed;
     if (given("--gguf-version")) spec.gguf_version = g.gguf_version;
+    override_deepseek2(cmd, g, spec);
+    auto flag_error = [&](const std::string& message) {
+      std::cerr << "kvwarden make-model: " << message << "\n";
+      exit_code = 2;
+    };
+    if (!f->mla_layout.empty()) {
+      auto layout = parse_mla_layout(f->mla_layout);
+      if (!layout) return flag_error(layout.message());
+      spec.mla_layout = *layout;
+    }
+    if (!f->gating.empty()) {
+      auto gating = parse_expert_gating(f->gating);
+      if (!gating) return flag_error(gating.message());
+      spec.gating = *gating;
+    }
     if (!f->rope_scaling.empty()) {
       auto rs = parse_rope_scaling(f->rope_scaling);
       if (!rs) {
@@ -100,6 +170,8 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
       }
       spec.weight_type = *t;
     }
+    // Flag values that do not make a model are usage errors (2); failing to write is 1.
+    if (Status v = spec.validate(); !v.ok()) return flag_error(v.message());
     Status st = make_model(spec, f->out);
     if (!st.ok()) {
       std::cerr << "kvwarden make-model: " << st.message() << "\n";

@@ -1,5 +1,6 @@
 #include "model/model_maker.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -66,26 +67,32 @@ class TensorMaker {
  public:
   TensorMaker(GgufWriter& w, uint64_t seed) : w_(w), rng_(seed) {}
 
+  // n values uniform with standard deviation std around `center`.
+  std::vector<float> draw(int64_t n, float std, float center = 0.0f) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = center + rng_.uniform_std(std);
+    return v;
+  }
+  // Writes v (row-major, shape in ggml order: shape[0] is the row length) as `type`.
+  void put(const std::string& name, GgmlType type, std::vector<int64_t> shape,
+           const std::vector<float>& v) {
+    const int64_t row = shape[0];
+    w_.add_tensor(name, type, std::move(shape), encode_tensor(type, v, row));
+  }
   // Matrix of n_rows x n_in; std 1/sqrt(n_in) keeps activations of order one through the layers.
   void matrix(const std::string& name, int64_t n_in, int64_t n_rows, GgmlType type, float std = 0) {
     if (std == 0) std = 1.0f / std::sqrt((float)n_in);
-    std::vector<float> v(n_in * n_rows);
-    for (auto& x : v) x = rng_.uniform_std(std);
-    w_.add_tensor(name, type, {n_in, n_rows}, encode_tensor(type, v, n_in));
+    put(name, type, {n_in, n_rows}, draw(n_in * n_rows, std));
   }
   // n_expert stacked matrices of n_rows x n_in (ggml shape [n_in, n_rows, n_expert]).
   void experts(const std::string& name, int64_t n_in, int64_t n_rows, int64_t n_expert,
                GgmlType type) {
-    const float std = 1.0f / std::sqrt((float)n_in);
-    std::vector<float> v(n_in * n_rows * n_expert);
-    for (auto& x : v) x = rng_.uniform_std(std);
-    w_.add_tensor(name, type, {n_in, n_rows, n_expert}, encode_tensor(type, v, n_in));
+    put(name, type, {n_in, n_rows, n_expert},
+        draw(n_in * n_rows * n_expert, 1.0f / std::sqrt((float)n_in)));
   }
   // Vector around `center`: norms near 1, biases near 0.
   void vector(const std::string& name, int64_t n, float center, float std) {
-    std::vector<float> v(n);
-    for (auto& x : v) x = center + rng_.uniform_std(std);
-    w_.add_tensor(name, GgmlType::kF32, {n}, encode_tensor(GgmlType::kF32, v, n));
+    put(name, GgmlType::kF32, {n}, draw(n, std, center));
   }
 
  private:
@@ -99,11 +106,319 @@ const char* const kChatMlTemplate =
     "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
+// Flags only deepseek2 reads: refused elsewhere, so a llama file cannot silently ignore them.
+Status refuse_deepseek2_flags(const MakeModelSpec& s) {
+  const struct {
+    bool set;
+    const char* flag;
+  } flags[] = {
+      {s.q_lora_rank != 0, "--q-lora-rank"},
+      {s.kv_lora_rank != 0, "--kv-lora-rank"},
+      {s.qk_rope_dim != 0, "--qk-rope-dim"},
+      {s.qk_nope_dim != 0, "--qk-nope-dim"},
+      {s.v_head_dim != 0, "--v-head-dim"},
+      {s.mla_layout != MlaLayout::kKvB, "--mla-layout"},
+      {s.n_expert_shared != 0, "--experts-shared"},
+      {s.n_ff_exp != 0, "--expert-ffn"},
+      {s.n_layer_dense_lead != 0, "--dense-lead"},
+      {s.gating != ExpertGating::kSoftmax, "--gating"},
+      {s.n_group != 0, "--expert-groups"},
+      {s.n_group_used != 0, "--expert-groups-used"},
+      {s.expert_weights_scale != 1.0f, "--expert-weights-scale"},
+      {s.expert_weights_norm, "--expert-weights-norm"},
+      {s.probs_bias, "--probs-bias"},
+      {s.yarn_log_multiplier != 0.0f, "--yarn-log-multiplier"},
+  };
+  for (const auto& f : flags)
+    if (f.set) return Error{std::string(f.flag) + " needs --arch deepseek2"};
+  return {};
+}
+
+Status validate_deepseek2_routing(const MakeModelSpec& s) {
+  if (s.n_expert < 0) return Error{"--experts must be >= 0"};
+  if (s.n_expert == 0) {
+    if (s.n_expert_used != 0 || s.n_expert_shared != 0 || s.n_ff_exp != 0 ||
+        s.n_layer_dense_lead != 0 || s.n_group != 0 || s.n_group_used != 0 || s.probs_bias) {
+      return Error{
+          "--experts-used, --experts-shared, --expert-ffn, --dense-lead, --expert-groups, "
+          "--expert-groups-used and --probs-bias need --experts"};
+    }
+    return {};
+  }
+  if (s.n_expert_used < 1 || s.n_expert_used > s.n_expert)
+    return Error{"--experts-used must be between 1 and --experts"};
+  if (s.n_ff_exp <= 0) return Error{"--expert-ffn must be > 0 with --experts"};
+  if (s.n_expert_shared < 0) return Error{"--experts-shared must be >= 0"};
+  if (s.n_layer_dense_lead < 0 || s.n_layer_dense_lead > s.n_layer)
+    return Error{"--dense-lead must be between 0 and --layers"};
+  if (s.n_group < 0) return Error{"--expert-groups must be >= 0"};
+  if (s.n_group <= 1) {
+    if (s.n_group_used > s.n_group) return Error{"--expert-groups-used needs --expert-groups > 1"};
+  } else {
+    // A group's score is the sum of its two best experts (DeepSeek-V3), so groups hold >= 2.
+    if (s.n_expert % s.n_group != 0 || s.n_expert / s.n_group < 2)
+      return Error{"--expert-groups must divide --experts into groups of at least 2"};
+    if (s.n_group_used < 1 || s.n_group_used > s.n_group)
+      return Error{"--expert-groups-used must be between 1 and --expert-groups"};
+    if (s.n_expert_used > s.n_group_used * (s.n_expert / s.n_group))
+      return Error{"--experts-used must be at most the experts in --expert-groups-used groups"};
+  }
+  if (!(s.expert_weights_scale > 0.0f)) return Error{"--expert-weights-scale must be > 0"};
+  return {};
+}
+
+Status validate_deepseek2(const MakeModelSpec& s) {
+  if (s.n_embd <= 0 || s.n_layer <= 0 || s.n_head <= 0 || s.n_ff <= 0 || s.n_ctx <= 0)
+    return Error{"--dim, --layers, --heads, --ffn and --context must be > 0"};
+  if (s.kv_lora_rank <= 0) return Error{"--kv-lora-rank must be > 0 for --arch deepseek2"};
+  if (s.q_lora_rank < 0) return Error{"--q-lora-rank must be >= 0 (0: no query compression)"};
+  if (s.qk_rope_dim <= 0 || s.qk_rope_dim % 2 != 0)
+    return Error{"--qk-rope-dim must be even and > 0"};
+  if (s.qk_nope_dim <= 0 || s.qk_nope_dim % 2 != 0)
+    return Error{"--qk-nope-dim must be even and > 0"};
+  if (s.v_head_dim <= 0) return Error{"--v-head-dim must be > 0"};
+  if (s.sliding_window != 0) return Error{"--sliding-window needs --arch llama or qwen2"};
+  if (s.rope_scaling != RopeScaling::kNone && s.rope_scaling != RopeScaling::kYarn)
+    return Error{"--rope-scaling must be none or yarn for --arch deepseek2"};
+  if (s.rope_scaling == RopeScaling::kYarn && !(s.yarn_log_multiplier > 0.0f)) {
+    // Without it llama.cpp versions disagree on DeepSeek's YaRN attention scale.
+    return Error{"--yarn-log-multiplier must be > 0 with --rope-scaling yarn for --arch deepseek2"};
+  }
+  if (s.rope_scaling != RopeScaling::kYarn && s.yarn_log_multiplier != 0.0f)
+    return Error{"--yarn-log-multiplier needs --rope-scaling yarn"};
+  KVW_RETURN_IF_ERROR(validate_deepseek2_routing(s));
+  // Quantised rows are whole blocks: every row length (a matrix's input width) must be.
+  const int64_t blk = type_traits(s.weight_type).block_elems;
+  const struct {
+    int64_t row;
+    const char* what;
+  } rows[] = {
+      {s.n_embd, "--dim"},
+      {s.n_ff, "--ffn"},
+      {s.kv_lora_rank, "--kv-lora-rank"},
+      {(int64_t)s.n_head * s.v_head_dim, "--heads x --v-head-dim"},
+      {s.q_lora_rank, "--q-lora-rank"},
+      {s.n_ff_exp, "--expert-ffn"},
+      {s.mla_layout == MlaLayout::kSplit ? s.qk_nope_dim : 0,
+       "--qk-nope-dim (attn_k_b rows with --mla-layout split)"},
+  };
+  for (const auto& r : rows) {
+    if (r.row % blk != 0) {
+      return Error{std::string(r.what) + " must be a multiple of " + std::to_string(blk) +
+                   " for --weight-type " + std::string(type_traits(s.weight_type).name)};
+    }
+  }
+  return {};
+}
+
+void set_rope_scaling_keys(const MakeModelSpec& s, const std::string& a, GgufWriter& w) {
+  if (s.rope_scaling == RopeScaling::kNone) return;
+  w.set_string(a + "rope.scaling.type", rope_scaling_name(s.rope_scaling));
+  w.set_f32(a + "rope.scaling.factor", s.rope_scale);
+  w.set_u32(a + "rope.scaling.original_context_length",
+            s.rope_orig_ctx > 0 ? s.rope_orig_ctx : s.n_ctx);
+}
+
+void set_llama_keys(const MakeModelSpec& s, GgufWriter& w) {
+  const std::string a = s.arch + ".";
+  w.set_u32(a + "context_length", s.n_ctx);
+  w.set_u32(a + "embedding_length", s.n_embd);
+  w.set_u32(a + "block_count", s.n_layer);
+  w.set_u32(a + "feed_forward_length", s.n_ff);
+  w.set_u32(a + "attention.head_count", s.n_head);
+  w.set_u32(a + "attention.head_count_kv", s.n_head_kv);
+  w.set_f32(a + "attention.layer_norm_rms_epsilon", s.norm_eps);
+  w.set_f32(a + "rope.freq_base", s.rope_theta);
+  w.set_u32(a + "rope.dimension_count", s.n_embd / s.n_head);
+  if (s.sliding_window > 0) w.set_u32(a + "attention.sliding_window", s.sliding_window);
+  if (s.n_expert > 0) {
+    w.set_u32(a + "expert_count", s.n_expert);
+    w.set_u32(a + "expert_used_count", s.n_expert_used);
+  }
+  set_rope_scaling_keys(s, a, w);
+}
+
+// The keys llama.cpp's convert_hf_to_gguf.py writes for DeepseekV2/V3ForCausalLM. The split
+// layout is what newer converters write: MLA declared as MQA over the latent (one KV head,
+// key_length = kv_lora_rank + rope, value_length = kv_lora_rank) with the per-head lengths in
+// key_length_mla / value_length_mla.
+void set_deepseek2_keys(const MakeModelSpec& s, GgufWriter& w) {
+  const std::string a = "deepseek2.";
+  const bool split = s.mla_layout == MlaLayout::kSplit;
+  const bool moe = s.n_expert > 0;
+  w.set_u32(a + "context_length", s.n_ctx);
+  w.set_u32(a + "embedding_length", s.n_embd);
+  w.set_u32(a + "block_count", s.n_layer);
+  w.set_u32(a + "feed_forward_length", s.n_ff);
+  w.set_u32(a + "attention.head_count", s.n_head);
+  w.set_u32(a + "attention.head_count_kv", split ? 1 : s.n_head);
+  w.set_f32(a + "attention.layer_norm_rms_epsilon", s.norm_eps);
+  w.set_f32(a + "rope.freq_base", s.rope_theta);
+  w.set_u32(a + "rope.dimension_count", s.qk_rope_dim);
+  if (s.q_lora_rank > 0) w.set_u32(a + "attention.q_lora_rank", s.q_lora_rank);
+  w.set_u32(a + "attention.kv_lora_rank", s.kv_lora_rank);
+  const int32_t qk_head = s.qk_nope_dim + s.qk_rope_dim;
+  w.set_u32(a + "attention.key_length", split ? s.kv_lora_rank + s.qk_rope_dim : qk_head);
+  w.set_u32(a + "attention.value_length", split ? s.kv_lora_rank : s.v_head_dim);
+  if (split) {
+    w.set_u32(a + "attention.key_length_mla", qk_head);
+    w.set_u32(a + "attention.value_length_mla", s.v_head_dim);
+  }
+  // Without experts every layer is dense (as converters write non-MoE deepseek2 models).
+  w.set_u32(a + "leading_dense_block_count", moe ? s.n_layer_dense_lead : s.n_layer);
+  w.set_u32(a + "expert_feed_forward_length", moe ? s.n_ff_exp : s.n_ff);
+  w.set_u32(a + "expert_shared_count", s.n_expert_shared);
+  if (moe) {
+    w.set_u32(a + "expert_count", s.n_expert);
+    w.set_u32(a + "expert_used_count", s.n_expert_used);
+    w.set_f32(a + "expert_weights_scale", s.expert_weights_scale);
+    w.set_bool(a + "expert_weights_norm", s.expert_weights_norm);
+    w.set_u32(a + "expert_gating_func", (uint32_t)s.gating);
+    if (s.n_group > 1) {
+      w.set_u32(a + "expert_group_count", s.n_group);
+      w.set_u32(a + "expert_group_used_count", s.n_group_used);
+    }
+  }
+  set_rope_scaling_keys(s, a, w);
+  if (s.rope_scaling == RopeScaling::kYarn)
+    w.set_f32(a + "rope.scaling.yarn_log_multiplier", s.yarn_log_multiplier);
+}
+
+void write_llama_tensors(const MakeModelSpec& s, int64_t n_vocab, TensorMaker& tm) {
+  const int64_t d = s.n_embd, hd = s.n_embd / s.n_head, q = s.n_head * hd, kv = s.n_head_kv * hd;
+  tm.matrix("token_embd.weight", d, n_vocab, s.weight_type, 1.0f);
+  for (int32_t l = 0; l < s.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    tm.vector(p + "attn_norm.weight", d, 1.0f, 0.1f);
+    tm.matrix(p + "attn_q.weight", d, q, s.weight_type);
+    tm.matrix(p + "attn_k.weight", d, kv, s.weight_type);
+    tm.matrix(p + "attn_v.weight", d, kv, s.weight_type);
+    if (s.arch == "qwen2") {
+      tm.vector(p + "attn_q.bias", q, 0.0f, 0.1f);
+      tm.vector(p + "attn_k.bias", kv, 0.0f, 0.1f);
+      tm.vector(p + "attn_v.bias", kv, 0.0f, 0.1f);
+    }
+    tm.matrix(p + "attn_output.weight", q, d, s.weight_type);
+    tm.vector(p + "ffn_norm.weight", d, 1.0f, 0.1f);
+    if (s.n_expert == 0) {
+      tm.matrix(p + "ffn_gate.weight", d, s.n_ff, s.weight_type);
+      tm.matrix(p + "ffn_up.weight", d, s.n_ff, s.weight_type);
+      tm.matrix(p + "ffn_down.weight", s.n_ff, d, s.weight_type);
+      continue;
+    }
+    // The router stays f32, as llama.cpp's quantizer leaves ffn_gate_inp; std 3/sqrt(d) spreads
+    // router logits (std ~3) so the top-k choice is rarely a near-tie.
+    tm.matrix(p + "ffn_gate_inp.weight", d, s.n_expert, GgmlType::kF32, 3.0f / std::sqrt((float)d));
+    tm.experts(p + "ffn_gate_exps.weight", d, s.n_ff, s.n_expert, s.weight_type);
+    tm.experts(p + "ffn_up_exps.weight", d, s.n_ff, s.n_expert, s.weight_type);
+    tm.experts(p + "ffn_down_exps.weight", s.n_ff, d, s.n_expert, s.weight_type);
+  }
+  tm.vector("output_norm.weight", d, 1.0f, 0.1f);
+  if (!s.tied) tm.matrix("output.weight", d, n_vocab, s.weight_type);
+}
+
+// Multi-head latent attention of one layer, shapes as llama.cpp's deepseek2 loader expects.
+void write_mla_attention(const MakeModelSpec& s, TensorMaker& tm, const std::string& p) {
+  const GgmlType t = s.weight_type;
+  const int64_t d = s.n_embd, nh = s.n_head, r = s.kv_lora_rank;
+  const int64_t nope = s.qk_nope_dim, rope = s.qk_rope_dim, vd = s.v_head_dim;
+  const int64_t q_rows = nh * (nope + rope);
+  if (s.q_lora_rank > 0) {
+    tm.matrix(p + "attn_q_a.weight", d, s.q_lora_rank, t);
+    tm.vector(p + "attn_q_a_norm.weight", s.q_lora_rank, 1.0f, 0.1f);
+    tm.matrix(p + "attn_q_b.weight", s.q_lora_rank, q_rows, t);
+  } else {
+    tm.matrix(p + "attn_q.weight", d, q_rows, t);
+  }
+  tm.matrix(p + "attn_kv_a_mqa.weight", d, r + rope, t);
+  tm.vector(p + "attn_kv_a_norm.weight", r, 1.0f, 0.1f);
+  // attn_kv_b: per head h, rows [h (nope + v), h (nope + v) + nope) are W_kb[h] and the next v
+  // rows W_vb[h], each row kv_lora_rank long. Both layouts draw this one matrix, so a seed gives
+  // the same model either way; split stores attn_k_b = W_kb[h]^T ({nope, r, nh}) and
+  // attn_v_b = W_vb[h] ({r, v, nh}), as the converter's kv_b_proj split does.
+  const std::vector<float> kv_b = tm.draw(nh * (nope + vd) * r, 1.0f / std::sqrt((float)r));
+  if (s.mla_layout == MlaLayout::kKvB) {
+    tm.put(p + "attn_kv_b.weight", t, {r, nh * (nope + vd)}, kv_b);
+  } else {
+    std::vector<float> k_b(nh * r * nope), v_b(nh * vd * r);
+    for (int64_t h = 0; h < nh; ++h) {
+      const float* head = kv_b.data() + h * (nope + vd) * r;
+      for (int64_t i = 0; i < nope; ++i)
+        for (int64_t j = 0; j < r; ++j) k_b[(h * r + j) * nope + i] = head[i * r + j];
+      std::copy(head + nope * r, head + (nope + vd) * r, v_b.begin() + h * vd * r);
+    }
+    tm.put(p + "attn_k_b.weight", t, {nope, r, nh}, k_b);
+    tm.put(p + "attn_v_b.weight", t, {r, vd, nh}, v_b);
+  }
+  tm.matrix(p + "attn_output.weight", nh * vd, d, t);
+}
+
+// A dense SwiGLU FFN of width n_ff; or routed experts (router f32 like Mixtral's, optional
+// selection bias) plus the shared experts as one FFN of width n_ff_exp * n_expert_shared.
+void write_deepseek2_ffn(const MakeModelSpec& s, TensorMaker& tm, int32_t l, const std::string& p) {
+  const GgmlType t = s.weight_type;
+  const int64_t d = s.n_embd;
+  if (s.n_expert == 0 || l < s.n_layer_dense_lead) {
+    tm.matrix(p + "ffn_gate.weight", d, s.n_ff, t);
+    tm.matrix(p + "ffn_up.weight", d, s.n_ff, t);
+    tm.matrix(p + "ffn_down.weight", s.n_ff, d, t);
+    return;
+  }
+  tm.matrix(p + "ffn_gate_inp.weight", d, s.n_expert, GgmlType::kF32, 3.0f / std::sqrt((float)d));
+  if (s.probs_bias) tm.vector(p + "exp_probs_b.bias", s.n_expert, 0.0f, 0.1f);
+  tm.experts(p + "ffn_gate_exps.weight", d, s.n_ff_exp, s.n_expert, t);
+  tm.experts(p + "ffn_up_exps.weight", d, s.n_ff_exp, s.n_expert, t);
+  tm.experts(p + "ffn_down_exps.weight", s.n_ff_exp, d, s.n_expert, t);
+  if (s.n_expert_shared > 0) {
+    const int64_t fs = (int64_t)s.n_ff_exp * s.n_expert_shared;
+    tm.matrix(p + "ffn_gate_shexp.weight", d, fs, t);
+    tm.matrix(p + "ffn_up_shexp.weight", d, fs, t);
+    tm.matrix(p + "ffn_down_shexp.weight", fs, d, t);
+  }
+}
+
+void write_deepseek2_tensors(const MakeModelSpec& s, int64_t n_vocab, TensorMaker& tm) {
+  const int64_t d = s.n_embd;
+  tm.matrix("token_embd.weight", d, n_vocab, s.weight_type, 1.0f);
+  for (int32_t l = 0; l < s.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    tm.vector(p + "attn_norm.weight", d, 1.0f, 0.1f);
+    write_mla_attention(s, tm, p);
+    tm.vector(p + "ffn_norm.weight", d, 1.0f, 0.1f);
+    write_deepseek2_ffn(s, tm, l, p);
+  }
+  tm.vector("output_norm.weight", d, 1.0f, 0.1f);
+  if (!s.tied) tm.matrix("output.weight", d, n_vocab, s.weight_type);
+}
+
 }  // namespace
 
+const char* mla_layout_name(MlaLayout layout) {
+  return layout == MlaLayout::kSplit ? "split" : "kv_b";
+}
+
+Result<MlaLayout> parse_mla_layout(const std::string& name) {
+  if (name == "kv_b") return MlaLayout::kKvB;
+  if (name == "split") return MlaLayout::kSplit;
+  return Error{"--mla-layout must be kv_b or split, not '" + name + "'"};
+}
+
+Result<ExpertGating> parse_expert_gating(const std::string& name) {
+  if (name == "softmax") return ExpertGating::kSoftmax;
+  if (name == "sigmoid") return ExpertGating::kSigmoid;
+  return Error{"--gating must be softmax or sigmoid, not '" + name + "'"};
+}
+
 Status MakeModelSpec::validate() const {
-  if (arch != "llama" && arch != "qwen2") return Error{"--arch must be llama or qwen2"};
+  if (arch != "llama" && arch != "qwen2" && arch != "deepseek2")
+    return Error{"--arch must be llama, qwen2 or deepseek2"};
   if (vocab_type != "spm" && vocab_type != "bpe") return Error{"--vocab-type must be spm or bpe"};
+  if (weight_type == GgmlType::kQ8_K) return Error{"--weight-type q8_K is not a weight type"};
+  if (rope_scaling != RopeScaling::kNone && rope_scale <= 0)
+    return Error{"--rope-scale must be > 0"};
+  if (gguf_version != 2 && gguf_version != 3) return Error{"--gguf-version must be 2 or 3"};
+  if (arch == "deepseek2") return validate_deepseek2(*this);
+  KVW_RETURN_IF_ERROR(refuse_deepseek2_flags(*this));
   if (n_embd <= 0 || n_layer <= 0 || n_head <= 0 || n_head_kv <= 0 || n_ff <= 0 || n_ctx <= 0)
     return Error{"--dim, --layers, --heads, --kv-heads, --ffn and --context must be > 0"};
   if (n_embd % n_head != 0) return Error{"--dim must be a multiple of --heads"};
@@ -114,10 +429,6 @@ Status MakeModelSpec::validate() const {
     return Error{"--dim and --ffn must be multiples of " + std::to_string(blk) +
                  " for --weight-type " + std::string(type_traits(weight_type).name)};
   }
-  if (weight_type == GgmlType::kQ8_K) return Error{"--weight-type q8_K is not a weight type"};
-  if (rope_scaling != RopeScaling::kNone && rope_scale <= 0)
-    return Error{"--rope-scale must be > 0"};
-  if (gguf_version != 2 && gguf_version != 3) return Error{"--gguf-version must be 2 or 3"};
   if (n_expert < 0) return Error{"--experts must be >= 0"};
   if (n_expert > 0 && arch != "llama") return Error{"--experts needs --arch llama"};
   if (n_expert > 0 && (n_expert_used < 1 || n_expert_used > n_expert))
@@ -125,6 +436,76 @@ Status MakeModelSpec::validate() const {
   if (n_expert == 0 && n_expert_used != 0) return Error{"--experts-used needs --experts"};
   return {};
 }
+
+namespace {
+
+// DeepSeek-V2-Lite's structure at dim 128 ("deepseek-v2-lite-tiny"), or DeepSeek-V3's
+// ("deepseek-v3-tiny": q compression, sigmoid routing in groups with a selection bias,
+// renormalised and scaled weights, YaRN, the split attn_k_b / attn_v_b layout).
+MakeModelSpec deepseek_tiny(bool v3) {
+  MakeModelSpec s;
+  s.arch = "deepseek2";
+  s.name = v3 ? "deepseek-v3-tiny-random" : "deepseek-v2-lite-tiny-random";
+  s.n_embd = 128;
+  s.n_layer = 3;
+  s.n_head = 4;
+  s.n_head_kv = 4;
+  s.n_ff = 256;
+  s.norm_eps = 1e-6f;
+  s.kv_lora_rank = 64;
+  s.qk_rope_dim = 16;
+  s.qk_nope_dim = 32;
+  s.v_head_dim = 32;
+  s.n_expert = 8;
+  s.n_expert_used = 2;
+  s.n_expert_shared = 2;
+  s.n_ff_exp = 64;
+  s.n_layer_dense_lead = 1;
+  if (!v3) return s;
+  s.q_lora_rank = 48;
+  s.n_expert_shared = 1;
+  s.gating = ExpertGating::kSigmoid;
+  s.n_group = 4;
+  s.n_group_used = 2;
+  s.probs_bias = true;
+  s.expert_weights_norm = true;
+  s.expert_weights_scale = 2.5f;
+  s.mla_layout = MlaLayout::kSplit;
+  s.n_ctx = 512;
+  s.rope_scaling = RopeScaling::kYarn;
+  s.rope_scale = 4.0f;
+  s.rope_orig_ctx = 128;
+  s.yarn_log_multiplier = 0.1f;
+  return s;
+}
+
+// DeepSeek-V2-Lite (config.json of deepseek-ai/DeepSeek-V2-Lite): 15.7B parameters, 2.4B active.
+MakeModelSpec deepseek_v2_lite() {
+  MakeModelSpec s = deepseek_tiny(false);
+  s.name = "deepseek-v2-lite-shaped-random";
+  s.n_embd = 2048;
+  s.n_layer = 27;
+  s.n_head = 16;
+  s.n_head_kv = 16;
+  s.n_ff = 10944;
+  s.kv_lora_rank = 512;
+  s.qk_rope_dim = 64;
+  s.qk_nope_dim = 128;
+  s.v_head_dim = 128;
+  s.n_expert = 64;
+  s.n_expert_used = 6;
+  s.n_expert_shared = 2;
+  s.n_ff_exp = 1408;
+  s.n_vocab = 102400;
+  s.n_ctx = 163840;
+  s.rope_scaling = RopeScaling::kYarn;
+  s.rope_scale = 40.0f;
+  s.rope_orig_ctx = 4096;
+  s.yarn_log_multiplier = 0.0707f;  // the converter writes 0.1 * mscale_all_dim (0.707)
+  return s;
+}
+
+}  // namespace
 
 Result<MakeModelSpec> make_model_preset(const std::string& name) {
   MakeModelSpec s;
@@ -162,8 +543,12 @@ Result<MakeModelSpec> make_model_preset(const std::string& name) {
     s.n_ctx = 4096;
     return s;
   }
+  if (name == "deepseek-v2-lite-tiny") return deepseek_tiny(false);
+  if (name == "deepseek-v3-tiny") return deepseek_tiny(true);
+  if (name == "deepseek-v2-lite") return deepseek_v2_lite();
   return Error{"unknown --preset '" + name +
-               "' (expected tiny, tinyllama-1.1b, mixtral-tiny or mixtral-1b)"};
+               "' (expected tiny, tinyllama-1.1b, mixtral-tiny, mixtral-1b, "
+               "deepseek-v2-lite-tiny, deepseek-v3-tiny or deepseek-v2-lite)"};
 }
 
 Status make_model(const MakeModelSpec& s, const std::string& path) {
@@ -176,62 +561,22 @@ Status make_model(const MakeModelSpec& s, const std::string& path) {
   const int64_t n_vocab = (int64_t)vocab.tokens.size();
 
   GgufWriter w(s.gguf_version);
-  const std::string a = s.arch + ".";
   w.set_string("general.architecture", s.arch);
   w.set_string("general.name", s.name);
-  w.set_u32(a + "context_length", s.n_ctx);
-  w.set_u32(a + "embedding_length", s.n_embd);
-  w.set_u32(a + "block_count", s.n_layer);
-  w.set_u32(a + "feed_forward_length", s.n_ff);
-  w.set_u32(a + "attention.head_count", s.n_head);
-  w.set_u32(a + "attention.head_count_kv", s.n_head_kv);
-  w.set_f32(a + "attention.layer_norm_rms_epsilon", s.norm_eps);
-  w.set_f32(a + "rope.freq_base", s.rope_theta);
-  w.set_u32(a + "rope.dimension_count", s.n_embd / s.n_head);
-  if (s.sliding_window > 0) w.set_u32(a + "attention.sliding_window", s.sliding_window);
-  if (s.n_expert > 0) {
-    w.set_u32(a + "expert_count", s.n_expert);
-    w.set_u32(a + "expert_used_count", s.n_expert_used);
-  }
-  if (s.rope_scaling != RopeScaling::kNone) {
-    w.set_string(a + "rope.scaling.type", rope_scaling_name(s.rope_scaling));
-    w.set_f32(a + "rope.scaling.factor", s.rope_scale);
-    w.set_u32(a + "rope.scaling.original_context_length",
-              s.rope_orig_ctx > 0 ? s.rope_orig_ctx : s.n_ctx);
+  const bool deepseek2 = s.arch == "deepseek2";
+  if (deepseek2) {
+    set_deepseek2_keys(s, w);
+  } else {
+    set_llama_keys(s, w);
   }
   vocab_to_gguf(vocab, w);
 
   TensorMaker tm(w, s.seed);
-  const int64_t d = s.n_embd, hd = s.n_embd / s.n_head, q = s.n_head * hd, kv = s.n_head_kv * hd;
-  tm.matrix("token_embd.weight", d, n_vocab, s.weight_type, 1.0f);
-  for (int32_t l = 0; l < s.n_layer; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    tm.vector(p + "attn_norm.weight", d, 1.0f, 0.1f);
-    tm.matrix(p + "attn_q.weight", d, q, s.weight_type);
-    tm.matrix(p + "attn_k.weight", d, kv, s.weight_type);
-    tm.matrix(p + "attn_v.weight", d, kv, s.weight_type);
-    if (s.arch == "qwen2") {
-      tm.vector(p + "attn_q.bias", q, 0.0f, 0.1f);
-      tm.vector(p + "attn_k.bias", kv, 0.0f, 0.1f);
-      tm.vector(p + "attn_v.bias", kv, 0.0f, 0.1f);
-    }
-    tm.matrix(p + "attn_output.weight", q, d, s.weight_type);
-    tm.vector(p + "ffn_norm.weight", d, 1.0f, 0.1f);
-    if (s.n_expert == 0) {
-      tm.matrix(p + "ffn_gate.weight", d, s.n_ff, s.weight_type);
-      tm.matrix(p + "ffn_up.weight", d, s.n_ff, s.weight_type);
-      tm.matrix(p + "ffn_down.weight", s.n_ff, d, s.weight_type);
-      continue;
-    }
-    // The router stays f32, as llama.cpp's quantizer leaves ffn_gate_inp; std 3/sqrt(d) spreads
-    // router logits (std ~3) so the top-k choice is rarely a near-tie.
-    tm.matrix(p + "ffn_gate_inp.weight", d, s.n_expert, GgmlType::kF32, 3.0f / std::sqrt((float)d));
-    tm.experts(p + "ffn_gate_exps.weight", d, s.n_ff, s.n_expert, s.weight_type);
-    tm.experts(p + "ffn_up_exps.weight", d, s.n_ff, s.n_expert, s.weight_type);
-    tm.experts(p + "ffn_down_exps.weight", s.n_ff, d, s.n_expert, s.weight_type);
+  if (deepseek2) {
+    write_deepseek2_tensors(s, n_vocab, tm);
+  } else {
+    write_llama_tensors(s, n_vocab, tm);
   }
-  tm.vector("output_norm.weight", d, 1.0f, 0.1f);
-  if (!s.tied) tm.matrix("output.weight", d, n_vocab, s.weight_type);
   return w.write(path);
 }
 

@@ -1,6 +1,7 @@
 // model/model_maker.h: writes GGUF models with seeded random weights in real architectures
 // (llama: Llama-2/3, TinyLlama, Mistral with sliding window, Mixtral-style mixture of experts;
-// qwen2: QKV biases), with a tokenizer
+// qwen2: QKV biases; deepseek2: DeepSeek-V2/V3's multi-head latent attention and DeepSeekMoE, in
+// either tensor layout llama.cpp's converters have written), with a tokenizer
 // built from a word list. Used by `kvwarden make-model`, tests and benchmarks; the files are
 // ordinary GGUF files that any GGUF reader accepts.
 #pragma once
@@ -14,8 +15,16 @@
 
 namespace kvw {
 
+// deepseek2's K/V up-projection as stored: one attn_kv_b (older converters) or attn_k_b +
+// attn_v_b per layer (newer converters, which also switch the head-length keys; see hparams.h).
+enum class MlaLayout { kKvB, kSplit };
+
+const char* mla_layout_name(MlaLayout layout);                      // "kv_b", "split"
+Result<MlaLayout> parse_mla_layout(const std::string& name);        // error names --mla-layout
+Result<ExpertGating> parse_expert_gating(const std::string& name);  // softmax|sigmoid, --gating
+
 struct MakeModelSpec {
-  std::string arch = "llama";  // "llama" or "qwen2"
+  std::string arch = "llama";  // "llama", "qwen2" or "deepseek2"
   std::string name = "kvwarden-random";
   int32_t n_embd = 64;
   int32_t n_layer = 2;
@@ -38,12 +47,38 @@ struct MakeModelSpec {
   uint64_t seed = 1;
   uint32_t gguf_version = 3;
 
+  // deepseek2 only (llama and qwen2 refuse non-default values). Head lengths come from these,
+  // not from n_embd / n_head; n_head_kv is not used: head_count_kv is written as the converters
+  // write it (head_count with attn_kv_b, 1 with attn_k_b / attn_v_b). Layers below
+  // n_layer_dense_lead keep a dense FFN of n_ff; the others are n_expert routed experts of
+  // n_ff_exp plus n_expert_shared always-on ones (n_expert 0: every layer dense).
+  int32_t q_lora_rank = 0;  // 0: queries from a plain attn_q (V2-Lite)
+  int32_t kv_lora_rank = 0;
+  int32_t qk_rope_dim = 0;  // rotated part of each query/key head (rope.dimension_count)
+  int32_t qk_nope_dim = 0;  // unrotated part
+  int32_t v_head_dim = 0;
+  MlaLayout mla_layout = MlaLayout::kKvB;
+  int32_t n_expert_shared = 0;
+  int32_t n_ff_exp = 0;
+  int32_t n_layer_dense_lead = 0;
+  ExpertGating gating = ExpertGating::kSoftmax;
+  int32_t n_group = 0;  // > 1: top-k limited to the n_group_used best groups of experts
+  int32_t n_group_used = 0;
+  float expert_weights_scale = 1.0f;
+  bool expert_weights_norm = false;
+  bool probs_bias = false;           // exp_probs_b.bias: a selection-only bias (DeepSeek-V3)
+  float yarn_log_multiplier = 0.0f;  // rope.scaling.yarn_log_multiplier (with yarn)
+
   Status validate() const;  // messages name the make-model flag
 };
 
 // Named shapes: "tiny" (the default dims above), "tinyllama-1.1b", "mixtral-tiny" (tiny with 8
-// experts, 2 per token, as Mixtral-8x7B routes) and "mixtral-1b" (Mixtral's proportions at
-// dim 1024: 0.79B parameters, 0.26B active).
+// experts, 2 per token, as Mixtral-8x7B routes), "mixtral-1b" (Mixtral's proportions at
+// dim 1024: 0.79B parameters, 0.26B active), "deepseek-v2-lite-tiny" (V2-Lite's structure at
+// dim 128: no q compression, softmax routing, 2 shared experts, attn_kv_b), "deepseek-v3-tiny"
+// (V3's: q_lora, sigmoid routing in 4 groups with a selection bias, renormalised and scaled
+// weights, YaRN, attn_k_b / attn_v_b) and "deepseek-v2-lite" (DeepSeek-V2-Lite's full shape,
+// 15.7B parameters: about 9 GB at q4_0).
 Result<MakeModelSpec> make_model_preset(const std::string& name);
 
 Status make_model(const MakeModelSpec& spec, const std::string& path);

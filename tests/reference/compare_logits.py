@@ -1,4 +1,5 @@
-"""Compares kvwarden's logits with the independent numpy reference (llama_ref.py), one case a run.
+"""Compares kvwarden's logits with the independent numpy reference (llama_ref.py, deepseek2_ref.py),
+one case a run.
 
   /usr/bin/python3 compare_logits.py --kvwarden PATH --case NAME --workdir DIR
   /usr/bin/python3 compare_logits.py --kvwarden PATH --case all --workdir DIR   (measure every case)
@@ -11,6 +12,7 @@ all positions. Exit status 0 = pass.
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -19,6 +21,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from deepseek2_ref import Deepseek2Ref  # noqa: E402
 from gguf_reader import GGML_TYPES  # noqa: E402
 from llama_ref import LlamaRef, SpmVocab  # noqa: E402
 
@@ -97,6 +100,54 @@ CASES = {
                                "Once upon a time")),
 }
 
+
+# deepseek2 (MLA attention + DeepSeekMoE), built from make-model's presets with flags on top.
+# `expect` is what the file must carry. MoE cases whose path rounds more than f32 weights and KV
+# route every token to every expert (the top-k choice is then no discontinuity; the f32 cases
+# test it): a near-tie in the router would otherwise pick another expert than the float64
+# reference, a legitimate difference.
+_DS_LITE = dict(q_lora=0, layout="kv_b", gating=1, groups=(0, 0), probs_bias=False, yarn=None,
+                experts=8, used=2, shared=2, norm=False)
+_DS_V3 = dict(q_lora=48, layout="split", gating=2, groups=(4, 2), probs_bias=True,
+              yarn=(4.0, 128, 0.1), experts=8, used=2, shared=1, norm=True)
+
+
+def _ds_case(preset, expect, flags=(), **kw):
+    c = dict(arch="deepseek2", preset=preset, flags=tuple(flags), expect=expect, n_vocab=768,
+             weight_type="f32", kv_dtype="f32", seed=1, lengths=(1, 23, 120), tol="f32",
+             layout=None, same_model_as_kv_b=False)
+    c.update(kw)
+    return c
+
+
+CASES.update({
+    "deepseek2_lite_f32": _ds_case("deepseek-v2-lite-tiny", _DS_LITE, seed=32),
+    # The split layout of the same seed: also checks it encodes the kv_b file's model.
+    "deepseek2_lite_split_f32": _ds_case("deepseek-v2-lite-tiny", dict(_DS_LITE, layout="split"),
+                                         layout="split", seed=32, same_model_as_kv_b=True),
+    # q_lora, sigmoid routing in 4 groups (2 kept) with the selection bias, renormalised and
+    # scaled weights, one shared expert, YaRN (factor 4 from 128), split layout; past 128 tokens.
+    "deepseek2_v3_f32": _ds_case("deepseek-v3-tiny", _DS_V3, lengths=(1, 23, 200), seed=38,
+                                 same_model_as_kv_b=True),
+    "deepseek2_kv_f16": _ds_case("deepseek-v2-lite-tiny", dict(_DS_LITE, used=8),
+                                 flags=("--experts-used", "8"), kv_dtype="f16", lengths=(80,),
+                                 seed=34, tol="kv_f16"),
+    "deepseek2_kv_int8": _ds_case("deepseek-v3-tiny",
+                                  dict(_DS_V3, used=8, groups=(0, 0)),
+                                  flags=("--expert-groups", "0", "--expert-groups-used", "0",
+                                         "--experts-used", "8"),
+                                  kv_dtype="int8", lengths=(80, 150), seed=35, tol="kv_int8"),
+    # Every matrix Q8_0 (rows are multiples of 32; the router stays f32), with q compression.
+    "deepseek2_q8_0": _ds_case("deepseek-v2-lite-tiny", dict(_DS_LITE, used=8, q_lora=64),
+                               flags=("--experts-used", "8", "--q-lora-rank", "64"),
+                               weight_type="q8_0", lengths=(40, 90), seed=36, tol="q8_0"),
+})
+
+# The smallest routing margin (gap between the last chosen and first unchosen expert's
+# selection value, and between the last kept and first dropped group score) a case may have: a
+# narrower one is decided by rounding, not by the engine. Cases that round more route to all.
+ROUTING_MARGIN_MIN = {"f32": 1e-4, "f16": 1e-4, "bf16": 1e-3}
+
 _GGML_TYPE_BY_FLAG = {"f32": "F32", "f16": "F16", "bf16": "BF16", "q8_0": "Q8_0", "q4_0": "Q4_0",
                       "q4_k": "Q4_K", "q5_k": "Q5_K", "q6_k": "Q6_K"}
 
@@ -130,6 +181,72 @@ def make_model(kvw, c, path):
     if c["experts"]:
         cmd += ["--experts", str(c["experts"]), "--experts-used", str(c["experts_used"])]
     _run(cmd)
+
+
+def make_deepseek2_model(kvw, c, path, layout=None):
+    cmd = [kvw, "make-model", "--out", path, "--preset", c["preset"], "--n-vocab",
+           str(c["n_vocab"]), "--weight-type", c["weight_type"], "--seed", str(c["seed"])]
+    cmd += list(c["flags"])
+    layout = layout or c["layout"]
+    if layout:
+        cmd += ["--mla-layout", layout]
+    _run(cmd)
+
+
+def check_deepseek2_file(model, c):
+    """The deepseek2 file must carry every feature the case names, or the case proves nothing."""
+    f, hp, e = model.file, model.hp, c["expect"]
+    errors = []
+
+    def expect(what, got, want):
+        if got != want:
+            errors.append(f"{what}: file has {got!r}, case asked for {want!r}")
+
+    a = "deepseek2."
+    split = e["layout"] == "split"
+    expect("architecture", f.get("general.architecture"), "deepseek2")
+    expect("n_vocab", model.n_vocab, c["n_vocab"])
+    expect("q_lora_rank key present", f.get(a + "attention.q_lora_rank") is not None,
+           e["q_lora"] > 0)
+    expect("q_lora_rank", hp.q_lora_rank, e["q_lora"])
+    expect("q projection", f.has_tensor("blk.0.attn_q_a.weight"), e["q_lora"] > 0)
+    expect("attn_kv_b present", f.has_tensor("blk.0.attn_kv_b.weight"), not split)
+    expect("attn_k_b/attn_v_b present", f.has_tensor("blk.0.attn_k_b.weight") and
+           f.has_tensor("blk.0.attn_v_b.weight"), split)
+    expect("key_length_mla present", f.get(a + "attention.key_length_mla") is not None, split)
+    expect("head_count_kv", hp.n_head_kv, 1 if split else hp.n_head)
+    expect("experts", hp.n_expert, e["experts"])
+    expect("experts used", hp.n_expert_used, e["used"])
+    expect("shared experts", hp.n_expert_shared, e["shared"])
+    lead = hp.n_dense_lead
+    expect("shared expert tensors", f.has_tensor(f"blk.{lead}.ffn_gate_shexp.weight"),
+           e["shared"] > 0)
+    expect("dense lead layer", f.has_tensor("blk.0.ffn_gate.weight"), lead > 0)
+    expect("gating func", f.get(a + "expert_gating_func"), e["gating"])
+    expect("expert groups", (hp.n_group, hp.n_group_used) if hp.n_group > 1 else (0, 0),
+           e["groups"])
+    expect("probs bias tensor", f.has_tensor(f"blk.{lead}.exp_probs_b.bias"), e["probs_bias"])
+    expect("weights norm", hp.weights_norm, e["norm"])
+    if e["yarn"]:
+        factor, orig, log_mul = e["yarn"]
+        expect("rope scaling", (hp.rope_scaling, hp.rope_scale, hp.rope_orig_ctx),
+               ("yarn", factor, orig))
+        expect("yarn_log_multiplier", round(hp.yarn_log_mul, 6), log_mul)
+    else:
+        expect("rope scaling", hp.rope_scaling, "none")
+    want_type = _GGML_TYPE_BY_FLAG[c["weight_type"]]
+    names = ["blk.0.attn_kv_a_mqa.weight", "blk.0.attn_output.weight",
+             "blk.0.attn_q_b.weight" if e["q_lora"] else "blk.0.attn_q.weight",
+             "blk.0.attn_k_b.weight" if split else "blk.0.attn_kv_b.weight",
+             f"blk.{lead}.ffn_down_exps.weight"]
+    router = f"blk.{lead}.ffn_gate_inp.weight"
+    for name, want in [(n, want_type) for n in names] + [(router, "F32")]:
+        if name not in f.tensors:
+            errors.append(f"{name}: missing")
+        else:
+            expect(f"{name} type", GGML_TYPES[f.tensors[name].ggml_type][0], want)
+    if errors:
+        raise CaseFailure("generated model does not match the case:\n  " + "\n  ".join(errors))
 
 
 def check_model_file(model, c):
@@ -214,10 +331,46 @@ def compare(ours, ref, tol_name):
     return stats, failures
 
 
+def _deepseek2_features_matter(model, seqs, ours, max_abs):
+    """Each DeepSeek feature the file has, removed from the reference, must move the logits by
+    > 100x the tolerance: shared experts, YaRN's attention mscale, the selection bias, the group
+    limit, and top-k itself (one expert per token). Paths whose tolerance is within 100x of the
+    logits' own spread (std ~1: int8 KV, quantised weights) need 5x: with the feature off the
+    comparison would still fail clearly."""
+    hp = model.hp
+    factor = 100 if max_abs < 0.01 else 5
+    switches = []
+    if hp.n_expert_shared > 0:
+        switches.append(("use_shared_experts", False, "shared experts dropped"))
+    if hp.rope_scaling == "yarn":
+        switches.append(("use_yarn_mscale", False, "yarn mscale dropped"))
+    top_k = 0 < hp.n_expert_used < hp.n_expert  # else selection, bias and groups cannot matter
+    if top_k and any(L.get("exp_probs_b") is not None for L in model.layers):
+        switches.append(("use_probs_bias", False, "selection bias dropped"))
+    if top_k and hp.n_group > 1:
+        switches.append(("use_groups", False, "group limit dropped"))
+    if hp.n_expert_used > 1:
+        switches.append(("n_expert_used", 1, "one expert per token"))
+    gaps = {}
+    for attr, value, what in switches:
+        saved = getattr(hp, attr)
+        setattr(hp, attr, value)
+        try:
+            gaps[what] = float(np.abs(ours - model.forward_batch(seqs)).max())
+        finally:
+            setattr(hp, attr, saved)
+    weak = {k: v for k, v in gaps.items() if v < factor * max_abs}
+    if weak:
+        raise CaseFailure(f"features that barely change the logits: {weak}: case is vacuous")
+    return gaps
+
+
 def check_feature_matters(model, seqs, ours, c, max_abs):
     """With the case's feature switched off the reference must disagree with our logits, so a
     case cannot pass because its model happens to be insensitive to the feature."""
     hp = model.hp
+    if c["arch"] == "deepseek2":
+        return _deepseek2_features_matter(model, seqs, ours, max_abs)
     if c["experts"]:
         # Routing must matter both ways: one expert per token, and every expert per token.
         gaps = []
@@ -247,6 +400,18 @@ def check_feature_matters(model, seqs, ours, c, max_abs):
     return gap
 
 
+def check_same_model_as_kv_b(kvw, c, model, seqs, workdir):
+    """A split-layout file must encode the model the kv_b file of the same seed does."""
+    twin_path = os.path.join(workdir, "model_kv_b.gguf")
+    make_deepseek2_model(kvw, c, twin_path, layout="kv_b")
+    twin = Deepseek2Ref(twin_path)
+    if twin.split_kv_b or not model.split_kv_b:
+        raise CaseFailure("expected a split case file and a kv_b twin")
+    gap = float(np.abs(twin.forward_batch(seqs) - model.forward_batch(seqs)).max())
+    if gap > 1e-9:
+        raise CaseFailure(f"split and kv_b files of seed {c['seed']} differ by {gap:.2e}")
+
+
 def real_model_sequences(c, model):
     vocab = SpmVocab(model.file)
     seqs = [vocab.encode(t) for t in c["texts"]]
@@ -266,17 +431,32 @@ def run_case(kvw, name, workdir, threads):
         model = LlamaRef(model_path)
         seqs = real_model_sequences(c, model)
         kv_dtype = "f32"
+    elif c["arch"] == "deepseek2":
+        model_path = os.path.join(workdir, "model.gguf")
+        make_deepseek2_model(kvw, c, model_path)
+        model = Deepseek2Ref(model_path)
+        check_deepseek2_file(model, c)
+        kv_dtype = c["kv_dtype"]
     else:
         model_path = os.path.join(workdir, "model.gguf")
         make_model(kvw, c, model_path)
         model = LlamaRef(model_path)
         check_model_file(model, c)
+        kv_dtype = c["kv_dtype"]
+    if "real_model" not in c:
         rng = np.random.default_rng(1000 + c["seed"])
         seqs = [rng.integers(0, c["n_vocab"], size=n).tolist() for n in c["lengths"]]
-        kv_dtype = c["kv_dtype"]
+    if c.get("same_model_as_kv_b"):
+        check_same_model_as_kv_b(kvw, c, model, seqs, workdir)
     ours, seconds = run_logits(kvw, model_path, seqs, workdir, model.n_vocab, kv_dtype, threads)
     ref = model.forward_batch(seqs)
     stats, failures = compare(ours, ref, c["tol"])
+    if c.get("arch") == "deepseek2":
+        margin = model.min_routing_margin
+        stats["min_routing_margin"] = margin if math.isfinite(margin) else None
+        if margin < ROUTING_MARGIN_MIN.get(c["tol"], 0.05):
+            failures.append(f"routing near-tie (margin {margin:.2e}): the case tests rounding; "
+                            "pick another seed")
     if "real_model" not in c:
         stats["diff_with_feature_off"] = check_feature_matters(model, seqs, ours, c,
                                                                TOLERANCES[c["tol"]][0])

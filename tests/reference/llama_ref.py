@@ -52,8 +52,9 @@ class Hparams:
             raise ValueError("n_head must be a multiple of n_head_kv")
 
 
-def rope_tables(hp, n_pos, rope_freqs=None):
-    """cos, sin of shape (n_pos, n_rot/2): the angle of pair i at each position, with scaling."""
+def rope_angles(hp, n_pos, rope_freqs=None):
+    """Angles (n_pos, n_rot/2) of pair i at each position with the scaling applied, and the YaRN
+    magnitude factor the rotation carries (1 unless YaRN: (1 + 0.1 ln s) * attn_factor)."""
     d = hp.n_rot
     i = np.arange(d // 2, dtype=np.float64)
     base = hp.rope_base
@@ -84,6 +85,12 @@ def rope_tables(hp, n_pos, rope_freqs=None):
         angle = pos * theta[None, :]
     else:
         raise ValueError(f"unknown rope scaling {scaling!r}")
+    return angle, mscale
+
+
+def rope_tables(hp, n_pos, rope_freqs=None):
+    """cos, sin of shape (n_pos, n_rot/2): the angle of pair i at each position, with scaling."""
+    angle, mscale = rope_angles(hp, n_pos, rope_freqs)
     return np.cos(angle) * mscale, np.sin(angle) * mscale
 
 

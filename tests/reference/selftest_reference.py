@@ -15,6 +15,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import deepseek2_ref  # noqa: E402
 import gguf_reader  # noqa: E402
 import llama_ref  # noqa: E402
 
@@ -306,6 +307,209 @@ class ModelTest(unittest.TestCase):
         self.assertTrue(text.startswith("Once upon a time, there was a little girl named Lily."),
                         text)
 
+
+
+# ----- deepseek2 (MLA + DeepSeekMoE): files written here in both tensor layouts -----
+
+# V2-Lite-like (no q compression, softmax routing, 2 shared experts) and V3-like (q_lora, sigmoid
+# routing renormalised and scaled, 4 groups of which 2 are kept, selection bias, YaRN) at tiny size.
+_DS_V2 = dict(n_embd=64, n_layer=3, n_head=4, q_lora=0, kv_lora=32, rope=8, nope=16, v=16,
+              n_ff=96, n_expert=8, n_used=2, n_shared=2, n_ff_exp=32, dense_lead=1, gating=1,
+              norm=False, scale=1.0, groups=0, groups_used=0, probs_bias=False, yarn=None,
+              n_vocab=50, ctx=256)
+_DS_V3 = dict(_DS_V2, q_lora=24, n_shared=1, gating=2, norm=True, scale=2.5, groups=4,
+              groups_used=2, probs_bias=True, yarn=(4.0, 16, 0.1))
+
+
+def write_deepseek2_gguf(path, cfg, layout, seed):
+    """f32 deepseek2 file with llama.cpp's key and tensor names. The same seed gives the same
+    model in both layouts: attn_kv_b is drawn, then stored whole ("kv_b") or as attn_k_b (W_kb[h]
+    transposed) and attn_v_b ("split")."""
+    c = cfg
+    rng = np.random.default_rng(seed)
+    a = "deepseek2."
+    nh, nope, rope, v, r = c["n_head"], c["nope"], c["rope"], c["v"], c["kv_lora"]
+    kvs = [("general.architecture", 8, "deepseek2"), (a + "context_length", 4, c["ctx"]),
+           (a + "embedding_length", 4, c["n_embd"]), (a + "block_count", 4, c["n_layer"]),
+           (a + "feed_forward_length", 4, c["n_ff"]), (a + "attention.head_count", 4, nh),
+           (a + "attention.head_count_kv", 4, nh if layout == "kv_b" else 1),
+           (a + "attention.layer_norm_rms_epsilon", 6, 1e-6), (a + "rope.freq_base", 6, 10000.0),
+           (a + "rope.dimension_count", 4, rope), (a + "attention.kv_lora_rank", 4, r),
+           (a + "expert_count", 4, c["n_expert"]), (a + "expert_used_count", 4, c["n_used"]),
+           (a + "expert_shared_count", 4, c["n_shared"]),
+           (a + "expert_feed_forward_length", 4, c["n_ff_exp"]),
+           (a + "leading_dense_block_count", 4, c["dense_lead"]),
+           (a + "expert_weights_scale", 6, c["scale"]), (a + "expert_weights_norm", 7, c["norm"]),
+           (a + "expert_gating_func", 4, c["gating"])]
+    if c["q_lora"]:
+        kvs.append((a + "attention.q_lora_rank", 4, c["q_lora"]))
+    if layout == "kv_b":
+        kvs += [(a + "attention.key_length", 4, nope + rope), (a + "attention.value_length", 4, v)]
+    else:
+        kvs += [(a + "attention.key_length", 4, r + rope), (a + "attention.value_length", 4, r),
+                (a + "attention.key_length_mla", 4, nope + rope),
+                (a + "attention.value_length_mla", 4, v)]
+    if c["groups"] > 1:
+        kvs += [(a + "expert_group_count", 4, c["groups"]),
+                (a + "expert_group_used_count", 4, c["groups_used"])]
+    if c["yarn"]:
+        factor, orig, log_mul = c["yarn"]
+        kvs += [(a + "rope.scaling.type", 8, "yarn"), (a + "rope.scaling.factor", 6, factor),
+                (a + "rope.scaling.original_context_length", 4, orig),
+                (a + "rope.scaling.yarn_log_multiplier", 6, log_mul)]
+    tensors = []
+
+    def add(name, arr):  # arr in numpy order; ggml shape is reversed
+        arr = np.ascontiguousarray(arr, dtype=np.float32)
+        tensors.append((name, list(reversed(arr.shape)), 0, arr.tobytes()))
+
+    def mat(*shape, std=None):  # last axis is the input
+        std = std if std is not None else 1.0 / math.sqrt(shape[-1])
+        return rng.uniform(-math.sqrt(3) * std, math.sqrt(3) * std, size=shape)
+
+    def norm(n):
+        return 1.0 + mat(n, std=0.1)
+
+    d = c["n_embd"]
+    add("token_embd.weight", mat(c["n_vocab"], d, std=1.0))
+    for il in range(c["n_layer"]):
+        p = f"blk.{il}."
+        add(p + "attn_norm.weight", norm(d))
+        if c["q_lora"]:
+            add(p + "attn_q_a.weight", mat(c["q_lora"], d))
+            add(p + "attn_q_a_norm.weight", norm(c["q_lora"]))
+            add(p + "attn_q_b.weight", mat(nh * (nope + rope), c["q_lora"]))
+        else:
+            add(p + "attn_q.weight", mat(nh * (nope + rope), d))
+        add(p + "attn_kv_a_mqa.weight", mat(r + rope, d))
+        add(p + "attn_kv_a_norm.weight", norm(r))
+        kv_b = mat(nh * (nope + v), r)
+        if layout == "kv_b":
+            add(p + "attn_kv_b.weight", kv_b)
+        else:
+            per_head = kv_b.reshape(nh, nope + v, r)
+            add(p + "attn_k_b.weight", per_head[:, :nope, :].transpose(0, 2, 1))
+            add(p + "attn_v_b.weight", per_head[:, nope:, :])
+        add(p + "attn_output.weight", mat(d, nh * v))
+        add(p + "ffn_norm.weight", norm(d))
+        if il < c["dense_lead"]:
+            add(p + "ffn_gate.weight", mat(c["n_ff"], d))
+            add(p + "ffn_up.weight", mat(c["n_ff"], d))
+            add(p + "ffn_down.weight", mat(d, c["n_ff"]))
+            continue
+        E, fe = c["n_expert"], c["n_ff_exp"]
+        add(p + "ffn_gate_inp.weight", mat(E, d, std=3.0 / math.sqrt(d)))
+        if c["probs_bias"]:
+            add(p + "exp_probs_b.bias", mat(E, std=0.1))
+        add(p + "ffn_gate_exps.weight", mat(E, fe, d))
+        add(p + "ffn_up_exps.weight", mat(E, fe, d))
+        add(p + "ffn_down_exps.weight", mat(E, d, fe))
+        if c["n_shared"]:
+            fs = fe * c["n_shared"]
+            add(p + "ffn_gate_shexp.weight", mat(fs, d))
+            add(p + "ffn_up_shexp.weight", mat(fs, d))
+            add(p + "ffn_down_shexp.weight", mat(d, fs))
+    add("output_norm.weight", norm(d))
+    add("output.weight", mat(c["n_vocab"], d))
+    write_gguf(path, kvs, tensors)
+
+
+class AbsorbedDeepseek2Ref(deepseek2_ref.Deepseek2Ref):
+    """MLA in the absorbed form an engine runs over a latent cache: per head q_abs = W_kb[h]^T
+    q_nope, scores against [c, k_pe] of every cached token, out = W_vb[h] (sum_s p_s c_s). No
+    per-head key or value is ever formed."""
+
+    def attention(self, L, h, cos, sin):
+        hp = self.hp
+        q_nope, q_pe, c, k_pe = self.mla_inputs(L, h, cos, sin)
+        q_abs = np.einsum("hdr,thd->thr", L["W_kb"], q_nope)
+        scores = np.einsum("thr,sr->hts", q_abs, c) + np.einsum("thd,sd->hts", q_pe, k_pe)
+        p = self.causal_softmax(scores * hp.kq_scale())
+        latent_out = np.einsum("hts,sr->thr", p, c)
+        out = np.einsum("hvr,thr->thv", L["W_vb"], latent_out)
+        return out.reshape(h.shape[0], -1) @ L["attn_output"].T
+
+
+class Deepseek2Test(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.paths = {}
+        for name, cfg in (("v2", _DS_V2), ("v3", _DS_V3)):
+            for layout in ("kv_b", "split"):
+                path = os.path.join(cls.tmp.name, f"{name}_{layout}.gguf")
+                write_deepseek2_gguf(path, cfg, layout, seed=5)
+                cls.paths[name, layout] = path
+        rng = np.random.default_rng(11)
+        cls.seqs = [rng.integers(0, _DS_V2["n_vocab"], size=n).tolist() for n in (1, 9, 40)]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_hparams_of_both_layouts(self):
+        for layout in ("kv_b", "split"):
+            hp = deepseek2_ref.Deepseek2Ref(self.paths["v3", layout]).hp
+            self.assertEqual((hp.qk_nope, hp.n_rot, hp.v_head_dim, hp.kv_lora_rank,
+                              hp.q_lora_rank), (16, 8, 16, 32, 24))
+            self.assertEqual((hp.gating, hp.n_group, hp.n_group_used), (2, 4, 2))
+            self.assertTrue(hp.weights_norm)
+            self.assertAlmostEqual(hp.yarn_log_mul, 0.1, places=6)
+        self.assertEqual(deepseek2_ref.Deepseek2Ref(self.paths["v2", "kv_b"]).hp.q_lora_rank, 0)
+
+    def test_kv_b_and_split_files_are_the_same_model(self):
+        for name in ("v2", "v3"):
+            kv_b = deepseek2_ref.Deepseek2Ref(self.paths[name, "kv_b"])
+            split = deepseek2_ref.Deepseek2Ref(self.paths[name, "split"])
+            self.assertFalse(kv_b.split_kv_b)
+            self.assertTrue(split.split_kv_b)
+            a, b = kv_b.forward_batch(self.seqs), split.forward_batch(self.seqs)
+            self.assertGreater(a.std(), 0.3)
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-9, err_msg=name)
+
+    def test_absorbed_attention_equals_naive(self):
+        for key in (("v2", "kv_b"), ("v3", "split")):
+            naive = deepseek2_ref.Deepseek2Ref(self.paths[key])
+            absorbed = AbsorbedDeepseek2Ref(self.paths[key])
+            np.testing.assert_allclose(absorbed.forward_batch(self.seqs),
+                                       naive.forward_batch(self.seqs), rtol=0, atol=1e-9,
+                                       err_msg=str(key))
+
+    def test_yarn_scales_scores_not_the_rotation(self):
+        m = deepseek2_ref.Deepseek2Ref(self.paths["v3", "kv_b"])
+        mscale = 1 + float(np.float32(0.1)) * math.log(4.0)  # the file stores f32
+        self.assertAlmostEqual(m.hp.kq_scale(), mscale ** 2 / math.sqrt(24), places=12)
+        cos, sin = m.rope(50)
+        np.testing.assert_allclose(cos ** 2 + sin ** 2, 1.0)
+        m.hp.use_yarn_mscale = False
+        self.assertAlmostEqual(m.hp.kq_scale(), 1 / math.sqrt(24), places=12)
+        v2 = deepseek2_ref.Deepseek2Ref(self.paths["v2", "kv_b"])
+        self.assertAlmostEqual(v2.hp.kq_scale(), 1 / math.sqrt(24), places=12)
+
+    def test_group_limited_routing_keeps_to_the_best_groups(self):
+        m = deepseek2_ref.Deepseek2Ref(self.paths["v3", "split"])
+        hp, L = m.hp, m.layers[1]
+        h = np.random.default_rng(3).standard_normal((200, hp.n_embd))
+        chosen, weights, kept = m.route(L, h)
+        scores = 1 / (1 + np.exp(-(h @ L["ffn_gate_inp"].T)))
+        sel = scores + L["exp_probs_b"]
+        per = hp.n_expert // hp.n_group
+        for t in range(h.shape[0]):
+            group_score = [sorted(sel[t, g * per:(g + 1) * per])[-2:] for g in range(hp.n_group)]
+            best = sorted(range(hp.n_group), key=lambda g: -sum(group_score[g]))[:2]
+            self.assertEqual(sorted(best), list(kept[t]))
+            self.assertTrue(all(e // per in best for e in chosen[t]), (t, chosen[t], best))
+            in_kept = [e for e in range(hp.n_expert) if e // per in best]
+            want = sorted(in_kept, key=lambda e: -sel[t, e])[:hp.n_expert_used]
+            self.assertEqual(list(chosen[t]), want)
+            # Weights are the unbiased scores of the chosen, renormalised, times the scale.
+            w = scores[t, chosen[t]]
+            np.testing.assert_allclose(weights[t], w / w.sum() * 2.5)
+        hp.use_groups = False
+        ungrouped, _, _ = m.route(L, h)
+        differs = np.any(np.sort(ungrouped, axis=1) != np.sort(chosen, axis=1), axis=1)
+        self.assertGreater(differs.sum(), 0)  # the group limit changed some choices
+        self.assertTrue(np.all(np.isfinite(weights)))
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
