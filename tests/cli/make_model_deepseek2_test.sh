@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # kvwarden make-model --arch deepseek2 as a user runs it: the presets and the layout and routing
-# flags write the keys and tensors llama.cpp's converters write (seen through `inspect`); bad
-# values give one line on stderr naming the flag, and exit 2.
+# flags write the keys and tensors llama.cpp's converters write (seen through `inspect`), and
+# generate runs them; bad values give one line on stderr naming the flag, and exit 2.
 set -u
 KVW="$1"
 WORK="$(mktemp -d)"
@@ -65,4 +65,11 @@ refuse --yarn-log-multiplier --preset deepseek-v3-tiny --yarn-log-multiplier 0
 refuse --q-lora-rank --preset deepseek-v3-tiny --weight-type q8_0
 refuse --kv-lora-rank --kv-lora-rank 64  # deepseek2-only flag on the llama preset
 refuse --preset --preset deepseek-v4
+# generate runs both shapes: the same greedy text twice (batch-invariant engine), 12 tokens.
+for m in v2 v3; do
+  a=$("$KVW" generate -m "$WORK/$m.gguf" -p "the cat" -n 12 --temperature 0 2>"$WORK/err") ||
+    fail "generate $m: $(cat "$WORK/err")"
+  b=$("$KVW" generate -m "$WORK/$m.gguf" -p "the cat" -n 12 --temperature 0 2>/dev/null)
+  [ -n "$a" ] && [ "$a" = "$b" ] || fail "generate $m: '$a' then '$b'"
+done
 echo "make-model deepseek2 CLI: all checks passed"

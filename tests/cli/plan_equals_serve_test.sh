@@ -84,4 +84,20 @@ if command -v curl >/dev/null; then
   grep -q '"finish_reason"' "$WORK/moe.json" || fail "moe: no answer: $(cat "$WORK/moe.json")"
 fi
 stop
+
+# DeepSeek-V3-style MLA + shared experts: the cache row is one latent (kv_lora_rank + rope dims)
+# per token and layer, so plan --engine and serve must agree on it; with curl, serve answers.
+"$KVW" make-model --out "$WORK/ds.gguf" --preset deepseek-v3-tiny --seed 9 >"$WORK/make.out" 2>&1 ||
+  fail "make-model deepseek2: $(cat "$WORK/make.out")"
+compare deepseek2 "$WORK/ds.gguf" 256
+# 3 layers x (64 + 16) latent x 2 B (f16) = 480 B per token.
+grep -qE "^  kv: 480 B/token, " "$WORK/deepseek2.serve.table" ||
+  fail "deepseek2: kv row is not one latent per token: $(grep kv: "$WORK/deepseek2.serve.table")"
+if command -v curl >/dev/null; then
+  curl -sf "$URL/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt": "hello world", "max_tokens": 20, "ignore_eos": true}' >"$WORK/ds.json" ||
+    fail "deepseek2: completion failed"
+  grep -q '"finish_reason"' "$WORK/ds.json" || fail "deepseek2: no answer: $(cat "$WORK/ds.json")"
+fi
+stop
 echo PASS
