@@ -163,6 +163,7 @@ Status read_deepseek2(const GgufFile& f, const std::string& a, ModelHParams& hp)
   if (!moe.is_moe()) return {};
   KVW_RETURN_IF_ERROR(read_int(f, a + "expert_feed_forward_length", moe.n_ff_exp, true));
   KVW_RETURN_IF_ERROR(read_int(f, a + "expert_shared_count", moe.n_expert_shared, false));
+  moe.n_ff_shared = moe.n_ff_exp * moe.n_expert_shared;
   KVW_RETURN_IF_ERROR(read_int(f, a + "leading_dense_block_count", moe.n_layer_dense_lead, false));
   if (moe.n_layer_dense_lead > hp.n_layer) {
     return bad("leading_dense_block_count", "expected at most block_count " + n(hp.n_layer) +
@@ -186,6 +187,24 @@ Status read_deepseek2(const GgufFile& f, const std::string& a, ModelHParams& hp)
   return {};
 }
 
+// Qwen1.5-MoE / Qwen2-57B-A14B ("qwen2moe", llama.cpp's names): every layer routes softmax
+// top-k without renormalising, plus one gated shared expert. Widths default as llama.cpp does
+// when a key is absent: experts feed_forward_length / expert_used_count, the shared expert
+// feed_forward_length.
+Status read_qwen2moe(const GgufFile& f, const std::string& a, ModelHParams& hp) {
+  MoeParams& moe = hp.moe;
+  if (!moe.is_moe()) {
+    return Error{f.path() + ": key '" + a + "expert_count': qwen2moe needs > 0, found 0"};
+  }
+  if (moe.n_expert_used > 0) moe.n_ff_exp = hp.n_ff / moe.n_expert_used;
+  KVW_RETURN_IF_ERROR(read_int(f, a + "expert_feed_forward_length", moe.n_ff_exp, false));
+  moe.n_ff_shared = hp.n_ff;
+  KVW_RETURN_IF_ERROR(read_int(f, a + "expert_shared_feed_forward_length", moe.n_ff_shared, false));
+  moe.norm_weights = false;
+  moe.gating = ExpertGating::kSoftmax;
+  return {};
+}
+
 }  // namespace
 
 Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
@@ -193,9 +212,10 @@ Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
   auto arch = f.get_string("general.architecture");
   if (!arch) return Error{arch.message()};
   hp.arch = *arch;
-  if (hp.arch != "llama" && hp.arch != "qwen2" && hp.arch != "deepseek2") {
+  if (hp.arch != "llama" && hp.arch != "qwen2" && hp.arch != "qwen2moe" &&
+      hp.arch != "deepseek2") {
     return Error{f.path() + ": key 'general.architecture': '" + hp.arch +
-                 "' is not supported (supported: llama, qwen2, deepseek2)"};
+                 "' is not supported (supported: llama, qwen2, qwen2moe, deepseek2)"};
   }
   if (auto name = f.get_string("general.name")) hp.name = *name;
   const std::string a = hp.arch + ".";
@@ -211,7 +231,8 @@ Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
   if (hp.n_head > 0) hp.head_dim = hp.n_embd / hp.n_head;
   KVW_RETURN_IF_ERROR(read_int(f, a + "attention.key_length", hp.head_dim, false));
 
-  hp.rope.style = hp.arch == "qwen2" ? RopeStyle::kNeox : RopeStyle::kNormal;
+  hp.rope.style =
+      hp.arch == "qwen2" || hp.arch == "qwen2moe" ? RopeStyle::kNeox : RopeStyle::kNormal;
   hp.rope.n_rot = hp.head_dim;
   KVW_RETURN_IF_ERROR(read_int(f, a + "rope.dimension_count", hp.rope.n_rot, false));
   KVW_RETURN_IF_ERROR(read_float(f, a + "rope.freq_base", hp.rope.freq_base));
@@ -240,6 +261,7 @@ Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
   KVW_RETURN_IF_ERROR(read_int(f, a + "expert_used_count", hp.moe.n_expert_used, false));
   hp.moe.n_ff_exp = hp.n_ff;
   if (hp.arch == "deepseek2") KVW_RETURN_IF_ERROR(read_deepseek2(f, a, hp));
+  if (hp.arch == "qwen2moe") KVW_RETURN_IF_ERROR(read_qwen2moe(f, a, hp));
   KVW_RETURN_IF_ERROR(validate_moe(f, a, hp.moe));
   hp.moe.probs_bias =
       hp.moe.is_moe() && f.find_tensor("blk." + std::to_string(hp.moe.n_layer_dense_lead) +

@@ -48,6 +48,10 @@ struct MoeParams {
   bool norm_weights = true;    // expert_weights_norm: chosen weights renormalised to sum 1
   float weights_scale = 1.0f;  // expert_weights_scale: routed output multiplier
   bool probs_bias = false;     // exp_probs_b present: a selection-only bias (DeepSeek-V3)
+  // Width of the shared-expert FFN every token also passes through (ffn_*_shexp): deepseek2
+  // n_ff_exp x expert_shared_count; qwen2moe expert_shared_feed_forward_length, its output
+  // scaled by a per-token sigmoid gate (ffn_gate_inp_shexp). 0: no shared experts.
+  int32_t n_ff_shared = 0;
 
   bool is_moe() const { return n_expert > 0; }
 };
@@ -69,7 +73,7 @@ struct MlaParams {
 };
 
 struct ModelHParams {
-  std::string arch;  // general.architecture: "llama", "qwen2" or "deepseek2"
+  std::string arch;  // general.architecture: "llama", "qwen2", "qwen2moe" or "deepseek2"
   std::string name;  // general.name, if any
   int32_t n_vocab = 0;
   int32_t n_embd = 0;            // embedding_length

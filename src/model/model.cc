@@ -62,7 +62,7 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
   const int64_t T = max_tokens_;
   const int64_t A = T * moe.n_expert_used;  // MoE (token, expert) assignments per step
   const MlaParams& mla = hp_.mla;
-  const int64_t shared_ff = (int64_t)moe.n_ff_exp * moe.n_expert_shared;
+  const int64_t shared_ff = moe.n_ff_shared;
   const int64_t ff_rows =
       std::max({T * hp_.n_ff, A * moe.n_ff_exp, T * shared_ff, T * mla.q_lora_rank});
   // xn_ also holds MLA's attention output, n_head latent rows per token.

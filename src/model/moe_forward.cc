@@ -7,6 +7,7 @@
 //   tokens [T] --route--> (token, k) assignments --group by expert--> A rows, expert 0's first
 //   gate/up/down matmuls per expert over its rows --> weighted sum per token into tmp_ [T][n_embd]
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -112,8 +113,9 @@ void Model::run_moe_ffn(const LayerWeights& L, int64_t n_tokens) {
   if (L.shexp_gate.data != nullptr) run_shared_experts(L, n_tokens);
 }
 
-// DeepSeek's shared experts: one SwiGLU FFN of n_ff_exp x n_expert_shared every token passes
-// through, added to the routed output (llama.cpp: moe_out + ffn_shexp).
+// Shared experts: one SwiGLU FFN of n_ff_shared every token passes through, added to the routed
+// output (llama.cpp: moe_out + ffn_shexp); qwen2moe scales it per token by
+// sigmoid(ffn_gate_inp_shexp . x).
 void Model::run_shared_experts(const LayerWeights& L, int64_t n_tokens) {
   const auto& kt = kernels::kernels();
   const int64_t d = hp_.n_embd, fs = L.shexp_gate.n_rows;
@@ -141,9 +143,18 @@ void Model::run_shared_experts(const LayerWeights& L, int64_t n_tokens) {
   pool_.run([&](int ith, int nth) {
     matmul(kt, L.shexp_down, act_for(L.shexp_down, gate_.data()), n_tokens, out, ith, nth);
   });
+  const float* gate_w = L.shexp_gate_inp.empty() ? nullptr : L.shexp_gate_inp.data();
   pool_.run([&](int ith, int nth) {
-    auto [b, e] = thread_share(n_tokens * d, ith, nth);
-    for (int64_t i = b; i < e; ++i) tmp_[i] += out[i];
+    auto [b, e] = thread_share(n_tokens, ith, nth);
+    for (int64_t t = b; t < e; ++t) {
+      float g = 1.0f;
+      if (gate_w != nullptr) {
+        float dot = 0.0f;
+        for (int64_t i = 0; i < d; ++i) dot += xn[t * d + i] * gate_w[i];
+        g = 1.0f / (1.0f + std::exp(-dot));
+      }
+      for (int64_t i = 0; i < d; ++i) tmp_[t * d + i] += g * out[t * d + i];
+    }
   });
 }
 

@@ -190,11 +190,14 @@ Result<ModelWeights> weights_from_gguf(const GgufFile& f, const ModelHParams& hp
     KVW_ASSIGN(l.up_exps, ld.experts(p + "ffn_up_exps.weight", d, fe, ne));
     KVW_ASSIGN(l.down_exps, ld.experts(p + "ffn_down_exps.weight", fe, d, ne));
     KVW_ASSIGN(l.exp_probs_b, ld.vector(p + "exp_probs_b.bias", ne, !hp.moe.probs_bias));
-    if (hp.moe.n_expert_shared > 0) {
-      const int64_t fs = fe * hp.moe.n_expert_shared;
+    if (hp.moe.n_ff_shared > 0) {
+      const int64_t fs = hp.moe.n_ff_shared;
       KVW_ASSIGN(l.shexp_gate, ld.matrix(p + "ffn_gate_shexp.weight", d, fs));
       KVW_ASSIGN(l.shexp_up, ld.matrix(p + "ffn_up_shexp.weight", d, fs));
       KVW_ASSIGN(l.shexp_down, ld.matrix(p + "ffn_down_shexp.weight", fs, d));
+      if (hp.arch == "qwen2moe") {
+        KVW_ASSIGN(l.shexp_gate_inp, ld.vector(p + "ffn_gate_inp_shexp.weight", d));
+      }
     }
   }
   for (const auto& t : f.tensors()) w.total_bytes += t.num_bytes;

@@ -52,8 +52,9 @@ struct LayerWeights {
   ExpertMatrices gate_exps, up_exps;  // n_expert x [n_ff_exp x n_embd]
   ExpertMatrices down_exps;           // n_expert x [n_embd x n_ff_exp]
   std::vector<float> exp_probs_b;     // [n_expert] selection bias; empty when absent
-  WeightMatrix shexp_gate, shexp_up;  // shared experts as one FFN: [n_ff_exp x n_shared x n_embd]
-  WeightMatrix shexp_down;            // [n_embd x n_ff_exp x n_shared]; null when none
+  WeightMatrix shexp_gate, shexp_up;  // shared experts as one FFN: [n_ff_shared x n_embd]
+  WeightMatrix shexp_down;            // [n_embd x n_ff_shared]; null when none
+  std::vector<float> shexp_gate_inp;  // qwen2moe: [n_embd] the shared expert's sigmoid gate
 
   // MLA (deepseek2) instead of wq/wk/wv; wo reads n_head x v_head_dim.
   // Queries: wq [n_head x (nope + rope) x n_embd], or, with q_lora_rank > 0, wq_a

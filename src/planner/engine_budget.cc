@@ -42,7 +42,7 @@ uint64_t engine_workspace_bytes(const ModelShape& m, int64_t max_num_batched_tok
   const int64_t qk_head = m.is_mla() ? m.qk_nope_head_dim + m.qk_rope_head_dim : m.head_dim;
   const int64_t cache_head = m.is_mla() ? m.kv_lora_rank + m.qk_rope_head_dim : m.head_dim;
   const int64_t q_dim = m.n_head * qk_head, kv_dim = m.n_kv_head * qk_head;
-  const int64_t shared_ff = m.is_mla() ? m.n_shared_experts * m.moe_ff : 0;
+  const int64_t shared_ff = m.shared_ff();
   const int64_t max_in = std::max({m.n_embd, q_dim, m.n_ff, m.moe_ff, shared_ff,
                                    m.is_mla() ? m.n_head * cache_head : 0});
   const int64_t n_rot = m.gguf && m.gguf->n_rot > 0 ? m.gguf->n_rot
@@ -107,10 +107,6 @@ int64_t engine_blocks_per_seq(const ModelShape& m, int64_t max_model_len, int64_
 
 Result<BudgetTable> plan_engine_budget(const ModelShape& m, const EngineOptions& opt) {
   KVW_RETURN_IF_ERROR(m.validate());
-  if (m.n_shared_experts > 0 && !m.is_mla()) {
-    return Error{"kvwarden's engine runs shared experts in deepseek2 files only; " + m.name +
-                 " has " + std::to_string(m.n_shared_experts)};
-  }
   if (opt.max_num_batched_tokens < 1 || opt.block_size < 1 || opt.n_threads < 1) {
     return Error{"max_num_batched_tokens, block_size and n_threads must be >= 1"};
   }

@@ -80,12 +80,18 @@ struct ModelShape {
   int64_t n_experts_per_tok = 0;
   int64_t moe_ff = 0;         // per-expert intermediate size
   int64_t first_k_dense = 0;  // leading dense layers (DeepSeek first_k_dense_replace)
+  // Width of the shared-expert FFN when it is not n_shared_experts x moe_ff (Qwen-MoE's
+  // shared_expert_intermediate_size; GGUF expert_shared_feed_forward_length).
+  int64_t shared_expert_ff = 0;
 
   std::string default_weight_dtype = "bf16";  // torch_dtype of the published checkpoint
   std::optional<GgufFacts> gguf;              // set when read from a GGUF file
 
   bool is_mla() const { return kv_lora_rank > 0; }
   bool is_moe() const { return n_routed_experts > 0; }
+  int64_t shared_ff() const {
+    return shared_expert_ff > 0 ? shared_expert_ff : n_shared_experts * moe_ff;
+  }
   // Window of layer l: 0 full attention, > 0 window tokens, -1 no KV cache.
   int64_t window_of_layer(int64_t l) const;
   // "MHA", "GQA", "MQA" or "MLA".

@@ -109,6 +109,7 @@ Result<ModelShape> shape_from_config_json(const std::string& json_text, const st
   // Mixtral's experts are intermediate_size wide; DeepSeek/Qwen-MoE give moe_intermediate_size.
   KVW_ASSIGN_INT(moe_ff, "moe_intermediate_size", m.n_routed_experts > 0 ? m.n_ff : 0);
   KVW_ASSIGN_INT(first_k_dense, "first_k_dense_replace", 0);
+  KVW_ASSIGN_INT(shared_expert_ff, "shared_expert_intermediate_size", 0);
   if (m.is_mla() && m.v_head_dim > 0) m.head_dim = m.v_head_dim;
   KVW_RETURN_IF_ERROR(read_windows(j, name, m));
   KVW_RETURN_IF_ERROR(m.validate());
@@ -136,6 +137,7 @@ Result<ModelShape> shape_from_gguf(const GgufFile& f) {
   m.n_routed_experts = hp->moe.n_expert;
   m.n_experts_per_tok = hp->moe.n_expert_used;
   m.n_shared_experts = hp->moe.n_expert_shared;
+  m.shared_expert_ff = hp->moe.n_ff_shared;
   m.moe_ff = hp->moe.is_moe() ? hp->moe.n_ff_exp : 0;
   m.first_k_dense = hp->moe.n_layer_dense_lead;
   if (hp->mla.is_mla()) {

@@ -166,10 +166,10 @@ TEST(EngineMoe, GreedyOutputIdenticalAloneBatchedPrefixHitPreemptedAndSwapped) {
   run_under_tiny_budget(model, true);
 }
 
-// DeepSeek-style files (MLA latent cache, shared experts; V2-Lite-like and V3-like routing): the
-// same guarantees over the one-row-per-token cache.
-TEST(EngineMla, GreedyOutputIdenticalAloneBatchedPrefixHitPreemptedAndSwapped) {
-  for (const char* name : {"deepseek-v2-lite-tiny", "deepseek-v3-tiny"}) {
+// DeepSeek-style files (MLA latent cache, shared experts; V2-Lite-like and V3-like routing) and
+// Qwen2-MoE (gated shared expert): the same guarantees, over the one-row-per-token cache for MLA.
+TEST(EngineSharedExperts, GreedyOutputIdenticalAloneBatchedPrefixHitPreemptedAndSwapped) {
+  for (const char* name : {"deepseek-v2-lite-tiny", "deepseek-v3-tiny", "qwen2moe-tiny"}) {
     SCOPED_TRACE(name);
     auto spec = make_model_preset(name);
     ASSERT_TRUE(spec.ok());
