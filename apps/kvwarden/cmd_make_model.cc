@@ -24,7 +24,8 @@ void add_deepseek2_options(CLI::App* cmd, MakeModelFlags& f) {
   cmd->add_option("--mla-layout", f.mla_layout,
                   "deepseek2: kv_b (attn_kv_b, older converters) or split (attn_k_b + attn_v_b)");
   cmd->add_option("--experts-shared", s.n_expert_shared, "deepseek2: always-on shared experts");
-  cmd->add_option("--expert-ffn", s.n_ff_exp, "deepseek2: each expert's width (--ffn: dense)");
+  cmd->add_option("--expert-ffn", s.n_ff_exp,
+                  "deepseek2, qwen2moe: each routed expert's width (--ffn: dense)");
   cmd->add_option("--dense-lead", s.n_layer_dense_lead,
                   "deepseek2: leading layers with a dense FFN instead of experts");
   cmd->add_option("--gating", f.gating, "deepseek2: router scores, softmax or sigmoid");
@@ -64,16 +65,17 @@ void override_deepseek2(const CLI::App* cmd, const MakeModelSpec& g, MakeModelSp
 void add_make_model_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "make-model",
-      "Write a GGUF model with seeded random weights (llama, qwen2 or deepseek2) and a "
-      "tokenizer");
+      "Write a GGUF model with seeded random weights (llama, qwen2, qwen2moe or deepseek2) and "
+      "a tokenizer");
   auto f = std::make_shared<MakeModelFlags>();
   MakeModelSpec& s = f->spec;
   cmd->add_option("--out,-o", f->out, "Output GGUF path")->required();
   cmd->add_option("--preset", f->preset,
                   "Start from a named shape: tiny, tinyllama-1.1b, mixtral-tiny, mixtral-1b, "
-                  "deepseek-v2-lite-tiny, deepseek-v3-tiny, deepseek-v2-lite")
+                  "qwen2moe-tiny, deepseek-v2-lite-tiny, deepseek-v3-tiny, deepseek-v2-lite")
       ->capture_default_str();
-  cmd->add_option("--arch", s.arch, "Architecture: llama, qwen2 or deepseek2 (default llama)");
+  cmd->add_option("--arch", s.arch,
+                  "Architecture: llama, qwen2, qwen2moe or deepseek2 (default llama)");
   cmd->add_option("--name", s.name, "general.name");
   cmd->add_option("--dim", s.n_embd, "Embedding width");
   cmd->add_option("--layers", s.n_layer, "Number of decoder layers");
@@ -82,11 +84,13 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
                   "K/V heads (GQA when fewer than --heads; deepseek2 does not use it)");
   cmd->add_option("--ffn", s.n_ff,
                   "Feed-forward width (llama: of each expert with --experts; deepseek2: of the "
-                  "dense layers)");
+                  "dense layers; qwen2moe: feed_forward_length only)");
   cmd->add_option("--experts", s.n_expert,
-                  "Routed experts per layer (llama: Mixtral-style, deepseek2: DeepSeekMoE; "
-                  "0: dense FFN)");
+                  "Routed experts per layer (llama: Mixtral-style, qwen2moe: Qwen-MoE, "
+                  "deepseek2: DeepSeekMoE; 0: dense FFN)");
   cmd->add_option("--experts-used", s.n_expert_used, "Experts each token is routed to (top-k)");
+  cmd->add_option("--shared-expert-ffn", s.n_ff_shexp,
+                  "qwen2moe: the gated shared expert's width (required > 0)");
   cmd->add_option("--n-vocab", s.n_vocab, "Pad the vocabulary to this many tokens (0: as built)");
   cmd->add_option("--context", s.n_ctx, "Trained context length (context_length)");
   cmd->add_option("--sliding-window", s.sliding_window, "Sliding-window attention size (0: off)");
@@ -125,6 +129,7 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
     if (given("--ffn")) spec.n_ff = g.n_ff;
     if (given("--experts")) spec.n_expert = g.n_expert;
     if (given("--experts-used")) spec.n_expert_used = g.n_expert_used;
+    if (given("--shared-expert-ffn")) spec.n_ff_shexp = g.n_ff_shexp;
     if (given("--n-vocab")) spec.n_vocab = g.n_vocab;
     if (given("--context")) spec.n_ctx = g.n_ctx;
     if (given("--sliding-window")) spec.sliding_window = g.sliding_window;

@@ -107,6 +107,7 @@ const char* const kChatMlTemplate =
     "{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
 // Flags only deepseek2 reads: refused elsewhere, so a llama file cannot silently ignore them.
+// --expert-ffn is qwen2moe's too (validate_qwen2moe clears it before calling this).
 Status refuse_deepseek2_flags(const MakeModelSpec& s) {
   const struct {
     bool set;
@@ -129,8 +130,57 @@ Status refuse_deepseek2_flags(const MakeModelSpec& s) {
       {s.probs_bias, "--probs-bias"},
       {s.yarn_log_multiplier != 0.0f, "--yarn-log-multiplier"},
   };
-  for (const auto& f : flags)
-    if (f.set) return Error{std::string(f.flag) + " needs --arch deepseek2"};
+  for (const auto& f : flags) {
+    if (!f.set) continue;
+    const bool also_qwen2moe = std::string(f.flag) == "--expert-ffn";
+    return Error{std::string(f.flag) + " needs --arch deepseek2" +
+                 (also_qwen2moe ? " or qwen2moe" : "")};
+  }
+  return {};
+}
+
+// Attention and FFN shapes of the llama-style architectures (llama, qwen2, qwen2moe).
+Status validate_llama_shape(const MakeModelSpec& s) {
+  if (s.n_embd <= 0 || s.n_layer <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.n_ff <= 0 ||
+      s.n_ctx <= 0)
+    return Error{"--dim, --layers, --heads, --kv-heads, --ffn and --context must be > 0"};
+  if (s.n_embd % s.n_head != 0) return Error{"--dim must be a multiple of --heads"};
+  if (s.n_head % s.n_head_kv != 0) return Error{"--heads must be a multiple of --kv-heads"};
+  if ((s.n_embd / s.n_head) % 2 != 0) return Error{"head dimension (--dim / --heads) must be even"};
+  const int64_t blk = type_traits(s.weight_type).block_elems;
+  if (s.n_embd % blk != 0 || s.n_ff % blk != 0) {
+    return Error{"--dim and --ffn must be multiples of " + std::to_string(blk) +
+                 " for --weight-type " + std::string(type_traits(s.weight_type).name)};
+  }
+  return {};
+}
+
+// qwen2moe (llama.cpp's LLM_ARCH_QWEN2MOE loader): every layer routed experts of --expert-ffn
+// plus a shared expert of --shared-expert-ffn; output.weight is required (no tying) and
+// there is no sliding window.
+Status validate_qwen2moe(const MakeModelSpec& s) {
+  MakeModelSpec rest = s;
+  rest.n_ff_exp = 0;  // qwen2moe's own
+  KVW_RETURN_IF_ERROR(refuse_deepseek2_flags(rest));
+  KVW_RETURN_IF_ERROR(validate_llama_shape(s));
+  if (s.sliding_window != 0) return Error{"--sliding-window needs --arch llama or qwen2"};
+  if (s.tied) return Error{"--tied: qwen2moe files always carry output.weight"};
+  if (s.n_expert <= 0)
+    return Error{"--experts must be > 0 for --arch qwen2moe (every layer is MoE)"};
+  if (s.n_expert_used < 1 || s.n_expert_used > s.n_expert)
+    return Error{"--experts-used must be between 1 and --experts"};
+  if (s.n_ff_exp <= 0) return Error{"--expert-ffn must be > 0 for --arch qwen2moe"};
+  if (s.n_ff_shexp <= 0) {
+    return Error{
+        "--shared-expert-ffn must be > 0 for --arch qwen2moe (its layers always have the "
+        "shared expert)"};
+  }
+  const int64_t blk = type_traits(s.weight_type).block_elems;
+  if (s.n_ff_exp % blk != 0 || s.n_ff_shexp % blk != 0) {
+    return Error{"--expert-ffn and --shared-expert-ffn must be multiples of " +
+                 std::to_string(blk) + " for --weight-type " +
+                 std::string(type_traits(s.weight_type).name)};
+  }
   return {};
 }
 
@@ -178,6 +228,8 @@ Status validate_deepseek2(const MakeModelSpec& s) {
     return Error{"--qk-nope-dim must be even and > 0"};
   if (s.v_head_dim <= 0) return Error{"--v-head-dim must be > 0"};
   if (s.sliding_window != 0) return Error{"--sliding-window needs --arch llama or qwen2"};
+  if (s.n_ff_shexp != 0)
+    return Error{"--shared-expert-ffn needs --arch qwen2moe (deepseek2: --experts-shared)"};
   if (s.rope_scaling != RopeScaling::kNone && s.rope_scaling != RopeScaling::kYarn)
     return Error{"--rope-scaling must be none or yarn for --arch deepseek2"};
   if (s.rope_scaling == RopeScaling::kYarn && !(s.yarn_log_multiplier > 0.0f)) {
@@ -234,6 +286,10 @@ void set_llama_keys(const MakeModelSpec& s, GgufWriter& w) {
   if (s.n_expert > 0) {
     w.set_u32(a + "expert_count", s.n_expert);
     w.set_u32(a + "expert_used_count", s.n_expert_used);
+  }
+  if (s.arch == "qwen2moe") {  // as convert_hf_to_gguf.py's Qwen2MoeModel writes them
+    w.set_u32(a + "expert_feed_forward_length", s.n_ff_exp);
+    w.set_u32(a + "expert_shared_feed_forward_length", s.n_ff_shexp);
   }
   set_rope_scaling_keys(s, a, w);
 }
@@ -293,7 +349,7 @@ void write_llama_tensors(const MakeModelSpec& s, int64_t n_vocab, TensorMaker& t
     tm.matrix(p + "attn_q.weight", d, q, s.weight_type);
     tm.matrix(p + "attn_k.weight", d, kv, s.weight_type);
     tm.matrix(p + "attn_v.weight", d, kv, s.weight_type);
-    if (s.arch == "qwen2") {
+    if (s.arch == "qwen2" || s.arch == "qwen2moe") {
       tm.vector(p + "attn_q.bias", q, 0.0f, 0.1f);
       tm.vector(p + "attn_k.bias", kv, 0.0f, 0.1f);
       tm.vector(p + "attn_v.bias", kv, 0.0f, 0.1f);
@@ -309,9 +365,18 @@ void write_llama_tensors(const MakeModelSpec& s, int64_t n_vocab, TensorMaker& t
     // The router stays f32, as llama.cpp's quantizer leaves ffn_gate_inp; std 3/sqrt(d) spreads
     // router logits (std ~3) so the top-k choice is rarely a near-tie.
     tm.matrix(p + "ffn_gate_inp.weight", d, s.n_expert, GgmlType::kF32, 3.0f / std::sqrt((float)d));
-    tm.experts(p + "ffn_gate_exps.weight", d, s.n_ff, s.n_expert, s.weight_type);
-    tm.experts(p + "ffn_up_exps.weight", d, s.n_ff, s.n_expert, s.weight_type);
-    tm.experts(p + "ffn_down_exps.weight", s.n_ff, d, s.n_expert, s.weight_type);
+    const bool qwen2moe = s.arch == "qwen2moe";
+    const int64_t f = qwen2moe ? s.n_ff_exp : s.n_ff;
+    tm.experts(p + "ffn_gate_exps.weight", d, f, s.n_expert, s.weight_type);
+    tm.experts(p + "ffn_up_exps.weight", d, f, s.n_expert, s.weight_type);
+    tm.experts(p + "ffn_down_exps.weight", f, d, s.n_expert, s.weight_type);
+    if (!qwen2moe) continue;
+    // The shared expert's gate is one row (a 1-D tensor, f32 like every vector): std 1/sqrt(d)
+    // gives gate logits of order one, so sigmoid(gate . x) varies across tokens.
+    tm.vector(p + "ffn_gate_inp_shexp.weight", d, 0.0f, 1.0f / std::sqrt((float)d));
+    tm.matrix(p + "ffn_gate_shexp.weight", d, s.n_ff_shexp, s.weight_type);
+    tm.matrix(p + "ffn_up_shexp.weight", d, s.n_ff_shexp, s.weight_type);
+    tm.matrix(p + "ffn_down_shexp.weight", s.n_ff_shexp, d, s.weight_type);
   }
   tm.vector("output_norm.weight", d, 1.0f, 0.1f);
   if (!s.tied) tm.matrix("output.weight", d, n_vocab, s.weight_type);
@@ -410,27 +475,21 @@ Result<ExpertGating> parse_expert_gating(const std::string& name) {
 }
 
 Status MakeModelSpec::validate() const {
-  if (arch != "llama" && arch != "qwen2" && arch != "deepseek2")
-    return Error{"--arch must be llama, qwen2 or deepseek2"};
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen2moe" && arch != "deepseek2")
+    return Error{"--arch must be llama, qwen2, qwen2moe or deepseek2"};
   if (vocab_type != "spm" && vocab_type != "bpe") return Error{"--vocab-type must be spm or bpe"};
   if (weight_type == GgmlType::kQ8_K) return Error{"--weight-type q8_K is not a weight type"};
   if (rope_scaling != RopeScaling::kNone && rope_scale <= 0)
     return Error{"--rope-scale must be > 0"};
   if (gguf_version != 2 && gguf_version != 3) return Error{"--gguf-version must be 2 or 3"};
   if (arch == "deepseek2") return validate_deepseek2(*this);
+  if (arch == "qwen2moe") return validate_qwen2moe(*this);
   KVW_RETURN_IF_ERROR(refuse_deepseek2_flags(*this));
-  if (n_embd <= 0 || n_layer <= 0 || n_head <= 0 || n_head_kv <= 0 || n_ff <= 0 || n_ctx <= 0)
-    return Error{"--dim, --layers, --heads, --kv-heads, --ffn and --context must be > 0"};
-  if (n_embd % n_head != 0) return Error{"--dim must be a multiple of --heads"};
-  if (n_head % n_head_kv != 0) return Error{"--heads must be a multiple of --kv-heads"};
-  if ((n_embd / n_head) % 2 != 0) return Error{"head dimension (--dim / --heads) must be even"};
-  const int64_t blk = type_traits(weight_type).block_elems;
-  if (n_embd % blk != 0 || n_ff % blk != 0) {
-    return Error{"--dim and --ffn must be multiples of " + std::to_string(blk) +
-                 " for --weight-type " + std::string(type_traits(weight_type).name)};
-  }
+  if (n_ff_shexp != 0) return Error{"--shared-expert-ffn needs --arch qwen2moe"};
+  KVW_RETURN_IF_ERROR(validate_llama_shape(*this));
   if (n_expert < 0) return Error{"--experts must be >= 0"};
-  if (n_expert > 0 && arch != "llama") return Error{"--experts needs --arch llama"};
+  if (n_expert > 0 && arch != "llama")
+    return Error{"--experts needs --arch llama, qwen2moe or deepseek2"};
   if (n_expert > 0 && (n_expert_used < 1 || n_expert_used > n_expert))
     return Error{"--experts-used must be between 1 and --experts"};
   if (n_expert == 0 && n_expert_used != 0) return Error{"--experts-used needs --experts"};
@@ -543,21 +602,43 @@ Result<MakeModelSpec> make_model_preset(const std::string& name) {
     s.n_ctx = 4096;
     return s;
   }
+  if (name == "qwen2moe-tiny") {
+    // Qwen1.5-MoE-A2.7B's structure at dim 128: GQA 2:1, q/k/v biases, every layer 8 routed
+    // experts of 64 (top-2, softmax probabilities not renormalised) plus a gated shared expert
+    // of 256 (= feed_forward_length, as Qwen1.5-MoE's intermediate_size equals its shared
+    // expert's width), byte-level BPE with Qwen2's pre-tokenizer and ChatML.
+    s.arch = "qwen2moe";
+    s.name = "qwen2moe-tiny-random";
+    s.n_embd = 128;
+    s.n_layer = 2;
+    s.n_head = 4;
+    s.n_head_kv = 2;
+    s.n_ff = 256;
+    s.n_expert = 8;
+    s.n_expert_used = 2;
+    s.n_ff_exp = 64;
+    s.n_ff_shexp = 256;
+    s.norm_eps = 1e-6f;
+    s.rope_theta = 1000000.0f;
+    s.vocab_type = "bpe";
+    return s;
+  }
   if (name == "deepseek-v2-lite-tiny") return deepseek_tiny(false);
   if (name == "deepseek-v3-tiny") return deepseek_tiny(true);
   if (name == "deepseek-v2-lite") return deepseek_v2_lite();
   return Error{"unknown --preset '" + name +
-               "' (expected tiny, tinyllama-1.1b, mixtral-tiny, mixtral-1b, "
+               "' (expected tiny, tinyllama-1.1b, mixtral-tiny, mixtral-1b, qwen2moe-tiny, "
                "deepseek-v2-lite-tiny, deepseek-v3-tiny or deepseek-v2-lite)"};
 }
 
 Status make_model(const MakeModelSpec& s, const std::string& path) {
   KVW_RETURN_IF_ERROR(s.validate());
   std::vector<std::string> words(std::begin(kWords), std::end(kWords));
+  const bool qwen = s.arch == "qwen2" || s.arch == "qwen2moe";
   Vocab vocab = s.vocab_type == "spm"
                     ? build_spm_vocab(words, s.n_vocab)
-                    : build_bpe_vocab(words, s.arch == "qwen2" ? "qwen2" : "llama3", s.n_vocab);
-  if (s.arch == "qwen2" || s.vocab_type == "bpe") vocab.chat_template = kChatMlTemplate;
+                    : build_bpe_vocab(words, qwen ? "qwen2" : "llama3", s.n_vocab);
+  if (qwen || s.vocab_type == "bpe") vocab.chat_template = kChatMlTemplate;
   const int64_t n_vocab = (int64_t)vocab.tokens.size();
 
   GgufWriter w(s.gguf_version);

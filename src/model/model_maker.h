@@ -1,6 +1,7 @@
 // model/model_maker.h: writes GGUF models with seeded random weights in real architectures
 // (llama: Llama-2/3, TinyLlama, Mistral with sliding window, Mixtral-style mixture of experts;
-// qwen2: QKV biases; deepseek2: DeepSeek-V2/V3's multi-head latent attention and DeepSeekMoE, in
+// qwen2: QKV biases; qwen2moe: Qwen1.5-MoE / Qwen2-57B-A14B's routed experts plus a gated
+// shared expert; deepseek2: DeepSeek-V2/V3's multi-head latent attention and DeepSeekMoE, in
 // either tensor layout llama.cpp's converters have written), with a tokenizer
 // built from a word list. Used by `kvwarden make-model`, tests and benchmarks; the files are
 // ordinary GGUF files that any GGUF reader accepts.
@@ -24,14 +25,14 @@ Result<MlaLayout> parse_mla_layout(const std::string& name);        // error nam
 Result<ExpertGating> parse_expert_gating(const std::string& name);  // softmax|sigmoid, --gating
 
 struct MakeModelSpec {
-  std::string arch = "llama";  // "llama", "qwen2" or "deepseek2"
+  std::string arch = "llama";  // "llama", "qwen2", "qwen2moe" or "deepseek2"
   std::string name = "kvwarden-random";
   int32_t n_embd = 64;
   int32_t n_layer = 2;
   int32_t n_head = 4;
   int32_t n_head_kv = 2;
-  int32_t n_ff = 256;         // dense FFN width, and each expert's width when n_expert > 0
-  int32_t n_expert = 0;       // llama only: > 0 writes Mixtral-style ffn_*_exps layers
+  int32_t n_ff = 256;         // dense FFN width; llama: each expert's width when n_expert > 0
+  int32_t n_expert = 0;       // llama: > 0 writes Mixtral-style ffn_*_exps layers
   int32_t n_expert_used = 0;  // experts per token (top-k)
   int32_t n_vocab = 0;        // pad the tokenizer to this size (0: as built)
   int32_t n_ctx = 512;
@@ -47,11 +48,18 @@ struct MakeModelSpec {
   uint64_t seed = 1;
   uint32_t gguf_version = 3;
 
-  // deepseek2 only (llama and qwen2 refuse non-default values). Head lengths come from these,
-  // not from n_embd / n_head; n_head_kv is not used: head_count_kv is written as the converters
-  // write it (head_count with attn_kv_b, 1 with attn_k_b / attn_v_b). Layers below
-  // n_layer_dense_lead keep a dense FFN of n_ff; the others are n_expert routed experts of
-  // n_ff_exp plus n_expert_shared always-on ones (n_expert 0: every layer dense).
+  // qwen2moe: every layer is n_expert routed experts of n_ff_exp (below) plus one shared expert
+  // of n_ff_shexp, scaled per token by sigmoid(ffn_gate_inp_shexp . x). n_ff is only written as
+  // feed_forward_length (Qwen1.5-MoE's converter writes intermediate_size there). Other
+  // architectures refuse n_ff_shexp != 0.
+  int32_t n_ff_shexp = 0;
+
+  // deepseek2 only (other architectures refuse non-default values; qwen2moe also takes
+  // n_ff_exp). Head lengths come from these, not from n_embd / n_head; n_head_kv is not used:
+  // head_count_kv is written as the converters write it (head_count with attn_kv_b, 1 with
+  // attn_k_b / attn_v_b). Layers below n_layer_dense_lead keep a dense FFN of n_ff; the others
+  // are n_expert routed experts of n_ff_exp plus n_expert_shared always-on ones (n_expert 0:
+  // every layer dense).
   int32_t q_lora_rank = 0;  // 0: queries from a plain attn_q (V2-Lite)
   int32_t kv_lora_rank = 0;
   int32_t qk_rope_dim = 0;  // rotated part of each query/key head (rope.dimension_count)
@@ -59,7 +67,7 @@ struct MakeModelSpec {
   int32_t v_head_dim = 0;
   MlaLayout mla_layout = MlaLayout::kKvB;
   int32_t n_expert_shared = 0;
-  int32_t n_ff_exp = 0;
+  int32_t n_ff_exp = 0;  // each routed expert's width (deepseek2 and qwen2moe)
   int32_t n_layer_dense_lead = 0;
   ExpertGating gating = ExpertGating::kSoftmax;
   int32_t n_group = 0;  // > 1: top-k limited to the n_group_used best groups of experts
@@ -78,7 +86,8 @@ struct MakeModelSpec {
 // dim 128: no q compression, softmax routing, 2 shared experts, attn_kv_b), "deepseek-v3-tiny"
 // (V3's: q_lora, sigmoid routing in 4 groups with a selection bias, renormalised and scaled
 // weights, YaRN, attn_k_b / attn_v_b) and "deepseek-v2-lite" (DeepSeek-V2-Lite's full shape,
-// 15.7B parameters: about 9 GB at q4_0).
+// 15.7B parameters: about 9 GB at q4_0), "qwen2moe-tiny" (Qwen1.5-MoE's structure at dim 128:
+// 8 experts of 64, top-2 with unrenormalised weights, a gated shared expert of 256).
 Result<MakeModelSpec> make_model_preset(const std::string& name);
 
 Status make_model(const MakeModelSpec& spec, const std::string& path);

@@ -146,6 +146,25 @@ CASES.update({
                                weight_type="q8_0", lengths=(40, 90), seed=36, tol="q8_0"),
 })
 
+# qwen2moe (Qwen1.5-MoE / Qwen2-57B-A14B) from make-model's qwen2moe-tiny preset: qwen2 attention
+# (q/k/v biases, NEOX rope, GQA 2:1), every layer softmax top-2 of 8 routed experts with the
+# probabilities NOT renormalised, plus a shared expert gated per token by a sigmoid. `expect` is
+# what the file must carry.
+_Q2MOE_TINY = dict(dim=128, layers=2, heads=4, kv_heads=2, experts=8, used=2, ff_exp=64,
+                   ff_shexp=256)
+
+
+def _q2moe_case(preset, expect, flags=(), **kw):
+    c = dict(arch="qwen2moe", preset=preset, flags=tuple(flags), expect=expect, n_vocab=768,
+             weight_type="f32", kv_dtype="f32", seed=1, lengths=(1, 23, 120), tol="f32")
+    c.update(kw)
+    return c
+
+
+CASES.update({
+    "qwen2moe_f32": _q2moe_case("qwen2moe-tiny", _Q2MOE_TINY, seed=40),
+})
+
 # The smallest routing margin (gap between the last chosen and first unchosen expert's
 # selection value, and between the last kept and first dropped group score) a case may have: a
 # narrower one is decided by rounding, not by the engine. Cases that round more route to all.
@@ -194,6 +213,70 @@ def make_deepseek2_model(kvw, c, path, layout=None):
     if layout:
         cmd += ["--mla-layout", layout]
     _run(cmd)
+
+
+def make_preset_model(kvw, c, path):
+    cmd = [kvw, "make-model", "--out", path, "--preset", c["preset"], "--n-vocab",
+           str(c["n_vocab"]), "--weight-type", c["weight_type"], "--seed", str(c["seed"])]
+    _run(cmd + list(c["flags"]))
+
+
+def check_qwen2moe_file(model, c):
+    """The qwen2moe file must carry what llama.cpp's loader reads, or the case proves nothing."""
+    f, hp, e = model.file, model.hp, c["expect"]
+    errors = []
+
+    def expect(what, got, want):
+        if got != want:
+            errors.append(f"{what}: file has {got!r}, case asked for {want!r}")
+
+    a = "qwen2moe."
+    expect("architecture", f.get("general.architecture"), "qwen2moe")
+    expect("n_embd", hp.n_embd, e["dim"])
+    expect("n_layer", hp.n_layer, e["layers"])
+    expect("n_head", hp.n_head, e["heads"])
+    expect("n_head_kv", hp.n_head_kv, e["kv_heads"])
+    expect("n_vocab", model.n_vocab, c["n_vocab"])
+    expect("experts", hp.n_expert, e["experts"])
+    expect("experts used", hp.n_expert_used, e["used"])
+    expect("expert_feed_forward_length", f.get(a + "expert_feed_forward_length"), e["ff_exp"])
+    expect("expert_shared_feed_forward_length", f.get(a + "expert_shared_feed_forward_length"),
+           e["ff_shexp"])
+    expect("neox rope", hp.rope_neox, True)
+    expect("weights renormalised", hp.moe_norm_weights, False)
+    expect("output.weight present (qwen2moe never ties)", f.has_tensor("output.weight"), True)
+    d, hd = e["dim"], e["dim"] // e["heads"]
+    want_shapes = {  # ggml order: shape[0] is the row length
+        "attn_q.bias": [d],
+        "attn_k.bias": [e["kv_heads"] * hd],
+        "attn_v.bias": [e["kv_heads"] * hd],
+        "ffn_gate_inp.weight": [d, e["experts"]],
+        "ffn_gate_exps.weight": [d, e["ff_exp"], e["experts"]],
+        "ffn_up_exps.weight": [d, e["ff_exp"], e["experts"]],
+        "ffn_down_exps.weight": [e["ff_exp"], d, e["experts"]],
+        "ffn_gate_inp_shexp.weight": [d],
+        "ffn_gate_shexp.weight": [d, e["ff_shexp"]],
+        "ffn_up_shexp.weight": [d, e["ff_shexp"]],
+        "ffn_down_shexp.weight": [e["ff_shexp"], d],
+    }
+    for il in range(hp.n_layer):  # every layer is MoE with the shared expert
+        for name, shape in want_shapes.items():
+            full = f"blk.{il}.{name}"
+            if full not in f.tensors:
+                errors.append(f"{full}: missing")
+            else:
+                expect(f"{full} shape", list(f.tensors[full].shape), shape)
+        if f.has_tensor(f"blk.{il}.ffn_gate.weight"):
+            errors.append(f"blk.{il}: a dense ffn_gate in a qwen2moe file")
+    want_type = _GGML_TYPE_BY_FLAG[c["weight_type"]]
+    typed = [(n, want_type) for n in ("blk.0.attn_q.weight", "blk.0.ffn_down_exps.weight",
+                                      "blk.0.ffn_down_shexp.weight")]
+    typed += [("blk.0.ffn_gate_inp.weight", "F32"), ("blk.0.ffn_gate_inp_shexp.weight", "F32")]
+    for name, want in typed:
+        if name in f.tensors:
+            expect(f"{name} type", GGML_TYPES[f.tensors[name].ggml_type][0], want)
+    if errors:
+        raise CaseFailure("generated model does not match the case:\n  " + "\n  ".join(errors))
 
 
 def check_deepseek2_file(model, c):
@@ -368,12 +451,39 @@ def _deepseek2_features_matter(model, seqs, ours, max_abs):
     return gaps
 
 
+def _qwen2moe_features_matter(model, seqs, ours, max_abs):
+    """Each qwen2moe feature, changed in the reference, must move the logits by > 100x the
+    tolerance: the shared expert dropped, the routed weights renormalised (Mixtral's rule, which
+    llama.cpp does not apply to qwen2moe), one expert per token, every expert per token."""
+    hp = model.hp
+    switches = [("use_shared_expert", False, "shared expert dropped"),
+                ("moe_norm_weights", True, "routed weights renormalised")]
+    if hp.n_expert_used > 1:
+        switches.append(("n_expert_used", 1, "one expert per token"))
+    if hp.n_expert_used < hp.n_expert:
+        switches.append(("n_expert_used", hp.n_expert, "every expert per token"))
+    gaps = {}
+    for attr, value, what in switches:
+        saved = getattr(hp, attr)
+        setattr(hp, attr, value)
+        try:
+            gaps[what] = float(np.abs(ours - model.forward_batch(seqs)).max())
+        finally:
+            setattr(hp, attr, saved)
+    weak = {k: v for k, v in gaps.items() if v < 100 * max_abs}
+    if weak:
+        raise CaseFailure(f"features that barely change the logits: {weak}: case is vacuous")
+    return gaps
+
+
 def check_feature_matters(model, seqs, ours, c, max_abs):
     """With the case's feature switched off the reference must disagree with our logits, so a
     case cannot pass because its model happens to be insensitive to the feature."""
     hp = model.hp
     if c["arch"] == "deepseek2":
         return _deepseek2_features_matter(model, seqs, ours, max_abs)
+    if c["arch"] == "qwen2moe":
+        return _qwen2moe_features_matter(model, seqs, ours, max_abs)
     if c["experts"]:
         # Routing must matter both ways: one expert per token, and every expert per token.
         gaps = []
@@ -440,6 +550,12 @@ def run_case(kvw, name, workdir, threads):
         model = Deepseek2Ref(model_path)
         check_deepseek2_file(model, c)
         kv_dtype = c["kv_dtype"]
+    elif c["arch"] == "qwen2moe":
+        model_path = os.path.join(workdir, "model.gguf")
+        make_preset_model(kvw, c, model_path)
+        model = LlamaRef(model_path)
+        check_qwen2moe_file(model, c)
+        kv_dtype = c["kv_dtype"]
     else:
         model_path = os.path.join(workdir, "model.gguf")
         make_model(kvw, c, model_path)
@@ -454,7 +570,7 @@ def run_case(kvw, name, workdir, threads):
     ours, seconds = run_logits(kvw, model_path, seqs, workdir, model.n_vocab, kv_dtype, threads)
     ref = model.forward_batch(seqs)
     stats, failures = compare(ours, ref, c["tol"])
-    if c.get("arch") == "deepseek2":
+    if c.get("arch") in ("deepseek2", "qwen2moe"):
         margin = model.min_routing_margin
         stats["min_routing_margin"] = margin if math.isfinite(margin) else None
         if margin < ROUTING_MARGIN_MIN.get(c["tol"], 0.05):

@@ -1,5 +1,5 @@
-"""Independent numpy reference of the Llama-family decoder ("llama", "qwen2", and Mixtral-style
-mixture-of-experts llama files), float64 throughout.
+"""Independent numpy reference of the Llama-family decoder ("llama", "qwen2", Mixtral-style
+mixture-of-experts llama files, and "qwen2moe": Qwen1.5-MoE / Qwen2-57B-A14B), float64 throughout.
 
 Written from the architecture's mathematics, not from the C++ engine: the comparison tests trust
 it as the oracle. Also holds a tiny SentencePiece-style tokenizer (merge by score) and, run as a
@@ -18,7 +18,7 @@ from gguf_reader import GgufFile
 class Hparams:
     def __init__(self, f):
         arch = f.get("general.architecture")
-        if arch not in ("llama", "qwen2"):
+        if arch not in ("llama", "qwen2", "qwen2moe"):
             raise ValueError(f"unsupported architecture {arch!r}")
         self.arch = arch
 
@@ -43,11 +43,24 @@ class Hparams:
         if legacy_linear is not None and self.rope_scaling == "none":
             self.rope_scaling, self.rope_scale = "linear", float(legacy_linear)
         # llama GGUFs store q/k permuted for adjacent-pair rotation; qwen2 keeps HF's half split.
-        self.rope_neox = arch == "qwen2"
+        self.rope_neox = arch in ("qwen2", "qwen2moe")
         # Mixtral-style mixture of experts (HF MixtralSparseMoeBlock): softmax over the router
         # logits, the top expert_used_count experts, their probabilities renormalised to sum 1.
         self.n_expert = int(meta("expert_count", 0))
         self.n_expert_used = int(meta("expert_used_count", 0))
+        # qwen2moe (HF Qwen2MoeSparseMoeBlock with norm_topk_prob false, llama.cpp's
+        # build_qwen2moe with norm_w = false): the chosen softmax probabilities are used as they
+        # are, not renormalised; every layer also has a shared expert (SwiGLU of
+        # expert_shared_feed_forward_length) scaled per token by sigmoid(ffn_gate_inp_shexp . h).
+        # The routed experts' width is expert_feed_forward_length. moe_norm_weights and
+        # use_shared_expert are switches the comparison driver flips to show both matter.
+        self.qwen2moe = arch == "qwen2moe"
+        self.moe_norm_weights = not self.qwen2moe
+        self.use_shared_expert = True
+        self.n_ff_exp = int(meta("expert_feed_forward_length", 0))
+        self.n_ff_shexp = int(meta("expert_shared_feed_forward_length", 0))
+        if self.qwen2moe and self.n_expert <= 0:
+            raise ValueError("qwen2moe needs expert_count > 0")
         if self.n_head % self.n_head_kv != 0:
             raise ValueError("n_head must be a multiple of n_head_kv")
 
@@ -137,11 +150,16 @@ class LlamaRef:
         if self.output is None:
             self.output = self.tok_embd  # tied embeddings
         self.rope_freqs = opt("rope_freqs.weight")
+        # Smallest relative gap between the last chosen and the first unchosen router
+        # probability of any token in the last forward_batch (inf: top-k never dropped one).
+        self.min_routing_margin = math.inf
         self.layers = []
         for il in range(hp.n_layer):
             p = f"blk.{il}."
             ffn = ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps") \
                 if hp.n_expert > 0 else ("ffn_gate", "ffn_up", "ffn_down")
+            if hp.qwen2moe:
+                ffn += ("ffn_gate_inp_shexp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
             layer = {k: w(p + k + ".weight") for k in (
                 "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm") + ffn}
             for k in ("attn_q", "attn_k", "attn_v"):
@@ -193,23 +211,40 @@ class LlamaRef:
         return x @ self.output.T
 
     def moe_ffn(self, L, h):
-        """Mixtral's sparse MoE block for h (T, n_embd); expert tensors are (E, rows, n_in)."""
-        k = self.hp.n_expert_used
+        """Sparse MoE block for h (T, n_embd); expert tensors are (E, rows, n_in). Mixtral: softmax
+        router, top-k (ties to the lower id), the chosen probabilities renormalised to sum 1.
+        qwen2moe: the same without renormalising, plus the gated shared expert."""
+        hp = self.hp
+        k, n_exp = hp.n_expert_used, hp.n_expert
         logits = h @ L["ffn_gate_inp"].T  # (T, E)
         probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
         probs /= probs.sum(axis=-1, keepdims=True)
+        if k < n_exp:
+            ordered = -np.sort(-probs, axis=-1)
+            last_in, first_out = ordered[:, k - 1], ordered[:, k]
+            gap = (last_in - first_out) / last_in
+            if gap.size:
+                self.min_routing_margin = min(self.min_routing_margin, float(gap.min()))
         out = np.zeros_like(h)
         for t in range(h.shape[0]):
             chosen = np.argsort(-probs[t], kind="stable")[:k]
-            weights = probs[t, chosen] / probs[t, chosen].sum()
+            weights = probs[t, chosen]
+            if hp.moe_norm_weights:
+                weights = weights / weights.sum()
             for e, wt in zip(chosen, weights):
                 g = L["ffn_gate_exps"][e] @ h[t]
                 u = L["ffn_up_exps"][e] @ h[t]
                 out[t] += wt * (L["ffn_down_exps"][e] @ (silu(g) * u))
+        if hp.qwen2moe and hp.use_shared_expert:
+            shared = (silu(h @ L["ffn_gate_shexp"].T) * (h @ L["ffn_up_shexp"].T)) \
+                @ L["ffn_down_shexp"].T
+            gate = 1.0 / (1.0 + np.exp(-(h @ L["ffn_gate_inp_shexp"])))  # (T,): one per token
+            out += gate[:, None] * shared
         return out
 
     def forward_batch(self, sequences):
         """Independent sequences -> logits concatenated in order, (sum of lengths, n_vocab)."""
+        self.min_routing_margin = math.inf
         return np.concatenate([self.forward(s) for s in sequences], axis=0)
 
     def greedy(self, prompt, n_new):

@@ -511,5 +511,117 @@ class Deepseek2Test(unittest.TestCase):
         self.assertGreater(differs.sum(), 0)  # the group limit changed some choices
         self.assertTrue(np.all(np.isfinite(weights)))
 
+
+# ----- qwen2moe (Qwen1.5-MoE): a file written here, the MoE block against HF's formulation -----
+
+_Q2 = dict(n_embd=64, n_layer=2, n_head=4, n_head_kv=2, n_ff=96, n_expert=6, n_used=2,
+           n_ff_exp=32, n_ff_shexp=96, n_vocab=50, ctx=256)
+
+
+def write_qwen2moe_gguf(path, c, seed):
+    """f32 qwen2moe file with llama.cpp's key and tensor names (LLM_ARCH_QWEN2MOE's loader)."""
+    rng = np.random.default_rng(seed)
+    a = "qwen2moe."
+    d, hd = c["n_embd"], c["n_embd"] // c["n_head"]
+    kv = c["n_head_kv"] * hd
+    kvs = [("general.architecture", 8, "qwen2moe"), (a + "context_length", 4, c["ctx"]),
+           (a + "embedding_length", 4, d), (a + "block_count", 4, c["n_layer"]),
+           (a + "feed_forward_length", 4, c["n_ff"]), (a + "attention.head_count", 4, c["n_head"]),
+           (a + "attention.head_count_kv", 4, c["n_head_kv"]),
+           (a + "attention.layer_norm_rms_epsilon", 6, 1e-6), (a + "rope.freq_base", 6, 10000.0),
+           (a + "expert_count", 4, c["n_expert"]), (a + "expert_used_count", 4, c["n_used"]),
+           (a + "expert_feed_forward_length", 4, c["n_ff_exp"]),
+           (a + "expert_shared_feed_forward_length", 4, c["n_ff_shexp"])]
+    tensors = []
+
+    def add(name, arr):  # numpy order; the ggml shape is reversed
+        arr = np.ascontiguousarray(arr, dtype=np.float32)
+        tensors.append((name, list(reversed(arr.shape)), 0, arr.tobytes()))
+
+    def mat(*shape, std=None):
+        std = std if std is not None else 1.0 / math.sqrt(shape[-1])
+        return rng.uniform(-math.sqrt(3) * std, math.sqrt(3) * std, size=shape)
+
+    E, fe, fs = c["n_expert"], c["n_ff_exp"], c["n_ff_shexp"]
+    add("token_embd.weight", mat(c["n_vocab"], d, std=1.0))
+    for il in range(c["n_layer"]):
+        p = f"blk.{il}."
+        add(p + "attn_norm.weight", 1.0 + mat(d, std=0.1))
+        for name, rows in (("attn_q", d), ("attn_k", kv), ("attn_v", kv)):
+            add(p + name + ".weight", mat(rows, d))
+            add(p + name + ".bias", mat(rows, std=0.1))
+        add(p + "attn_output.weight", mat(d, d))
+        add(p + "ffn_norm.weight", 1.0 + mat(d, std=0.1))
+        add(p + "ffn_gate_inp.weight", mat(E, d, std=3.0 / math.sqrt(d)))
+        add(p + "ffn_gate_exps.weight", mat(E, fe, d))
+        add(p + "ffn_up_exps.weight", mat(E, fe, d))
+        add(p + "ffn_down_exps.weight", mat(E, d, fe))
+        add(p + "ffn_gate_inp_shexp.weight", mat(d))  # 1-D: one gate logit per token
+        add(p + "ffn_gate_shexp.weight", mat(fs, d))
+        add(p + "ffn_up_shexp.weight", mat(fs, d))
+        add(p + "ffn_down_shexp.weight", mat(d, fs))
+    add("output_norm.weight", 1.0 + mat(d, std=0.1))
+    add("output.weight", mat(c["n_vocab"], d))
+    write_gguf(path, kvs, tensors)
+
+
+class Qwen2MoeTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.path = os.path.join(cls.tmp.name, "qwen2moe.gguf")
+        write_qwen2moe_gguf(cls.path, _Q2, seed=9)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_hparams(self):
+        hp = llama_ref.LlamaRef(self.path).hp
+        self.assertEqual((hp.n_expert, hp.n_expert_used, hp.n_ff_exp, hp.n_ff_shexp),
+                         (6, 2, 32, 96))
+        self.assertTrue(hp.rope_neox)
+        self.assertFalse(hp.moe_norm_weights)
+
+    def test_moe_block_equals_hf_formulation(self):
+        """HF's Qwen2MoeSparseMoeBlock (norm_topk_prob false), expert-major as HF loops:
+        softmax(router), top-k probabilities as weights, plus sigmoid(shared_expert_gate(h)) *
+        shared_expert(h)."""
+        m = llama_ref.LlamaRef(self.path)
+        L = m.layers[1]
+        h = np.random.default_rng(4).standard_normal((60, _Q2["n_embd"]))
+        logits = h @ L["ffn_gate_inp"].T
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        top = np.argsort(-p, axis=1)[:, :_Q2["n_used"]]
+        want = np.zeros_like(h)
+        for e in range(_Q2["n_expert"]):
+            rows, slot = np.nonzero(top == e)
+            x = h[rows]
+            y = (llama_ref.silu(x @ L["ffn_gate_exps"][e].T) * (x @ L["ffn_up_exps"][e].T)) \
+                @ L["ffn_down_exps"][e].T
+            want[rows] += p[rows, e][:, None] * y
+        shared = (llama_ref.silu(h @ L["ffn_gate_shexp"].T) * (h @ L["ffn_up_shexp"].T)) \
+            @ L["ffn_down_shexp"].T
+        gate = 1 / (1 + np.exp(-(h @ L["ffn_gate_inp_shexp"])))
+        self.assertGreater(gate.std(), 0.05)  # the gate varies from token to token
+        want += gate[:, None] * shared
+        np.testing.assert_allclose(m.moe_ffn(L, h), want, rtol=0, atol=1e-12)
+
+    def test_forward_and_switches(self):
+        m = llama_ref.LlamaRef(self.path)
+        seqs = [[1, 2, 3], list(range(5, 40))]
+        base = m.forward_batch(seqs)
+        self.assertGreater(base.std(), 0.3)
+        np.testing.assert_allclose(m.forward(seqs[1][:10]), base[3:13], atol=1e-12)  # causal
+        for attr, value in (("use_shared_expert", False), ("moe_norm_weights", True)):
+            saved = getattr(m.hp, attr)
+            setattr(m.hp, attr, value)
+            try:
+                self.assertGreater(np.abs(m.forward_batch(seqs) - base).max(), 1e-2, attr)
+            finally:
+                setattr(m.hp, attr, saved)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
