@@ -454,8 +454,8 @@ Status GgufFile::move_tensors_to_memory() {
   const uint64_t len = (n + kHuge - 1) / kHuge * kHuge;
   if (len == 0) return Status::ok_status();
   // Over-allocate by one huge page, then trim to a 2 MiB-aligned start.
-  void* raw = ::mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                     -1, 0);
+  void* raw =
+      ::mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) {
     return Error{path_ + ": cannot allocate " + std::to_string(len) +
                  " bytes for the tensor data: " + std::strerror(errno)};

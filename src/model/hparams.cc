@@ -212,8 +212,7 @@ Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
   auto arch = f.get_string("general.architecture");
   if (!arch) return Error{arch.message()};
   hp.arch = *arch;
-  if (hp.arch != "llama" && hp.arch != "qwen2" && hp.arch != "qwen2moe" &&
-      hp.arch != "deepseek2") {
+  if (hp.arch != "llama" && hp.arch != "qwen2" && hp.arch != "qwen2moe" && hp.arch != "deepseek2") {
     return Error{f.path() + ": key 'general.architecture': '" + hp.arch +
                  "' is not supported (supported: llama, qwen2, qwen2moe, deepseek2)"};
   }

@@ -4,7 +4,8 @@
 // The cache holds one row per token: [c (kv_lora_rank), k_pe (qk_rope_dim)], c the RMS-normed
 // latent and k_pe the rotated key shared by all heads. Head h's key is [W_kb[h] c, k_pe] and its
 // value W_vb[h] c, so
-//   score(h, t) = q_nope[h] . W_kb[h] c_t + q_pe[h] . k_pe_t = [W_kb[h]^T q_nope[h], q_pe[h]] . row_t
+//   score(h, t) = q_nope[h] . W_kb[h] c_t + q_pe[h] . k_pe_t
+//               = [W_kb[h]^T q_nope[h], q_pe[h]] . row_t
 //   out[h]      = W_vb[h] (sum_t p(h, t) c_t)
 // which is multi-query attention with head length kv_lora_rank + qk_rope_dim over the cached
 // rows, V = the same rows (the rope part of the result is discarded). The kernels' attention
@@ -86,8 +87,8 @@ void Model::run_mla_attention(const LayerWeights& L, int32_t l, KvArena& kv, int
     pool_.run([&](int ith, int nth) {
       auto [b, e] = thread_share(n_tokens, ith, nth);
       for (int64_t t = b; t < e; ++t) {
-        kt.rmsnorm(gate_.data() + t * m.q_lora_rank, L.q_a_norm.data(), m.q_lora_rank,
-                   hp_.norm_eps, xn + t * m.q_lora_rank);
+        kt.rmsnorm(gate_.data() + t * m.q_lora_rank, L.q_a_norm.data(), m.q_lora_rank, hp_.norm_eps,
+                   xn + t * m.q_lora_rank);
         quantize_for(L.wq_b, xn, t, m.q_lora_rank);
       }
     });
@@ -111,7 +112,8 @@ void Model::run_mla_attention(const LayerWeights& L, int32_t l, KvArena& kv, int
       kt.kv_store(view, seqs_[tok_[t].seq].block_table, tok_[t].pos, c, c);
       for (int64_t h = 0; h < nh; ++h) {
         std::copy_n(q + h * hd + nope, rope, qa + (t * nh + h) * row + r);
-        if (!L.k_b_transposed) std::copy_n(q + h * hd, nope, mla_in_.data() + (h * n_tokens + t) * nope);
+        if (!L.k_b_transposed)
+          std::copy_n(q + h * hd, nope, mla_in_.data() + (h * n_tokens + t) * nope);
       }
     }
   });

@@ -67,9 +67,8 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
       std::max({T * hp_.n_ff, A * moe.n_ff_exp, T * shared_ff, T * mla.q_lora_rank});
   // xn_ also holds MLA's attention output, n_head latent rows per token.
   const int64_t max_in =
-      std::max({(int64_t)hp_.n_embd, (int64_t)hp_.q_dim(), (int64_t)hp_.n_ff,
-                (int64_t)moe.n_ff_exp, shared_ff,
-                mla.is_mla() ? (int64_t)hp_.n_head * hp_.cache_head_dim() : 0});
+      std::max({(int64_t)hp_.n_embd, (int64_t)hp_.q_dim(), (int64_t)hp_.n_ff, (int64_t)moe.n_ff_exp,
+                shared_ff, mla.is_mla() ? (int64_t)hp_.n_head * hp_.cache_head_dim() : 0});
   tok_.resize(T);
   logit_src_.resize(T);
   x_.resize(T * hp_.n_embd);
@@ -87,10 +86,10 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
   };
   need(w_.output);
   for (const auto& l : w_.layers) {
-    for (const auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down, &l.router,
-                          &l.gate_exps.first, &l.up_exps.first, &l.down_exps.first, &l.shexp_gate,
-                          &l.shexp_up, &l.shexp_down, &l.wq_a, &l.wq_b, &l.wkv_a, &l.k_b.first,
-                          &l.v_b.first}) {
+    for (const auto* m :
+         {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down, &l.router, &l.gate_exps.first,
+          &l.up_exps.first, &l.down_exps.first, &l.shexp_gate, &l.shexp_up, &l.shexp_down, &l.wq_a,
+          &l.wq_b, &l.wkv_a, &l.k_b.first, &l.v_b.first}) {
       if (m->data != nullptr) need(*m);
     }
   }

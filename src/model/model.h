@@ -139,11 +139,11 @@ class Model {
   std::vector<float> moe_rows_;        // [A][n_embd] gathered inputs, then expert outputs
 
   // MLA workspace (empty otherwise). H = n_head, R = kv_lora_rank, row = R + qk_rope_dim.
-  float mla_scale_ = 0.0f;       // score scale (mla_score_scale)
-  std::vector<float> mla_q_;     // [T][H][row] absorbed queries
-  std::vector<float> mla_in_;    // [H][T][max(nope, R)] per-head matmul inputs
-  std::vector<float> mla_out_;   // [H][T][max(R, v_head_dim)] per-head matmul outputs
-  std::vector<float> mla_row_;   // [n_threads][R] a dequantised attn_kv_b row
+  float mla_scale_ = 0.0f;        // score scale (mla_score_scale)
+  std::vector<float> mla_q_;      // [T][H][row] absorbed queries
+  std::vector<float> mla_in_;     // [H][T][max(nope, R)] per-head matmul inputs
+  std::vector<float> mla_out_;    // [H][T][max(R, v_head_dim)] per-head matmul outputs
+  std::vector<float> mla_row_;    // [n_threads][R] a dequantised attn_kv_b row
   std::vector<uint8_t> mla_act_;  // [H x T][act_row_bytes] quantised per-head inputs
 };
 

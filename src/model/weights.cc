@@ -225,16 +225,17 @@ Result<uint64_t> pack_matrices(GgufFile& file, ModelWeights& w, const kernels::K
   uint64_t bytes = 0;
   if (w.output.data != w.token_embd.data) bytes += pack_matrix(w.output, 1, 0, kt);
   for (LayerWeights& l : w.layers) {
-    for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down, &l.router,
-                            &l.shexp_gate, &l.shexp_up, &l.shexp_down, &l.wq_a, &l.wq_b,
-                            &l.wkv_a}) {
+    for (WeightMatrix* m :
+         {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down, &l.router, &l.shexp_gate,
+          &l.shexp_up, &l.shexp_down, &l.wq_a, &l.wq_b, &l.wkv_a}) {
       bytes += pack_matrix(*m, 1, 0, kt);
     }
     for (ExpertMatrices* x : {&l.gate_exps, &l.up_exps, &l.down_exps, &l.v_b}) {
       bytes += pack_matrix(x->first, x->n_expert, x->expert_bytes, kt);
     }
     // A transposed k_b is read row by row (mla_forward.cc), never through the GEMM.
-    if (!l.k_b_transposed) bytes += pack_matrix(l.k_b.first, l.k_b.n_expert, l.k_b.expert_bytes, kt);
+    if (!l.k_b_transposed)
+      bytes += pack_matrix(l.k_b.first, l.k_b.n_expert, l.k_b.expert_bytes, kt);
   }
   KVW_RETURN_IF_ERROR(file.set_writable(false));
   return bytes;

@@ -60,8 +60,8 @@ struct LayerWeights {
   // Queries: wq [n_head x (nope + rope) x n_embd], or, with q_lora_rank > 0, wq_a
   // [q_lora_rank x n_embd] -> RMSNorm q_a_norm -> wq_b [n_head x (nope + rope) x q_lora_rank].
   WeightMatrix wq_a, wq_b;
-  std::vector<float> q_a_norm;  // [q_lora_rank]
-  WeightMatrix wkv_a;           // attn_kv_a_mqa [(kv_lora_rank + rope) x n_embd]
+  std::vector<float> q_a_norm;   // [q_lora_rank]
+  WeightMatrix wkv_a;            // attn_kv_a_mqa [(kv_lora_rank + rope) x n_embd]
   std::vector<float> kv_a_norm;  // [kv_lora_rank]
   // Per-head up-projections of the latent. k_b: head h maps a query's no-rope part into the
   // latent (kv_lora_rank rows of nope), so scores read the cache directly; v_b: head h maps the

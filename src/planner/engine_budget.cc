@@ -43,11 +43,11 @@ uint64_t engine_workspace_bytes(const ModelShape& m, int64_t max_num_batched_tok
   const int64_t cache_head = m.is_mla() ? m.kv_lora_rank + m.qk_rope_head_dim : m.head_dim;
   const int64_t q_dim = m.n_head * qk_head, kv_dim = m.n_kv_head * qk_head;
   const int64_t shared_ff = m.shared_ff();
-  const int64_t max_in = std::max({m.n_embd, q_dim, m.n_ff, m.moe_ff, shared_ff,
-                                   m.is_mla() ? m.n_head * cache_head : 0});
+  const int64_t max_in = std::max(
+      {m.n_embd, q_dim, m.n_ff, m.moe_ff, shared_ff, m.is_mla() ? m.n_head * cache_head : 0});
   const int64_t n_rot = m.gguf && m.gguf->n_rot > 0 ? m.gguf->n_rot
-                        : m.is_mla()                 ? m.qk_rope_head_dim
-                                                     : m.head_dim;
+                        : m.is_mla()                ? m.qk_rope_head_dim
+                                                    : m.head_dim;
   int64_t q80 = 0, q8k = 0;
   if (m.gguf) {
     q80 = m.gguf->act_q8_0_row_bytes;
@@ -62,9 +62,9 @@ uint64_t engine_workspace_bytes(const ModelShape& m, int64_t max_num_batched_tok
   // width or T x q_lora_rank, the largest), as Model::Model allocates them.
   const uint64_t ff_floats = std::max({T * (uint64_t)m.n_ff, A * (uint64_t)m.moe_ff,
                                        T * (uint64_t)shared_ff, T * (uint64_t)m.q_lora_rank});
-  const uint64_t floats_per_token = (uint64_t)(m.n_embd + max_in + q_dim +
-                                               std::max(kv_dim, cache_head) + kv_dim + m.n_embd +
-                                               n_rot);
+  const uint64_t floats_per_token =
+      (uint64_t)(m.n_embd + max_in + q_dim + std::max(kv_dim, cache_head) + kv_dim + m.n_embd +
+                 n_rot);
   const uint64_t scratch_floats =
       (uint64_t)n_threads * (uint64_t)kernels::attention_scratch_floats((int32_t)cache_head);
   // Router logits [T][E], router scratch [threads][2E], ids, weights, slots and tokens of each

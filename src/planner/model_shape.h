@@ -23,11 +23,11 @@ enum class WindowPattern {
 
 // Extra facts only a GGUF file gives; they make kvwarden's own engine budget exact.
 struct GgufFacts {
-  uint64_t weight_bytes = 0;         // sum of every tensor's bytes in the file
-  uint64_t num_params = 0;           // sum of every tensor's elements
-  int64_t n_rot = 0;                 // rope.dimension_count
-  int64_t act_q8_0_row_bytes = 0;    // widest Q8_0 activation row any matmul needs (0: none)
-  int64_t act_q8_k_row_bytes = 0;    // widest Q8_K activation row any matmul needs (0: none)
+  uint64_t weight_bytes = 0;       // sum of every tensor's bytes in the file
+  uint64_t num_params = 0;         // sum of every tensor's elements
+  int64_t n_rot = 0;               // rope.dimension_count
+  int64_t act_q8_0_row_bytes = 0;  // widest Q8_0 activation row any matmul needs (0: none)
+  int64_t act_q8_k_row_bytes = 0;  // widest Q8_K activation row any matmul needs (0: none)
   // MLA: the widest activation row of the per-head up-projections (attn_k_b / attn_v_b, or the
   // fused attn_kv_b's value rows), quantised for every head and token of a step.
   int64_t mla_act_row_bytes = 0;

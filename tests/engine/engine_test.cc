@@ -1,6 +1,6 @@
 // Engine behaviour: batch-invariant greedy output (alone, batched, prefix hit, preempted and
-// swapped; dense, Mixtral-style MoE and DeepSeek MLA), clean ends (cancel, reject, shutdown), no leaked blocks,
-// the start-up budget check and the numerics guard.
+// swapped; dense, Mixtral-style MoE and DeepSeek MLA), clean ends (cancel, reject, shutdown), no
+// leaked blocks, the start-up budget check and the numerics guard.
 #include "engine/engine.h"
 
 #include <gtest/gtest.h>

@@ -125,17 +125,17 @@ TEST_P(MlaForwardTest, LogitsAreBitIdenticalAloneBatchedChunkedAndAcrossThreads)
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    PresetsAndTypes, MlaForwardTest,
-    ::testing::Values(MlaCase{"deepseek-v2-lite-tiny", "f32", "f16"},
-                      MlaCase{"deepseek-v2-lite-tiny", "q8_0", "int8"},
-                      MlaCase{"deepseek-v3-tiny", "f32", "f32"},
-                      MlaCase{"deepseek-v3-tiny", "f16", "bf16"}),
-    [](const auto& info) {
-      std::string n = info.param.preset + "_" + info.param.weights + "_" + info.param.kv;
-      for (char& ch : n) ch = std::isalnum((unsigned char)ch) ? ch : '_';
-      return n;
-    });
+INSTANTIATE_TEST_SUITE_P(PresetsAndTypes, MlaForwardTest,
+                         ::testing::Values(MlaCase{"deepseek-v2-lite-tiny", "f32", "f16"},
+                                           MlaCase{"deepseek-v2-lite-tiny", "q8_0", "int8"},
+                                           MlaCase{"deepseek-v3-tiny", "f32", "f32"},
+                                           MlaCase{"deepseek-v3-tiny", "f16", "bf16"}),
+                         [](const auto& info) {
+                           std::string n =
+                               info.param.preset + "_" + info.param.weights + "_" + info.param.kv;
+                           for (char& ch : n) ch = std::isalnum((unsigned char)ch) ? ch : '_';
+                           return n;
+                         });
 
 // One row of kv_lora_rank + rope dims per token and layer, for K and V together.
 TEST(MlaCache, OneLatentRowPerTokenAndLayer) {

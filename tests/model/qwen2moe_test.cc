@@ -75,8 +75,8 @@ TEST(Qwen2Moe, ReadsAsRoutedPlusGatedSharedExpertAndIsBatchInvariant) {
   KvArena kv(m->kv_config(64, 16, KvDtype::kF16));
   const auto probe = tokens(29, hp.n_vocab, 1);
   const auto alone = logits(*m, kv, {probe}, 0, 0);
-  const auto batched = logits(*m, kv, {tokens(7, hp.n_vocab, 2), probe, tokens(40, hp.n_vocab, 3)},
-                              1, 10);
+  const auto batched =
+      logits(*m, kv, {tokens(7, hp.n_vocab, 2), probe, tokens(40, hp.n_vocab, 3)}, 1, 10);
   EXPECT_EQ(0, std::memcmp(alone.data(), batched.data(), alone.size() * 4));
   auto m1 = load(path, 1);
   KvArena kv1(m1->kv_config(8, 16, KvDtype::kF16));
