@@ -6,76 +6,26 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
-#include <functional>
-#include <random>
 
-#include "gguf/gguf_file.h"
-#include "gguf/gguf_writer.h"
-#include "model/model.h"
-#include "model/model_maker.h"
+#include "model_test_util.h"
 
 namespace kvw {
 namespace {
 
-MakeModelSpec preset(const std::string& name, const std::string& type = "f32") {
-  auto s = make_model_preset(name);
-  EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.message());
-  s->weight_type = *ggml_type_from_name(type);
-  s->seed = 31;
-  return *s;
-}
+using test::bit_equal;
+using test::expect_refused;
+using test::kKeepAll;
+using test::random_tokens;
+using test::rewrite;
+using test::run_batch;
+using test::write_model;
 
-std::string write_model(const std::string& name, const MakeModelSpec& spec) {
-  const std::string path = ::testing::TempDir() + "/" + name + ".gguf";
-  Status st = make_model(spec, path);
-  EXPECT_TRUE(st.ok()) << st.message();
-  return path;
+MakeModelSpec preset(const std::string& name, const std::string& type = "f32") {
+  return test::preset_spec(name, type, 31);
 }
 
 std::unique_ptr<Model> load(const std::string& path, int threads) {
-  ModelOptions opt;
-  opt.n_threads = threads;
-  opt.max_batch_tokens = 256;
-  auto m = Model::load(path, opt);
-  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.message());
-  return m.ok() ? std::move(m.value()) : nullptr;
-}
-
-std::vector<int32_t> random_tokens(int n, int32_t n_vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = (int32_t)(rng() % n_vocab);
-  return t;
-}
-
-// Every sequence's prompt with all logits, in one forward call, blocks from `first_block` on.
-std::vector<std::vector<float>> run_batch(Model& m, KvArena& kv,
-                                          const std::vector<std::vector<int32_t>>& seqs,
-                                          uint32_t first_block = 0) {
-  const int32_t bs = kv.config().block_size;
-  std::vector<std::vector<uint32_t>> tables(seqs.size());
-  std::vector<SeqInput> in;
-  uint32_t next = first_block;
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    for (size_t b = 0; b < (seqs[i].size() + bs - 1) / bs; ++b) tables[i].push_back(next++);
-    in.push_back({.tokens = seqs[i], .start_pos = 0, .block_table = tables[i], .all_logits = true});
-  }
-  const int32_t V = m.hparams().n_vocab;
-  std::vector<float> all(Model::num_logit_rows(in) * V);
-  Status st = m.forward(in, kv, all.data());
-  EXPECT_TRUE(st.ok()) << st.message();
-  std::vector<std::vector<float>> out;
-  size_t off = 0;
-  for (const auto& s : seqs) {
-    out.emplace_back(all.begin() + off, all.begin() + off + s.size() * V);
-    off += s.size() * V;
-  }
-  return out;
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+  return test::load_model(path, threads);
 }
 
 struct MlaCase {
@@ -174,37 +124,6 @@ TEST(MlaLayouts, FusedAndSplitFilesAgree) {
   }
   EXPECT_LT(max_diff, 1e-4f);
   EXPECT_GT(max_abs, 0.1f);  // logits are not all ~0
-}
-
-// Copies `src` to a new file, letting `meta` change metadata and `tensors` add, drop or replace
-// tensors (return false to drop).
-using TensorEdit = std::function<bool(GgufWriter&, const GgufTensorInfo&, const uint8_t*)>;
-std::string rewrite(const std::string& src, const std::string& name,
-                    const std::function<void(GgufWriter&)>& meta, const TensorEdit& tensors) {
-  auto f = GgufFile::open(src);
-  EXPECT_TRUE(f.ok());
-  GgufWriter w;
-  for (const auto& kv : (*f)->metadata()) w.set(kv.key, kv.value);
-  meta(w);
-  for (const auto& t : (*f)->tensors()) {
-    const uint8_t* p = (*f)->tensor_data(t);
-    if (tensors(w, t, p)) {
-      w.add_tensor(t.name, t.type, t.shape, std::vector<uint8_t>(p, p + t.num_bytes));
-    }
-  }
-  const std::string path = ::testing::TempDir() + "/" + name + ".gguf";
-  EXPECT_TRUE(w.write(path).ok());
-  return path;
-}
-
-const auto kKeepAll = [](GgufWriter&, const GgufTensorInfo&, const uint8_t*) { return true; };
-
-void expect_refused(const std::string& path, const std::vector<std::string>& parts) {
-  auto m = Model::load(path, {});
-  ASSERT_FALSE(m.ok());
-  const std::string file = path.substr(path.find_last_of('/') + 1);
-  EXPECT_NE(m.message().find(file), std::string::npos) << m.message();
-  for (const auto& p : parts) EXPECT_NE(m.message().find(p), std::string::npos) << m.message();
 }
 
 class MlaBadInput : public ::testing::Test {
