@@ -11,6 +11,7 @@
 
 #include "model/model.h"
 #include "model/model_maker.h"
+#include "model_test_util.h"
 
 namespace kvw {
 namespace {
@@ -38,35 +39,8 @@ std::vector<int32_t> random_tokens(int n, int32_t n_vocab, uint32_t seed) {
   return t;
 }
 
-// Runs each sequence's prompt (all logits) in one batch with blocks taken from `first_block` on.
-std::vector<std::vector<float>> run_batch(Model& m, KvArena& kv,
-                                          const std::vector<std::vector<int32_t>>& seqs,
-                                          uint32_t first_block = 0, bool reverse_blocks = false) {
-  const int32_t bs = kv.config().block_size;
-  std::vector<std::vector<uint32_t>> tables(seqs.size());
-  std::vector<SeqInput> in;
-  uint32_t next = first_block;
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    for (size_t b = 0; b < (seqs[i].size() + bs - 1) / bs; ++b) tables[i].push_back(next++);
-    if (reverse_blocks) std::reverse(tables[i].begin(), tables[i].end());
-    in.push_back({.tokens = seqs[i], .start_pos = 0, .block_table = tables[i], .all_logits = true});
-  }
-  const int32_t V = m.hparams().n_vocab;
-  std::vector<float> all(Model::num_logit_rows(in) * V);
-  Status st = m.forward(in, kv, all.data());
-  EXPECT_TRUE(st.ok()) << st.message();
-  std::vector<std::vector<float>> out;
-  size_t off = 0;
-  for (const auto& s : seqs) {
-    out.emplace_back(all.begin() + off, all.begin() + off + s.size() * V);
-    off += s.size() * V;
-  }
-  return out;
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-}
+using test::bit_equal;
+using test::run_batch;
 
 class ForwardTest : public ::testing::TestWithParam<std::string> {};
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -85,6 +86,44 @@ inline std::vector<std::vector<float>> run_batch(Model& m, KvArena& kv,
 
 inline bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+// A 37-token prompt's logits from the file at `path` are bit-identical alone, inside batches of
+// 2 and 7 sequences, in chunks of 16, 16, 4 and then single decode tokens, and with 1 and 3
+// threads instead of 2: the engine's batch invariance for one architecture and KV dtype.
+inline void expect_batch_invariant(const std::string& path, KvDtype dtype) {
+  auto m = load_model(path, 2);
+  ASSERT_NE(m, nullptr);
+  KvArena kv(m->kv_config(128, 16, dtype));
+  const int32_t V = m->hparams().n_vocab;
+  const auto probe = random_tokens(37, V, 1);
+  const auto alone = run_batch(*m, kv, {probe})[0];
+  for (float x : alone) ASSERT_TRUE(std::isfinite(x));
+  for (int n : {2, 7}) {
+    std::vector<std::vector<int32_t>> seqs;
+    for (int i = 0; i < n; ++i) seqs.push_back(random_tokens(1 + 5 * i, V, 100 + i));
+    seqs[n / 2] = probe;
+    EXPECT_TRUE(bit_equal(run_batch(*m, kv, seqs, 40)[n / 2], alone)) << "batch of " << n;
+  }
+  std::vector<uint32_t> table = {90, 91, 92};
+  std::vector<float> chunked;
+  for (size_t pos = 0; pos < probe.size();) {
+    const size_t n = pos < 32 ? 16 : (pos < 36 ? 4 : 1);
+    SeqInput in{.tokens = std::span(probe).subspan(pos, n),
+                .start_pos = (int64_t)pos,
+                .block_table = table,
+                .all_logits = true};
+    std::vector<float> l(n * V);
+    ASSERT_TRUE(m->forward({&in, 1}, kv, l.data()).ok());
+    chunked.insert(chunked.end(), l.begin(), l.end());
+    pos += n;
+  }
+  EXPECT_TRUE(bit_equal(chunked, alone));
+  for (int threads : {1, 3}) {
+    auto mt = load_model(path, threads);
+    KvArena kvt(mt->kv_config(8, 16, dtype));
+    EXPECT_TRUE(bit_equal(run_batch(*mt, kvt, {probe})[0], alone)) << threads << " threads";
+  }
 }
 
 // Copies `src` to a new file, letting `meta` change metadata and `tensors` add, drop or replace

@@ -36,39 +36,10 @@ class MoeForwardTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MoeForwardTest, LogitsAreBitIdenticalAloneBatchedChunkedAndAcrossThreads) {
   const std::string path = write_model("moe_" + GetParam(), moe_spec(GetParam()));
-  auto m = load(path, 2);
+  auto m = load(path, 1);
   ASSERT_EQ(m->hparams().moe.n_expert, 8);
   ASSERT_EQ(m->hparams().moe.n_expert_used, 2);
-  KvArena kv(m->kv_config(128, 16, KvDtype::kF16));
-  const int32_t V = m->hparams().n_vocab;
-  const auto probe = random_tokens(37, V, 1);
-  const auto alone = run_batch(*m, kv, {probe})[0];
-  for (int n : {2, 7}) {
-    std::vector<std::vector<int32_t>> seqs;
-    for (int i = 0; i < n; ++i) seqs.push_back(random_tokens(1 + 5 * i, V, 100 + i));
-    seqs[n / 2] = probe;
-    EXPECT_TRUE(bit_equal(run_batch(*m, kv, seqs, 40)[n / 2], alone)) << "batch of " << n;
-  }
-  // Chunks of 16, 16, 4, then one decode token, in other blocks.
-  std::vector<uint32_t> table = {90, 91, 92};
-  std::vector<float> chunked;
-  for (size_t pos = 0; pos < probe.size();) {
-    const size_t n = pos < 32 ? 16 : (pos < 36 ? 4 : 1);
-    SeqInput in{.tokens = std::span(probe).subspan(pos, n),
-                .start_pos = (int64_t)pos,
-                .block_table = table,
-                .all_logits = true};
-    std::vector<float> l(n * V);
-    ASSERT_TRUE(m->forward({&in, 1}, kv, l.data()).ok());
-    chunked.insert(chunked.end(), l.begin(), l.end());
-    pos += n;
-  }
-  EXPECT_TRUE(bit_equal(chunked, alone));
-  for (int threads : {1, 3}) {
-    auto mt = load(path, threads);
-    KvArena kvt(mt->kv_config(8, 16, KvDtype::kF16));
-    EXPECT_TRUE(bit_equal(run_batch(*mt, kvt, {probe})[0], alone)) << threads << " threads";
-  }
+  test::expect_batch_invariant(path, KvDtype::kF16);
 }
 
 INSTANTIATE_TEST_SUITE_P(ExpertTypes, MoeForwardTest, ::testing::Values("f32", "q8_0", "q4_K"));
