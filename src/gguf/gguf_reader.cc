@@ -462,10 +462,9 @@ Status GgufFile::move_tensors_to_memory() {
   }
   const auto start = reinterpret_cast<uintptr_t>(raw);
   const uintptr_t aligned = (start + kHuge - 1) & ~(uintptr_t)(kHuge - 1);
-  if (aligned > start) ::munmap(raw, aligned - start);
-  if (aligned + len < start + len + kHuge) {
-    ::munmap(reinterpret_cast<void*>(aligned + len), start + kHuge - aligned);
-  }
+  const uintptr_t head = aligned - start, tail = kHuge - head;  // head + len + tail = mapped
+  if (head > 0) ::munmap(raw, head);
+  ::munmap(reinterpret_cast<void*>(aligned + len), tail);
   owned_ = reinterpret_cast<uint8_t*>(aligned);
   owned_bytes_ = len;
   ::madvise(owned_, len, MADV_HUGEPAGE);  // best effort: without THP the copy still works

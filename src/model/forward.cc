@@ -38,13 +38,6 @@ void residual(float* x, const float* add, int64_t n, float clamp) {
   }
 }
 
-bool uses_q8_0(GgmlType t) {
-  return t == GgmlType::kQ4_0 || t == GgmlType::kQ8_0;
-}
-bool uses_q8_k(GgmlType t) {
-  return t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ6_K;
-}
-
 }  // namespace
 
 // Converts row `row` of x [.][n_in] to the activation format `w` pairs with.

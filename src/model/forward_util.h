@@ -8,6 +8,18 @@
 
 namespace kvw {
 
+// Which activation rows a weight type's matmul reads: Q8_0 rows for Q4_0/Q8_0, Q8_K rows for
+// K-quants, and f32 rows as they are for float weights.
+inline bool uses_q8_0(GgmlType t) {
+  return t == GgmlType::kQ4_0 || t == GgmlType::kQ8_0;
+}
+inline bool uses_q8_k(GgmlType t) {
+  return t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ6_K;
+}
+inline bool takes_quantised_act(GgmlType t) {
+  return uses_q8_0(t) || uses_q8_k(t);
+}
+
 // Query tokens per attention tile (kernels.h: the tile reads each K/V row once).
 constexpr int64_t kAttnTile = 16;
 

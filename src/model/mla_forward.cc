@@ -46,9 +46,7 @@ void Model::per_head_matmul(const ExpertMatrices& w, const float* in, int64_t n_
   const WeightMatrix& m = w.first;
   const int64_t rows = (int64_t)w.n_expert * n_tokens;
   const int64_t rb = kernels::act_row_bytes(m.type, m.n_in);
-  // Float weights take f32 rows as they are (as act_for); the others quantised rows.
-  const bool quantised =
-      m.type != GgmlType::kF32 && m.type != GgmlType::kF16 && m.type != GgmlType::kBF16;
+  const bool quantised = takes_quantised_act(m.type);
   if (quantised) {
     pool_.run([&](int ith, int nth) {
       auto [b, e] = thread_share(rows, ith, nth);
@@ -109,7 +107,8 @@ void Model::run_mla_attention(const LayerWeights& L, int32_t l, KvArena& kv, int
       rope_.apply(c + r, 1, (int32_t)rope, cs);
       float* q = q_.data() + t * qd;
       rope_.apply(q + nope, (int32_t)nh, (int32_t)hd, cs);
-      kt.kv_store(view, seqs_[tok_[t].seq].block_table, tok_[t].pos, c, c);
+      // One row serves as K and V (shared_kv): encode it once.
+      kernels::kv_store_row(view, false, seqs_[tok_[t].seq].block_table, tok_[t].pos, 0, c);
       for (int64_t h = 0; h < nh; ++h) {
         std::copy_n(q + h * hd + nope, rope, qa + (t * nh + h) * row + r);
         if (!L.k_b_transposed)

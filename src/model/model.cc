@@ -5,6 +5,7 @@
 #include "core/ids.h"
 #include "core/log.h"
 #include "kernels/kernels.h"
+#include "model/forward_util.h"
 #include "model/moe_router.h"
 
 namespace kvw {
@@ -78,9 +79,9 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
   int64_t q80 = 0, q8k = 0;
   auto need = [&](const WeightMatrix& m) {
     const GgmlType t = m.type;
-    if (t == GgmlType::kQ4_0 || t == GgmlType::kQ8_0) {
+    if (uses_q8_0(t)) {
       q80 = std::max(q80, kernels::act_row_bytes(t, m.n_in));
-    } else if (t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ6_K) {
+    } else if (uses_q8_k(t)) {
       q8k = std::max(q8k, kernels::act_row_bytes(t, m.n_in));
     }
   };

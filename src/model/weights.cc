@@ -18,22 +18,15 @@ class Loader {
   explicit Loader(const GgufFile& f) : f_(f) {}
 
   Result<WeightMatrix> matrix(const std::string& name, int64_t n_in, int64_t n_rows) {
-    const GgufTensorInfo* t = f_.find_tensor(name);
-    if (t == nullptr) return Error{f_.path() + ": tensor '" + name + "': missing"};
-    if (t->shape.size() != 2 || t->shape[0] != n_in || t->shape[1] != n_rows) {
-      return Error{f_.path() + ": tensor '" + name + "': shape " + shape_str(t->shape) +
-                   ", expected [" + std::to_string(n_in) + ", " + std::to_string(n_rows) + "]"};
-    }
-    auto rb = row_bytes(t->type, n_in);
-    if (!rb) return Error{f_.path() + ": tensor '" + name + "': row length not a block multiple"};
-    return WeightMatrix{t->type, f_.tensor_data(*t), n_rows, n_in, *rb};
+    auto t = tensor(name, {n_in, n_rows});
+    if (!t) return Error{t.message()};
+    return WeightMatrix{(*t)->type, data(*t), n_rows, n_in, *row_bytes((*t)->type, n_in)};
   }
 
   // n_expert stacked matrices of n_rows x n_in (ggml shape [n_in, n_rows, n_expert]).
   Result<ExpertMatrices> experts(const std::string& name, int64_t n_in, int64_t n_rows,
                                  int32_t n_expert) {
-    const GgufTensorInfo* t = f_.find_tensor(name);
-    if (t == nullptr) {
+    if (f_.find_tensor(name) == nullptr) {
       // Older llama.cpp converters wrote one 2-D tensor per expert: blk.N.ffn_gate.E.weight.
       const std::string per_expert = name.substr(0, name.size() - 12) + ".0.weight";
       return Error{f_.path() + ": tensor '" + name + "': missing" +
@@ -42,21 +35,16 @@ class Loader {
                               "', as older converters wrote; re-convert to stacked experts)"
                         : "")};
     }
-    if (t->shape.size() != 3 || t->shape[0] != n_in || t->shape[1] != n_rows ||
-        t->shape[2] != n_expert) {
-      return Error{f_.path() + ": tensor '" + name + "': shape " + shape_str(t->shape) +
-                   ", expected [" + std::to_string(n_in) + ", " + std::to_string(n_rows) + ", " +
-                   std::to_string(n_expert) + "]"};
-    }
-    auto rb = row_bytes(t->type, n_in);
-    if (!rb) return Error{f_.path() + ": tensor '" + name + "': row length not a block multiple"};
-    return ExpertMatrices{WeightMatrix{t->type, f_.tensor_data(*t), n_rows, n_in, *rb}, n_expert,
-                          (uint64_t)n_rows * *rb};
+    auto t = tensor(name, {n_in, n_rows, n_expert});
+    if (!t) return Error{t.message()};
+    const uint64_t rb = *row_bytes((*t)->type, n_in);
+    return ExpertMatrices{WeightMatrix{(*t)->type, data(*t), n_rows, n_in, rb}, n_expert,
+                          (uint64_t)n_rows * rb};
   }
 
   const void* data(const GgufTensorInfo* t) const { return f_.tensor_data(*t); }
 
-  // The tensor holding `name`, shape-checked against `shape` (names the expected shape).
+  // The tensor holding `name`, shape-checked against `shape` (errors give found and expected).
   Result<const GgufTensorInfo*> tensor(const std::string& name, const std::vector<int64_t>& shape) {
     const GgufTensorInfo* t = f_.find_tensor(name);
     if (t == nullptr) return Error{f_.path() + ": tensor '" + name + "': missing"};
