@@ -63,12 +63,39 @@ struct PackedGeometry {
   int64_t extras_offset;  // act_extras_offset(nb)
 };
 PackedGeometry packed_geometry(GgmlType wtype, int64_t n_rows, int64_t n_in);
+// packs(): Q8_0 / Q4_0 with n_rows >= kPackRows, or a float type with n_rows >= kFloatPackRows.
 bool packs(GgmlType wtype, int64_t n_rows, int64_t n_in);
 void pack(GgmlType wtype, const void* src, void* dst, int64_t n_rows, int64_t n_in);
 // Rows [row_begin, row_end) that lie past the last full group (GGUF layout), for all tokens,
 // with matmul_packed's arithmetic in scalar code: every table calls this for its tail rows.
 void matmul_packed_tail(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
                         int64_t n_tokens, float* y, int64_t row_begin, int64_t row_end);
+
+// The packed layout of F32 / F16 / BF16 matrices (kernels/packed_float.cc): groups of
+// kFloatPackRows rows stored element-major. pack() and packs() above route these types there.
+constexpr int64_t kFloatPackRows = 16;
+bool is_float_type(GgmlType wtype);  // F32, F16, BF16
+struct FloatPackedGeometry {
+  int64_t elem_bytes;   // 4 or 2
+  int64_t row_bytes;    // n_in * elem_bytes
+  int64_t group_bytes;  // kFloatPackRows * row_bytes
+  int64_t n_groups;     // n_rows / kFloatPackRows
+};
+FloatPackedGeometry float_packed_geometry(GgmlType wtype, int64_t n_rows, int64_t n_in);
+void pack_float(GgmlType wtype, const void* src, void* dst, int64_t n_rows, int64_t n_in);
+// Rows [row_begin, row_end) past the last full group (GGUF layout), serial scalar arithmetic.
+void matmul_packed_float_tail(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
+                              const float* x, int64_t n_tokens, float* y, int64_t row_begin,
+                              int64_t row_end);
+// matmul_packed of the float types in each x86 table (x86/packed_float_*.cc).
+namespace avx2 {
+void matmul_packed_float(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
+                         const float* x, int64_t n_tokens, float* y, int ith, int nth);
+}
+namespace avx512 {
+void matmul_packed_float(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
+                         const float* x, int64_t n_tokens, float* y, int ith, int nth);
+}  // namespace avx512
 
 // Query heads per KV head; CHECKs n_kv_heads > 0 divides n_heads.
 int32_t gqa_group(int32_t n_heads, const KvLayerView& kv);
@@ -85,7 +112,10 @@ const KernelTable& avx512vnni_table();
 namespace ref {
 void quantize_row_q8_0(const float* x, void* dst, int64_t n);  // n % 32 == 0
 void quantize_row_q8_k(const float* x, void* dst, int64_t n);  // n % 256 == 0
-// The scalar packed matmul every table's matmul_packed matches bit for bit.
+// The scalar packed matmuls every table's matmul_packed matches bit for bit (matmul_packed
+// routes the float types to matmul_packed_float).
+void matmul_packed_float(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
+                         const float* x, int64_t n_tokens, float* y, int ith, int nth);
 void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
                    int64_t n_tokens, float* y, int ith, int nth);
 }  // namespace ref

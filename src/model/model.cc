@@ -40,10 +40,11 @@ Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<GgufFile> file,
   auto w = weights_from_gguf(*file, *hp);
   if (!w) return Error{w.message()};
   if (opt.pack_weights) {
-    // Prefill-speed GEMM: Q8_0/Q4_0 matrices are repacked once, in place (kernels/packed.cc).
+    // Prefill-speed GEMM: Q8_0/Q4_0/F32/F16/BF16 matrices are repacked once, in place
+    // (kernels/packed.cc, packed_float.cc).
     auto packed = pack_matrices(*file, *w, kernels::kernels());
     if (!packed) return Error{packed.message()};
-    LOG(INFO, model) << "repacked " << *packed / (1 << 20) << " MiB of Q8_0/Q4_0 weights for "
+    LOG(INFO, model) << "repacked " << *packed / (1 << 20) << " MiB of weights for "
                      << kernels::kernels().isa << " matmul_packed";
   }
   return std::unique_ptr<Model>(

@@ -193,7 +193,8 @@ Result<ModelWeights> weights_from_gguf(const GgufFile& f, const ModelHParams& hp
 }
 namespace {
 
-// Packs `m` (n_slices matrices of slice_bytes each, e.g. stacked experts) if the table packs it.
+// Packs `m` (n_slices matrices of slice_bytes each, e.g. stacked experts) if the table packs it;
+// returns the bytes packed.
 uint64_t pack_matrix(WeightMatrix& m, int64_t n_slices, uint64_t slice_bytes,
                      const kernels::KernelTable& kt) {
   if (m.data == nullptr || !kt.packs(m.type, m.n_rows, m.n_in)) return 0;
@@ -203,7 +204,7 @@ uint64_t pack_matrix(WeightMatrix& m, int64_t n_slices, uint64_t slice_bytes,
     kt.pack(m.type, slice, slice, m.n_rows, m.n_in);
   }
   m.packed = true;
-  return (uint64_t)n_slices * slice_bytes;
+  return (uint64_t)n_slices * (uint64_t)m.n_rows * m.row_bytes;
 }
 
 }  // namespace

@@ -92,7 +92,8 @@ TEST(KernelsBatchInvariance, LargeBatchCrossesTokenBlocksWithoutChangingRows) {
 // Packed Q8_0/Q4_0 weights: 200 rows = 25 groups (not a multiple of 16, so a thread range ends
 // mid-pair of groups) and 205 = 25 groups + 5 GGUF rows; 16 tokens cover every tile width
 // (4, 6, 12) with tails; n_in 8192 makes the token block (256 KiB / 10.5 KiB rows) 24 tokens,
-// which 40 tokens cross.
+// which 40 tokens cross. Packed F32/F16/BF16: 200 rows = 12 groups of 16 + 8 GGUF rows, and
+// n_in 8192 gives a 16-token block (512 KiB / 32 KiB rows).
 std::vector<float> packed_matmul(const KernelTable& t, GgmlType wtype, const uint8_t* w,
                                  int64_t n_rows, int64_t n_in, const uint8_t* xq, int64_t n_tokens,
                                  int nth) {
@@ -111,7 +112,8 @@ TEST(KernelsBatchInvariance, PackedMatmulRowsAreBitIdenticalAloneInBatchesAndAcr
                         {205, 256, 16, {1, 3, 9, 12, 15, 16}},
                         {40, 8192, 40, {25, 37, 40}}};
   for (const KernelTable* t : available_kernel_tables()) {
-    for (GgmlType wtype : {GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+    for (GgmlType wtype :
+         {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
       for (const Case& c : cases) {
         SCOPED_TRACE(std::string(t->isa) + " " + testing::type_name(wtype) + " rows " +
                      std::to_string(c.n_rows) + " n_in " + std::to_string(c.n_in));

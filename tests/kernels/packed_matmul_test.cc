@@ -1,6 +1,7 @@
-// tests/kernels/packed_matmul_test.cc: the load-time packed Q8_0/Q4_0 GEMM (kernels/packed.cc).
-// Every table's matmul_packed must equal ref::matmul_packed bit for bit (same exact int32 block
-// sums, same per-block fma), and stay within float rounding of the unpacked ref matmul.
+// tests/kernels/packed_matmul_test.cc: the load-time packed GEMM of Q8_0/Q4_0 (kernels/packed.cc)
+// and of F32/F16/BF16 (kernels/packed_float.cc). Every table's matmul_packed must equal
+// ref::matmul_packed bit for bit (same exact int32 block sums and per-block fma, or the same
+// serial fma chain), and stay within float rounding of the unpacked ref matmul.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -12,7 +13,9 @@
 namespace kvw::kernels {
 namespace {
 
-const GgmlType kPackedTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0};
+const GgmlType kPackedTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kF32, GgmlType::kF16,
+                                 GgmlType::kBF16};
+const GgmlType kFloatTypes[] = {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16};
 
 struct Shape {
   int64_t n_rows;
@@ -20,10 +23,12 @@ struct Shape {
   int64_t n_tokens;
 };
 
-// Rows past the last group of 8 (37, 129, 203), n_rows not a multiple of 16 (8, 40, 200), odd
-// block counts (544 = 17 blocks), token counts around every tile width (4, 6, 12).
+// Rows past the last group of 8 or 16 (37, 129, 203, 33), n_rows not a multiple of 16 (8, 40,
+// 200), odd block counts (544 = 17 blocks), token counts around every tile width (4, 6, 12);
+// float types also take n_in that is no multiple of 4 (the unrolled loop's tail: 37, 3, 1).
 const Shape kShapes[] = {{8, 32, 1},    {16, 256, 5},   {37, 512, 3},  {40, 544, 7},
                          {64, 768, 17}, {129, 256, 13}, {200, 544, 9}, {203, 64, 25}};
+const Shape kFloatShapes[] = {{48, 37, 13}, {33, 3, 2}, {16, 1, 12}, {32, 5, 1}, {64, 41, 14}};
 
 std::vector<uint8_t> packed(const KernelTable& t, GgmlType wtype, const std::vector<uint8_t>& w,
                             int64_t n_rows, int64_t n_in) {
@@ -41,13 +46,17 @@ std::vector<float> matmul_packed(const KernelTable& t, GgmlType wtype, const uin
   return y;
 }
 
-TEST(KernelsPackedMatmul, PacksOnlyQ8_0AndQ4_0WithAtLeastOneGroup) {
+TEST(KernelsPackedMatmul, PacksQuantsAndFloatsWithAtLeastOneGroup) {
   for (const KernelTable* t : available_kernel_tables()) {
     EXPECT_TRUE(t->packs(GgmlType::kQ8_0, 8, 32)) << t->isa;
     EXPECT_TRUE(t->packs(GgmlType::kQ4_0, 13, 2048)) << t->isa;
     EXPECT_FALSE(t->packs(GgmlType::kQ8_0, 7, 2048)) << t->isa;
     EXPECT_FALSE(t->packs(GgmlType::kQ4_K, 64, 2048)) << t->isa;
-    EXPECT_FALSE(t->packs(GgmlType::kF16, 64, 2048)) << t->isa;
+    for (GgmlType f : kFloatTypes) {
+      EXPECT_TRUE(t->packs(f, 16, 3)) << t->isa;
+      EXPECT_TRUE(t->packs(f, 64, 2048)) << t->isa;
+      EXPECT_FALSE(t->packs(f, 15, 2048)) << t->isa;
+    }
   }
 }
 
@@ -68,7 +77,11 @@ TEST(KernelsPackedMatmul, InPlacePackingEqualsOutOfPlaceAndKeepsTailRows) {
 TEST(KernelsPackedMatmul, EveryTableMatchesPackedRefBitForBitAndUnpackedRefClosely) {
   for (const KernelTable* t : available_kernel_tables()) {
     for (GgmlType wtype : kPackedTypes) {
-      for (const Shape& s : kShapes) {
+      std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
+      if (is_float_type(wtype))
+        shapes.insert(shapes.end(), std::begin(kFloatShapes), std::end(kFloatShapes));
+      for (const Shape& s : shapes) {
+        if (!t->packs(wtype, s.n_rows, s.n_in)) continue;  // 8 float rows: no group
         for (int nth = 1; nth <= 3; ++nth) {
           SCOPED_TRACE(std::string(t->isa) + " " + testing::type_name(wtype) + " rows " +
                        std::to_string(s.n_rows) + " n_in " + std::to_string(s.n_in) + " tokens " +
@@ -118,6 +131,45 @@ TEST(KernelsPackedMatmul, ExtremeQuantsDoNotSaturate) {
       const auto want =
           testing::matmul(kernels_ref(), wtype, w.data(), n_rows, n_in, xq.data(), n_tokens);
       EXPECT_LT(testing::nmse(got, want), 1e-12);
+    }
+  }
+}
+
+// Float extremes: F16's largest normals and subnormals, BF16's and F32's wide range (kept below
+// overflow) in the weights and a subnormal activation must come out of every table exactly as
+// the serial ref computes them: no flush-to-zero, no reordering of the chain.
+TEST(KernelsPackedMatmul, FloatExtremesMatchTheSerialRefExactly) {
+  const int64_t n_rows = 32, n_in = 23, n_tokens = 13;
+  for (GgmlType wtype : kFloatTypes) {
+    auto w = testing::make_weights(wtype, n_rows, n_in, 35);
+    const int64_t n = n_rows * n_in;
+    for (int64_t i = 0; i < n; i += 7) {
+      if (wtype == GgmlType::kF32) {
+        const float v[] = {1.0e36f, -1.0e-42f, 1.0e-38f, -2.5e35f};
+        std::memcpy(w.data() + 4 * i, &v[(i / 7) % 4], 4);
+      } else {
+        // F16: 65504, the smallest subnormal, -65504, 1.0; BF16: 1.1e36, a subnormal, -1e-38,
+        // -2.1e35.
+        const uint16_t f16[] = {0x7BFF, 0x0001, 0xFBFF, 0x3C00};
+        const uint16_t bf16[] = {0x7B54, 0x0001, 0x8080, 0xFA22};
+        const uint16_t v = wtype == GgmlType::kF16 ? f16[(i / 7) % 4] : bf16[(i / 7) % 4];
+        std::memcpy(w.data() + 2 * i, &v, 2);
+      }
+    }
+    auto x = testing::random_floats(n_tokens * n_in, 36);
+    x[5] = 1.0e-40f;  // a subnormal activation
+    x[n_in + 2] = 0.0f;
+    for (const KernelTable* t : available_kernel_tables()) {
+      SCOPED_TRACE(std::string(t->isa) + " " + testing::type_name(wtype));
+      const auto wp = packed(*t, wtype, w, n_rows, n_in);
+      const auto xq = testing::quantize_act(*t, wtype, x.data(), n_tokens, n_in);
+      for (int64_t batch : {(int64_t)1, n_tokens}) {
+        const auto got = matmul_packed(*t, wtype, wp.data(), n_rows, n_in, xq.data(), batch, 1);
+        std::vector<float> want(got.size());
+        ref::matmul_packed(wtype, wp.data(), n_rows, n_in, xq.data(), batch, want.data(), 0, 1);
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+            << "batch " << batch;
+      }
     }
   }
 }

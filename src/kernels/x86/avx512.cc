@@ -189,6 +189,16 @@ void matmul(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const v
   }
 }
 
+// Float types on the 512-bit float GEMM, Q8_0 / Q4_0 on the AVX2 packed tiles.
+void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
+                   int64_t n_tokens, float* y, int ith, int nth) {
+  if (is_float_type(wtype)) {
+    return matmul_packed_float(wtype, w, n_rows, n_in, static_cast<const float*>(xq), n_tokens, y,
+                               ith, nth);
+  }
+  avx2::matmul_packed(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
+}
+
 }  // namespace
 }  // namespace kvw::kernels::avx512
 
@@ -201,7 +211,7 @@ const KernelTable& avx512_table() {
       .matmul = avx512::matmul,
       .packs = packs,
       .pack = pack,
-      .matmul_packed = avx2::matmul_packed,
+      .matmul_packed = avx512::matmul_packed,
       .rmsnorm = avx2::rmsnorm,
       .silu_mul = avx2::silu_mul,
       .attention = avx2::attention,

@@ -1,0 +1,126 @@
+// kernels/x86/packed_float_avx512.cc: the packed F32 / F16 / BF16 GEMM of the AVX-512 tables:
+// one zmm holds element i of a group's 16 rows (converted in registers), and each token's x[i] is
+// an embedded broadcast of the fma's memory operand. Prefill tiles are 16 rows x 12 tokens (12
+// accumulators), decode tiles two groups x one token.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/x86/avx2_util.h"
+#include "kernels/x86/packed_float_driver.h"
+
+namespace kvw::kernels::avx512 {
+namespace {
+
+using x86::FloatPackedArgs;
+
+template <GgmlType T>
+constexpr int64_t kStep = T == GgmlType::kF32 ? 64 : 32;  // bytes per element of 16 rows
+
+template <GgmlType T>
+KVW_INLINE __m512 load_rows(const uint8_t* p) {
+  if constexpr (T == GgmlType::kF32) {
+    return _mm512_loadu_ps(p);
+  } else if constexpr (T == GgmlType::kF16) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  } else {
+    const __m512i h =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+  }
+}
+
+// Distance of decode's software prefetch in each group's stream.
+constexpr int64_t kPrefetchBytes = 2048;
+
+struct Isa {
+  static constexpr int kTokens = 12;
+
+  // Token c's x[i] is xt[i * kTokens + c]: one base register and a displacement, broadcast as
+  // the fma's memory operand.
+  template <GgmlType T, int C>
+  static KVW_INLINE void tile(const FloatPackedArgs& a, int64_t grp, const float* xt, int64_t t0) {
+    constexpr int64_t E = kStep<T>;
+    const uint8_t* w = a.w + grp * a.group_bytes;
+    const auto x_at = [&](int c, int64_t i) __attribute__((always_inline)) {
+      return _mm512_set1_ps(xt[i * kTokens + c]);
+    };
+    __m512 acc[C];
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 4 <= a.n_in; i += 4) {
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) {
+        const __m512 wv = load_rows<T>(w + u * E);
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) acc[c] = _mm512_fmadd_ps(wv, x_at(c, u), acc[c]);
+      }
+      w += 4 * E;
+      xt += 4 * kTokens;
+    }
+    for (; i < a.n_in; ++i) {
+      const __m512 wv = load_rows<T>(w);
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) acc[c] = _mm512_fmadd_ps(wv, x_at(c, 0), acc[c]);
+      w += E;
+      xt += kTokens;
+    }
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      _mm512_storeu_ps(a.y + (t0 + c) * a.n_rows + grp * kFloatPackRows, acc[c]);
+    }
+  }
+
+  template <GgmlType T, int G>
+  static KVW_INLINE void decode(const FloatPackedArgs& a, int64_t grp) {
+    constexpr int64_t E = kStep<T>;
+    const uint8_t* w = a.w + grp * a.group_bytes;
+    const int64_t gb = a.group_bytes;
+    const float* x = a.x;
+    __m512 acc[G];
+#pragma GCC unroll 2
+    for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 4 <= a.n_in; i += 4) {
+      // 4 elements are 2 (F16/BF16) or 4 (F32) lines of each group.
+#pragma GCC unroll 2
+      for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 4
+        for (int64_t line = 0; line < 4 * E; line += 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(w) + g * gb +
+                                                     line + kPrefetchBytes),
+                       _MM_HINT_T0);
+        }
+      }
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) {
+        const __m512 xv = _mm512_set1_ps(x[u]);
+#pragma GCC unroll 2
+        for (int g = 0; g < G; ++g) {
+          acc[g] = _mm512_fmadd_ps(load_rows<T>(w + g * gb + u * E), xv, acc[g]);
+        }
+      }
+      w += 4 * E;
+      x += 4;
+    }
+    for (; i < a.n_in; ++i) {
+      const __m512 xv = _mm512_set1_ps(*x);
+#pragma GCC unroll 2
+      for (int g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(load_rows<T>(w + g * gb), xv, acc[g]);
+      w += E;
+      ++x;
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < G; ++g) _mm512_storeu_ps(a.y + (grp + g) * kFloatPackRows, acc[g]);
+  }
+};
+
+}  // namespace
+
+void matmul_packed_float(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
+                         const float* x, int64_t n_tokens, float* y, int ith, int nth) {
+  x86::matmul_packed_float<Isa>(wtype, w, n_rows, n_in, x, n_tokens, y, ith, nth);
+}
+
+}  // namespace kvw::kernels::avx512
