@@ -1,5 +1,7 @@
 #include "core/thread_pool.h"
 
+#include <chrono>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
@@ -8,11 +10,13 @@ namespace kvw {
 namespace {
 
 constexpr uint64_t kStop = ~uint64_t{0};
-// Polls before sleeping: a few microseconds to ~15 us depending on the CPU's pause latency.
-// Long enough for the short phases of a decode step, short enough that a waiting thread does
-// not keep a core from a descheduled one when the machine is oversubscribed (2048 polls, up to
-// ~100 us, slowed sanitized servers sharing 2 cores with other tests past their deadlines).
-constexpr int kSpinPolls = 256;
+// How long a waiting thread spins before it sleeps. Waking a sleeping thread (futex) costs
+// hundreds of microseconds on some VMs, more than a whole decode-step matmul, so the two threads
+// of a 2-thread decode were slower than one until the spin outlasted the gaps between phases.
+// The spin yields the core every few dozen polls, so an oversubscribed machine (sanitized test
+// servers sharing 2 cores) still runs the descheduled threads it waits for.
+constexpr auto kSpinFor = std::chrono::microseconds(2000);
+constexpr int kPollsPerYield = 64;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -22,14 +26,19 @@ inline void cpu_relax() {
 #endif
 }
 
-// Waits until a.load() != old: spins, then blocks. Returns the new value.
+// Waits until a.load() != old: spins (yielding now and then) for kSpinFor, then blocks.
+// Returns the new value.
 template <class T>
 T wait_change(const std::atomic<T>& a, T old) {
-  for (int i = 0; i < kSpinPolls; ++i) {
-    const T v = a.load(std::memory_order_acquire);
-    if (v != old) return v;
-    cpu_relax();
-  }
+  const auto deadline = std::chrono::steady_clock::now() + kSpinFor;
+  do {
+    for (int i = 0; i < kPollsPerYield; ++i) {
+      const T v = a.load(std::memory_order_acquire);
+      if (v != old) return v;
+      cpu_relax();
+    }
+    std::this_thread::yield();
+  } while (std::chrono::steady_clock::now() < deadline);
   for (;;) {
     a.wait(old, std::memory_order_acquire);
     const T v = a.load(std::memory_order_acquire);
