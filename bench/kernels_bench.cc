@@ -5,6 +5,10 @@
 //                                                            GOP/s = 2 x rows x n_in x tokens
 //   BM_MatmulPacked/...                                     the same on load-time packed weights
 //   BM_MemoryBandwidth/<triad|read>/threads:<t>             bytes/s = the probe's bandwidth
+//   BM_Attention/f16/queries:<q>/depth:<d>                  one KV head of 8 query heads (hd 64,
+//                                                            TinyLlama's GQA), 1 thread; q causal
+//                                                            queries ending at d; GFLOP/s counts
+//                                                            QK and PV (4 x hd per position)
 //
 // Weights are replicated into several copies totalling >= 128 MiB and a different copy is used
 // on each iteration, so every call reads its weights from DRAM as a real decode step does (the
@@ -15,6 +19,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -96,6 +101,53 @@ void bm_bandwidth(benchmark::State& state, bool triad, int threads) {
   state.SetIterationTime(1.0);
 }
 
+// Attention of q consecutive causal queries ending at position depth, one KV head with a GQA
+// group of 8 and head_dim 64 in f16 blocks of 16 (the real model's layout), on one thread.
+void bm_attention(benchmark::State& state, int64_t n_queries, int64_t depth) {
+  const KernelTable& k = kernels();
+  constexpr int32_t kHd = 64, kGroup = 8, kBlock = 16;
+  const int64_t n_blocks = (depth + kBlock - 1) / kBlock;
+  const int64_t stride = 2 * kBlock * kHd * 2;
+  std::vector<uint8_t> arena(n_blocks * stride);
+  const KvLayerView kv = {KvDtype::kF16,
+                          arena.data(),
+                          arena.data() + kBlock * kHd * 2,
+                          nullptr,
+                          nullptr,
+                          stride,
+                          kBlock,
+                          1,
+                          kHd};
+  std::vector<uint32_t> table(n_blocks);
+  for (int64_t b = 0; b < n_blocks; ++b) table[b] = (uint32_t)((b * 7) % n_blocks);  // scattered
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> row(kHd), row2(kHd);
+  for (int64_t p = 0; p < depth; ++p) {
+    for (auto& x : row) x = dist(rng);
+    for (auto& x : row2) x = dist(rng);
+    k.kv_store(kv, table, p, row.data(), row2.data());
+  }
+  std::vector<float> q(n_queries * kGroup * kHd), out(q.size());
+  for (auto& x : q) x = dist(rng);
+  std::vector<AttnQuery> queries(n_queries);
+  double positions = 0;
+  for (int64_t i = 0; i < n_queries; ++i) {
+    const int64_t end = depth - n_queries + 1 + i;
+    queries[i] = {q.data() + i * kGroup * kHd, out.data() + i * kGroup * kHd, 0, end};
+    positions += (double)end;
+  }
+  std::vector<float> scratch(attention_scratch_floats(kHd));
+  for (auto _ : state) {
+    k.attention(queries, kGroup, kv, table, 0.125f, scratch.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(positions * kGroup * kHd * 4 * state.iterations(),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.SetLabel(k.isa);
+}
+
 void register_all() {
   const GgmlType types[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ8_0,
                             GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
@@ -120,6 +172,13 @@ void register_all() {
         }
       }
     }
+  }
+  for (auto [n_queries, depth] :
+       {std::pair<int64_t, int64_t>{1, 4096}, {16, 512}, {16, 2048}, {16, 8192}}) {
+    const std::string name =
+        "BM_Attention/f16/queries:" + std::to_string(n_queries) + "/depth:" + std::to_string(depth);
+    benchmark::RegisterBenchmark(name.c_str(), bm_attention, n_queries, depth)
+        ->Unit(benchmark::kMicrosecond);
   }
   for (bool triad : {true, false}) {
     for (int threads : {1, 2}) {

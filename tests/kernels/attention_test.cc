@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "core/half.h"
 #include "kernels_test_util.h"
@@ -99,7 +100,7 @@ struct Case {
 TEST(KernelsAttention, MatchesTwoPassSoftmaxForEveryTable) {
   std::vector<Case> cases;
   for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBF16, KvDtype::kInt8}) {
-    for (int32_t gqa : {1, 2, 4}) {
+    for (int32_t gqa : {1, 2, 4, 7}) {            // 7: a run of four pairs and a remainder of three
       cases.push_back({dtype, gqa, 64, 0, 96});   // all six blocks
       cases.push_back({dtype, gqa, 64, 0, 1});    // first token only
       cases.push_back({dtype, gqa, 64, 23, 71});  // sliding window, starts mid-block
@@ -159,12 +160,14 @@ TEST(KernelsAttention, TileOfQueriesEqualsEachQueryAloneBitForBit) {
   for (const KernelTable* t : available_kernel_tables()) {
     for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBF16, KvDtype::kInt8}) {
       for (int32_t hd : {64, 40, 44}) {
-        for (int64_t window : {0, 21}) {
+        // gqa 1: the pairs grouped are different queries; 6: four heads and then two.
+        for (auto [window, gqa] : {std::pair<int64_t, int32_t>{0, 2}, {21, 2}, {0, 1}, {21, 6}}) {
           SCOPED_TRACE(std::string(t->isa) + " " + std::string(kv_dtype_name(dtype)) + " hd " +
-                       std::to_string(hd) + " window " + std::to_string(window));
+                       std::to_string(hd) + " window " + std::to_string(window) + " gqa " +
+                       std::to_string(gqa));
           KvArena arena(dtype, hd);
           fill(kernels_ref(), arena, 96, 61);
-          const int32_t n_heads = kKvHeads * 2;
+          const int32_t n_heads = kKvHeads * gqa;
           const int64_t first = 29, n_q = 37;  // positions 29..65
           const auto q = testing::random_floats(n_q * n_heads * hd, 63, 3.0f);
           std::vector<float> tiled(n_q * n_heads * hd, NAN), alone(n_q * n_heads * hd, NAN);

@@ -7,11 +7,17 @@
 #include <cstring>
 
 #include "kernels/kernels_internal.h"
+#include "kernels/x86/attention_util.h"
 #include "kernels/x86/avx2_kernels.h"
 #include "kernels/x86/avx2_util.h"
 
 namespace kvw::kernels::avx2 {
 namespace {
+
+using x86::ChunkPair;
+using x86::kv_offset;
+using x86::kv_row;
+using x86::SoftmaxState;
 
 constexpr int kMaxGroup = 16;  // query heads sharing a K/V row handled per pass
 constexpr int kMaxTile = 16;   // query tokens handled per pass
@@ -23,12 +29,6 @@ KVW_INLINE void scale_row(float* y, float c, int32_t n) {
   for (; i < n; ++i) y[i] *= c;
 }
 
-void f16_to_f32_row(const uint16_t* src, float* dst, int32_t n) {
-  int32_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, x86::load_f16x8(src + i));
-  for (; i < n; ++i) dst[i] = x86::f16_scalar(src[i]);
-}
-
 void f32_to_f16_row(const float* src, uint16_t* dst, int32_t n) {
   int32_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -38,82 +38,89 @@ void f32_to_f16_row(const float* src, uint16_t* dst, int32_t n) {
   for (; i < n; ++i) dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
-// Byte offset of row (kv_head, slot of pos) of element size `elem` from a base pointer.
-int64_t kv_offset(const KvLayerView& kv, const uint32_t* block_table, int64_t pos, int32_t kv_head,
-                  int64_t elem) {
-  const int64_t block = block_table[pos / kv.block_size];
-  return block * kv.block_stride +
-         ((int64_t)kv_head * kv.block_size + pos % kv.block_size) * kv.head_dim * elem;
-}
-
-// Decodes row (kv_head, pos) of K or V to f32 in `row`, or returns the cache row itself (F32).
-const float* kv_row(const KvLayerView& kv, bool value, const uint32_t* block_table, int64_t pos,
-                    int32_t kv_head, float* row) {
-  if (kv.dtype == KvDtype::kF32) {
-    const int64_t off = kv_offset(kv, block_table, pos, kv_head, 4);
-    return reinterpret_cast<const float*>(static_cast<const uint8_t*>(value ? kv.v : kv.k) + off);
-  }
-  if (kv.dtype == KvDtype::kF16) {
-    const int64_t off = kv_offset(kv, block_table, pos, kv_head, 2);
-    f16_to_f32_row(
-        reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(value ? kv.v : kv.k) + off),
-        row, kv.head_dim);
-    return row;
-  }
-  // bf16, int8: the shared row codec (it only reads blocks up to pos).
-  const std::span<const uint32_t> table(block_table, (size_t)(pos / kv.block_size + 1));
-  kv_load_row(kv, value, table, pos, kv_head, row);
-  return row;
-}
-
-// Running softmax state of one (query, head): max, sum of weights.
-struct SoftmaxState {
-  float m;
-  float l;
-};
-
-// out = out * c + sum over lanes [a, b) of pv[lane] * v[lane], 32 then 8 floats at a time
-// (accumulators stay in registers across the chunk), then a scalar tail.
-KVW_INLINE void accumulate_v(float* out, float c, const float* pv, const float* const* v, int a,
-                             int b, int32_t hd) {
-  const __m256 vc = _mm256_set1_ps(c);
-  int32_t j = 0;
-  for (; j + 32 <= hd; j += 32) {
-    __m256 acc[4];
-    for (int k = 0; k < 4; ++k) acc[k] = _mm256_mul_ps(_mm256_loadu_ps(out + j + 8 * k), vc);
-    for (int p = a; p < b; ++p) {
-      const __m256 w = _mm256_broadcast_ss(pv + p);
-      for (int k = 0; k < 4; ++k)
-        acc[k] = _mm256_fmadd_ps(w, _mm256_loadu_ps(v[p] + j + 8 * k), acc[k]);
+// Scores of N (query, head) pairs against one chunk: s[2n], s[2n + 1] = positions 0-7, 8-15 of
+// pair n, each lane fma(q[d], k[d], acc) over d in order. N pairs at once give 2N independent
+// FMA chains that share every K load (one pair alone is FMA-latency bound).
+template <int N>
+KVW_INLINE void score_pairs(const float* const* q, const float* kt, int32_t hd, __m256* s) {
+  __m256 a0[N], a1[N];
+  for (int n = 0; n < N; ++n) a0[n] = a1[n] = _mm256_setzero_ps();
+  for (int32_t d = 0; d < hd; ++d) {
+    const __m256 k0 = _mm256_loadu_ps(kt + d * kAttnChunk);
+    const __m256 k1 = _mm256_loadu_ps(kt + d * kAttnChunk + 8);
+    for (int n = 0; n < N; ++n) {
+      const __m256 qd = _mm256_broadcast_ss(q[n] + d);
+      a0[n] = _mm256_fmadd_ps(qd, k0, a0[n]);
+      a1[n] = _mm256_fmadd_ps(qd, k1, a1[n]);
     }
-    for (int k = 0; k < 4; ++k) _mm256_storeu_ps(out + j + 8 * k, acc[k]);
+  }
+  for (int n = 0; n < N; ++n) {
+    s[2 * n] = a0[n];
+    s[2 * n + 1] = a1[n];
+  }
+}
+
+// For N pairs that attend the same lanes [a, b): out[n] = out[n] * c[n] + sum over p in [a, b)
+// of pv[n][p] * v[p], each element fma'd over p in order (16 then 8 floats at a time, then a
+// scalar tail), so the bits do not depend on N. The pairs share every V load.
+template <int N>
+KVW_INLINE void accumulate_pairs(float* const* out, const float* c, const float* const* pv,
+                                 const float* const* v, int a, int b, int32_t hd) {
+  int32_t j = 0;
+  for (; j + 16 <= hd; j += 16) {
+    __m256 acc[N][2];
+    for (int n = 0; n < N; ++n) {
+      const __m256 vc = _mm256_set1_ps(c[n]);
+      acc[n][0] = _mm256_mul_ps(_mm256_loadu_ps(out[n] + j), vc);
+      acc[n][1] = _mm256_mul_ps(_mm256_loadu_ps(out[n] + j + 8), vc);
+    }
+    for (int p = a; p < b; ++p) {
+      const __m256 v0 = _mm256_loadu_ps(v[p] + j), v1 = _mm256_loadu_ps(v[p] + j + 8);
+      for (int n = 0; n < N; ++n) {
+        const __m256 w = _mm256_broadcast_ss(pv[n] + p);
+        acc[n][0] = _mm256_fmadd_ps(w, v0, acc[n][0]);
+        acc[n][1] = _mm256_fmadd_ps(w, v1, acc[n][1]);
+      }
+    }
+    for (int n = 0; n < N; ++n) {
+      _mm256_storeu_ps(out[n] + j, acc[n][0]);
+      _mm256_storeu_ps(out[n] + j + 8, acc[n][1]);
+    }
   }
   for (; j + 8 <= hd; j += 8) {
-    __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(out + j), vc);
-    for (int p = a; p < b; ++p)
-      acc = _mm256_fmadd_ps(_mm256_broadcast_ss(pv + p), _mm256_loadu_ps(v[p] + j), acc);
-    _mm256_storeu_ps(out + j, acc);
+    for (int n = 0; n < N; ++n) {
+      __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(out[n] + j), _mm256_set1_ps(c[n]));
+      for (int p = a; p < b; ++p)
+        acc = _mm256_fmadd_ps(_mm256_broadcast_ss(pv[n] + p), _mm256_loadu_ps(v[p] + j), acc);
+      _mm256_storeu_ps(out[n] + j, acc);
+    }
   }
   for (; j < hd; ++j) {
-    float acc = out[j] * c;
-    for (int p = a; p < b; ++p) acc = __builtin_fmaf(pv[p], v[p][j], acc);
-    out[j] = acc;
+    for (int n = 0; n < N; ++n) {
+      float acc = out[n][j] * c[n];
+      for (int p = a; p < b; ++p) acc = __builtin_fmaf(pv[n][p], v[p][j], acc);
+      out[n][j] = acc;
+    }
   }
 }
 
 // Queries [0, nq) x query heads [h0, h0 + ng) of KV head kv_head. Per chunk: K rows transposed
-// into kt [head_dim][kAttnChunk] so one FMA scores 8 positions, V rows decoded once; then for
-// each (query, head) the chunk's scores (positions outside the query's range masked to -inf), one
-// rescale of the running state, and the weighted V rows of the query's own positions only.
+// into kt [head_dim][kAttnChunk] so one FMA scores 8 positions, V rows decoded once; then the
+// (query, head) pairs that attend the chunk are scored four at a time, each pair's scores
+// (positions outside its query's range masked to -inf) rescale its running state, and runs of up
+// to four pairs with the same range accumulate their weighted V rows together. Every pair's
+// arithmetic is the same whatever pairs it is grouped with.
 void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t kv_head,
                  const KvLayerView& kv, const uint32_t* block_table, float scale, float* scratch) {
   const int32_t hd = kv.head_dim;
   float* kt = scratch;                  // [hd][kAttnChunk]
   float* vbuf = kt + hd * kAttnChunk;   // [kAttnChunk][hd]
   float* row = vbuf + hd * kAttnChunk;  // [hd]
-  float* pv = row + hd;                 // [kAttnChunk]
   const float* vrow[kAttnChunk];
   SoftmaxState st[kMaxTile][kMaxGroup];
+  ChunkPair pairs[kMaxTile * kMaxGroup];
+  alignas(32) float pv[kMaxTile * kMaxGroup][kAttnChunk];  // scores, then weights, per pair
+  float cs[kMaxTile * kMaxGroup];                          // each pair's rescale of its state
   int64_t lo = queries[0].pos_begin, hi = queries[0].pos_end;
   for (int i = 0; i < nq; ++i) {
     lo = queries[i].pos_begin < lo ? queries[i].pos_begin : lo;
@@ -137,40 +144,80 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
       for (int32_t d = 0; d < hd; ++d) kt[d * kAttnChunk + p] = k[d];
       vrow[p] = kv_row(kv, true, block_table, c0 + p, kv_head, vbuf + p * hd);
     }
+    int np = 0;
     for (int i = 0; i < nq; ++i) {
       const int64_t qa64 = queries[i].pos_begin > c0 ? queries[i].pos_begin : c0;
       const int64_t qb64 =
           queries[i].pos_end < c0 + kAttnChunk ? queries[i].pos_end : c0 + kAttnChunk;
       if (qa64 >= qb64) continue;
-      const int qa = (int)(qa64 - c0), qb = (int)(qb64 - c0);
-      const __m256i va = _mm256_set1_epi32(qa - 1), vb = _mm256_set1_epi32(qb);
+      for (int g = 0; g < ng; ++g) {
+        const int64_t off = (int64_t)(h0 + g) * hd;
+        pairs[np++] = {queries[i].q + off, queries[i].out + off, &st[i][g], (int)(qa64 - c0),
+                       (int)(qb64 - c0)};
+      }
+    }
+    int k = 0;
+    for (; k + 4 <= np; k += 4) {
+      const float* q[4] = {pairs[k].q, pairs[k + 1].q, pairs[k + 2].q, pairs[k + 3].q};
+      __m256 s[8];
+      score_pairs<4>(q, kt, hd, s);
+      for (int n = 0; n < 8; ++n) _mm256_store_ps(pv[k] + 8 * n, s[n]);
+    }
+    for (; k < np; ++k) {
+      __m256 s[2];
+      score_pairs<1>(&pairs[k].q, kt, hd, s);
+      _mm256_store_ps(pv[k], s[0]);
+      _mm256_store_ps(pv[k] + 8, s[1]);
+    }
+    for (k = 0; k < np; ++k) {
+      const __m256i va = _mm256_set1_epi32(pairs[k].qa - 1), vb = _mm256_set1_epi32(pairs[k].qb);
       const __m256 valid0 = _mm256_castsi256_ps(
           _mm256_and_si256(_mm256_cmpgt_epi32(lane_lo, va), _mm256_cmpgt_epi32(vb, lane_lo)));
       const __m256 valid1 = _mm256_castsi256_ps(
           _mm256_and_si256(_mm256_cmpgt_epi32(lane_hi, va), _mm256_cmpgt_epi32(vb, lane_hi)));
-      for (int g = 0; g < ng; ++g) {
-        const float* q = queries[i].q + (int64_t)(h0 + g) * hd;
-        __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-        for (int32_t d = 0; d < hd; ++d) {
-          const __m256 qd = _mm256_broadcast_ss(q + d);
-          s0 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kt + d * kAttnChunk), s0);
-          s1 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kt + d * kAttnChunk + 8), s1);
-        }
-        s0 = _mm256_blendv_ps(neg_inf, _mm256_mul_ps(s0, vscale), valid0);
-        s1 = _mm256_blendv_ps(neg_inf, _mm256_mul_ps(s1, vscale), valid1);
-        SoftmaxState& s = st[i][g];
-        const float chunk_max = x86::hmax(_mm256_max_ps(s0, s1));
-        const float m = chunk_max > s.m ? chunk_max : s.m;
-        const float c = __builtin_expf(s.m - m);  // 0 on the first chunk (s.m = -inf)
-        const __m256 vm = _mm256_set1_ps(m);
-        const __m256 p0 = _mm256_and_ps(x86::exp256(_mm256_sub_ps(s0, vm)), valid0);
-        const __m256 p1 = _mm256_and_ps(x86::exp256(_mm256_sub_ps(s1, vm)), valid1);
-        s.l = s.l * c + x86::hsum(_mm256_add_ps(p0, p1));
-        s.m = m;
-        _mm256_storeu_ps(pv, p0);
-        _mm256_storeu_ps(pv + 8, p1);
-        accumulate_v(queries[i].out + (int64_t)(h0 + g) * hd, c, pv, vrow, qa, qb, hd);
+      const __m256 s0 =
+          _mm256_blendv_ps(neg_inf, _mm256_mul_ps(_mm256_load_ps(pv[k]), vscale), valid0);
+      const __m256 s1 =
+          _mm256_blendv_ps(neg_inf, _mm256_mul_ps(_mm256_load_ps(pv[k] + 8), vscale), valid1);
+      SoftmaxState& s = *pairs[k].st;
+      const float chunk_max = x86::hmax(_mm256_max_ps(s0, s1));
+      const float m = chunk_max > s.m ? chunk_max : s.m;
+      cs[k] = __builtin_expf(s.m - m);  // 0 on the first chunk (s.m = -inf)
+      const __m256 vm = _mm256_set1_ps(m);
+      const __m256 p0 = _mm256_and_ps(x86::exp256(_mm256_sub_ps(s0, vm)), valid0);
+      const __m256 p1 = _mm256_and_ps(x86::exp256(_mm256_sub_ps(s1, vm)), valid1);
+      s.l = s.l * cs[k] + x86::hsum(_mm256_add_ps(p0, p1));
+      s.m = m;
+      _mm256_store_ps(pv[k], p0);
+      _mm256_store_ps(pv[k] + 8, p1);
+    }
+    for (k = 0; k < np;) {
+      int run = 1;
+      while (run < 4 && k + run < np && pairs[k + run].qa == pairs[k].qa &&
+             pairs[k + run].qb == pairs[k].qb)
+        ++run;
+      float* out[4];
+      const float* w[4];
+      for (int n = 0; n < run; ++n) {
+        out[n] = pairs[k + n].out;
+        w[n] = pv[k + n];
       }
+      const int a = pairs[k].qa, b = pairs[k].qb;
+      switch (run) {
+        case 4:
+          accumulate_pairs<4>(out, cs + k, w, vrow, a, b, hd);
+          break;
+        case 3:
+          accumulate_pairs<3>(out, cs + k, w, vrow, a, b, hd);
+          break;
+        case 2:
+          accumulate_pairs<2>(out, cs + k, w, vrow, a, b, hd);
+          break;
+        default:
+          accumulate_pairs<1>(out, cs + k, w, vrow, a, b, hd);
+          break;
+      }
+      k += run;
     }
   }
   for (int i = 0; i < nq; ++i) {

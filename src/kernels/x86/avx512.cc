@@ -1,5 +1,6 @@
 // kernels/x86/avx512.cc: the "avx512" KernelTable. Specialises the bandwidth-critical matmuls
-// (F32, F16, BF16, Q8_0, Q4_0) with 512-bit registers and reuses the AVX2 entries for the rest.
+// (F32, F16, BF16, Q8_0, Q4_0) with 512-bit registers, takes its attention from
+// attention_avx512.cc and reuses the AVX2 entries for the rest.
 // Compiled with -mavx512f -mavx512bw -mavx512vl (+ AVX2 flags); nothing in this file may run,
 // not even the table's static initialiser, unless dispatch.cc saw AVX-512 in CPUID.
 //
@@ -214,7 +215,7 @@ const KernelTable& avx512_table() {
       .matmul_packed = avx512::matmul_packed,
       .rmsnorm = avx2::rmsnorm,
       .silu_mul = avx2::silu_mul,
-      .attention = avx2::attention,
+      .attention = avx512::attention,
       .kv_store = avx2::kv_store,
   };
   return table;

@@ -1,0 +1,301 @@
+// kernels/x86/attention_avx512.cc: paged flash attention of the AVX-512 tables. The same
+// algorithm as avx2_ops.cc (chunks of kAttnChunk = 16 positions, each K/V row decoded once per
+// tile of queries and query heads, online softmax per (query, head)), with a chunk's 16 scores in
+// one register: eight (query, head) pairs are scored at once and four pairs with the same range
+// accumulate V together, so the FMA units, not FMA latency, bound the loops.
+// Each pair's arithmetic is the same whatever pairs it is grouped with, so a query's result is
+// the same bits in any tile (the AVX2 table's bits may differ: it sums in another order).
+// Compiled with -mavx512f -mavx512bw -mavx512vl; runs only after dispatch.cc saw AVX-512.
+#include <cstring>
+
+#include "kernels/kernels_internal.h"
+#include "kernels/x86/attention_util.h"
+
+namespace kvw::kernels::avx512 {
+namespace {
+
+static_assert(kAttnChunk == 16, "one __m512 holds a chunk's scores");
+
+using x86::ChunkPair;
+using x86::kv_row;
+using x86::SoftmaxState;
+
+constexpr int kMaxGroup = 16;  // query heads sharing a K/V row handled per pass
+constexpr int kMaxTile = 16;   // query tokens handled per pass
+constexpr int kScoreBatch = 8;
+constexpr int kAccBatch = 4;
+
+// exp256 of avx2_util.h on 16 lanes (same reduction and polynomial).
+KVW_INLINE __m512 exp512(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __m512i e =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+// Scores of N pairs against one chunk, lane p = position p: fma(q[d], k[d], acc) over d in order.
+template <int N>
+KVW_INLINE void score_pairs(const ChunkPair* pairs, const float* kt, int32_t hd, float* out) {
+  __m512 acc[N];
+  for (int n = 0; n < N; ++n) acc[n] = _mm512_setzero_ps();
+  for (int32_t d = 0; d < hd; ++d) {
+    const __m512 k = _mm512_loadu_ps(kt + d * kAttnChunk);
+    for (int n = 0; n < N; ++n) acc[n] = _mm512_fmadd_ps(_mm512_set1_ps(pairs[n].q[d]), k, acc[n]);
+  }
+  for (int n = 0; n < N; ++n) _mm512_storeu_ps(out + n * kAttnChunk, acc[n]);
+}
+
+// 16 elements of a V row from element j: f32 rows (decoded or F32 cache) or the F16 cache row.
+template <bool kF16>
+KVW_INLINE __m512 load_v(const void* row, int32_t j, __mmask16 m) {
+  if constexpr (kF16) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(row) + j));
+  } else {
+    return _mm512_maskz_loadu_ps(m, static_cast<const float*>(row) + j);
+  }
+}
+
+// For N pairs with the same lanes [a, b): out[n] = out[n] * c[n] + sum over p in [a, b) of
+// w[n][p] * v[p], each element fma'd over p in order (64, then 16, then a masked 1..15 at a
+// time: the per-element arithmetic does not depend on the blocking or on N).
+template <int N, int W, bool kF16>
+KVW_INLINE void accumulate_block(float* const* out, const float* c, const float* const* w,
+                                 const void* const* v, int a, int b, int32_t j, __mmask16 tail) {
+  __m512 acc[N][W];
+  for (int n = 0; n < N; ++n) {
+    const __m512 vc = _mm512_set1_ps(c[n]);
+    for (int u = 0; u < W; ++u)
+      acc[n][u] = _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, out[n] + j + 16 * u), vc);
+  }
+  for (int p = a; p < b; ++p) {
+    __m512 vv[W];
+    for (int u = 0; u < W; ++u) vv[u] = load_v<kF16>(v[p], j + 16 * u, tail);
+    for (int n = 0; n < N; ++n) {
+      const __m512 wp = _mm512_set1_ps(w[n][p]);
+      for (int u = 0; u < W; ++u) acc[n][u] = _mm512_fmadd_ps(wp, vv[u], acc[n][u]);
+    }
+  }
+  for (int n = 0; n < N; ++n) {
+    for (int u = 0; u < W; ++u) _mm512_mask_storeu_ps(out[n] + j + 16 * u, tail, acc[n][u]);
+  }
+}
+
+template <int N, bool kF16>
+KVW_INLINE void accumulate_pairs(float* const* out, const float* c, const float* const* w,
+                                 const void* const* v, int a, int b, int32_t hd) {
+  int32_t j = 0;
+  for (; j + 64 <= hd; j += 64) accumulate_block<N, 4, kF16>(out, c, w, v, a, b, j, 0xFFFF);
+  for (; j + 16 <= hd; j += 16) accumulate_block<N, 1, kF16>(out, c, w, v, a, b, j, 0xFFFF);
+  if (j < hd) {
+    accumulate_block<N, 1, kF16>(out, c, w, v, a, b, j, (__mmask16)((1u << (hd - j)) - 1));
+  }
+}
+
+template <int N>
+KVW_INLINE void accumulate_any(bool f16, float* const* out, const float* c, const float* const* w,
+                               const void* const* v, int a, int b, int32_t hd) {
+  if (f16) {
+    accumulate_pairs<N, true>(out, c, w, v, a, b, hd);
+  } else {
+    accumulate_pairs<N, false>(out, c, w, v, a, b, hd);
+  }
+}
+
+// In-register transpose of 16 x 16 floats: r[i] row i in, r[j] column j out.
+KVW_INLINE void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  __m512 u[16];  // u[4j + c], 128-bit lane L: column 4L + c of rows 4j..4j+3
+  for (int j = 0; j < 4; ++j) {
+    const __m512d a = _mm512_castps_pd(t[4 * j]), b = _mm512_castps_pd(t[4 * j + 1]);
+    const __m512d c = _mm512_castps_pd(t[4 * j + 2]), d = _mm512_castps_pd(t[4 * j + 3]);
+    u[4 * j + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    u[4 * j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    u[4 * j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    u[4 * j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int c = 0; c < 4; ++c) {  // 4 x 4 transpose of 128-bit lanes across u[c], u[4 + c], ...
+    const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+    const __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+    const __m512 v2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+    const __m512 v3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+    r[c] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+    r[8 + c] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+    r[4 + c] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+    r[12 + c] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+  }
+}
+
+// K rows of positions [la, lb) of the chunk at c0, transposed into kt [hd][16]. F16 and F32
+// caches with head_dim % 16 == 0 go 16 x 16 at a time in registers (lanes outside [la, lb)
+// hold zeros); other cases decode each row and store it column-wise.
+void load_kt(const KvLayerView& kv, const uint32_t* block_table, int64_t c0, int la, int lb,
+             int32_t kv_head, float* kt, float* row) {
+  const int32_t hd = kv.head_dim;
+  const bool direct = (kv.dtype == KvDtype::kF16 || kv.dtype == KvDtype::kF32) && hd % 16 == 0;
+  if (!direct) {
+    std::memset(kt, 0, sizeof(float) * hd * kAttnChunk);
+    for (int p = la; p < lb; ++p) {
+      const float* k = kv_row(kv, false, block_table, c0 + p, kv_head, row);
+      for (int32_t d = 0; d < hd; ++d) kt[d * kAttnChunk + p] = k[d];
+    }
+    return;
+  }
+  const bool f16 = kv.dtype == KvDtype::kF16;
+  const uint8_t* rows[kAttnChunk];
+  for (int p = la; p < lb; ++p) {
+    rows[p] = static_cast<const uint8_t*>(kv.k) +
+              x86::kv_offset(kv, block_table, c0 + p, kv_head, f16 ? 2 : 4);
+  }
+  for (int32_t d0 = 0; d0 < hd; d0 += 16) {
+    __m512 r[16];
+    for (int p = 0; p < kAttnChunk; ++p) {
+      if (p < la || p >= lb) {
+        r[p] = _mm512_setzero_ps();
+      } else if (f16) {
+        r[p] = _mm512_cvtph_ps(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[p] + 2 * (int64_t)d0)));
+      } else {
+        r[p] = _mm512_loadu_ps(reinterpret_cast<const float*>(rows[p]) + d0);
+      }
+    }
+    transpose16(r);
+    for (int d = 0; d < 16; ++d) _mm512_storeu_ps(kt + (d0 + d) * kAttnChunk, r[d]);
+  }
+}
+
+// Queries [0, nq) x query heads [h0, h0 + ng) of KV head kv_head (see the file comment).
+void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t kv_head,
+                 const KvLayerView& kv, const uint32_t* block_table, float scale, float* scratch) {
+  const int32_t hd = kv.head_dim;
+  float* kt = scratch;                  // [hd][kAttnChunk]
+  float* vbuf = kt + hd * kAttnChunk;   // [kAttnChunk][hd]
+  float* row = vbuf + hd * kAttnChunk;  // [hd]
+  const void* vrow[kAttnChunk];         // f32 rows, or the F16 cache's own rows
+  // A tile of few pairs (decode) reads F16 V rows in place, converting per use; a large tile
+  // converts each row once into vbuf. Either way the same exact f32 values.
+  const bool v_f16 = kv.dtype == KvDtype::kF16 && nq * ng <= 16;
+  SoftmaxState st[kMaxTile][kMaxGroup];
+  ChunkPair pairs[kMaxTile * kMaxGroup];
+  alignas(64) float pv[kMaxTile * kMaxGroup][kAttnChunk];  // scores, then weights, per pair
+  float cs[kMaxTile * kMaxGroup];                          // each pair's rescale of its state
+  int64_t lo = queries[0].pos_begin, hi = queries[0].pos_end;
+  for (int i = 0; i < nq; ++i) {
+    lo = queries[i].pos_begin < lo ? queries[i].pos_begin : lo;
+    hi = queries[i].pos_end > hi ? queries[i].pos_end : hi;
+    for (int g = 0; g < ng; ++g) {
+      st[i][g] = {-__builtin_inff(), 0.0f};
+      std::memset(queries[i].out + (int64_t)(h0 + g) * hd, 0, hd * sizeof(float));
+    }
+  }
+  const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int64_t c0 = lo / kAttnChunk * kAttnChunk; c0 < hi; c0 += kAttnChunk) {
+    // Load the chunk's positions that some query attends; other lanes score zero (masked).
+    const int la = (int)((lo > c0 ? lo : c0) - c0);
+    const int lb = (int)((hi < c0 + kAttnChunk ? hi : c0 + kAttnChunk) - c0);
+    load_kt(kv, block_table, c0, la, lb, kv_head, kt, row);
+    for (int p = la; p < lb; ++p) {
+      vrow[p] = v_f16 ? static_cast<const uint8_t*>(kv.v) +
+                            x86::kv_offset(kv, block_table, c0 + p, kv_head, 2)
+                      : (const void*)kv_row(kv, true, block_table, c0 + p, kv_head, vbuf + p * hd);
+    }
+    int np = 0;
+    for (int i = 0; i < nq; ++i) {
+      const int64_t qa = queries[i].pos_begin > c0 ? queries[i].pos_begin : c0;
+      const int64_t qb =
+          queries[i].pos_end < c0 + kAttnChunk ? queries[i].pos_end : c0 + kAttnChunk;
+      if (qa >= qb) continue;
+      for (int g = 0; g < ng; ++g) {
+        const int64_t off = (int64_t)(h0 + g) * hd;
+        pairs[np++] = {queries[i].q + off, queries[i].out + off, &st[i][g], (int)(qa - c0),
+                       (int)(qb - c0)};
+      }
+    }
+    int k = 0;
+    for (; k + kScoreBatch <= np; k += kScoreBatch)
+      score_pairs<kScoreBatch>(pairs + k, kt, hd, pv[k]);
+    for (; k + 2 <= np; k += 2) score_pairs<2>(pairs + k, kt, hd, pv[k]);
+    for (; k < np; ++k) score_pairs<1>(pairs + k, kt, hd, pv[k]);
+    for (k = 0; k < np; ++k) {
+      const __mmask16 valid = (__mmask16)(((1u << pairs[k].qb) - 1) & ~((1u << pairs[k].qa) - 1));
+      const __m512 s = _mm512_mask_mul_ps(neg_inf, valid, _mm512_load_ps(pv[k]), vscale);
+      SoftmaxState& state = *pairs[k].st;
+      const float chunk_max = _mm512_reduce_max_ps(s);
+      const float m = chunk_max > state.m ? chunk_max : state.m;
+      cs[k] = __builtin_expf(state.m - m);  // 0 on the first chunk (state.m = -inf)
+      const __m512 p = _mm512_maskz_mov_ps(valid, exp512(_mm512_sub_ps(s, _mm512_set1_ps(m))));
+      state.l = state.l * cs[k] + _mm512_reduce_add_ps(p);
+      state.m = m;
+      _mm512_store_ps(pv[k], p);
+    }
+    for (k = 0; k < np;) {
+      int run = 1;
+      while (run < kAccBatch && k + run < np && pairs[k + run].qa == pairs[k].qa &&
+             pairs[k + run].qb == pairs[k].qb)
+        ++run;
+      float* out[kAccBatch];
+      const float* w[kAccBatch];
+      for (int n = 0; n < run; ++n) {
+        out[n] = pairs[k + n].out;
+        w[n] = pv[k + n];
+      }
+      const int a = pairs[k].qa, b = pairs[k].qb;
+      switch (run) {
+        case 4:
+          accumulate_any<4>(v_f16, out, cs + k, w, vrow, a, b, hd);
+          break;
+        case 3:
+          accumulate_any<3>(v_f16, out, cs + k, w, vrow, a, b, hd);
+          break;
+        case 2:
+          accumulate_any<2>(v_f16, out, cs + k, w, vrow, a, b, hd);
+          break;
+        default:
+          accumulate_any<1>(v_f16, out, cs + k, w, vrow, a, b, hd);
+          break;
+      }
+      k += run;
+    }
+  }
+  for (int i = 0; i < nq; ++i) {
+    for (int g = 0; g < ng; ++g) {
+      float* out = queries[i].out + (int64_t)(h0 + g) * hd;
+      const float inv = st[i][g].l > 0.0f ? 1.0f / st[i][g].l : 0.0f;
+      for (int32_t j = 0; j < hd; ++j) out[j] *= inv;
+    }
+  }
+}
+
+}  // namespace
+
+void attention(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
+               std::span<const uint32_t> block_table, float scale, float* scratch) {
+  const int32_t group = gqa_group(n_heads, kv);
+  for (size_t i0 = 0; i0 < queries.size(); i0 += kMaxTile) {
+    const int nq = queries.size() - i0 < (size_t)kMaxTile ? (int)(queries.size() - i0) : kMaxTile;
+    for (int32_t kv_head = 0; kv_head < kv.n_kv_heads; ++kv_head) {
+      for (int32_t g0 = 0; g0 < group; g0 += kMaxGroup) {
+        const int ng = group - g0 < kMaxGroup ? group - g0 : kMaxGroup;
+        attend_tile(queries.data() + i0, nq, kv_head * group + g0, ng, kv_head, kv,
+                    block_table.data(), scale, scratch);
+      }
+    }
+  }
+}
+
+}  // namespace kvw::kernels::avx512
