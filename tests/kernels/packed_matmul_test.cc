@@ -26,8 +26,11 @@ struct Shape {
 // Rows past the last group of 8 or 16 (37, 129, 203, 33), n_rows not a multiple of 16 (8, 40,
 // 200), odd block counts (544 = 17 blocks), token counts around every tile width (4, 6, 12);
 // float types also take n_in that is no multiple of 4 (the unrolled loop's tail: 37, 3, 1).
-const Shape kShapes[] = {{8, 32, 1},    {16, 256, 5},   {37, 512, 3},  {40, 544, 7},
-                         {64, 768, 17}, {129, 256, 13}, {200, 544, 9}, {203, 64, 25}};
+// Long rows (2080 = 65 blocks) with several full 12-token tiles and a tail, on an odd last group
+// (40 rows) and on pairs only (48 rows).
+const Shape kShapes[] = {{8, 32, 1},     {16, 256, 5},   {37, 512, 3},  {40, 544, 7},
+                         {64, 768, 17},  {129, 256, 13}, {200, 544, 9}, {203, 64, 25},
+                         {48, 2080, 33}, {40, 2080, 19}};
 const Shape kFloatShapes[] = {{48, 37, 13}, {33, 3, 2}, {16, 1, 12}, {32, 5, 1}, {64, 41, 14}};
 
 std::vector<uint8_t> packed(const KernelTable& t, GgmlType wtype, const std::vector<uint8_t>& w,
@@ -108,7 +111,7 @@ TEST(KernelsPackedMatmul, EveryTableMatchesPackedRefBitForBitAndUnpackedRefClose
 // Extreme quants: weights -128 / 127 against activations of +-127. (q + 128) x x would saturate
 // maddubs' int16 pairs; the int32 block sums must stay exact.
 TEST(KernelsPackedMatmul, ExtremeQuantsDoNotSaturate) {
-  const int64_t n_rows = 16, n_in = 64, n_tokens = 3;
+  const int64_t n_rows = 16, n_in = 64, n_tokens = 19;  // a full 12-token tile and a tail
   for (GgmlType wtype : kPackedTypes) {
     auto w = testing::make_weights(wtype, n_rows, n_in, 34);
     const int64_t nb = n_in / 32;
