@@ -14,8 +14,8 @@
 # Environment: THREADS (nproc), REPS (3), PROMPTS (512,2048), GEN (128), DEPTH (4096),
 # STREAMS (16), STREAM_GEN (64), KVW (build/apps/kvwarden/kvwarden), OUT (a temp dir),
 # LCPP_COMMIT (what to print as the llama.cpp version when LLAMA_CPP_DIR is not a git checkout).
-# Prints a markdown table (median of REPS runs each, ratio = kvwarden / llama.cpp) and the
-# machine line of kvwarden's bandwidth and compute probes from the same run.
+# Prints a markdown table (median of REPS interleaved runs each, ratio = kvwarden / llama.cpp)
+# and the machine line of kvwarden's bandwidth and compute probes from the same run.
 set -euo pipefail
 [ $# -ge 2 ] || { sed -n 2,17p "$0"; exit 2; }
 LCPP=$(cd "$1" && pwd)
@@ -41,62 +41,67 @@ if [ ! -x "$BIN/llama-bench" ] || [ ! -x "$BIN/llama-batched-bench" ]; then
 fi
 LCPP_COMMIT=${LCPP_COMMIT:-$(git -C "$LCPP" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 
+# Each repetition runs every test on both tools back to back, so a slow spell of a shared
+# machine hits both columns alike instead of one tool's whole run.
 i=0
 for model in "$@"; do
   i=$((i + 1))
   echo "== $model" >&2
-  "$BIN/llama-bench" -m "$model" -p "$PROMPTS" -n "$GEN" -t "$THREADS" -r "$REPS" -mmp 0 \
-    -o json >"$OUT/$i.lcpp_bench.json" 2>"$OUT/$i.lcpp_bench.err"
   : >"$OUT/$i.lcpp_batched.jsonl"
-  for _ in $(seq "$REPS"); do
+  for rep in $(seq "$REPS"); do
+    probes=--no-probes
+    [ "$i" -eq 1 ] && [ "$rep" -eq 1 ] && probes=
+    "$BIN/llama-bench" -m "$model" -p "$PROMPTS" -n "$GEN" -t "$THREADS" -r 1 -mmp 0 \
+      -o json >"$OUT/$i.lcpp_bench.$rep.json" 2>>"$OUT/$i.lcpp_bench.err"
+    "$KVW" bench-model -m "$model" -p "$PROMPTS" -n "$GEN" -t "$THREADS" -r 1 $probes \
+      --json "$OUT/$i.kvw_1.$rep.json" >/dev/null 2>>"$OUT/$i.kvw.err"
     "$BIN/llama-batched-bench" -m "$model" -c $((DEPTH + GEN + 16)) -b 2048 -ub 512 \
       -npp "$DEPTH" -ntg "$GEN" -npl 1 -t "$THREADS" -tb "$THREADS" --output-format jsonl \
       2>/dev/null | grep '^{' >>"$OUT/$i.lcpp_batched.jsonl"
+    "$KVW" bench-model -m "$model" -p 0 -n "$GEN" -d "$DEPTH" -t "$THREADS" -r 1 --no-probes \
+      --json "$OUT/$i.kvw_2.$rep.json" >/dev/null 2>>"$OUT/$i.kvw.err"
     "$BIN/llama-batched-bench" -m "$model" -c $((STREAMS * (32 + STREAM_GEN) + 16)) -b 2048 \
       -ub 512 -npp 32 -ntg "$STREAM_GEN" -npl "$STREAMS" -t "$THREADS" -tb "$THREADS" \
       --output-format jsonl 2>/dev/null | grep '^{' >>"$OUT/$i.lcpp_batched.jsonl"
+    "$KVW" bench-model -m "$model" -p 0 -n "$STREAM_GEN" -d 32 -s "$STREAMS" -t "$THREADS" \
+      -r 1 --no-probes --json "$OUT/$i.kvw_3.$rep.json" >/dev/null 2>>"$OUT/$i.kvw.err"
   done
-  probes=--no-probes
-  [ "$i" -eq 1 ] && probes=
-  "$KVW" bench-model -m "$model" -p "$PROMPTS" -n "$GEN" -t "$THREADS" -r "$REPS" $probes \
-    --json "$OUT/$i.kvw_1.json" >/dev/null 2>"$OUT/$i.kvw.err"
-  "$KVW" bench-model -m "$model" -p 0 -n "$GEN" -d "$DEPTH" -t "$THREADS" -r "$REPS" --no-probes \
-    --json "$OUT/$i.kvw_2.json" >/dev/null 2>>"$OUT/$i.kvw.err"
-  "$KVW" bench-model -m "$model" -p 0 -n "$STREAM_GEN" -d 32 -s "$STREAMS" -t "$THREADS" \
-    -r "$REPS" --no-probes --json "$OUT/$i.kvw_3.json" >/dev/null 2>>"$OUT/$i.kvw.err"
 done
 
-python3 - "$OUT" "$#" "$LCPP_COMMIT" "$DEPTH" "$GEN" "$STREAMS" "$STREAM_GEN" <<'PY'
+python3 - "$OUT" "$#" "$LCPP_COMMIT" "$REPS" <<'PY'
 import json, os, statistics, sys
-out, n, commit = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-depth, gen, streams, sgen = map(int, sys.argv[4:8])
+out, n, commit, reps = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 machine = None
-print(f"\nllama.cpp {commit} vs kvwarden; median of the runs; ratio = kvwarden / llama.cpp\n")
+print(f"\nllama.cpp {commit} vs kvwarden; median of {reps} interleaved runs; "
+      "ratio = kvwarden / llama.cpp\n")
 print("| model | test | llama.cpp t/s | kvwarden t/s | ratio |")
 print("|---|---|---|---|---|")
 for i in range(1, n + 1):
-    lc = {}
-    for r in json.load(open(f"{out}/{i}.lcpp_bench.json")):
-        name = f"pp{r['n_prompt']}" if r["n_prompt"] > 0 else f"tg{r['n_gen']}"
-        lc[name] = statistics.median(r["samples_ts"])
     runs = {}
+    for rep in range(1, reps + 1):
+        for r in json.load(open(f"{out}/{i}.lcpp_bench.{rep}.json")):
+            name = f"pp{r['n_prompt']}" if r["n_prompt"] > 0 else f"tg{r['n_gen']}"
+            runs.setdefault(name, []).extend(r["samples_ts"])
     for line in open(f"{out}/{i}.lcpp_batched.jsonl"):
         r = json.loads(line)
         name = (f"tg{r['tg']} @ d{r['pp']}" if r["pl"] == 1 else
                 f"tg{r['tg']} x{r['pl']} @ d{r['pp']}")
         runs.setdefault(name, []).append(r["speed_tg"])
-    lc.update({k: statistics.median(v) for k, v in runs.items()})
-    kv, model = {}, None
+    lc = {k: statistics.median(v) for k, v in runs.items()}
+    ours, model = {}, None
     for part in (1, 2, 3):
-        rep = json.load(open(f"{out}/{i}.kvw_{part}.json"))
-        machine = machine or (rep["machine"] if rep["machine"]["read_gbs"] > 0 else None)
-        (model,) = rep["models"]
-        kv.update({r["test"]: r["median_ts"] for r in model["results"]})
+        for rep in range(1, reps + 1):
+            rep_json = json.load(open(f"{out}/{i}.kvw_{part}.{rep}.json"))
+            if rep_json["machine"]["read_gbs"] > 0:
+                machine = machine or rep_json["machine"]
+            (model,) = rep_json["models"]
+            for r in model["results"]:
+                ours.setdefault(r["test"], []).append(r["median_ts"])
     name = f"{os.path.basename(model['model_filename'])} ({model['model_type']})"
-    for test, ours in kv.items():
-        theirs = lc.get(test)
-        ratio = f"{ours / theirs:.2f}" if theirs else "n/a"
-        print(f"| {name} | {test} | {theirs or float('nan'):.2f} | {ours:.2f} | {ratio} |")
+    for test, samples in ours.items():
+        kv, theirs = statistics.median(samples), lc.get(test)
+        ratio = f"{kv / theirs:.2f}" if theirs else "n/a"
+        print(f"| {name} | {test} | {theirs or float('nan'):.2f} | {kv:.2f} | {ratio} |")
 if machine:
     m = machine
     print(f"\nmachine: {m['cpu']} [{m['features']}], {m['threads']} threads; read "
