@@ -20,8 +20,8 @@ using x86::ChunkPair;
 using x86::kv_row;
 using x86::SoftmaxState;
 
-constexpr int kMaxGroup = 16;  // query heads sharing a K/V row handled per pass
-constexpr int kMaxTile = 16;   // query tokens handled per pass
+using x86::kMaxGroup;
+using x86::kMaxTile;
 constexpr int kScoreBatch = 8;
 constexpr int kAccBatch = 4;
 
@@ -214,18 +214,7 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
                             x86::kv_offset(kv, block_table, c0 + p, kv_head, 2)
                       : (const void*)kv_row(kv, true, block_table, c0 + p, kv_head, vbuf + p * hd);
     }
-    int np = 0;
-    for (int i = 0; i < nq; ++i) {
-      const int64_t qa = queries[i].pos_begin > c0 ? queries[i].pos_begin : c0;
-      const int64_t qb =
-          queries[i].pos_end < c0 + kAttnChunk ? queries[i].pos_end : c0 + kAttnChunk;
-      if (qa >= qb) continue;
-      for (int g = 0; g < ng; ++g) {
-        const int64_t off = (int64_t)(h0 + g) * hd;
-        pairs[np++] = {queries[i].q + off, queries[i].out + off, &st[i][g], (int)(qa - c0),
-                       (int)(qb - c0)};
-      }
-    }
+    const int np = x86::chunk_pairs(queries, nq, h0, ng, hd, c0, st, pairs);
     int k = 0;
     for (; k + kScoreBatch <= np; k += kScoreBatch)
       score_pairs<kScoreBatch>(pairs + k, kt, hd, pv[k]);
@@ -244,10 +233,7 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
       _mm512_store_ps(pv[k], p);
     }
     for (k = 0; k < np;) {
-      int run = 1;
-      while (run < kAccBatch && k + run < np && pairs[k + run].qa == pairs[k].qa &&
-             pairs[k + run].qb == pairs[k].qb)
-        ++run;
+      const int run = x86::same_range_run(pairs, k, np, kAccBatch);
       float* out[kAccBatch];
       const float* w[kAccBatch];
       for (int n = 0; n < run; ++n) {
@@ -285,17 +271,11 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
 
 void attention(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
                std::span<const uint32_t> block_table, float scale, float* scratch) {
-  const int32_t group = gqa_group(n_heads, kv);
-  for (size_t i0 = 0; i0 < queries.size(); i0 += kMaxTile) {
-    const int nq = queries.size() - i0 < (size_t)kMaxTile ? (int)(queries.size() - i0) : kMaxTile;
-    for (int32_t kv_head = 0; kv_head < kv.n_kv_heads; ++kv_head) {
-      for (int32_t g0 = 0; g0 < group; g0 += kMaxGroup) {
-        const int ng = group - g0 < kMaxGroup ? group - g0 : kMaxGroup;
-        attend_tile(queries.data() + i0, nq, kv_head * group + g0, ng, kv_head, kv,
-                    block_table.data(), scale, scratch);
-      }
-    }
-  }
+  x86::for_each_tile(queries, n_heads, kv,
+                     [&](const AttnQuery* tile, int nq, int32_t h0, int ng, int32_t kv_head) {
+                       attend_tile(tile, nq, h0, ng, kv_head, kv, block_table.data(), scale,
+                                   scratch);
+                     });
 }
 
 }  // namespace kvw::kernels::avx512
