@@ -12,6 +12,9 @@ trap '[ -n "$PID" ] && kill $PID 2>/dev/null; rm -rf "$WORK"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 kib() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
 start() {  # start <args...>: serve in the background, wait for the banner
+  # Remove the last run's output first: the background job truncates it only once it runs, so a
+  # stale banner could otherwise be read as this server's.
+  rm -f "$WORK/out" "$WORK/err"
   "$KVW" serve --model "$WORK/m.gguf" --port 0 --threads 1 --max-num-seqs 8 \
     --max-model-len 1024 "$@" >"$WORK/out" 2>"$WORK/err" &
   PID=$!
