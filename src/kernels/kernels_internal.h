@@ -63,7 +63,8 @@ struct PackedGeometry {
   int64_t extras_offset;  // act_extras_offset(nb)
 };
 PackedGeometry packed_geometry(GgmlType wtype, int64_t n_rows, int64_t n_in);
-// packs(): Q8_0 / Q4_0 with n_rows >= kPackRows, or a float type with n_rows >= kFloatPackRows.
+// packs(): Q8_0 / Q4_0 with n_rows >= kPackRows, a K-quant with n_rows >= kPackRows, or a float
+// type with n_rows >= kFloatPackRows.
 bool packs(GgmlType wtype, int64_t n_rows, int64_t n_in);
 void pack(GgmlType wtype, const void* src, void* dst, int64_t n_rows, int64_t n_in);
 // Rows [row_begin, row_end) that lie past the last full group (GGUF layout), for all tokens,
@@ -100,6 +101,25 @@ void attention(std::span<const AttnQuery> queries, int32_t n_heads, const KvLaye
                std::span<const uint32_t> block_table, float scale, float* scratch);
 }  // namespace avx512
 
+// The packed layout of Q4_K / Q5_K / Q6_K matrices (kernels/packed_kquants.cc): groups of
+// kPackRows rows, super-block by super-block. pack() and packs() above route these types there.
+bool is_kquant_type(GgmlType wtype);  // Q4_K, Q5_K, Q6_K
+struct KquantPackedGeometry {
+  int64_t nsb;          // 256-element super-blocks per row
+  int64_t row_bytes;    // GGUF row bytes
+  int64_t sb_bytes;     // one super-block of a group: kPackRows GGUF blocks
+  int64_t group_bytes;  // kPackRows * row_bytes
+  int64_t n_groups;     // n_rows / kPackRows
+  int64_t x_row_bytes;  // act_row_bytes (Q8_K)
+  int64_t quants;       // offset of the quants inside a packed super-block
+};
+KquantPackedGeometry kquant_packed_geometry(GgmlType wtype, int64_t n_rows, int64_t n_in);
+void pack_kquant(GgmlType wtype, const void* src, void* dst, int64_t n_rows, int64_t n_in);
+// Rows [row_begin, row_end) past the last full group (GGUF layout), matmul_packed's arithmetic.
+void matmul_packed_kquant_tail(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
+                               const void* xq, int64_t n_tokens, float* y, int64_t row_begin,
+                               int64_t row_end);
+
 // Query heads per KV head; CHECKs n_kv_heads > 0 divides n_heads.
 int32_t gqa_group(int32_t n_heads, const KvLayerView& kv);
 
@@ -121,6 +141,8 @@ void matmul_packed_float(GgmlType wtype, const void* w, int64_t n_rows, int64_t 
                          const float* x, int64_t n_tokens, float* y, int ith, int nth);
 void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
                    int64_t n_tokens, float* y, int ith, int nth);
+void matmul_packed_kquant(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
+                          const void* xq, int64_t n_tokens, float* y, int ith, int nth);
 }  // namespace ref
 
 }  // namespace kvw::kernels

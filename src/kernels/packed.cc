@@ -1,5 +1,5 @@
 // kernels/packed.cc: the load-time packed layout of Q8_0 / Q4_0 matrices (float types:
-// packed_float.cc) for prefill-speed GEMM,
+// packed_float.cc, K-quants: packed_kquants.cc) for prefill-speed GEMM,
 // the packer, and the scalar matmul_packed every SIMD table reproduces bit for bit.
 //
 // Layout of an n_rows x n_in matrix, nb = n_in / 32 blocks per row, same bytes as GGUF:
@@ -105,6 +105,7 @@ void write_act_extras(void* q8_0_row, int64_t nb) {
 
 bool packs(GgmlType wtype, int64_t n_rows, int64_t n_in) {
   if (is_float_type(wtype)) return n_rows >= kFloatPackRows && n_in > 0;
+  if (is_kquant_type(wtype)) return n_rows >= kPackRows && n_in > 0 && n_in % kQK_K == 0;
   return packable_type(wtype) && n_rows >= kPackRows && n_in > 0 && n_in % kQK8_0 == 0;
 }
 
@@ -125,6 +126,7 @@ PackedGeometry packed_geometry(GgmlType wtype, int64_t n_rows, int64_t n_in) {
 
 void pack(GgmlType wtype, const void* src, void* dst, int64_t n_rows, int64_t n_in) {
   if (is_float_type(wtype)) return pack_float(wtype, src, dst, n_rows, n_in);
+  if (is_kquant_type(wtype)) return pack_kquant(wtype, src, dst, n_rows, n_in);
   const PackedGeometry g = packed_geometry(wtype, n_rows, n_in);
   const auto* s = static_cast<const uint8_t*>(src);
   auto* d = static_cast<uint8_t*>(dst);
@@ -170,6 +172,9 @@ void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, 
   if (is_float_type(wtype)) {
     return matmul_packed_float(wtype, w, n_rows, n_in, static_cast<const float*>(xq), n_tokens, y,
                                ith, nth);
+  }
+  if (is_kquant_type(wtype)) {
+    return matmul_packed_kquant(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
   }
   const PackedGeometry g = packed_geometry(wtype, n_rows, n_in);
   const RowRange rows = split_range(n_rows, ith, nth, kRowAlign);

@@ -1,7 +1,8 @@
-// tests/kernels/packed_matmul_test.cc: the load-time packed GEMM of Q8_0/Q4_0 (kernels/packed.cc)
-// and of F32/F16/BF16 (kernels/packed_float.cc). Every table's matmul_packed must equal
-// ref::matmul_packed bit for bit (same exact int32 block sums and per-block fma, or the same
-// serial fma chain), and stay within float rounding of the unpacked ref matmul.
+// tests/kernels/packed_matmul_test.cc: the load-time packed GEMM of Q8_0/Q4_0 (kernels/packed.cc),
+// of Q4_K/Q5_K/Q6_K (kernels/packed_kquants.cc) and of F32/F16/BF16 (kernels/packed_float.cc).
+// Every table's matmul_packed must equal ref::matmul_packed bit for bit (same exact int32 block
+// sums and per-block fma, or the same serial fma chain), and stay within float rounding of the
+// unpacked ref matmul.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -13,8 +14,10 @@
 namespace kvw::kernels {
 namespace {
 
-const GgmlType kPackedTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kF32, GgmlType::kF16,
-                                 GgmlType::kBF16};
+const GgmlType kPackedTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K,
+                                 GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kF32,
+                                 GgmlType::kF16,  GgmlType::kBF16};
+const GgmlType kKquantTypes[] = {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
 const GgmlType kFloatTypes[] = {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16};
 
 struct Shape {
@@ -31,6 +34,9 @@ struct Shape {
 const Shape kShapes[] = {{8, 32, 1},     {16, 256, 5},   {37, 512, 3},  {40, 544, 7},
                          {64, 768, 17},  {129, 256, 13}, {200, 544, 9}, {203, 64, 25},
                          {48, 2080, 33}, {40, 2080, 19}};
+// K-quants: n_in in 256-element super-blocks (1, 2, 3, 5), the same row and token edges.
+const Shape kKquantShapes[] = {{8, 256, 1},   {16, 512, 5},  {37, 256, 3},   {40, 768, 7},
+                               {64, 256, 13}, {203, 512, 4}, {48, 1280, 25}, {24, 256, 12}};
 const Shape kFloatShapes[] = {{48, 37, 13}, {33, 3, 2}, {16, 1, 12}, {32, 5, 1}, {64, 41, 14}};
 
 std::vector<uint8_t> packed(const KernelTable& t, GgmlType wtype, const std::vector<uint8_t>& w,
@@ -54,7 +60,11 @@ TEST(KernelsPackedMatmul, PacksQuantsAndFloatsWithAtLeastOneGroup) {
     EXPECT_TRUE(t->packs(GgmlType::kQ8_0, 8, 32)) << t->isa;
     EXPECT_TRUE(t->packs(GgmlType::kQ4_0, 13, 2048)) << t->isa;
     EXPECT_FALSE(t->packs(GgmlType::kQ8_0, 7, 2048)) << t->isa;
-    EXPECT_FALSE(t->packs(GgmlType::kQ4_K, 64, 2048)) << t->isa;
+    for (GgmlType k : kKquantTypes) {
+      EXPECT_TRUE(t->packs(k, 8, 256)) << t->isa;
+      EXPECT_FALSE(t->packs(k, 7, 2048)) << t->isa;
+      EXPECT_FALSE(t->packs(k, 64, 288)) << t->isa;  // not whole super-blocks
+    }
     for (GgmlType f : kFloatTypes) {
       EXPECT_TRUE(t->packs(f, 16, 3)) << t->isa;
       EXPECT_TRUE(t->packs(f, 64, 2048)) << t->isa;
@@ -65,7 +75,7 @@ TEST(KernelsPackedMatmul, PacksQuantsAndFloatsWithAtLeastOneGroup) {
 
 TEST(KernelsPackedMatmul, InPlacePackingEqualsOutOfPlaceAndKeepsTailRows) {
   for (GgmlType wtype : kPackedTypes) {
-    const int64_t n_rows = 21, n_in = 96;  // 2 groups + 5 GGUF rows
+    const int64_t n_rows = 21, n_in = 256;  // 2 groups + 5 GGUF rows
     const auto w = testing::make_weights(wtype, n_rows, n_in, 31);
     const auto out = packed(kernels_ref(), wtype, w, n_rows, n_in);
     auto in_place = w;
@@ -81,6 +91,7 @@ TEST(KernelsPackedMatmul, EveryTableMatchesPackedRefBitForBitAndUnpackedRefClose
   for (const KernelTable* t : available_kernel_tables()) {
     for (GgmlType wtype : kPackedTypes) {
       std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
+      if (is_kquant_type(wtype)) shapes.assign(std::begin(kKquantShapes), std::end(kKquantShapes));
       if (is_float_type(wtype))
         shapes.insert(shapes.end(), std::begin(kFloatShapes), std::end(kFloatShapes));
       for (const Shape& s : shapes) {
@@ -112,7 +123,7 @@ TEST(KernelsPackedMatmul, EveryTableMatchesPackedRefBitForBitAndUnpackedRefClose
 // maddubs' int16 pairs; the int32 block sums must stay exact.
 TEST(KernelsPackedMatmul, ExtremeQuantsDoNotSaturate) {
   const int64_t n_rows = 16, n_in = 64, n_tokens = 19;  // a full 12-token tile and a tail
-  for (GgmlType wtype : kPackedTypes) {
+  for (GgmlType wtype : {GgmlType::kQ8_0, GgmlType::kQ4_0}) {
     auto w = testing::make_weights(wtype, n_rows, n_in, 34);
     const int64_t nb = n_in / 32;
     for (int64_t i = 0; i < n_rows * nb; ++i) {
@@ -134,6 +145,48 @@ TEST(KernelsPackedMatmul, ExtremeQuantsDoNotSaturate) {
       const auto want =
           testing::matmul(kernels_ref(), wtype, w.data(), n_rows, n_in, xq.data(), n_tokens);
       EXPECT_LT(testing::nmse(got, want), 1e-12);
+    }
+  }
+}
+
+// K-quant extremes: the largest quants (15, 31, 63) with the largest scales and mins (63; Q6_K
+// -128 and 127) against activations of +-127, in a full tile and a tail: the int16 maddubs sums
+// and the int32 products must stay exact, and a scrambled layout would not match the GGUF rows.
+TEST(KernelsPackedMatmul, KquantExtremesStayExact) {
+  const int64_t n_rows = 24, n_in = 512, n_tokens = 15;
+  for (GgmlType wtype : kKquantTypes) {
+    auto w = testing::make_weights(wtype, n_rows, n_in, 37);
+    const int64_t block = (int64_t)*row_bytes(wtype, kQK_K);
+    for (int64_t i = 0; i < n_rows * (n_in / kQK_K); ++i) {
+      uint8_t* b = w.data() + i * block;
+      if (wtype == GgmlType::kQ6_K) {
+        auto* q = reinterpret_cast<BlockQ6_K*>(b);
+        std::memset(q->ql, i % 2 ? 0xFF : 0xF0, sizeof(q->ql));
+        std::memset(q->qh, 0xFF, sizeof(q->qh));
+        for (int g = 0; g < 16; ++g) q->scales[g] = (int8_t)(g % 3 == 0 ? -128 : 127);
+      } else {
+        auto* q = reinterpret_cast<BlockQ4_K*>(b);
+        std::memset(q->scales, 0xFF, sizeof(q->scales));  // every scale and min 63
+        uint8_t* qs = wtype == GgmlType::kQ5_K ? reinterpret_cast<BlockQ5_K*>(b)->qs : q->qs;
+        std::memset(qs, i % 3 ? 0xFF : 0x0F, kQK_K / 2);
+        if (wtype == GgmlType::kQ5_K) {
+          std::memset(reinterpret_cast<BlockQ5_K*>(b)->qh, 0xFF, kQK_K / 8);
+        }
+      }
+    }
+    std::vector<float> x(n_tokens * n_in);
+    for (int64_t i = 0; i < (int64_t)x.size(); ++i) x[i] = (i % 7 == 0) ? -1.0f : 1.0f;
+    for (const KernelTable* t : available_kernel_tables()) {
+      SCOPED_TRACE(std::string(t->isa) + " " + testing::type_name(wtype));
+      const auto wp = packed(*t, wtype, w, n_rows, n_in);
+      const auto xq = testing::quantize_act(*t, wtype, x.data(), n_tokens, n_in);
+      const auto got = matmul_packed(*t, wtype, wp.data(), n_rows, n_in, xq.data(), n_tokens, 1);
+      std::vector<float> want(got.size());
+      ref::matmul_packed(wtype, wp.data(), n_rows, n_in, xq.data(), n_tokens, want.data(), 0, 1);
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+      const auto unpacked =
+          testing::matmul(kernels_ref(), wtype, w.data(), n_rows, n_in, xq.data(), n_tokens);
+      EXPECT_LT(testing::nmse(got, unpacked), 1e-10);
     }
   }
 }

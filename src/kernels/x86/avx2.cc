@@ -232,7 +232,7 @@ void quantize_act(GgmlType wtype, const float* x, int64_t n_tokens, int64_t n_in
 // two constants: 14 of 16 ymm registers.
 void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
                    int64_t n_tokens, float* y, int ith, int nth) {
-  x86::matmul_packed<DotMaddubs, 4>(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
+  x86::matmul_packed<DotMaddubs, 4, 3>(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
 }
 
 void matmul(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,

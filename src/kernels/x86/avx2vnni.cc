@@ -20,7 +20,7 @@ struct DotAvxVnni {
 // the mask) and a broadcast: 16 ymm registers.
 void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
                    int64_t n_tokens, float* y, int ith, int nth) {
-  x86::matmul_packed<DotAvxVnni, 6>(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
+  x86::matmul_packed<DotAvxVnni, 6, 3>(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
 }
 
 }  // namespace

@@ -140,6 +140,10 @@ void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, 
     return avx512::matmul_packed_float(wtype, w, n_rows, n_in, static_cast<const float*>(xq),
                                        n_tokens, y, ith, nth);
   }
+  if (is_kquant_type(wtype)) {
+    return x86::matmul_packed_kquant<DotAvx512Vnni, 6>(wtype, w, n_rows, n_in, xq, n_tokens, y, ith,
+                                                       nth);
+  }
   const PackedGeometry g = packed_geometry(wtype, n_rows, n_in);
   const RowRange rows = split_range(n_rows, ith, nth, kRowAlign);
   if (rows.begin >= rows.end || n_tokens <= 0) return;

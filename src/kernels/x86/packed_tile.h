@@ -19,6 +19,7 @@
 #include "gguf/quant_blocks.h"
 #include "kernels/kernels_internal.h"
 #include "kernels/x86/avx2_util.h"
+#include "kernels/x86/packed_kquant_tile.h"
 
 namespace kvw::kernels::x86 {
 
@@ -252,13 +253,17 @@ void packed_groups(const PackedArgs& a, int64_t g_begin, int64_t g_end) {
 }
 
 // KernelTable::matmul_packed for one AVX2 ISA: full groups here, rows past them in packed.cc;
-// the float types go to the AVX2 float GEMM (packed_float_avx2.cc).
-template <class Dot, int C>
+// the float types go to the AVX2 float GEMM (packed_float_avx2.cc), the K-quants to
+// packed_kquant_tile.h with KC-token tiles.
+template <class Dot, int C, int KC>
 void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
                    int64_t n_tokens, float* y, int ith, int nth) {
   if (is_float_type(wtype)) {
     return avx2::matmul_packed_float(wtype, w, n_rows, n_in, static_cast<const float*>(xq),
                                      n_tokens, y, ith, nth);
+  }
+  if (is_kquant_type(wtype)) {
+    return matmul_packed_kquant<Dot, KC>(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
   }
   const PackedGeometry g = packed_geometry(wtype, n_rows, n_in);
   const RowRange rows = split_range(n_rows, ith, nth, kRowAlign);
