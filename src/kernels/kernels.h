@@ -72,15 +72,16 @@ struct KernelTable {
   void (*matmul)(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
                  int64_t n_tokens, float* y, int ith, int nth);
 
-  // Load-time repacking for prefill-speed GEMM (Q8_0 and Q4_0: kernels/packed.cc; F32, F16 and
-  // BF16: kernels/packed_float.cc; the same layout for every table). packs(): whether
-  // matmul_packed takes this matrix (n_rows >= 8 quantised, >= 16 float). pack(): rewrites n_rows
-  // GGUF rows into the packed layout of the same byte count; dst may equal src (in place).
-  // matmul_packed(): as matmul, for weights pack() wrote. Quantised: for each (row, token) it
-  // computes acc = fma(float(isum_b), d_w_b * d_x_b, acc) over blocks b in order from 0 (isum_b
-  // the exact int32 block dot); float: acc = fma(w_i, x_i, acc) over elements i in order. Either
-  // way its output is bit-identical across tables, tile shapes, n_tokens and thread counts. Each
-  // thread takes a contiguous row range.
+  // Load-time repacking for prefill-speed GEMM (Q8_0 and Q4_0: kernels/packed.cc; Q4_K, Q5_K
+  // and Q6_K: kernels/packed_kquants.cc; F32, F16 and BF16: kernels/packed_float.cc; the same
+  // layout for every table). packs(): whether matmul_packed takes this matrix (n_rows >= 8
+  // quantised, >= 16 float). pack(): rewrites n_rows GGUF rows into the packed layout of the
+  // same byte count; dst may equal src (in place). matmul_packed(): as matmul, for weights pack()
+  // wrote. Quantised: for each (row, token) it computes acc = fma(float(isum_b), d_w_b * d_x_b,
+  // acc) over blocks b in order from 0 (isum_b the exact int32 block dot; K-quants add a min or
+  // offset term per super-block, packed_kquants.cc); float: acc = fma(w_i, x_i, acc) over
+  // elements i in order. Either way its output is bit-identical across tables, tile shapes,
+  // n_tokens and thread counts. Each thread takes a contiguous row range.
   bool (*packs)(GgmlType wtype, int64_t n_rows, int64_t n_in);
   void (*pack)(GgmlType wtype, const void* src, void* dst, int64_t n_rows, int64_t n_in);
   void (*matmul_packed)(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,

@@ -120,6 +120,12 @@ void matmul_packed_kquant_tail(GgmlType wtype, const void* w, int64_t n_rows, in
                                const void* xq, int64_t n_tokens, float* y, int64_t row_begin,
                                int64_t row_end);
 
+// The avx512vnni table's K-quant GEMM (x86/avx512vnni_kquants.cc).
+namespace avx512vnni {
+void matmul_packed_kquant(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
+                          const void* xq, int64_t n_tokens, float* y, int ith, int nth);
+}
+
 // Query heads per KV head; CHECKs n_kv_heads > 0 divides n_heads.
 int32_t gqa_group(int32_t n_heads, const KvLayerView& kv);
 

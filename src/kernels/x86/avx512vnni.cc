@@ -141,8 +141,7 @@ void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, 
                                        n_tokens, y, ith, nth);
   }
   if (is_kquant_type(wtype)) {
-    return x86::matmul_packed_kquant<DotAvx512Vnni, 6>(wtype, w, n_rows, n_in, xq, n_tokens, y, ith,
-                                                       nth);
+    return avx512vnni::matmul_packed_kquant(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
   }
   const PackedGeometry g = packed_geometry(wtype, n_rows, n_in);
   const RowRange rows = split_range(n_rows, ith, nth, kRowAlign);

@@ -257,11 +257,11 @@ void kquant_groups(const KPackedArgs& a, int64_t g_begin, int64_t g_end) {
   }
 }
 
-// KernelTable::matmul_packed for the K-quants: full groups here, rows past them in
-// packed_kquants.cc.
-template <class Dot, int C>
-void matmul_packed_kquant(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
-                          const void* xq, int64_t n_tokens, float* y, int ith, int nth) {
+// KernelTable::matmul_packed for the K-quants: full groups through Groups::run<T>(a, g_begin,
+// g_end), rows past them in packed_kquants.cc.
+template <class Groups>
+void matmul_packed_kquant_by(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
+                             const void* xq, int64_t n_tokens, float* y, int ith, int nth) {
   const KquantPackedGeometry g = kquant_packed_geometry(wtype, n_rows, n_in);
   const RowRange rows = split_range(n_rows, ith, nth, kRowAlign);
   if (rows.begin >= rows.end || n_tokens <= 0) return;
@@ -272,18 +272,33 @@ void matmul_packed_kquant(GgmlType wtype, const void* w, int64_t n_rows, int64_t
   const int64_t g_end = (rows.end < full ? rows.end : full) / kPackRows;
   switch (wtype) {
     case GgmlType::kQ4_K:
-      kquant_groups<Dot, GgmlType::kQ4_K, C>(a, g_begin, g_end);
+      Groups::template run<GgmlType::kQ4_K>(a, g_begin, g_end);
       break;
     case GgmlType::kQ5_K:
-      kquant_groups<Dot, GgmlType::kQ5_K, C>(a, g_begin, g_end);
+      Groups::template run<GgmlType::kQ5_K>(a, g_begin, g_end);
       break;
     default:
-      kquant_groups<Dot, GgmlType::kQ6_K, C>(a, g_begin, g_end);
+      Groups::template run<GgmlType::kQ6_K>(a, g_begin, g_end);
       break;
   }
   if (rows.end > full) {
     matmul_packed_kquant_tail(wtype, w, n_rows, n_in, xq, n_tokens, y, rows.begin, rows.end);
   }
+}
+
+template <class Dot, int C>
+struct KquantGroups {
+  template <GgmlType T>
+  static void run(const KPackedArgs& a, int64_t g_begin, int64_t g_end) {
+    kquant_groups<Dot, T, C>(a, g_begin, g_end);
+  }
+};
+
+// With C-token tiles of 8 rows.
+template <class Dot, int C>
+void matmul_packed_kquant(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
+                          const void* xq, int64_t n_tokens, float* y, int ith, int nth) {
+  matmul_packed_kquant_by<KquantGroups<Dot, C>>(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
 }
 
 }  // namespace kvw::kernels::x86

@@ -1,0 +1,245 @@
+// kernels/x86/avx512vnni_kquants.cc: the avx512vnni table's packed Q4_K / Q5_K / Q6_K GEMM.
+// Prefill tiles take two groups (16 rows, one zmm per token: lanes 0-7 the first group's rows,
+// 8-15 the second's) with per lane exactly the arithmetic of x86::kquant_tile, so a row gives
+// the same bits in a pair tile, a single-group tile (an odd last group) or decode. Compiled with
+// the AVX-512 + AVX512-VNNI flags; nothing here runs unless dispatch.cc saw them in CPUID.
+#include <cstring>
+
+#include "gguf/quant_blocks.h"
+#include "kernels/kernels_internal.h"
+#include "kernels/x86/packed_kquant_tile.h"
+
+namespace kvw::kernels::avx512vnni {
+namespace {
+
+struct DotAvx512Vnni {
+  static constexpr bool kVnni = true;
+  static KVW_INLINE __m256i dpbusd(__m256i acc, __m256i u8, __m256i s8) {
+    return _mm256_dpbusd_epi32(acc, u8, s8);
+  }
+};
+
+using x86::KPackedArgs;
+
+KVW_INLINE __m512i bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// The 32 bytes at p and at p + group_bytes (the same place in the next group) as one zmm.
+KVW_INLINE __m512i load_pair(const uint8_t* p, int64_t group_bytes) {
+  const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + group_bytes));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+// The 8 bytes at p and at p + group_bytes as one xmm.
+KVW_INLINE __m128i load8_pair(const uint8_t* p, int64_t group_bytes) {
+  return _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)),
+                            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + group_bytes)));
+}
+
+struct KScales16 {
+  __m512i sc[16];  // int32 scale per lane (row), per scale index
+  __m512i bs[8];   // int16 pairs meeting the bsums pairs (see x86::KScales)
+};
+
+template <GgmlType T>
+KVW_INLINE void unpack_scales(const uint8_t* sb, int64_t gb, KScales16& k) {
+  if constexpr (T == GgmlType::kQ6_K) {
+    const uint8_t* s = sb + 16;
+#pragma GCC unroll 16
+    for (int g = 0; g < 16; ++g) k.sc[g] = _mm512_cvtepi8_epi32(load8_pair(s + 8 * g, gb));
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      const __m128i g0 =
+          _mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + 16 * i)),
+                            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + 16 * i + 8)));
+      const __m128i g1 =
+          _mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + gb + 16 * i)),
+                            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + gb + 16 * i + 8)));
+      k.bs[i] = _mm512_cvtepi8_epi16(_mm256_set_m128i(g1, g0));
+    }
+  } else {
+    const __m512i m15 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi32(3);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      const __m512i lo = _mm512_cvtepu8_epi32(load8_pair(sb + 32 + 8 * j, gb));
+      const __m512i hi = _mm512_srli_epi32(
+          _mm512_cvtepu8_epi32(load8_pair(sb + 96 + 8 * (j % 4), gb)), (j / 4) * 4);
+      k.sc[j] = _mm512_or_si512(_mm512_and_si512(lo, m15),
+                                _mm512_slli_epi32(_mm512_and_si512(hi, m3), 4));
+      const __m512i m =
+          _mm512_or_si512(_mm512_srli_epi32(lo, 4),
+                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hi, 2), m3), 4));
+      k.bs[j] = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+    }
+  }
+}
+
+KVW_INLINE __m512i bit_to_16(__m512i bits, int s) {
+  const __mmask64 set = _mm512_test_epi8_mask(bits, _mm512_set1_epi8((char)(1 << s)));
+  return _mm512_maskz_mov_epi8(set, _mm512_set1_epi8(0x10));
+}
+
+KVW_INLINE __m512i high2(__m512i bits, int s) {
+  const __m512i m = _mm512_set1_epi8(0x30);
+  switch (s % 4) {
+    case 0:
+      return _mm512_and_si512(_mm512_slli_epi16(bits, 4), m);
+    case 1:
+      return _mm512_and_si512(_mm512_slli_epi16(bits, 2), m);
+    case 2:
+      return _mm512_and_si512(bits, m);
+    default:
+      return _mm512_and_si512(_mm512_srli_epi16(bits, 2), m);
+  }
+}
+
+// Groups grp and grp + 1 x tokens [t0, t0 + C): x86::kquant_tile in 16 lanes.
+template <GgmlType T, int C>
+KVW_INLINE void pair_tile(const KPackedArgs& a, int64_t grp, int64_t t0) {
+  const int64_t gb = a.g.group_bytes;
+  const uint8_t* group = a.w + grp * gb;
+  const uint8_t* x0 = a.x + t0 * a.g.x_row_bytes;
+  const int64_t xs = a.g.x_row_bytes;
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[C];
+#pragma GCC unroll 16
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < a.g.nsb; ++b) {
+    const uint8_t* sb = group + b * a.g.sb_bytes;
+    const uint8_t* quants = sb + a.g.quants;
+    const uint8_t* xb = x0 + b * (int64_t)sizeof(BlockQ8_K);
+    KScales16 k;
+    unpack_scales<T>(sb, gb, k);
+    __m512i isum[C];
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) isum[c] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int ch = 0; ch < 4; ++ch) {
+      __m512i fifth_lo = _mm512_setzero_si512(), fifth_hi = _mm512_setzero_si512();
+      if constexpr (T == GgmlType::kQ5_K) {
+        fifth_lo = load_pair(sb + 128 + 64 * ch, gb);
+        fifth_hi = load_pair(sb + 128 + 64 * ch + 32, gb);
+      }
+      constexpr int kFlush = T == GgmlType::kQ6_K ? 4 : 8;
+      __m512i dl[C], dh[C];
+#pragma GCC unroll 8
+      for (int s = 0; s < 8; ++s) {
+        if (s % kFlush == 0) {
+#pragma GCC unroll 16
+          for (int c = 0; c < C; ++c) dl[c] = dh[c] = _mm512_setzero_si512();
+        }
+        const __m512i v = load_pair(quants + 256 * ch + 32 * s, gb);
+        __m512i lo = _mm512_and_si512(v, low4);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        if constexpr (T == GgmlType::kQ5_K) {
+          lo = _mm512_or_si512(lo, bit_to_16(fifth_lo, s));
+          hi = _mm512_or_si512(hi, bit_to_16(fifth_hi, s));
+        }
+        if constexpr (T == GgmlType::kQ6_K) {
+          const uint8_t* h2 = sb + 1168 + 128 * ch;
+          lo = _mm512_or_si512(lo, high2(load_pair(h2 + 32 * (s / 4), gb), s));
+          hi = _mm512_or_si512(hi, high2(load_pair(h2 + 32 * (2 + s / 4), gb), s));
+        }
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) {
+          const int8_t* q = reinterpret_cast<const int8_t*>(xb + c * xs + 4) + 64 * ch + 4 * s;
+          dl[c] = _mm512_dpbusd_epi32(dl[c], lo, bcast4(q));
+          dh[c] = _mm512_dpbusd_epi32(dh[c], hi, bcast4(q + 32));
+        }
+        if ((s + 1) % kFlush == 0) {
+          const int jl = T == GgmlType::kQ6_K ? 4 * ch + s / 4 : 2 * ch;
+          const int jh = T == GgmlType::kQ6_K ? 4 * ch + 2 + s / 4 : 2 * ch + 1;
+#pragma GCC unroll 16
+          for (int c = 0; c < C; ++c) {
+            isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(dl[c], k.sc[jl]));
+            isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(dh[c], k.sc[jh]));
+          }
+        }
+      }
+    }
+    const __m512 dw =
+        _mm512_cvtph_ps(_mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + gb)),
+                                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb))));
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      const auto* xk = reinterpret_cast<const BlockQ8_K*>(xb + c * xs);
+      __m512i bsum = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {
+        int32_t pair;
+        std::memcpy(&pair, xk->bsums + 2 * i, 4);
+        bsum = _mm512_add_epi32(bsum, _mm512_madd_epi16(k.bs[i], _mm512_set1_epi32(pair)));
+      }
+      const __m512 dx = _mm512_set1_ps(xk->d);
+      if constexpr (T == GgmlType::kQ6_K) {
+        const __m512i total = _mm512_sub_epi32(isum[c], _mm512_slli_epi32(bsum, 5));
+        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(dw, dx), acc[c]);
+      } else {
+        const __m512 dmin = _mm512_cvtph_ps(
+            _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + gb + 16)),
+                             _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 16))));
+        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(dw, dx), acc[c]);
+        acc[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(bsum), _mm512_mul_ps(dmin, dx), acc[c]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int c = 0; c < C; ++c) {
+    _mm512_storeu_ps(a.y + (t0 + c) * a.n_rows + grp * kPackRows, acc[c]);
+  }
+}
+
+template <GgmlType T, int N>
+KVW_INLINE void pair_rest(const KPackedArgs& a, int64_t grp, int64_t t0, int64_t n) {
+  if constexpr (N > 0) {
+    if (n == N) return pair_tile<T, N>(a, grp, t0);
+    pair_rest<T, N - 1>(a, grp, t0, n);
+  }
+}
+
+// 16 rows x 6 tokens: 6 x (float accumulator, int32 sum, two sub-block dots) and the weights.
+constexpr int kTokens = 6;
+
+// As x86::kquant_groups, with group pairs; decode and an odd last group take the 8-row tile.
+template <GgmlType T>
+void pair_groups(const KPackedArgs& a, int64_t g_begin, int64_t g_end) {
+  if (a.n_tokens == 1) return x86::kquant_groups<DotAvx512Vnni, T, kTokens>(a, g_begin, g_end);
+  int64_t token_block = (256 * 1024) / a.g.x_row_bytes;
+  token_block = token_block < kTokens ? kTokens : token_block / kTokens * kTokens;
+  for (int64_t tb = 0; tb < a.n_tokens; tb += token_block) {
+    const int64_t te = tb + token_block < a.n_tokens ? tb + token_block : a.n_tokens;
+    int64_t grp = g_begin;
+    for (; grp + 2 <= g_end; grp += 2) {
+      int64_t t = tb;
+      for (; t + kTokens <= te; t += kTokens) pair_tile<T, kTokens>(a, grp, t);
+      pair_rest<T, kTokens - 1>(a, grp, t, te - t);
+    }
+    if (grp < g_end) {
+      int64_t t = tb;
+      for (; t + kTokens <= te; t += kTokens) {
+        x86::kquant_tile<DotAvx512Vnni, T, kTokens>(a, grp, t);
+      }
+      x86::kquant_rest<DotAvx512Vnni, T, kTokens - 1>(a, grp, t, te - t);
+    }
+  }
+}
+
+struct PairGroups {
+  template <GgmlType T>
+  static void run(const KPackedArgs& a, int64_t g_begin, int64_t g_end) {
+    pair_groups<T>(a, g_begin, g_end);
+  }
+};
+
+}  // namespace
+
+void matmul_packed_kquant(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
+                          const void* xq, int64_t n_tokens, float* y, int ith, int nth) {
+  x86::matmul_packed_kquant_by<PairGroups>(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
+}
+
+}  // namespace kvw::kernels::avx512vnni
