@@ -178,6 +178,50 @@ void load_kt(const KvLayerView& kv, const uint32_t* block_table, int64_t c0, int
   }
 }
 
+// Online softmax of up to 16 pairs' chunk scores (s, [16 pairs][16 positions]): scaled and
+// masked to the pair's lanes, the chunk max and the sum of the weights of all 16 pairs come from
+// one transpose each (16 pairs in the lanes of one register), so no pair waits out a horizontal
+// reduction or a scalar exp. Writes the weights over s and each pair's rescale of its previous
+// state to cs. Lane i of every step is pair i's own arithmetic: the bits do not depend on which
+// pairs share the call.
+void softmax_pairs(const ChunkPair* pairs, int n, __m512 scale, float (*s)[kAttnChunk], float* cs) {
+  n = n < kAttnChunk ? n : kAttnChunk;
+  const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
+  alignas(64) float m_old[kAttnChunk], l_old[kAttnChunk], m_new[kAttnChunk];
+  __mmask16 valid[kAttnChunk];
+  __m512 r[kAttnChunk];
+  for (int i = 0; i < kAttnChunk; ++i) {
+    // Lanes past n: an empty pair with state (0, 0), whose results are dropped.
+    valid[i] = i < n ? (__mmask16)(((1u << pairs[i].qb) - 1) & ~((1u << pairs[i].qa) - 1)) : 0;
+    m_old[i] = i < n ? pairs[i].st->m : 0.0f;
+    l_old[i] = i < n ? pairs[i].st->l : 0.0f;
+    r[i] = i < n ? _mm512_mask_mul_ps(neg_inf, valid[i], _mm512_load_ps(s[i]), scale) : neg_inf;
+    _mm512_store_ps(s[i], r[i]);
+  }
+  transpose16(r);
+  __m512 mx = r[0];
+  for (int p = 1; p < kAttnChunk; ++p) mx = _mm512_max_ps(mx, r[p]);
+  const __m512 mo = _mm512_load_ps(m_old);
+  const __m512 m = _mm512_max_ps(mo, mx);
+  // exp512 clamps: a first chunk (m_old = -inf) gets a rescale of ~1e-38 instead of 0, applied
+  // to a state and an output that are still exact zeros.
+  _mm512_storeu_ps(cs,
+                   _mm512_maskz_mov_ps((__mmask16)((1u << n) - 1), exp512(_mm512_sub_ps(mo, m))));
+  _mm512_store_ps(m_new, m);
+  for (int i = 0; i < kAttnChunk; ++i) {
+    r[i] = _mm512_maskz_mov_ps(
+        valid[i], exp512(_mm512_sub_ps(_mm512_load_ps(s[i]), _mm512_set1_ps(m_new[i]))));
+    _mm512_store_ps(s[i], r[i]);
+  }
+  transpose16(r);
+  __m512 sum = r[0];
+  for (int p = 1; p < kAttnChunk; ++p) sum = _mm512_add_ps(sum, r[p]);
+  alignas(64) float l_new[kAttnChunk];
+  _mm512_store_ps(l_new,
+                  _mm512_add_ps(_mm512_mul_ps(_mm512_load_ps(l_old), _mm512_loadu_ps(cs)), sum));
+  for (int i = 0; i < n; ++i) *pairs[i].st = {m_new[i], l_new[i]};
+}
+
 // Queries [0, nq) x query heads [h0, h0 + ng) of KV head kv_head (see the file comment).
 void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t kv_head,
                  const KvLayerView& kv, const uint32_t* block_table, float scale, float* scratch) {
@@ -191,8 +235,10 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
   const bool v_f16 = kv.dtype == KvDtype::kF16 && nq * ng <= 16;
   SoftmaxState st[kMaxTile][kMaxGroup];
   ChunkPair pairs[kMaxTile * kMaxGroup];
-  alignas(64) float pv[kMaxTile * kMaxGroup][kAttnChunk];  // scores, then weights, per pair
-  float cs[kMaxTile * kMaxGroup];                          // each pair's rescale of its state
+  // Scores, then weights, per pair, and each pair's rescale of its state; softmax_pairs works on
+  // 16 pairs at a time, so both have room for a last partial 16.
+  alignas(64) float pv[kMaxTile * kMaxGroup + kAttnChunk][kAttnChunk];
+  float cs[kMaxTile * kMaxGroup + kAttnChunk];
   int64_t lo = queries[0].pos_begin, hi = queries[0].pos_end;
   for (int i = 0; i < nq; ++i) {
     lo = queries[i].pos_begin < lo ? queries[i].pos_begin : lo;
@@ -202,7 +248,6 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
       std::memset(queries[i].out + (int64_t)(h0 + g) * hd, 0, hd * sizeof(float));
     }
   }
-  const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
   const __m512 vscale = _mm512_set1_ps(scale);
   for (int64_t c0 = lo / kAttnChunk * kAttnChunk; c0 < hi; c0 += kAttnChunk) {
     // Load the chunk's positions that some query attends; other lanes score zero (masked).
@@ -220,18 +265,7 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
       score_pairs<kScoreBatch>(pairs + k, kt, hd, pv[k]);
     for (; k + 2 <= np; k += 2) score_pairs<2>(pairs + k, kt, hd, pv[k]);
     for (; k < np; ++k) score_pairs<1>(pairs + k, kt, hd, pv[k]);
-    for (k = 0; k < np; ++k) {
-      const __mmask16 valid = (__mmask16)(((1u << pairs[k].qb) - 1) & ~((1u << pairs[k].qa) - 1));
-      const __m512 s = _mm512_mask_mul_ps(neg_inf, valid, _mm512_load_ps(pv[k]), vscale);
-      SoftmaxState& state = *pairs[k].st;
-      const float chunk_max = _mm512_reduce_max_ps(s);
-      const float m = chunk_max > state.m ? chunk_max : state.m;
-      cs[k] = __builtin_expf(state.m - m);  // 0 on the first chunk (state.m = -inf)
-      const __m512 p = _mm512_maskz_mov_ps(valid, exp512(_mm512_sub_ps(s, _mm512_set1_ps(m))));
-      state.l = state.l * cs[k] + _mm512_reduce_add_ps(p);
-      state.m = m;
-      _mm512_store_ps(pv[k], p);
-    }
+    for (k = 0; k < np; k += kAttnChunk) softmax_pairs(pairs + k, np - k, vscale, pv + k, cs + k);
     for (k = 0; k < np;) {
       const int run = x86::same_range_run(pairs, k, np, kAccBatch);
       float* out[kAccBatch];
