@@ -38,7 +38,7 @@ struct MatmulCase {
   int64_t n_in;
   int64_t n_tokens;
   int threads;
-  bool packed;  // load-time packed layout and matmul_packed (Q8_0 / Q4_0)
+  bool packed;  // load-time packed layout and matmul_packed (every type the table packs)
 };
 
 void bm_matmul(benchmark::State& state, MatmulCase c) {

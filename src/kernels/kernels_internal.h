@@ -114,6 +114,21 @@ struct KquantPackedGeometry {
   int64_t quants;       // offset of the quants inside a packed super-block
 };
 KquantPackedGeometry kquant_packed_geometry(GgmlType wtype, int64_t n_rows, int64_t n_in);
+// Byte offsets inside one packed super-block of a group (layout: packed_kquants.cc).
+namespace kq {
+constexpr int64_t kD = 0;           // d[8] fp16 (all three types)
+constexpr int64_t kDmin = 16;       // Q4_K/Q5_K: dmin[8] fp16
+constexpr int64_t kScLow = 32;      // Q4_K/Q5_K: scale and min low nibbles [8][8 rows]
+constexpr int64_t kScHigh = 96;     // Q4_K/Q5_K: their top 2 bits [4][8 rows]
+constexpr int64_t kQ4Quants = 128;  // Q4_K quants [4 chunks][8 steps][8 rows][4]
+constexpr int64_t kQ5Fifth = 128;   // Q5_K fifth bits [4 chunks][2 halves][8 rows][4]
+constexpr int64_t kQ5Quants = 384;
+constexpr int64_t kQ6Scales = 16;  // Q6_K scales [16 groups][8 rows] int8
+constexpr int64_t kQ6Quants = 144;
+constexpr int64_t kQ6High = 1168;  // Q6_K top 2 bits [4 chunks][4][8 rows][4]
+static_assert(kQ4Quants + 1024 == 8 * 144 && kQ5Quants + 1024 == 8 * 176 &&
+              kQ6High + 512 == 8 * 210);
+}  // namespace kq
 void pack_kquant(GgmlType wtype, const void* src, void* dst, int64_t n_rows, int64_t n_in);
 // Rows [row_begin, row_end) past the last full group (GGUF layout), matmul_packed's arithmetic.
 void matmul_packed_kquant_tail(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
@@ -141,6 +156,8 @@ const KernelTable& avx512vnni_table();
 namespace ref {
 void quantize_row_q8_0(const float* x, void* dst, int64_t n);  // n % 32 == 0
 void quantize_row_q8_k(const float* x, void* dst, int64_t n);  // n % 256 == 0
+// ggml's get_scale_min_k4: the 8 (scale, min) pairs of 6 bits in a Q4_K/Q5_K block's 12 bytes.
+void unpack_scale_min_k4(const uint8_t* q, uint8_t* sc, uint8_t* m);
 // The scalar packed matmuls every table's matmul_packed matches bit for bit (matmul_packed
 // routes the float types to matmul_packed_float).
 void matmul_packed_float(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,

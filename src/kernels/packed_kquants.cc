@@ -60,18 +60,6 @@ int64_t gguf_block_bytes(GgmlType wtype) {
   }
 }
 
-void unpack_scale_min(const uint8_t* q, uint8_t* sc, uint8_t* m) {
-  for (int j = 0; j < 8; ++j) {
-    if (j < 4) {
-      sc[j] = q[j] & 63;
-      m[j] = q[j + 4] & 63;
-    } else {
-      sc[j] = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-      m[j] = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-  }
-}
-
 KBlock decode_gguf(GgmlType wtype, const uint8_t* blk) {
   KBlock k;
   if (wtype == GgmlType::kQ6_K) {
@@ -90,7 +78,7 @@ KBlock decode_gguf(GgmlType wtype, const uint8_t* blk) {
   const auto* b = reinterpret_cast<const BlockQ4_K*>(blk);
   k.d = b->d;
   k.dmin = b->dmin;
-  unpack_scale_min(b->scales, k.sc, k.m);
+  ref::unpack_scale_min_k4(b->scales, k.sc, k.m);
   const uint8_t* qs =
       wtype == GgmlType::kQ5_K ? reinterpret_cast<const BlockQ5_K*>(blk)->qs : b->qs;
   for (int e = 0; e < kQK_K; ++e) {
@@ -103,15 +91,13 @@ KBlock decode_gguf(GgmlType wtype, const uint8_t* blk) {
   return k;
 }
 
-// Byte offsets inside one packed super-block of a group.
-constexpr int64_t kQ45D = 0, kQ45Dmin = 16, kQ45ScLow = 32, kQ45ScHigh = 96, kQ45Quants = 128;
-constexpr int64_t kQ5Fifth = 128, kQ5Quants = 384;
-constexpr int64_t kQ6D = 0, kQ6Scales = 16, kQ6Quants = 144, kQ6High = 1168;
+using kq::kD, kq::kDmin, kq::kScLow, kq::kScHigh, kq::kQ4Quants, kq::kQ5Fifth, kq::kQ5Quants,
+    kq::kQ6Scales, kq::kQ6Quants, kq::kQ6High;
 
 int64_t quants_offset(GgmlType wtype) {
   switch (wtype) {
     case GgmlType::kQ4_K:
-      return kQ45Quants;
+      return kQ4Quants;
     case GgmlType::kQ5_K:
       return kQ5Quants;
     default:
@@ -141,15 +127,15 @@ ElemPos elem_pos(GgmlType wtype, int64_t r, int e) {
 
 void encode_packed(GgmlType wtype, const KBlock& k, int64_t r, uint8_t* sb) {
   if (wtype == GgmlType::kQ6_K) {
-    std::memcpy(sb + kQ6D + 2 * r, &k.d, 2);
+    std::memcpy(sb + kD + 2 * r, &k.d, 2);
     for (int g = 0; g < 16; ++g) sb[kQ6Scales + g * 8 + r] = (uint8_t)k.sc6[g];
   } else {
-    std::memcpy(sb + kQ45D + 2 * r, &k.d, 2);
-    std::memcpy(sb + kQ45Dmin + 2 * r, &k.dmin, 2);
+    std::memcpy(sb + kD + 2 * r, &k.d, 2);
+    std::memcpy(sb + kDmin + 2 * r, &k.dmin, 2);
     for (int j = 0; j < 8; ++j) {
-      sb[kQ45ScLow + j * 8 + r] = (uint8_t)((k.sc[j] & 15) | ((k.m[j] & 15) << 4));
+      sb[kScLow + j * 8 + r] = (uint8_t)((k.sc[j] & 15) | ((k.m[j] & 15) << 4));
       const int shift = (j / 4) * 4;
-      uint8_t& hi = sb[kQ45ScHigh + (j % 4) * 8 + r];
+      uint8_t& hi = sb[kScHigh + (j % 4) * 8 + r];
       hi = (uint8_t)(hi | ((k.sc[j] >> 4) << shift) | ((k.m[j] >> 4) << (shift + 2)));
     }
   }
@@ -166,14 +152,14 @@ void encode_packed(GgmlType wtype, const KBlock& k, int64_t r, uint8_t* sb) {
 KBlock decode_packed(GgmlType wtype, const uint8_t* sb, int64_t r) {
   KBlock k;
   if (wtype == GgmlType::kQ6_K) {
-    std::memcpy(&k.d, sb + kQ6D + 2 * r, 2);
+    std::memcpy(&k.d, sb + kD + 2 * r, 2);
     for (int g = 0; g < 16; ++g) k.sc6[g] = (int8_t)sb[kQ6Scales + g * 8 + r];
   } else {
-    std::memcpy(&k.d, sb + kQ45D + 2 * r, 2);
-    std::memcpy(&k.dmin, sb + kQ45Dmin + 2 * r, 2);
+    std::memcpy(&k.d, sb + kD + 2 * r, 2);
+    std::memcpy(&k.dmin, sb + kDmin + 2 * r, 2);
     for (int j = 0; j < 8; ++j) {
-      const uint8_t lo = sb[kQ45ScLow + j * 8 + r];
-      const uint8_t hi = sb[kQ45ScHigh + (j % 4) * 8 + r] >> ((j / 4) * 4);
+      const uint8_t lo = sb[kScLow + j * 8 + r];
+      const uint8_t hi = sb[kScHigh + (j % 4) * 8 + r] >> ((j / 4) * 4);
       k.sc[j] = (uint8_t)((lo & 15) | ((hi & 3) << 4));
       k.m[j] = (uint8_t)((lo >> 4) | (((hi >> 2) & 3) << 4));
     }
@@ -282,17 +268,18 @@ void matmul_packed_kquant(GgmlType wtype, const void* w, int64_t n_rows, int64_t
   const auto* w8 = static_cast<const uint8_t*>(w);
   const auto* x8 = static_cast<const uint8_t*>(xq);
   const int64_t full = g.n_groups * kPackRows;
+  std::vector<float> acc(n_tokens);
   for (int64_t r = rows.begin; r < std::min(rows.end, full); ++r) {
     const uint8_t* group = w8 + (r / kPackRows) * g.group_bytes;
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      const auto* x = reinterpret_cast<const BlockQ8_K*>(x8 + t * g.x_row_bytes);
-      float acc = 0.0f;
-      for (int64_t b = 0; b < g.nsb; ++b) {
-        acc = accumulate(wtype, decode_packed(wtype, group + b * g.sb_bytes, r % kPackRows), x[b],
-                         acc);
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int64_t b = 0; b < g.nsb; ++b) {
+      const KBlock k = decode_packed(wtype, group + b * g.sb_bytes, r % kPackRows);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        const auto* x = reinterpret_cast<const BlockQ8_K*>(x8 + t * g.x_row_bytes);
+        acc[t] = accumulate(wtype, k, x[b], acc[t]);
       }
-      y[t * n_rows + r] = acc;
     }
+    for (int64_t t = 0; t < n_tokens; ++t) y[t * n_rows + r] = acc[t];
   }
   if (rows.end > full) {
     matmul_packed_kquant_tail(wtype, w, n_rows, n_in, xq, n_tokens, y, rows.begin, rows.end);

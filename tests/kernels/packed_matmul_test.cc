@@ -30,13 +30,18 @@ struct Shape {
 // 200), odd block counts (544 = 17 blocks), token counts around every tile width (4, 6, 12);
 // float types also take n_in that is no multiple of 4 (the unrolled loop's tail: 37, 3, 1).
 // Long rows (2080 = 65 blocks) with several full 12-token tiles and a tail, on an odd last group
-// (40 rows) and on pairs only (48 rows).
-const Shape kShapes[] = {{8, 32, 1},     {16, 256, 5},   {37, 512, 3},  {40, 544, 7},
-                         {64, 768, 17},  {129, 256, 13}, {200, 544, 9}, {203, 64, 25},
-                         {48, 2080, 33}, {40, 2080, 19}};
-// K-quants: n_in in 256-element super-blocks (1, 2, 3, 5), the same row and token edges.
-const Shape kKquantShapes[] = {{8, 256, 1},   {16, 512, 5},  {37, 256, 3},   {40, 768, 7},
-                               {64, 256, 13}, {203, 512, 4}, {48, 1280, 25}, {24, 256, 12}};
+// (40 rows) and on pairs only (48 rows); rows of 16384 whose activations make 12-token L2 blocks.
+const Shape kShapes[] = {{8, 32, 1},     {16, 256, 5},   {37, 512, 3},   {40, 544, 7},
+                         {64, 768, 17},  {129, 256, 13}, {200, 544, 9},  {203, 64, 25},
+                         {48, 2080, 33}, {40, 2080, 19}, {24, 16384, 30}};
+// K-quants: n_in in 256-element super-blocks (1, 2, 3, 5), the same row and token edges, the
+// AVX-512 6-token tiles with 2 left (8, 14), decode over several groups, super-blocks, an odd
+// group and tail rows (37 x 512, 64 x 1280), and rows of 64 super-blocks whose 18 KiB Q8_K
+// activations make 14-token L2 blocks, so 30 tokens walk three of them.
+const Shape kKquantShapes[] = {{8, 256, 1},    {16, 512, 5},  {37, 256, 3},   {40, 768, 7},
+                               {64, 256, 13},  {203, 512, 4}, {48, 1280, 25}, {24, 256, 12},
+                               {40, 512, 8},   {56, 256, 14}, {37, 512, 1},   {64, 1280, 1},
+                               {24, 16384, 30}};
 const Shape kFloatShapes[] = {{48, 37, 13}, {33, 3, 2}, {16, 1, 12}, {32, 5, 1}, {64, 41, 14}};
 
 std::vector<uint8_t> packed(const KernelTable& t, GgmlType wtype, const std::vector<uint8_t>& w,
@@ -149,44 +154,73 @@ TEST(KernelsPackedMatmul, ExtremeQuantsDoNotSaturate) {
   }
 }
 
-// K-quant extremes: the largest quants (15, 31, 63) with the largest scales and mins (63; Q6_K
-// -128 and 127) against activations of +-127, in a full tile and a tail: the int16 maddubs sums
-// and the int32 products must stay exact, and a scrambled layout would not match the GGUF rows.
+// K-quant extremes: the largest quants (15, 31, 63) under varied 6-bit scales and mins (0, 1, 62,
+// 63 in every position, so swapped scales and mins or sub-blocks would show; Q6_K -128 and 127)
+// against hand-built Q8_K activations of -128 and +127 in whole sub-blocks (the worst case for
+// the int16 maddubs sums), in a full tile and a tail, on 1 and 2 threads: every table must equal
+// the packed ref bit for bit and the GGUF rows closely.
+// Eight 6-bit (scale, min) pairs into a Q4_K/Q5_K block's 12 bytes (ggml's get_scale_min_k4
+// read backwards).
+void pack_scales(const uint8_t* sc, const uint8_t* m, uint8_t* q) {
+  for (int j = 0; j < 4; ++j) {
+    q[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+    q[j + 4] = (uint8_t)((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+    q[j + 8] = (uint8_t)((sc[j + 4] & 15) | ((m[j + 4] & 15) << 4));
+  }
+}
+
 TEST(KernelsPackedMatmul, KquantExtremesStayExact) {
-  const int64_t n_rows = 24, n_in = 512, n_tokens = 15;
+  const int64_t n_rows = 24, n_in = 512, n_tokens = 15, nsb = n_in / kQK_K;
+  const uint8_t k6[] = {0, 1, 62, 63, 63, 62, 1, 0, 63, 0, 62, 1, 1, 63, 0, 62};
   for (GgmlType wtype : kKquantTypes) {
     auto w = testing::make_weights(wtype, n_rows, n_in, 37);
     const int64_t block = (int64_t)*row_bytes(wtype, kQK_K);
-    for (int64_t i = 0; i < n_rows * (n_in / kQK_K); ++i) {
+    for (int64_t i = 0; i < n_rows * nsb; ++i) {
       uint8_t* b = w.data() + i * block;
       if (wtype == GgmlType::kQ6_K) {
         auto* q = reinterpret_cast<BlockQ6_K*>(b);
         std::memset(q->ql, i % 2 ? 0xFF : 0xF0, sizeof(q->ql));
         std::memset(q->qh, 0xFF, sizeof(q->qh));
-        for (int g = 0; g < 16; ++g) q->scales[g] = (int8_t)(g % 3 == 0 ? -128 : 127);
+        for (int g = 0; g < 16; ++g) q->scales[g] = (int8_t)((g + i) % 3 == 0 ? -128 : 127);
       } else {
         auto* q = reinterpret_cast<BlockQ4_K*>(b);
-        std::memset(q->scales, 0xFF, sizeof(q->scales));  // every scale and min 63
+        uint8_t sc[8], m[8];
+        for (int j = 0; j < 8; ++j) {
+          sc[j] = k6[(j + i) % 16];
+          m[j] = k6[(j + 3 * i + 5) % 16];
+        }
+        pack_scales(sc, m, q->scales);
         uint8_t* qs = wtype == GgmlType::kQ5_K ? reinterpret_cast<BlockQ5_K*>(b)->qs : q->qs;
         std::memset(qs, i % 3 ? 0xFF : 0x0F, kQK_K / 2);
         if (wtype == GgmlType::kQ5_K) {
-          std::memset(reinterpret_cast<BlockQ5_K*>(b)->qh, 0xFF, kQK_K / 8);
+          std::memset(reinterpret_cast<BlockQ5_K*>(b)->qh, i % 2 ? 0xFF : 0x5A, kQK_K / 8);
         }
       }
     }
-    std::vector<float> x(n_tokens * n_in);
-    for (int64_t i = 0; i < (int64_t)x.size(); ++i) x[i] = (i % 7 == 0) ? -1.0f : 1.0f;
+    // Token t, sub-block j: all -128 or all +127 (bsums to match), d = 1 / (t + 1).
+    std::vector<BlockQ8_K> xq(n_tokens * nsb);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      for (int64_t b = 0; b < nsb; ++b) {
+        BlockQ8_K& x = xq[t * nsb + b];
+        x.d = 1.0f / (float)(t + 1);
+        for (int e = 0; e < kQK_K; ++e) x.qs[e] = (int8_t)(((e / 32 + t + b) % 3) ? 127 : -128);
+        for (int g = 0; g < kQK_K / 16; ++g) x.bsums[g] = (int16_t)(16 * x.qs[16 * g]);
+      }
+    }
+    const auto* x8 = reinterpret_cast<const uint8_t*>(xq.data());
     for (const KernelTable* t : available_kernel_tables()) {
-      SCOPED_TRACE(std::string(t->isa) + " " + testing::type_name(wtype));
       const auto wp = packed(*t, wtype, w, n_rows, n_in);
-      const auto xq = testing::quantize_act(*t, wtype, x.data(), n_tokens, n_in);
-      const auto got = matmul_packed(*t, wtype, wp.data(), n_rows, n_in, xq.data(), n_tokens, 1);
-      std::vector<float> want(got.size());
-      ref::matmul_packed(wtype, wp.data(), n_rows, n_in, xq.data(), n_tokens, want.data(), 0, 1);
-      ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+      std::vector<float> want(n_tokens * n_rows);
+      ref::matmul_packed(wtype, wp.data(), n_rows, n_in, x8, n_tokens, want.data(), 0, 1);
       const auto unpacked =
-          testing::matmul(kernels_ref(), wtype, w.data(), n_rows, n_in, xq.data(), n_tokens);
-      EXPECT_LT(testing::nmse(got, unpacked), 1e-10);
+          testing::matmul(kernels_ref(), wtype, w.data(), n_rows, n_in, x8, n_tokens);
+      for (int nth = 1; nth <= 2; ++nth) {
+        SCOPED_TRACE(std::string(t->isa) + " " + testing::type_name(wtype) + " nth " +
+                     std::to_string(nth));
+        const auto got = matmul_packed(*t, wtype, wp.data(), n_rows, n_in, x8, n_tokens, nth);
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+        EXPECT_LT(testing::nmse(got, unpacked), 1e-10);
+      }
     }
   }
 }

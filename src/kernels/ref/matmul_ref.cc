@@ -49,9 +49,6 @@ void quantize_row_q8_k(const float* x, void* dst, int64_t n) {
   }
 }
 
-namespace {
-
-// ggml's get_scale_min_k4: 8 (scale, min) pairs of 6 bits packed in 12 bytes.
 void unpack_scale_min_k4(const uint8_t* q, uint8_t* sc, uint8_t* m) {
   for (int j = 0; j < 8; ++j) {
     if (j < 4) {
@@ -63,6 +60,8 @@ void unpack_scale_min_k4(const uint8_t* q, uint8_t* sc, uint8_t* m) {
     }
   }
 }
+
+namespace {
 
 float dot_f32(const float* w, const float* x, int64_t n) {
   double sum = 0.0;

@@ -98,14 +98,6 @@ KVW_INLINE void pair_tile(const PackedArgs& a, int64_t grp, int64_t t0) {
   }
 }
 
-template <bool kQ8, int N>
-KVW_INLINE void pair_rest(const PackedArgs& a, int64_t grp, int64_t t0, int64_t n) {
-  if constexpr (N > 0) {
-    if (n == N) return pair_tile<kQ8, N>(a, grp, t0);
-    pair_rest<kQ8, N - 1>(a, grp, t0, n);
-  }
-}
-
 // 8 rows x 12 tokens (ymm, decode and an odd last group) or 16 rows x 12 tokens (zmm): 12 float
 // + 12 int32 accumulators and the weights: 28 of 32 registers.
 constexpr int kTokens = 12;
@@ -114,24 +106,18 @@ constexpr int kTokens = 12;
 template <bool kQ8>
 void pair_groups(const PackedArgs& a, int64_t g_begin, int64_t g_end) {
   if (a.n_tokens == 1) return x86::packed_groups<DotAvx512Vnni, kQ8, kTokens>(a, g_begin, g_end);
-  int64_t token_block = (256 * 1024) / a.g.x_row_bytes;
-  token_block = token_block < kTokens ? kTokens : token_block / kTokens * kTokens;
-  for (int64_t tb = 0; tb < a.n_tokens; tb += token_block) {
-    const int64_t te = tb + token_block < a.n_tokens ? tb + token_block : a.n_tokens;
-    int64_t grp = g_begin;
-    for (; grp + 2 <= g_end; grp += 2) {
-      int64_t t = tb;
-      for (; t + kTokens <= te; t += kTokens) pair_tile<kQ8, kTokens>(a, grp, t);
-      pair_rest<kQ8, kTokens - 1>(a, grp, t, te - t);
-    }
-    if (grp < g_end) {
-      int64_t t = tb;
-      for (; t + kTokens <= te; t += kTokens) {
-        x86::packed_tile<DotAvx512Vnni, kQ8, kTokens>(a, grp, t);
-      }
-      x86::packed_rest<DotAvx512Vnni, kQ8, kTokens - 1>(a, grp, t, te - t);
-    }
-  }
+  x86::walk_token_blocks<kTokens, 2>(
+      a.g.x_row_bytes, a.n_tokens, g_begin, g_end,
+      [&](int64_t grp, int ng, int64_t tb, int64_t te) {
+        if (ng == 2) {
+          x86::token_tiles<kTokens>(
+              tb, te, [&](auto n, int64_t t) { pair_tile<kQ8, decltype(n)::value>(a, grp, t); });
+        } else {
+          x86::token_tiles<kTokens>(tb, te, [&](auto n, int64_t t) {
+            x86::packed_tile<DotAvx512Vnni, kQ8, decltype(n)::value>(a, grp, t);
+          });
+        }
+      });
 }
 
 void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,

@@ -48,7 +48,7 @@ struct KScales16 {
 template <GgmlType T>
 KVW_INLINE void unpack_scales(const uint8_t* sb, int64_t gb, KScales16& k) {
   if constexpr (T == GgmlType::kQ6_K) {
-    const uint8_t* s = sb + 16;
+    const uint8_t* s = sb + kq::kQ6Scales;
 #pragma GCC unroll 16
     for (int g = 0; g < 16; ++g) k.sc[g] = _mm512_cvtepi8_epi32(load8_pair(s + 8 * g, gb));
 #pragma GCC unroll 8
@@ -65,9 +65,9 @@ KVW_INLINE void unpack_scales(const uint8_t* sb, int64_t gb, KScales16& k) {
     const __m512i m15 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi32(3);
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
-      const __m512i lo = _mm512_cvtepu8_epi32(load8_pair(sb + 32 + 8 * j, gb));
+      const __m512i lo = _mm512_cvtepu8_epi32(load8_pair(sb + kq::kScLow + 8 * j, gb));
       const __m512i hi = _mm512_srli_epi32(
-          _mm512_cvtepu8_epi32(load8_pair(sb + 96 + 8 * (j % 4), gb)), (j / 4) * 4);
+          _mm512_cvtepu8_epi32(load8_pair(sb + kq::kScHigh + 8 * (j % 4), gb)), (j / 4) * 4);
       k.sc[j] = _mm512_or_si512(_mm512_and_si512(lo, m15),
                                 _mm512_slli_epi32(_mm512_and_si512(hi, m3), 4));
       const __m512i m =
@@ -121,8 +121,8 @@ KVW_INLINE void pair_tile(const KPackedArgs& a, int64_t grp, int64_t t0) {
     for (int ch = 0; ch < 4; ++ch) {
       __m512i fifth_lo = _mm512_setzero_si512(), fifth_hi = _mm512_setzero_si512();
       if constexpr (T == GgmlType::kQ5_K) {
-        fifth_lo = load_pair(sb + 128 + 64 * ch, gb);
-        fifth_hi = load_pair(sb + 128 + 64 * ch + 32, gb);
+        fifth_lo = load_pair(sb + kq::kQ5Fifth + 64 * ch, gb);
+        fifth_hi = load_pair(sb + kq::kQ5Fifth + 64 * ch + 32, gb);
       }
       constexpr int kFlush = T == GgmlType::kQ6_K ? 4 : 8;
       __m512i dl[C], dh[C];
@@ -140,7 +140,7 @@ KVW_INLINE void pair_tile(const KPackedArgs& a, int64_t grp, int64_t t0) {
           hi = _mm512_or_si512(hi, bit_to_16(fifth_hi, s));
         }
         if constexpr (T == GgmlType::kQ6_K) {
-          const uint8_t* h2 = sb + 1168 + 128 * ch;
+          const uint8_t* h2 = sb + kq::kQ6High + 128 * ch;
           lo = _mm512_or_si512(lo, high2(load_pair(h2 + 32 * (s / 4), gb), s));
           hi = _mm512_or_si512(hi, high2(load_pair(h2 + 32 * (2 + s / 4), gb), s));
         }
@@ -180,8 +180,8 @@ KVW_INLINE void pair_tile(const KPackedArgs& a, int64_t grp, int64_t t0) {
         acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(dw, dx), acc[c]);
       } else {
         const __m512 dmin = _mm512_cvtph_ps(
-            _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + gb + 16)),
-                             _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 16))));
+            _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + gb + kq::kDmin)),
+                             _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + kq::kDmin))));
         acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(dw, dx), acc[c]);
         acc[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(bsum), _mm512_mul_ps(dmin, dx), acc[c]);
       }
@@ -193,14 +193,6 @@ KVW_INLINE void pair_tile(const KPackedArgs& a, int64_t grp, int64_t t0) {
   }
 }
 
-template <GgmlType T, int N>
-KVW_INLINE void pair_rest(const KPackedArgs& a, int64_t grp, int64_t t0, int64_t n) {
-  if constexpr (N > 0) {
-    if (n == N) return pair_tile<T, N>(a, grp, t0);
-    pair_rest<T, N - 1>(a, grp, t0, n);
-  }
-}
-
 // 16 rows x 6 tokens: 6 x (float accumulator, int32 sum, two sub-block dots) and the weights.
 constexpr int kTokens = 6;
 
@@ -208,24 +200,18 @@ constexpr int kTokens = 6;
 template <GgmlType T>
 void pair_groups(const KPackedArgs& a, int64_t g_begin, int64_t g_end) {
   if (a.n_tokens == 1) return x86::kquant_groups<DotAvx512Vnni, T, kTokens>(a, g_begin, g_end);
-  int64_t token_block = (256 * 1024) / a.g.x_row_bytes;
-  token_block = token_block < kTokens ? kTokens : token_block / kTokens * kTokens;
-  for (int64_t tb = 0; tb < a.n_tokens; tb += token_block) {
-    const int64_t te = tb + token_block < a.n_tokens ? tb + token_block : a.n_tokens;
-    int64_t grp = g_begin;
-    for (; grp + 2 <= g_end; grp += 2) {
-      int64_t t = tb;
-      for (; t + kTokens <= te; t += kTokens) pair_tile<T, kTokens>(a, grp, t);
-      pair_rest<T, kTokens - 1>(a, grp, t, te - t);
-    }
-    if (grp < g_end) {
-      int64_t t = tb;
-      for (; t + kTokens <= te; t += kTokens) {
-        x86::kquant_tile<DotAvx512Vnni, T, kTokens>(a, grp, t);
-      }
-      x86::kquant_rest<DotAvx512Vnni, T, kTokens - 1>(a, grp, t, te - t);
-    }
-  }
+  x86::walk_token_blocks<kTokens, 2>(
+      a.g.x_row_bytes, a.n_tokens, g_begin, g_end,
+      [&](int64_t grp, int ng, int64_t tb, int64_t te) {
+        if (ng == 2) {
+          x86::token_tiles<kTokens>(
+              tb, te, [&](auto n, int64_t t) { pair_tile<T, decltype(n)::value>(a, grp, t); });
+        } else {
+          x86::token_tiles<kTokens>(tb, te, [&](auto n, int64_t t) {
+            x86::kquant_tile<DotAvx512Vnni, T, decltype(n)::value>(a, grp, t);
+          });
+        }
+      });
 }
 
 struct PairGroups {

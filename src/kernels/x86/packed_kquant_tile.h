@@ -19,6 +19,7 @@
 #include "gguf/quant_blocks.h"
 #include "kernels/kernels_internal.h"
 #include "kernels/x86/avx2_util.h"
+#include "kernels/x86/tile_walk.h"
 
 namespace kvw::kernels::x86 {
 
@@ -53,7 +54,7 @@ struct KScales {
 template <bool kVnni, GgmlType T>
 static KVW_INLINE void kq_unpack_scales(const uint8_t* sb, KScales& k) {
   if constexpr (T == GgmlType::kQ6_K) {
-    const uint8_t* s = sb + 16;
+    const uint8_t* s = sb + kq::kQ6Scales;
 #pragma GCC unroll 16
     for (int g = 0; g < 16; ++g) {
       const __m256i v =
@@ -72,8 +73,9 @@ static KVW_INLINE void kq_unpack_scales(const uint8_t* sb, KScales& k) {
     const __m256i m15 = _mm256_set1_epi32(15), m3 = _mm256_set1_epi32(3);
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
-      const __m256i lo = kq_load8_u8_to_i32(sb + 32 + 8 * j);
-      const __m256i hi = _mm256_srli_epi32(kq_load8_u8_to_i32(sb + 96 + 8 * (j % 4)), (j / 4) * 4);
+      const __m256i lo = kq_load8_u8_to_i32(sb + kq::kScLow + 8 * j);
+      const __m256i hi =
+          _mm256_srli_epi32(kq_load8_u8_to_i32(sb + kq::kScHigh + 8 * (j % 4)), (j / 4) * 4);
       const __m256i sc = _mm256_or_si256(_mm256_and_si256(lo, m15),
                                          _mm256_slli_epi32(_mm256_and_si256(hi, m3), 4));
       const __m256i m =
@@ -134,10 +136,12 @@ KVW_INLINE void kquant_tile(const KPackedArgs& a, int64_t grp, int64_t t0) {
     const uint8_t* quants = sb + a.g.quants;
     const uint8_t* xb = x0 + b * (int64_t)sizeof(BlockQ8_K);  // token 0's block b
     if constexpr (C == 1) {
-      // Decode streams the weights once: prefetch the next super-block of the group.
+      // Decode streams the weights once: prefetch the next super-block (past the last one: an
+      // address that may lie outside the matrix, which a prefetch never faults on).
+      const uintptr_t next = reinterpret_cast<uintptr_t>(sb) + a.g.sb_bytes;
 #pragma GCC unroll 32
       for (int64_t line = 0; line < a.g.sb_bytes; line += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(sb + a.g.sb_bytes + line), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(next + line), _MM_HINT_T0);
       }
     }
     KScales k;
@@ -149,8 +153,8 @@ KVW_INLINE void kquant_tile(const KPackedArgs& a, int64_t grp, int64_t t0) {
     for (int ch = 0; ch < 4; ++ch) {
       __m256i fifth_lo = _mm256_setzero_si256(), fifth_hi = _mm256_setzero_si256();
       if constexpr (T == GgmlType::kQ5_K) {
-        fifth_lo = load_i8x32(sb + 128 + 64 * ch);
-        fifth_hi = load_i8x32(sb + 128 + 64 * ch + 32);
+        fifth_lo = load_i8x32(sb + kq::kQ5Fifth + 64 * ch);
+        fifth_hi = load_i8x32(sb + kq::kQ5Fifth + 64 * ch + 32);
       }
       __m256i dl[C], dh[C];
 #pragma GCC unroll 8
@@ -167,7 +171,7 @@ KVW_INLINE void kquant_tile(const KPackedArgs& a, int64_t grp, int64_t t0) {
           hi = _mm256_or_si256(hi, kq_bit_to_16(fifth_hi, s));
         }
         if constexpr (T == GgmlType::kQ6_K) {
-          const uint8_t* h2 = sb + 1168 + 128 * ch;
+          const uint8_t* h2 = sb + kq::kQ6High + 128 * ch;
           lo = _mm256_or_si256(lo, kq_high2(load_i8x32(h2 + 32 * (s / 4)), s));
           hi = _mm256_or_si256(hi, kq_high2(load_i8x32(h2 + 32 * (2 + s / 4)), s));
         }
@@ -217,7 +221,7 @@ KVW_INLINE void kquant_tile(const KPackedArgs& a, int64_t grp, int64_t t0) {
         acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(dw, dx), acc[c]);
       } else {
         const __m256 dmin =
-            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 16)));
+            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + kq::kDmin)));
         acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(dw, dx), acc[c]);
         acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(bsum), _mm256_mul_ps(dmin, dx), acc[c]);
       }
@@ -229,32 +233,18 @@ KVW_INLINE void kquant_tile(const KPackedArgs& a, int64_t grp, int64_t t0) {
   }
 }
 
-template <class Dot, GgmlType T, int N>
-KVW_INLINE void kquant_rest(const KPackedArgs& a, int64_t grp, int64_t t0, int64_t n) {
-  if constexpr (N > 0) {
-    if (n == N) return kquant_tile<Dot, T, N>(a, grp, t0);
-    kquant_rest<Dot, T, N - 1>(a, grp, t0, n);
-  }
-}
-
-// Groups [g_begin, g_end) for all tokens: token blocks whose activations stay in L2, each
-// group's weights reused from L1/L2 across the block's tiles (as x86::packed_groups).
+// Groups [g_begin, g_end) for all tokens, in tile_walk.h's order (as x86::packed_groups).
 template <class Dot, GgmlType T, int C>
 void kquant_groups(const KPackedArgs& a, int64_t g_begin, int64_t g_end) {
   if (a.n_tokens == 1) {
     for (int64_t grp = g_begin; grp < g_end; ++grp) kquant_tile<Dot, T, 1>(a, grp, 0);
     return;
   }
-  int64_t token_block = (256 * 1024) / a.g.x_row_bytes;
-  token_block = token_block < C ? C : token_block / C * C;
-  for (int64_t tb = 0; tb < a.n_tokens; tb += token_block) {
-    const int64_t te = tb + token_block < a.n_tokens ? tb + token_block : a.n_tokens;
-    for (int64_t grp = g_begin; grp < g_end; ++grp) {
-      int64_t t = tb;
-      for (; t + C <= te; t += C) kquant_tile<Dot, T, C>(a, grp, t);
-      kquant_rest<Dot, T, C - 1>(a, grp, t, te - t);
-    }
-  }
+  walk_token_blocks<C, 1>(
+      a.g.x_row_bytes, a.n_tokens, g_begin, g_end, [&](int64_t grp, int, int64_t tb, int64_t te) {
+        token_tiles<C>(
+            tb, te, [&](auto n, int64_t t) { kquant_tile<Dot, T, decltype(n)::value>(a, grp, t); });
+      });
 }
 
 // KernelTable::matmul_packed for the K-quants: full groups through Groups::run<T>(a, g_begin,

@@ -20,6 +20,7 @@
 #include "kernels/kernels_internal.h"
 #include "kernels/x86/avx2_util.h"
 #include "kernels/x86/packed_kquant_tile.h"
+#include "kernels/x86/tile_walk.h"
 
 namespace kvw::kernels::x86 {
 
@@ -222,34 +223,20 @@ KVW_INLINE void packed_tile(const PackedArgs& a, int64_t grp, int64_t t0) {
   }
 }
 
-// The last n < C tokens of a token block, in one tile of width n.
-template <class Dot, bool kQ8, int N>
-KVW_INLINE void packed_rest(const PackedArgs& a, int64_t grp, int64_t t0, int64_t n) {
-  if constexpr (N > 0) {
-    if (n == N) return packed_tile<Dot, kQ8, N>(a, grp, t0);
-    packed_rest<Dot, kQ8, N - 1>(a, grp, t0, n);
-  }
-}
-
-// Groups [g_begin, g_end) for all tokens. Decode streams the groups once with one token; batches
-// walk token blocks whose activations stay in L2 (~256 KiB), reusing each group's weights
-// (8 rows: 17 KiB for Q8_0 at n_in 2048) from L1/L2 across the block's token tiles.
+// Groups [g_begin, g_end) for all tokens: decode streams the groups once with one token,
+// batches take tiles of C tokens in tile_walk.h's order.
 template <class Dot, bool kQ8, int C>
 void packed_groups(const PackedArgs& a, int64_t g_begin, int64_t g_end) {
   if (a.n_tokens == 1) {
     for (int64_t grp = g_begin; grp < g_end; ++grp) packed_tile<Dot, kQ8, 1>(a, grp, 0);
     return;
   }
-  int64_t token_block = (256 * 1024) / a.g.x_row_bytes;
-  token_block = token_block < C ? C : token_block / C * C;
-  for (int64_t tb = 0; tb < a.n_tokens; tb += token_block) {
-    const int64_t te = tb + token_block < a.n_tokens ? tb + token_block : a.n_tokens;
-    for (int64_t grp = g_begin; grp < g_end; ++grp) {
-      int64_t t = tb;
-      for (; t + C <= te; t += C) packed_tile<Dot, kQ8, C>(a, grp, t);
-      packed_rest<Dot, kQ8, C - 1>(a, grp, t, te - t);
-    }
-  }
+  walk_token_blocks<C, 1>(a.g.x_row_bytes, a.n_tokens, g_begin, g_end,
+                          [&](int64_t grp, int, int64_t tb, int64_t te) {
+                            token_tiles<C>(tb, te, [&](auto n, int64_t t) {
+                              packed_tile<Dot, kQ8, decltype(n)::value>(a, grp, t);
+                            });
+                          });
 }
 
 // KernelTable::matmul_packed for one AVX2 ISA: full groups here, rows past them in packed.cc;
