@@ -30,18 +30,18 @@ struct Shape {
 // 200), odd block counts (544 = 17 blocks), token counts around every tile width (4, 6, 12);
 // float types also take n_in that is no multiple of 4 (the unrolled loop's tail: 37, 3, 1).
 // Long rows (2080 = 65 blocks) with several full 12-token tiles and a tail, on an odd last group
-// (40 rows) and on pairs only (48 rows); rows of 16384 whose activations make 12-token L2 blocks.
-const Shape kShapes[] = {{8, 32, 1},     {16, 256, 5},   {37, 512, 3},   {40, 544, 7},
-                         {64, 768, 17},  {129, 256, 13}, {200, 544, 9},  {203, 64, 25},
-                         {48, 2080, 33}, {40, 2080, 19}, {24, 16384, 30}};
+// (40 rows) and on pairs only (48 rows); rows of 8192 whose activations make 24-token L2 blocks.
+const Shape kShapes[] = {{8, 32, 1},     {16, 256, 5},   {37, 512, 3},  {40, 544, 7},
+                         {64, 768, 17},  {129, 256, 13}, {200, 544, 9}, {203, 64, 25},
+                         {48, 2080, 33}, {40, 2080, 19}, {16, 8192, 30}};
 // K-quants: n_in in 256-element super-blocks (1, 2, 3, 5), the same row and token edges, the
 // AVX-512 6-token tiles with 2 left (8, 14), decode over several groups, super-blocks, an odd
-// group and tail rows (37 x 512, 64 x 1280), and rows of 64 super-blocks whose 18 KiB Q8_K
-// activations make 14-token L2 blocks, so 30 tokens walk three of them.
-const Shape kKquantShapes[] = {{8, 256, 1},    {16, 512, 5},  {37, 256, 3},   {40, 768, 7},
-                               {64, 256, 13},  {203, 512, 4}, {48, 1280, 25}, {24, 256, 12},
-                               {40, 512, 8},   {56, 256, 14}, {37, 512, 1},   {64, 1280, 1},
-                               {24, 16384, 30}};
+// group and tail rows (37 x 512, 64 x 1280), and rows of 32 super-blocks whose 9 KiB Q8_K
+// activations make L2 blocks of 24-27 tokens (a multiple of the tile), so 30 tokens walk two.
+const Shape kKquantShapes[] = {{8, 256, 1},   {16, 512, 5},  {37, 256, 3},   {40, 768, 7},
+                               {64, 256, 13}, {203, 512, 4}, {48, 1280, 25}, {24, 256, 12},
+                               {40, 512, 8},  {56, 256, 14}, {37, 512, 1},   {64, 1280, 1},
+                               {16, 8192, 30}};
 const Shape kFloatShapes[] = {{48, 37, 13}, {33, 3, 2}, {16, 1, 12}, {32, 5, 1}, {64, 41, 14}};
 
 std::vector<uint8_t> packed(const KernelTable& t, GgmlType wtype, const std::vector<uint8_t>& w,
@@ -101,23 +101,28 @@ TEST(KernelsPackedMatmul, EveryTableMatchesPackedRefBitForBitAndUnpackedRefClose
         shapes.insert(shapes.end(), std::begin(kFloatShapes), std::end(kFloatShapes));
       for (const Shape& s : shapes) {
         if (!t->packs(wtype, s.n_rows, s.n_in)) continue;  // 8 float rows: no group
+        SCOPED_TRACE(std::string(t->isa) + " " + testing::type_name(wtype) + " rows " +
+                     std::to_string(s.n_rows) + " n_in " + std::to_string(s.n_in) + " tokens " +
+                     std::to_string(s.n_tokens));
+        // Weights, activations and both references once per shape; the thread counts must all
+        // give the same activations and the same bits.
+        const auto w = testing::make_weights(wtype, s.n_rows, s.n_in, 32);
+        const auto wp = packed(*t, wtype, w, s.n_rows, s.n_in);
+        const auto x = testing::random_floats(s.n_tokens * s.n_in, 33);
+        const auto xq1 = testing::quantize_act(*t, wtype, x.data(), s.n_tokens, s.n_in, 1);
+        std::vector<float> want(s.n_tokens * s.n_rows);
+        ref::matmul_packed(wtype, wp.data(), s.n_rows, s.n_in, xq1.data(), s.n_tokens, want.data(),
+                           0, 1);
+        const auto unpacked = testing::matmul(kernels_ref(), wtype, w.data(), s.n_rows, s.n_in,
+                                              xq1.data(), s.n_tokens);
+        EXPECT_LT(testing::nmse(want, unpacked), 1e-10);
         for (int nth = 1; nth <= 3; ++nth) {
-          SCOPED_TRACE(std::string(t->isa) + " " + testing::type_name(wtype) + " rows " +
-                       std::to_string(s.n_rows) + " n_in " + std::to_string(s.n_in) + " tokens " +
-                       std::to_string(s.n_tokens) + " nth " + std::to_string(nth));
-          const auto w = testing::make_weights(wtype, s.n_rows, s.n_in, 32);
-          const auto wp = packed(*t, wtype, w, s.n_rows, s.n_in);
-          const auto x = testing::random_floats(s.n_tokens * s.n_in, 33);
+          SCOPED_TRACE("nth " + std::to_string(nth));
           const auto xq = testing::quantize_act(*t, wtype, x.data(), s.n_tokens, s.n_in, nth);
+          ASSERT_EQ(xq, xq1);
           const auto got =
               matmul_packed(*t, wtype, wp.data(), s.n_rows, s.n_in, xq.data(), s.n_tokens, nth);
-          std::vector<float> want(got.size());
-          ref::matmul_packed(wtype, wp.data(), s.n_rows, s.n_in, xq.data(), s.n_tokens, want.data(),
-                             0, 1);
           ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
-          const auto unpacked = testing::matmul(kernels_ref(), wtype, w.data(), s.n_rows, s.n_in,
-                                                xq.data(), s.n_tokens);
-          EXPECT_LT(testing::nmse(got, unpacked), 1e-10);
         }
       }
     }
