@@ -205,8 +205,9 @@ void softmax_pairs(const ChunkPair* pairs, int n, __m512 scale, float (*s)[kAttn
   const __m512 m = _mm512_max_ps(mo, mx);
   // exp512 clamps: a first chunk (m_old = -inf) gets a rescale of ~1e-38 instead of 0, applied
   // to a state and an output that are still exact zeros.
-  _mm512_storeu_ps(cs,
-                   _mm512_maskz_mov_ps((__mmask16)((1u << n) - 1), exp512(_mm512_sub_ps(mo, m))));
+  const __m512 rescale =
+      _mm512_maskz_mov_ps((__mmask16)((1u << n) - 1), exp512(_mm512_sub_ps(mo, m)));
+  _mm512_storeu_ps(cs, rescale);
   _mm512_store_ps(m_new, m);
   for (int i = 0; i < kAttnChunk; ++i) {
     r[i] = _mm512_maskz_mov_ps(
@@ -217,8 +218,7 @@ void softmax_pairs(const ChunkPair* pairs, int n, __m512 scale, float (*s)[kAttn
   __m512 sum = r[0];
   for (int p = 1; p < kAttnChunk; ++p) sum = _mm512_add_ps(sum, r[p]);
   alignas(64) float l_new[kAttnChunk];
-  _mm512_store_ps(l_new,
-                  _mm512_add_ps(_mm512_mul_ps(_mm512_load_ps(l_old), _mm512_loadu_ps(cs)), sum));
+  _mm512_store_ps(l_new, _mm512_add_ps(_mm512_mul_ps(_mm512_load_ps(l_old), rescale), sum));
   for (int i = 0; i < n; ++i) *pairs[i].st = {m_new[i], l_new[i]};
 }
 
@@ -235,10 +235,11 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
   const bool v_f16 = kv.dtype == KvDtype::kF16 && nq * ng <= 16;
   SoftmaxState st[kMaxTile][kMaxGroup];
   ChunkPair pairs[kMaxTile * kMaxGroup];
-  // Scores, then weights, per pair, and each pair's rescale of its state; softmax_pairs works on
-  // 16 pairs at a time, so both have room for a last partial 16.
-  alignas(64) float pv[kMaxTile * kMaxGroup + kAttnChunk][kAttnChunk];
-  float cs[kMaxTile * kMaxGroup + kAttnChunk];
+  // Scores, then weights, per pair, and each pair's rescale of its state. softmax_pairs reads and
+  // writes 16 pairs at a time from a multiple of 16, which the pair count's bound is.
+  static_assert(kMaxTile * kMaxGroup % kAttnChunk == 0);
+  alignas(64) float pv[kMaxTile * kMaxGroup][kAttnChunk];
+  float cs[kMaxTile * kMaxGroup];
   int64_t lo = queries[0].pos_begin, hi = queries[0].pos_end;
   for (int i = 0; i < nq; ++i) {
     lo = queries[i].pos_begin < lo ? queries[i].pos_begin : lo;

@@ -164,6 +164,10 @@ KVW_INLINE void pair_tile(const KPackedArgs& a, int64_t grp, int64_t t0) {
     const __m512 dw =
         _mm512_cvtph_ps(_mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + gb)),
                                          _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb))));
+    // Q4_K/Q5_K only (Q6_K's bytes there are scales).
+    [[maybe_unused]] const __m512 dmin = _mm512_cvtph_ps(
+        _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + gb + kq::kDmin)),
+                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + kq::kDmin))));
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) {
       const auto* xk = reinterpret_cast<const BlockQ8_K*>(xb + c * xs);
@@ -179,9 +183,6 @@ KVW_INLINE void pair_tile(const KPackedArgs& a, int64_t grp, int64_t t0) {
         const __m512i total = _mm512_sub_epi32(isum[c], _mm512_slli_epi32(bsum, 5));
         acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(dw, dx), acc[c]);
       } else {
-        const __m512 dmin = _mm512_cvtph_ps(
-            _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + gb + kq::kDmin)),
-                             _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + kq::kDmin))));
         acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(dw, dx), acc[c]);
         acc[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(bsum), _mm512_mul_ps(dmin, dx), acc[c]);
       }

@@ -204,6 +204,9 @@ KVW_INLINE void kquant_tile(const KPackedArgs& a, int64_t grp, int64_t t0) {
       }
     }
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb)));
+    // Q4_K/Q5_K only (Q6_K's bytes there are scales).
+    [[maybe_unused]] const __m256 dmin =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + kq::kDmin)));
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) {
       const auto* xk = reinterpret_cast<const BlockQ8_K*>(xb + c * xs);
@@ -220,8 +223,6 @@ KVW_INLINE void kquant_tile(const KPackedArgs& a, int64_t grp, int64_t t0) {
         const __m256i total = _mm256_sub_epi32(isum[c], _mm256_slli_epi32(bsum, 5));
         acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(dw, dx), acc[c]);
       } else {
-        const __m256 dmin =
-            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + kq::kDmin)));
         acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(dw, dx), acc[c]);
         acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(bsum), _mm256_mul_ps(dmin, dx), acc[c]);
       }
