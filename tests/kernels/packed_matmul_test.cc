@@ -42,7 +42,10 @@ const Shape kKquantShapes[] = {{8, 256, 1},   {16, 512, 5},  {37, 256, 3},   {40
                                {64, 256, 13}, {203, 512, 4}, {48, 1280, 25}, {24, 256, 12},
                                {40, 512, 8},  {56, 256, 14}, {37, 512, 1},   {64, 1280, 1},
                                {16, 8192, 30}};
-const Shape kFloatShapes[] = {{48, 37, 13}, {33, 3, 2}, {16, 1, 12}, {32, 5, 1}, {64, 41, 14}};
+// Float tiles take group pairs (32 rows) and a lone last group (48, 40 + 8 tail rows); rows of
+// 8192 make 48-token blocks (the 4-tile minimum), so 50 tokens walk two with a 2-token tile.
+const Shape kFloatShapes[] = {{48, 37, 13}, {33, 3, 2},   {16, 1, 12},
+                              {32, 5, 1},   {64, 41, 14}, {48, 8192, 50}};
 
 std::vector<uint8_t> packed(const KernelTable& t, GgmlType wtype, const std::vector<uint8_t>& w,
                             int64_t n_rows, int64_t n_in) {

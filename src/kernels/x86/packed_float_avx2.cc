@@ -33,9 +33,10 @@ constexpr int64_t kPrefetchBytes = 2048;
 
 struct Isa {
   static constexpr int kTokens = 6;
+  static constexpr int kGroups = 1;  // 16 of 16 ymm registers are taken by one group's tile
 
   // Token c's x[i] is xt[i * kTokens + c]: one base register and a displacement.
-  template <GgmlType T, int C>
+  template <GgmlType T, int C, int G>
   static KVW_INLINE void tile(const FloatPackedArgs& a, int64_t grp, const float* xt, int64_t t0) {
     constexpr int64_t E = kStep<T>;
     const uint8_t* w = a.w + grp * a.group_bytes;

@@ -2,8 +2,9 @@
 // the AVX2 and AVX-512 tables (layout and arithmetic in kernels/packed_float.cc). The ISA type
 // provides the tiles; this header decides which tile computes what:
 //   Isa::kTokens                       prefill tile width (tokens per group tile)
-//   Isa::tile<T, C>(a, grp, xt, t0)    group grp (16 rows) x tokens [t0, t0 + C), 1 <= C <=
-//   kTokens,
+//   Isa::kGroups                       groups a prefill tile may span (1 or 2)
+//   Isa::tile<T, C, G>(a, grp, xt, t0) groups grp .. grp + G - 1 (16 rows each) x tokens
+//                                      [t0, t0 + C), 1 <= C <= kTokens, 1 <= G <= kGroups,
 //                                      their activations at xt[i * kTokens + c]
 //   Isa::decode<T, G>(a, grp)          groups grp .. grp + G - 1 x the one token, G in {1, 2}
 // Every tile computes each (row, token) with the same serial fma chain, so the driver's choices
@@ -28,26 +29,59 @@ struct FloatPackedArgs {
   float* y;  // [n_tokens][n_rows]
 };
 
-template <class Isa, GgmlType T, int N>
+template <class Isa, GgmlType T, int G, int N>
 inline void float_rest(const FloatPackedArgs& a, int64_t grp, const float* xt, int64_t t0,
                        int64_t n) {
   if constexpr (N > 0) {
-    if (n == N) return Isa::template tile<T, N>(a, grp, xt, t0);
-    float_rest<Isa, T, N - 1>(a, grp, xt, t0, n);
+    if (n == N) return Isa::template tile<T, N, G>(a, grp, xt, t0);
+    float_rest<Isa, T, G, N - 1>(a, grp, xt, t0, n);
   }
 }
 
-// Activations of a token block (<= 512 KiB, an L2 share on every x86 core we target) are copied
-// once into tile-major order, xt[tile][i][C] (a short tile is zero-padded to C), and reused for
-// every group of the thread's rows; a group (16 rows, 64 KiB of F16 at n_in 2048) is reused from
-// L2 across the block's token tiles. The copy is what makes the tile fast: read in place, the C
+// Groups grp .. grp + G - 1 across the token block's tiles.
+template <class Isa, GgmlType T, int G>
+inline void float_group_tiles(const FloatPackedArgs& a, int64_t grp, const float* xt, int64_t tb,
+                              int64_t te, int64_t n_tiles) {
+  constexpr int C = Isa::kTokens;
+  for (int64_t tile = 0; tile < n_tiles; ++tile) {
+    const int64_t t0 = tb + tile * C;
+    const float* x = xt + tile * C * a.n_in;
+    if (t0 + C <= te) {
+      Isa::template tile<T, C, G>(a, grp, x, t0);
+    } else {
+      float_rest<Isa, T, G, C - 1>(a, grp, x, t0, te - t0);
+    }
+  }
+}
+
+// Tokens [t0, min(t0 + C, te)) of x into dst[i][C], zeros past te. Written in order (the C
+// source rows are C sequential streams): writing one token at a time strided by C floats cost
+// ~4% of an F16 prefill.
+template <int C>
+inline void copy_tile(const FloatPackedArgs& a, int64_t t0, int64_t te, float* dst) {
+  const float* src[C];
+  const int n = (int)(te - t0 < C ? te - t0 : C);
+  for (int c = 0; c < n; ++c) src[c] = a.x + (t0 + c) * a.n_in;
+  for (int64_t i = 0; i < a.n_in; ++i) {
+    for (int c = 0; c < n; ++c) dst[i * C + c] = src[c][i];
+    for (int c = n; c < C; ++c) dst[i * C + c] = 0.0f;
+  }
+}
+
+// Activations of a token block (~1 MiB, and at least 4 tiles) are copied once into tile-major
+// order, xt[tile][i][C] (a short tile is zero-padded to C), and reused for every group of the
+// thread's rows; a group or pair (16 or 32 rows, 64 / 128 KiB of F16 at n_in 2048) is reused from
+// L2 across the block's token tiles. Every token block streams all the thread's weights once
+// from DRAM, hence blocks larger than half an L2: at 512 KiB, n_in 5632 had 12-token blocks
+// and re-read its weights 43 times per 512-token chunk (1 MiB: 5632x2048 F16 at 512 tokens,
+// 1 thread, 126 -> 134 GFLOP/s). The copy is what makes the tile fast: read in place, the C
 // tokens' x[i] lie n_in * 4 bytes apart, a multiple of 4 KiB for the usual n_in, so all C lines
 // fall into one L1 set and evict each other (measured: 53 GFLOP/s of a 228 peak per core for
 // 2048 x 2048 F16 at 512 tokens). Decode streams each group once, two at a time so that two fma
 // chains overlap.
 //
 // The copy lives in a per-thread buffer that grows to the largest block seen: at most
-// max(512 KiB, C x n_in x 4) bytes, set by the model's widest matrix, not by load.
+// max(1 MiB, 4 x C x n_in x 4) bytes, set by the model's widest matrix, not by load.
 template <class Isa, GgmlType T>
 void float_groups(const FloatPackedArgs& a, int64_t g_begin, int64_t g_end) {
   if (a.n_tokens == 1) {
@@ -57,8 +91,8 @@ void float_groups(const FloatPackedArgs& a, int64_t g_begin, int64_t g_end) {
     return;
   }
   constexpr int C = Isa::kTokens;
-  int64_t token_block = (512 * 1024) / (a.n_in * (int64_t)sizeof(float));
-  token_block = token_block < C ? C : token_block / C * C;
+  int64_t token_block = (1024 * 1024) / (a.n_in * (int64_t)sizeof(float));
+  token_block = token_block < 4 * C ? 4 * C : token_block / C * C;
   thread_local std::vector<float> xt;
   for (int64_t tb = 0; tb < a.n_tokens; tb += token_block) {
     const int64_t te = tb + token_block < a.n_tokens ? tb + token_block : a.n_tokens;
@@ -66,28 +100,15 @@ void float_groups(const FloatPackedArgs& a, int64_t g_begin, int64_t g_end) {
     const size_t need = (size_t)(n_tiles * C * a.n_in);
     if (xt.size() < need) xt.resize(need);
     for (int64_t tile = 0; tile < n_tiles; ++tile) {
-      float* dst = xt.data() + tile * C * a.n_in;
-      for (int c = 0; c < C; ++c) {
-        const int64_t t = tb + tile * C + c;
-        if (t < te) {
-          const float* src = a.x + t * a.n_in;
-          for (int64_t i = 0; i < a.n_in; ++i) dst[i * C + c] = src[i];
-        } else {
-          for (int64_t i = 0; i < a.n_in; ++i) dst[i * C + c] = 0.0f;
-        }
+      copy_tile<C>(a, tb + tile * C, te, xt.data() + tile * C * a.n_in);
+    }
+    int64_t grp = g_begin;
+    if constexpr (Isa::kGroups == 2) {
+      for (; grp + 2 <= g_end; grp += 2) {
+        float_group_tiles<Isa, T, 2>(a, grp, xt.data(), tb, te, n_tiles);
       }
     }
-    for (int64_t grp = g_begin; grp < g_end; ++grp) {
-      for (int64_t tile = 0; tile < n_tiles; ++tile) {
-        const int64_t t0 = tb + tile * C;
-        const float* x = xt.data() + tile * C * a.n_in;
-        if (t0 + C <= te) {
-          Isa::template tile<T, C>(a, grp, x, t0);
-        } else {
-          float_rest<Isa, T, C - 1>(a, grp, x, t0, te - t0);
-        }
-      }
-    }
+    for (; grp < g_end; ++grp) float_group_tiles<Isa, T, 1>(a, grp, xt.data(), tb, te, n_tiles);
   }
 }
 
