@@ -3,7 +3,9 @@
 // and an odd last group in 256-bit ones (EVEX: 32 registers, so 12-token tiles either way).
 // Compiled with the AVX-512 flags plus -mavx512vnni; nothing here runs unless dispatch.cc saw
 // AVX512-VNNI in CPUID.
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "gguf/quant_blocks.h"
 #include "kernels/kernels_internal.h"
@@ -20,13 +22,6 @@ struct DotAvx512Vnni {
 };
 
 using x86::PackedArgs;
-using x86::XBlock;
-
-KVW_INLINE __m512i bcast4_512(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
 
 // The 32 bytes at offset `off` of groups grp and grp + 1 as one zmm (lanes 0-7: the first).
 KVW_INLINE __m512i load_pair(const uint8_t* g0, int64_t group_bytes, int64_t off) {
@@ -35,39 +30,64 @@ KVW_INLINE __m512i load_pair(const uint8_t* g0, int64_t group_bytes, int64_t off
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
+// 8 rows x 12 tokens (ymm, decode and an odd last group) or 16 rows x 12 tokens (zmm): 12 float
+// + 12 int32 accumulators and the weights: 28 of 32 registers.
+constexpr int kTokens = 12;
+
+// One block of a 12-token tile's activations, interleaved: step s's 4 bytes of every token side
+// by side, then every token's scale and weight-offset correction (Q8_0: neg128, Q4_0:
+// neg128 >> 4). Read from the rows in place, the 12 tokens need 12 address registers and the tile
+// spilled them; interleaved, one pointer and constant displacements address them all.
+struct TileBlock {
+  int32_t q[8][kTokens];
+  float d[kTokens];
+  int32_t corr[kTokens];
+};
+
+// Tokens [t0, t0 + n) of the Q8_0 activation rows into nb TileBlocks; tokens past n are zero.
+template <bool kQ8>
+void interleave_tile(const PackedArgs& a, int64_t t0, int n, TileBlock* dst) {
+  const int64_t nb = a.g.nb;
+  std::memset(static_cast<void*>(dst), 0, nb * sizeof(TileBlock));
+  for (int c = 0; c < n; ++c) {
+    const uint8_t* row = a.x + (t0 + c) * a.g.x_row_bytes;
+    const auto* blocks = reinterpret_cast<const BlockQ8_0*>(row);
+    const auto* extras = reinterpret_cast<const ActBlockExtra*>(row + a.g.extras_offset);
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int s = 0; s < 8; ++s) std::memcpy(&dst[b].q[s][c], blocks[b].qs + 4 * s, 4);
+      dst[b].d[c] = extras[b].d;
+      dst[b].corr[c] = kQ8 ? extras[b].neg128 : extras[b].neg128 >> 4;
+    }
+  }
+}
+
 // Prefill tile of two groups (16 rows, one zmm per token) x C tokens: per lane exactly the
 // arithmetic of x86::packed_tile (exact int32 isum, d = d_w * d_x, acc = fma(isum, d, acc)), so
 // a row gives the same bits in a pair tile, a single-group tile or decode. 512-bit dpbusd does
 // twice the work per instruction, and the per-(token, block) scale work covers 16 rows, not 8.
 template <bool kQ8, int C>
-KVW_INLINE void pair_tile(const PackedArgs& a, int64_t grp, int64_t t0) {
+KVW_INLINE void pair_tile(const PackedArgs& a, int64_t grp, const TileBlock* xb, int64_t t0) {
   const uint8_t* g0 = a.w + grp * a.g.group_bytes;
   const int64_t gb = a.g.group_bytes;
   const int64_t quants = a.g.nb * 2 * kPackRows;
-  const uint8_t* x0 = a.x + t0 * a.g.x_row_bytes;
-  XBlock x = {x0 + 2, x0 + a.g.extras_offset, a.g.x_row_bytes};
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   __m512 acc[C];
 #pragma GCC unroll 16
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < a.g.nb; ++b) {
+  for (int64_t b = 0; b < a.g.nb; ++b, ++xb) {
     __m512i isum[C];
-    if constexpr (kQ8) {
 #pragma GCC unroll 16
-      for (int c = 0; c < C; ++c) isum[c] = _mm512_set1_epi32(*x.neg128_at(c));
+    for (int c = 0; c < C; ++c) isum[c] = _mm512_set1_epi32(xb->corr[c]);
+    if constexpr (kQ8) {
 #pragma GCC unroll 8
       for (int s = 0; s < 8; ++s) {
         const __m512i w = load_pair(g0, gb, quants + b * 256 + 32 * s);
 #pragma GCC unroll 16
         for (int c = 0; c < C; ++c) {
-          isum[c] = _mm512_dpbusd_epi32(isum[c], w, bcast4_512(x.q(c, s)));
+          isum[c] = _mm512_dpbusd_epi32(isum[c], w, _mm512_set1_epi32(xb->q[s][c]));
         }
       }
     } else {
-#pragma GCC unroll 16
-      for (int c = 0; c < C; ++c) {
-        isum[c] = _mm512_srai_epi32(_mm512_set1_epi32(*x.neg128_at(c)), 4);
-      }
 #pragma GCC unroll 4
       for (int s = 0; s < 4; ++s) {
         const __m512i v = load_pair(g0, gb, quants + b * 128 + 32 * s);
@@ -75,8 +95,8 @@ KVW_INLINE void pair_tile(const PackedArgs& a, int64_t grp, int64_t t0) {
         const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
 #pragma GCC unroll 16
         for (int c = 0; c < C; ++c) {
-          isum[c] = _mm512_dpbusd_epi32(isum[c], lo, bcast4_512(x.q(c, s)));
-          isum[c] = _mm512_dpbusd_epi32(isum[c], hi, bcast4_512(x.q(c, s + 4)));
+          isum[c] = _mm512_dpbusd_epi32(isum[c], lo, _mm512_set1_epi32(xb->q[s][c]));
+          isum[c] = _mm512_dpbusd_epi32(isum[c], hi, _mm512_set1_epi32(xb->q[s + 4][c]));
         }
       }
     }
@@ -86,11 +106,9 @@ KVW_INLINE void pair_tile(const PackedArgs& a, int64_t grp, int64_t t0) {
     const __m512 dw = _mm512_cvtph_ps(dw16);
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) {
-      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(*x.d(c)));
+      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(xb->d[c]));
       acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), d, acc[c]);
     }
-    x.qs += sizeof(BlockQ8_0);
-    x.extra += sizeof(ActBlockExtra);
   }
 #pragma GCC unroll 16
   for (int c = 0; c < C; ++c) {
@@ -98,20 +116,30 @@ KVW_INLINE void pair_tile(const PackedArgs& a, int64_t grp, int64_t t0) {
   }
 }
 
-// 8 rows x 12 tokens (ymm, decode and an odd last group) or 16 rows x 12 tokens (zmm): 12 float
-// + 12 int32 accumulators and the weights: 28 of 32 registers.
-constexpr int kTokens = 12;
-
-// As x86::packed_groups, with group pairs; an odd last group takes the single-group tile.
+// As x86::packed_groups, with group pairs on interleaved tiles (one copy per token block and
+// thread, reused by every pair); an odd last group takes the single-group tile on the rows.
+// The copy is a per-thread buffer of one token block: ~256 KiB of activations plus a twelfth.
 template <bool kQ8>
 void pair_groups(const PackedArgs& a, int64_t g_begin, int64_t g_end) {
   if (a.n_tokens == 1) return x86::packed_groups<DotAvx512Vnni, kQ8, kTokens>(a, g_begin, g_end);
+  thread_local std::vector<TileBlock> xt;
   x86::walk_token_blocks<kTokens, 2>(
       a.g.x_row_bytes, a.n_tokens, g_begin, g_end,
+      [&](int64_t tb, int64_t te) {
+        const int64_t n_tiles = (te - tb + kTokens - 1) / kTokens;
+        if ((int64_t)xt.size() < n_tiles * a.g.nb) xt.resize(n_tiles * a.g.nb);
+        for (int64_t i = 0; i < n_tiles; ++i) {
+          const int64_t t0 = tb + i * kTokens;
+          interleave_tile<kQ8>(a, t0, (int)std::min<int64_t>(kTokens, te - t0),
+                               xt.data() + i * a.g.nb);
+        }
+      },
       [&](int64_t grp, int ng, int64_t tb, int64_t te) {
         if (ng == 2) {
-          x86::token_tiles<kTokens>(
-              tb, te, [&](auto n, int64_t t) { pair_tile<kQ8, decltype(n)::value>(a, grp, t); });
+          x86::token_tiles<kTokens>(tb, te, [&](auto n, int64_t t) {
+            const TileBlock* xb = xt.data() + (t - tb) / kTokens * a.g.nb;
+            pair_tile<kQ8, decltype(n)::value>(a, grp, xb, t);
+          });
         } else {
           x86::token_tiles<kTokens>(tb, te, [&](auto n, int64_t t) {
             x86::packed_tile<DotAvx512Vnni, kQ8, decltype(n)::value>(a, grp, t);

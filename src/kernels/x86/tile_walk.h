@@ -30,17 +30,26 @@ KVW_INLINE void token_tiles(int64_t t, int64_t te, Tile&& tile) {
 
 // Token blocks of [0, n_tokens) (a multiple of C tokens each) and in each the groups
 // [g_begin, g_end), G at a time (G = 2: a last odd group alone): groups(grp, n_groups, tb, te).
-template <int C, int G, class Groups>
+// block_start(tb, te) runs before each block's groups.
+template <int C, int G, class BlockStart, class Groups>
 void walk_token_blocks(int64_t x_row_bytes, int64_t n_tokens, int64_t g_begin, int64_t g_end,
-                       Groups&& groups) {
+                       BlockStart&& block_start, Groups&& groups) {
   int64_t token_block = (256 * 1024) / x_row_bytes;
   token_block = token_block < C ? C : token_block / C * C;
   for (int64_t tb = 0; tb < n_tokens; tb += token_block) {
     const int64_t te = tb + token_block < n_tokens ? tb + token_block : n_tokens;
+    block_start(tb, te);
     int64_t grp = g_begin;
     for (; grp + G <= g_end; grp += G) groups(grp, G, tb, te);
     for (; grp < g_end; ++grp) groups(grp, 1, tb, te);
   }
+}
+
+template <int C, int G, class Groups>
+void walk_token_blocks(int64_t x_row_bytes, int64_t n_tokens, int64_t g_begin, int64_t g_end,
+                       Groups&& groups) {
+  walk_token_blocks<C, G>(
+      x_row_bytes, n_tokens, g_begin, g_end, [](int64_t, int64_t) {}, groups);
 }
 
 }  // namespace kvw::kernels::x86
