@@ -45,18 +45,30 @@ struct TileBlock {
 };
 
 // Tokens [t0, t0 + n) of the Q8_0 activation rows into nb TileBlocks; tokens past n are zero.
+// Written in order, reading the n rows as n streams (writing a token at a time, 48 bytes apart,
+// cost ~4% of a Q4_0 prefill).
 template <bool kQ8>
 void interleave_tile(const PackedArgs& a, int64_t t0, int n, TileBlock* dst) {
-  const int64_t nb = a.g.nb;
-  std::memset(static_cast<void*>(dst), 0, nb * sizeof(TileBlock));
+  const BlockQ8_0* blocks[kTokens];
+  const ActBlockExtra* extras[kTokens];
   for (int c = 0; c < n; ++c) {
     const uint8_t* row = a.x + (t0 + c) * a.g.x_row_bytes;
-    const auto* blocks = reinterpret_cast<const BlockQ8_0*>(row);
-    const auto* extras = reinterpret_cast<const ActBlockExtra*>(row + a.g.extras_offset);
-    for (int64_t b = 0; b < nb; ++b) {
-      for (int s = 0; s < 8; ++s) std::memcpy(&dst[b].q[s][c], blocks[b].qs + 4 * s, 4);
-      dst[b].d[c] = extras[b].d;
-      dst[b].corr[c] = kQ8 ? extras[b].neg128 : extras[b].neg128 >> 4;
+    blocks[c] = reinterpret_cast<const BlockQ8_0*>(row);
+    extras[c] = reinterpret_cast<const ActBlockExtra*>(row + a.g.extras_offset);
+  }
+  for (int64_t b = 0; b < a.g.nb; ++b) {
+    TileBlock& t = dst[b];
+    for (int s = 0; s < 8; ++s) {
+      for (int c = 0; c < n; ++c) std::memcpy(&t.q[s][c], blocks[c][b].qs + 4 * s, 4);
+      for (int c = n; c < kTokens; ++c) t.q[s][c] = 0;
+    }
+    for (int c = 0; c < n; ++c) {
+      t.d[c] = extras[c][b].d;
+      t.corr[c] = kQ8 ? extras[c][b].neg128 : extras[c][b].neg128 >> 4;
+    }
+    for (int c = n; c < kTokens; ++c) {
+      t.d[c] = 0.0f;
+      t.corr[c] = 0;
     }
   }
 }
