@@ -1,6 +1,8 @@
 // kernels/membw.cc: STREAM-like triad and read-only bandwidth probes (see membw.h).
 #include "kernels/membw.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -23,6 +25,36 @@ void prefetch_ahead(const void* p) {
   __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) + kAheadBytes));
 }
 
+// An array in transparent huge pages where the kernel allows them, as the model's weights are
+// (gguf_reader.cc): with 4 KiB pages a 512 MiB stream spends its time in TLB misses and the probe
+// read 20.6 GB/s while Q4_0 decode streamed 24.7 GB/s of weights on the same machine.
+template <class T>
+class HugeArray {
+ public:
+  explicit HugeArray(int64_t n) : bytes_((size_t)n * sizeof(T)) {
+    void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      fallback_.resize(n);
+      data_ = fallback_.data();
+      return;
+    }
+    ::madvise(p, bytes_, MADV_HUGEPAGE);  // best effort
+    data_ = static_cast<T*>(p);
+  }
+  ~HugeArray() {
+    if (fallback_.empty()) ::munmap(data_, bytes_);
+  }
+  HugeArray(const HugeArray&) = delete;
+  HugeArray& operator=(const HugeArray&) = delete;
+  T* data() { return data_; }
+  T& operator[](int64_t i) { return data_[i]; }
+
+ private:
+  size_t bytes_;
+  T* data_ = nullptr;
+  std::vector<T> fallback_;
+};
+
 template <class Fn>
 double best_seconds(ThreadPool& pool, const Fn& fn) {
   double best = 1e30;
@@ -39,7 +71,7 @@ double best_seconds(ThreadPool& pool, const Fn& fn) {
 
 double measure_memory_bandwidth_gbs(ThreadPool& pool, size_t bytes) {
   const int64_t n = std::max<int64_t>(1024, (int64_t)(bytes / (3 * sizeof(float))) / 1024 * 1024);
-  std::vector<float> a(n), b(n), c(n);
+  HugeArray<float> a(n), b(n), c(n);
   // First touch by the same threads that later stream each range.
   pool.run([&](int ith, int nth) {
     const RowRange r = split_range(n, ith, nth, 1024);
@@ -66,7 +98,7 @@ double measure_memory_bandwidth_gbs(ThreadPool& pool, size_t bytes) {
 
 double measure_read_bandwidth_gbs(ThreadPool& pool, size_t bytes) {
   const int64_t n = std::max<int64_t>(1024, (int64_t)(bytes / sizeof(uint32_t)) / 1024 * 1024);
-  std::vector<uint32_t> a(n);
+  HugeArray<uint32_t> a(n);
   pool.run([&](int ith, int nth) {
     const RowRange r = split_range(n, ith, nth, 1024);
     for (int64_t i = r.begin; i < r.end; ++i) a[i] = (uint32_t)i;

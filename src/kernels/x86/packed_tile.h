@@ -192,12 +192,14 @@ KVW_INLINE void packed_tile(const PackedArgs& a, int64_t grp, int64_t t0) {
   for (int64_t b = 0; b < a.g.nb; ++b) {
     if constexpr (C == 1) {
       // Decode streams each weight byte once: prefetch kPrefetchBytes ahead in the group's
-      // (then the next group's) bytes, one per 64-byte line of the block.
-      constexpr int kQuantBytes = kQ8 ? 256 : 128;
+      // (then the next group's) bytes. The distance advances by a block's share of the group,
+      // scales included (144 bytes for Q4_0), so the prefetches cover the stream without gaps:
+      // advancing by the quants alone (128) skipped 16 lines at every group boundary.
+      constexpr int kBlockBytes = (kQ8 ? 256 : 128) + 2 * kPackRows;
       const uintptr_t ahead =
-          reinterpret_cast<uintptr_t>(quants) + b * kQuantBytes + kPrefetchBytes;
-#pragma GCC unroll 4
-      for (int line = 0; line < kQuantBytes; line += 64) {
+          reinterpret_cast<uintptr_t>(scales) + b * kBlockBytes + kPrefetchBytes;
+#pragma GCC unroll 5
+      for (int line = 0; line < kBlockBytes + 63; line += 64) {
         _mm_prefetch(reinterpret_cast<const char*>(ahead + line), _MM_HINT_T0);
       }
     }
