@@ -14,6 +14,9 @@ struct DotAvxVnni {
   static KVW_INLINE __m256i dpbusd(__m256i acc, __m256i u8, __m256i s8) {
     return _mm256_dpbusd_avx_epi32(acc, u8, s8);
   }
+  static KVW_INLINE __m256i dpwssd(__m256i acc, __m256i a, __m256i b) {
+    return _mm256_dpwssd_avx_epi32(acc, a, b);
+  }
 };
 
 // 8 rows x 6 tokens: 6 float + 6 int32 accumulators, weights (Q4_0: low and high nibbles and

@@ -19,6 +19,9 @@ struct DotAvx512Vnni {
   static KVW_INLINE __m256i dpbusd(__m256i acc, __m256i u8, __m256i s8) {
     return _mm256_dpbusd_epi32(acc, u8, s8);
   }
+  static KVW_INLINE __m256i dpwssd(__m256i acc, __m256i a, __m256i b) {
+    return _mm256_dpwssd_epi32(acc, a, b);
+  }
 };
 
 using x86::PackedArgs;

@@ -17,6 +17,9 @@ struct DotAvx512Vnni {
   static KVW_INLINE __m256i dpbusd(__m256i acc, __m256i u8, __m256i s8) {
     return _mm256_dpbusd_epi32(acc, u8, s8);
   }
+  static KVW_INLINE __m256i dpwssd(__m256i acc, __m256i a, __m256i b) {
+    return _mm256_dpwssd_epi32(acc, a, b);
+  }
 };
 
 using x86::KPackedArgs;
@@ -176,7 +179,7 @@ KVW_INLINE void pair_tile(const KPackedArgs& a, int64_t grp, int64_t t0) {
       for (int i = 0; i < 8; ++i) {
         int32_t pair;
         std::memcpy(&pair, xk->bsums + 2 * i, 4);
-        bsum = _mm512_add_epi32(bsum, _mm512_madd_epi16(k.bs[i], _mm512_set1_epi32(pair)));
+        bsum = _mm512_dpwssd_epi32(bsum, k.bs[i], _mm512_set1_epi32(pair));
       }
       const __m512 dx = _mm512_set1_ps(xk->d);
       if constexpr (T == GgmlType::kQ6_K) {

@@ -5,7 +5,8 @@
 // bytes broadcast to every lane. The per-row scales of a super-block are unpacked once per tile
 // into vectors that every token of the tile reuses.
 //
-// Dot::kVnni: dpbusd sums a whole sub-block in int32, then one mullo applies its scale.
+// Dot::kVnni: dpbusd sums a whole sub-block in int32, then one mullo applies its scale, and
+// dpwssd takes the mins x bsums pairs (madd + add in one instruction).
 // Otherwise: maddubs pairs summed in int16 for as many steps as cannot overflow (kFlush), then
 // madd with the scale in both int16 halves of each lane. Both are exact, so the int32 sums, and
 // the float steps after them, equal ref::matmul_packed_kquant's bit for bit.
@@ -216,7 +217,11 @@ KVW_INLINE void kquant_tile(const KPackedArgs& a, int64_t grp, int64_t t0) {
       for (int i = 0; i < 8; ++i) {
         int32_t pair;
         std::memcpy(&pair, xk->bsums + 2 * i, 4);
-        bsum = _mm256_add_epi32(bsum, _mm256_madd_epi16(k.bs[i], _mm256_set1_epi32(pair)));
+        if constexpr (kVnni) {
+          bsum = Dot::dpwssd(bsum, k.bs[i], _mm256_set1_epi32(pair));  // madd + add in one
+        } else {
+          bsum = _mm256_add_epi32(bsum, _mm256_madd_epi16(k.bs[i], _mm256_set1_epi32(pair)));
+        }
       }
       const __m256 dx = _mm256_broadcast_ss(&xk->d);
       if constexpr (T == GgmlType::kQ6_K) {
