@@ -57,12 +57,14 @@ for model in "$@"; do
       --json "$OUT/$i.kvw_1.$rep.json" >/dev/null 2>>"$OUT/$i.kvw.err"
     "$BIN/llama-batched-bench" -m "$model" -c $((DEPTH + GEN + 16)) -b 2048 -ub 512 \
       -npp "$DEPTH" -ntg "$GEN" -npl 1 -t "$THREADS" -tb "$THREADS" --output-format jsonl \
-      2>/dev/null | grep '^{' >>"$OUT/$i.lcpp_batched.jsonl"
+      2>/dev/null | grep '^{' >>"$OUT/$i.lcpp_batched.jsonl" ||
+      echo "llama-batched-bench @ d$DEPTH printed no result (run $rep): that cell has fewer runs" >&2
     "$KVW" bench-model -m "$model" -p 0 -n "$GEN" -d "$DEPTH" -t "$THREADS" -r 1 --no-probes \
       --json "$OUT/$i.kvw_2.$rep.json" >/dev/null 2>>"$OUT/$i.kvw.err"
     "$BIN/llama-batched-bench" -m "$model" -c $((STREAMS * (32 + STREAM_GEN) + 16)) -b 2048 \
       -ub 512 -npp 32 -ntg "$STREAM_GEN" -npl "$STREAMS" -t "$THREADS" -tb "$THREADS" \
-      --output-format jsonl 2>/dev/null | grep '^{' >>"$OUT/$i.lcpp_batched.jsonl"
+      --output-format jsonl 2>/dev/null | grep '^{' >>"$OUT/$i.lcpp_batched.jsonl" ||
+      echo "llama-batched-bench x$STREAMS printed no result (run $rep): that cell has fewer runs" >&2
     "$KVW" bench-model -m "$model" -p 0 -n "$STREAM_GEN" -d 32 -s "$STREAMS" -t "$THREADS" \
       -r 1 --no-probes --json "$OUT/$i.kvw_3.$rep.json" >/dev/null 2>>"$OUT/$i.kvw.err"
   done
@@ -72,6 +74,7 @@ python3 - "$OUT" "$#" "$LCPP_COMMIT" "$REPS" <<'PY'
 import json, os, statistics, sys
 out, n, commit, reps = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 machine = None
+shares = []  # (model, type, {prefill test: matmul GOP/s}) for the share of the compute probe
 print(f"\nllama.cpp {commit} vs kvwarden; median of {reps} interleaved runs; "
       "ratio = kvwarden / llama.cpp\n")
 print("| model | test | llama.cpp t/s | kvwarden t/s | ratio |")
@@ -88,7 +91,7 @@ for i in range(1, n + 1):
                 f"tg{r['tg']} x{r['pl']} @ d{r['pp']}")
         runs.setdefault(name, []).append(r["speed_tg"])
     lc = {k: statistics.median(v) for k, v in runs.items()}
-    ours, model = {}, None
+    ours, gops, model = {}, {}, None
     for part in (1, 2, 3):
         for rep in range(1, reps + 1):
             rep_json = json.load(open(f"{out}/{i}.kvw_{part}.{rep}.json"))
@@ -97,15 +100,25 @@ for i in range(1, n + 1):
             (model,) = rep_json["models"]
             for r in model["results"]:
                 ours.setdefault(r["test"], []).append(r["median_ts"])
+                if r.get("matmul_gops", 0) > 0:
+                    gops.setdefault(r["test"], []).append(r["matmul_gops"])
     name = f"{os.path.basename(model['model_filename'])} ({model['model_type']})"
     for test, samples in ours.items():
         kv, theirs = statistics.median(samples), lc.get(test)
         ratio = f"{kv / theirs:.2f}" if theirs else "n/a"
         print(f"| {name} | {test} | {theirs or float('nan'):.2f} | {kv:.2f} | {ratio} |")
+    shares.append((name, model["model_type"], {t: statistics.median(g) for t, g in gops.items()}))
 if machine:
     m = machine
     print(f"\nmachine: {m['cpu']} [{m['features']}], {m['threads']} threads; read "
           f"{m['read_gbs']:.1f} GB/s, triad {m['triad_gbs']:.1f} GB/s; f32 FMA "
           f"{m['fma_gflops']:.0f} GFLOP/s ({m['fma_kind']}); int8 {m['int8_gops']:.0f} GOP/s "
           f"({m['int8_kind']})")
+    # Prefill's matmul work per second against the probe of its kind (float types: FMA).
+    for name, wtype, by_test in shares:
+        peak = m["fma_gflops"] if wtype in ("f32", "f16", "bf16") else m["int8_gops"]
+        cells = ", ".join(f"{t} {g:.0f} GOP/s = {100 * g / peak:.0f}%"
+                          for t, g in by_test.items())
+        if cells and peak > 0:
+            print(f"prefill share of the probe, {name}: {cells}")
 PY
