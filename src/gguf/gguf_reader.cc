@@ -19,6 +19,7 @@
 #include <limits>
 #include <unordered_map>
 
+#include "core/huge_pages.h"
 #include "gguf/gguf_file.h"
 
 namespace kvw {
@@ -450,24 +451,12 @@ Status GgufFile::move_tensors_to_memory() {
   if (!mapped_ || owned_ != nullptr) return Status::ok_status();
   const uint64_t off = (uint64_t)(data_ - base_);
   const uint64_t n = size_ - off;
-  constexpr uint64_t kHuge = uint64_t{2} << 20;
-  const uint64_t len = (n + kHuge - 1) / kHuge * kHuge;
-  if (len == 0) return Status::ok_status();
-  // Over-allocate by one huge page, then trim to a 2 MiB-aligned start.
-  void* raw =
-      ::mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) {
-    return Error{path_ + ": cannot allocate " + std::to_string(len) +
+  if (n == 0) return Status::ok_status();
+  owned_ = map_huge_pages(n, &owned_bytes_);
+  if (owned_ == nullptr) {
+    return Error{path_ + ": cannot allocate " + std::to_string(n) +
                  " bytes for the tensor data: " + std::strerror(errno)};
   }
-  const auto start = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t aligned = (start + kHuge - 1) & ~(uintptr_t)(kHuge - 1);
-  const uintptr_t head = aligned - start, tail = kHuge - head;  // head + len + tail = mapped
-  if (head > 0) ::munmap(raw, head);
-  ::munmap(reinterpret_cast<void*>(aligned + len), tail);
-  owned_ = reinterpret_cast<uint8_t*>(aligned);
-  owned_bytes_ = len;
-  ::madvise(owned_, len, MADV_HUGEPAGE);  // best effort: without THP the copy still works
   // Copy chunk by chunk, unmapping each file chunk (metadata was parsed into owned values).
   constexpr uint64_t kChunk = uint64_t{64} << 20;
   for (uint64_t c = 0; c < size_; c += kChunk) {
@@ -483,7 +472,7 @@ Status GgufFile::move_tensors_to_memory() {
 
 GgufFile::~GgufFile() {
   if (mapped_) ::munmap(const_cast<uint8_t*>(base_), size_);
-  if (owned_ != nullptr) ::munmap(owned_, owned_bytes_);
+  unmap_huge_pages(owned_, owned_bytes_);
 }
 
 }  // namespace kvw

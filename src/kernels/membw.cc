@@ -1,13 +1,12 @@
 // kernels/membw.cc: STREAM-like triad and read-only bandwidth probes (see membw.h).
 #include "kernels/membw.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <vector>
 
+#include "core/huge_pages.h"
 #include "kernels/kernels_internal.h"
 
 namespace kvw::kernels {
@@ -25,32 +24,27 @@ void prefetch_ahead(const void* p) {
   __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) + kAheadBytes));
 }
 
-// An array in transparent huge pages where the kernel allows them, as the model's weights are
-// (gguf_reader.cc): with 4 KiB pages a 512 MiB stream spends its time in TLB misses and the probe
-// read 20.6 GB/s while Q4_0 decode streamed 24.7 GB/s of weights on the same machine.
+// An array in huge pages, as the model's weights are: with 4 KiB pages a 512 MiB stream spends
+// its time in TLB misses and the probe read 20.6 GB/s while Q4_0 decode streamed 24.7 GB/s of
+// weights on the same machine. Without an anonymous mapping it falls back to the heap.
 template <class T>
 class HugeArray {
  public:
-  explicit HugeArray(int64_t n) : bytes_((size_t)n * sizeof(T)) {
-    void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
+  explicit HugeArray(int64_t n) {
+    data_ = reinterpret_cast<T*>(map_huge_pages((uint64_t)n * sizeof(T), &mapped_));
+    if (data_ == nullptr) {
       fallback_.resize(n);
       data_ = fallback_.data();
-      return;
     }
-    ::madvise(p, bytes_, MADV_HUGEPAGE);  // best effort
-    data_ = static_cast<T*>(p);
   }
-  ~HugeArray() {
-    if (fallback_.empty()) ::munmap(data_, bytes_);
-  }
+  ~HugeArray() { unmap_huge_pages(reinterpret_cast<uint8_t*>(data_), mapped_); }
   HugeArray(const HugeArray&) = delete;
   HugeArray& operator=(const HugeArray&) = delete;
   T* data() { return data_; }
   T& operator[](int64_t i) { return data_[i]; }
 
  private:
-  size_t bytes_;
+  uint64_t mapped_ = 0;  // 0: the heap fallback
   T* data_ = nullptr;
   std::vector<T> fallback_;
 };

@@ -141,6 +141,7 @@ void pair_groups(const PackedArgs& a, int64_t g_begin, int64_t g_end) {
   x86::walk_token_blocks<kTokens, 2>(
       a.g.x_row_bytes, a.n_tokens, g_begin, g_end,
       [&](int64_t tb, int64_t te) {
+        if (g_end - g_begin < 2) return;  // a lone group reads the rows in place
         const int64_t n_tiles = (te - tb + kTokens - 1) / kTokens;
         if ((int64_t)xt.size() < n_tiles * a.g.nb) xt.resize(n_tiles * a.g.nb);
         for (int64_t i = 0; i < n_tiles; ++i) {

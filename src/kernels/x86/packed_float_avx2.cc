@@ -38,6 +38,7 @@ struct Isa {
   // Token c's x[i] is xt[i * kTokens + c]: one base register and a displacement.
   template <GgmlType T, int C, int G>
   static KVW_INLINE void tile(const FloatPackedArgs& a, int64_t grp, const float* xt, int64_t t0) {
+    static_assert(G == 1, "AVX2 float tiles span one group");
     constexpr int64_t E = kStep<T>;
     const uint8_t* w = a.w + grp * a.group_bytes;
     const auto x_at = [&](int c, int64_t i) __attribute__((always_inline)) {
