@@ -66,12 +66,16 @@ void bm_matmul(benchmark::State& state, MatmulCase c) {
   std::vector<float> y(c.n_tokens * c.n_rows);
 
   ThreadPool pool(c.threads);
+  const int64_t scratch_bytes = packed_scratch_bytes(c.wtype, c.n_in, c.n_tokens);
+  const int64_t scratch_floats = (scratch_bytes + 63) / 64 * 16;  // a cache line apart
+  std::vector<float> scratch(scratch_floats * c.threads);
   size_t copy = 0;
   for (auto _ : state) {
     const uint8_t* wc = w.data() + copy * matrix_bytes;
     pool.run([&](int ith, int nth) {
       if (c.packed) {
-        k.matmul_packed(c.wtype, wc, c.n_rows, c.n_in, xq.data(), c.n_tokens, y.data(), ith, nth);
+        k.matmul_packed(c.wtype, wc, c.n_rows, c.n_in, xq.data(), c.n_tokens, y.data(), ith, nth,
+                        scratch.data() + ith * scratch_floats);
       } else {
         k.matmul(c.wtype, wc, c.n_rows, c.n_in, xq.data(), c.n_tokens, y.data(), ith, nth);
       }

@@ -81,11 +81,13 @@ struct KernelTable {
   // acc) over blocks b in order from 0 (isum_b the exact int32 block dot; K-quants add a min or
   // offset term per super-block, packed_kquants.cc); float: acc = fma(w_i, x_i, acc) over
   // elements i in order. Either way its output is bit-identical across tables, tile shapes,
-  // n_tokens and thread counts. Each thread takes a contiguous row range.
+  // n_tokens and thread counts. Each thread takes a contiguous row range. scratch: this
+  // thread's own packed_scratch_bytes(wtype, n_in, n_tokens) bytes, 4-byte aligned (may be null
+  // where that is 0); the tiles copy a block of activations there.
   bool (*packs)(GgmlType wtype, int64_t n_rows, int64_t n_in);
   void (*pack)(GgmlType wtype, const void* src, void* dst, int64_t n_rows, int64_t n_in);
   void (*matmul_packed)(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
-                        int64_t n_tokens, float* y, int ith, int nth);
+                        int64_t n_tokens, float* y, int ith, int nth, void* scratch);
 
   // out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], n elements (single row).
   void (*rmsnorm)(const float* x, const float* w, int64_t n, float eps, float* out);
@@ -113,6 +115,12 @@ struct KernelTable {
 // Bytes of one activation row for quantize_act with weights of `wtype`.
 int64_t act_row_bytes(GgmlType wtype, int64_t n_in);
 int64_t attention_scratch_floats(int32_t head_dim);
+// Per-thread scratch of matmul_packed for weights of `wtype` with n_in columns and at most
+// n_tokens tokens, in bytes, the same bound for every table: one token block of activations in
+// the tiles' order (float types and Q8_0/Q4_0 from 2 tokens; 0 for one token and the K-quants).
+// Never smaller for more tokens or a wider n_in. The model allocates it at start-up, inside its
+// workspace, for its widest packed matrix.
+int64_t packed_scratch_bytes(GgmlType wtype, int64_t n_in, int64_t n_tokens);
 
 // The best table for this CPU (chosen once, on first call). KVW_ISA=<isa name> overrides.
 const KernelTable& kernels();

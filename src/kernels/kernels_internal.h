@@ -67,6 +67,18 @@ PackedGeometry packed_geometry(GgmlType wtype, int64_t n_rows, int64_t n_in);
 // type with n_rows >= kFloatPackRows.
 bool packs(GgmlType wtype, int64_t n_rows, int64_t n_in);
 void pack(GgmlType wtype, const void* src, void* dst, int64_t n_rows, int64_t n_in);
+// Token blocks of the packed GEMMs, whole tiles of C tokens: the Q8_0/Q4_0 and K-quant tiles
+// walk ~256 KiB of activation rows at a time (x86/tile_walk.h), the float tiles ~1 MiB and at
+// least 4 tiles (x86/packed_float_driver.h). packed_scratch_bytes bounds the copies of a block
+// that the tiles below make, so every table sizes its blocks here.
+int64_t int8_token_block(int64_t x_row_bytes, int C);
+int64_t float_token_block(int64_t n_in, int C);
+constexpr int kFloatTileTokensAvx2 = 6;
+constexpr int kFloatTileTokensAvx512 = 12;
+// The AVX512-VNNI Q8_0/Q4_0 pair tiles: 12 tokens; per 32-element block of a tile, 8 x 4 quant
+// bytes, a scale and an offset correction per token (TileBlock, x86/avx512vnni.cc).
+constexpr int kInt8PairTileTokens = 12;
+constexpr int64_t kInt8PairTileBlockBytes = (8 + 2) * 4 * kInt8PairTileTokens;
 // Rows [row_begin, row_end) that lie past the last full group (GGUF layout), for all tokens,
 // with matmul_packed's arithmetic in scalar code: every table calls this for its tail rows.
 void matmul_packed_tail(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
@@ -91,11 +103,13 @@ void matmul_packed_float_tail(GgmlType wtype, const void* w, int64_t n_rows, int
 // matmul_packed of the float types in each x86 table (x86/packed_float_*.cc).
 namespace avx2 {
 void matmul_packed_float(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
-                         const float* x, int64_t n_tokens, float* y, int ith, int nth);
+                         const float* x, int64_t n_tokens, float* y, int ith, int nth,
+                         void* scratch);
 }
 namespace avx512 {
 void matmul_packed_float(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
-                         const float* x, int64_t n_tokens, float* y, int ith, int nth);
+                         const float* x, int64_t n_tokens, float* y, int ith, int nth,
+                         void* scratch);
 // The AVX-512 tables' attention (x86/attention_avx512.cc).
 void attention(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
                std::span<const uint32_t> block_table, float scale, float* scratch);
@@ -163,7 +177,7 @@ void unpack_scale_min_k4(const uint8_t* q, uint8_t* sc, uint8_t* m);
 void matmul_packed_float(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
                          const float* x, int64_t n_tokens, float* y, int ith, int nth);
 void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
-                   int64_t n_tokens, float* y, int ith, int nth);
+                   int64_t n_tokens, float* y, int ith, int nth, void* scratch = nullptr);
 void matmul_packed_kquant(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
                           const void* xq, int64_t n_tokens, float* y, int ith, int nth);
 }  // namespace ref

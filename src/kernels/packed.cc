@@ -109,6 +109,39 @@ bool packs(GgmlType wtype, int64_t n_rows, int64_t n_in) {
   return packable_type(wtype) && n_rows >= kPackRows && n_in > 0 && n_in % kQK8_0 == 0;
 }
 
+int64_t int8_token_block(int64_t x_row_bytes, int C) {
+  const int64_t block = (256 * 1024) / x_row_bytes;
+  return block < C ? C : block / C * C;
+}
+
+int64_t float_token_block(int64_t n_in, int C) {
+  // 1 MiB: at 512 KiB, n_in 5632 made 12-token blocks that re-read the thread's weights 43
+  // times per 512-token chunk (packed_float_driver.h).
+  const int64_t block = (1024 * 1024) / (n_in * (int64_t)sizeof(float));
+  return block < 4 * C ? 4 * C : block / C * C;
+}
+
+int64_t packed_scratch_bytes(GgmlType wtype, int64_t n_in, int64_t n_tokens) {
+  if (n_tokens < 2 || n_in <= 0) return 0;
+  // Tiles of C tokens covering one block, or all the tokens when there are fewer.
+  auto block_copy = [&](int64_t block, int C, int64_t tile_bytes) {
+    const int64_t tokens = std::min(n_tokens, block);
+    return (tokens + C - 1) / C * tile_bytes;
+  };
+  if (is_float_type(wtype)) {
+    int64_t most = 0;
+    for (int C : {kFloatTileTokensAvx2, kFloatTileTokensAvx512}) {
+      most = std::max(most,
+                      block_copy(float_token_block(n_in, C), C, C * n_in * (int64_t)sizeof(float)));
+    }
+    return most;
+  }
+  if (!packable_type(wtype) || n_in % kQK8_0 != 0) return 0;  // K-quants read rows in place
+  const int C = kInt8PairTileTokens;
+  return block_copy(int8_token_block(act_row_bytes(wtype, n_in), C), C,
+                    n_in / kQK8_0 * kInt8PairTileBlockBytes);
+}
+
 PackedGeometry packed_geometry(GgmlType wtype, int64_t n_rows, int64_t n_in) {
   CHECK(packs(wtype, n_rows, n_in))
       << "packed matmul: weight type " << (uint32_t)wtype << " rows " << n_rows << " n_in " << n_in;
@@ -168,7 +201,7 @@ void matmul_packed_tail(GgmlType wtype, const void* w, int64_t n_rows, int64_t n
 namespace ref {
 
 void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
-                   int64_t n_tokens, float* y, int ith, int nth) {
+                   int64_t n_tokens, float* y, int ith, int nth, void* /*scratch*/) {
   if (is_float_type(wtype)) {
     return matmul_packed_float(wtype, w, n_rows, n_in, static_cast<const float*>(xq), n_tokens, y,
                                ith, nth);

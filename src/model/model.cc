@@ -76,10 +76,14 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
   x_.resize(T * hp_.n_embd);
   xn_.resize(T * max_in);
   // Activation buffers sized for the widest input of any weight of that format, one row per
-  // token, or per assignment when experts are gathered.
-  int64_t q80 = 0, q8k = 0;
+  // token, or per assignment when experts are gathered; the packed GEMM's per-thread scratch for
+  // the matrix that needs the most (an expert or a head sees at most T tokens too).
+  int64_t q80 = 0, q8k = 0, gemm_scratch = 0;
   auto need = [&](const WeightMatrix& m) {
     const GgmlType t = m.type;
+    if (m.packed) {
+      gemm_scratch = std::max(gemm_scratch, kernels::packed_scratch_bytes(t, m.n_in, T));
+    }
     if (uses_q8_0(t)) {
       q80 = std::max(q80, kernels::act_row_bytes(t, m.n_in));
     } else if (uses_q8_k(t)) {
@@ -107,6 +111,8 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
   cs_.resize(T * hp_.rope.n_rot);
   attn_scratch_.resize((size_t)pool_.num_threads() *
                        kernels::attention_scratch_floats(hp_.cache_head_dim()));
+  gemm_scratch_floats_ = (gemm_scratch + 63) / 64 * 16;  // threads a cache line apart
+  gemm_scratch_.resize((size_t)pool_.num_threads() * gemm_scratch_floats_);
   if (moe.is_moe()) {
     router_logits_.resize(T * moe.n_expert);
     router_scratch_.resize(pool_.num_threads() * router_scratch_floats(moe));
@@ -131,10 +137,10 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
   }
   workspace_bytes_ =
       4 * (x_.size() + xn_.size() + q_.size() + k_.size() + v_.size() + tmp_.size() + gate_.size() +
-           up_.size() + cs_.size() + attn_scratch_.size() + router_logits_.size() +
-           router_scratch_.size() + route_ids_.size() + route_weights_.size() + route_slot_.size() +
-           assign_tok_.size() + expert_begin_.size() + moe_rows_.size() + mla_q_.size() +
-           mla_in_.size() + mla_out_.size() + mla_row_.size()) +
+           up_.size() + cs_.size() + attn_scratch_.size() + gemm_scratch_.size() +
+           router_logits_.size() + router_scratch_.size() + route_ids_.size() +
+           route_weights_.size() + route_slot_.size() + assign_tok_.size() + expert_begin_.size() +
+           moe_rows_.size() + mla_q_.size() + mla_in_.size() + mla_out_.size() + mla_row_.size()) +
       act_q8_0_.size() + act_q8_k_.size() + mla_act_.size();
   LOG(INFO, model) << hp_.arch << " " << hp_.n_layer << " layers, n_embd " << hp_.n_embd
                    << ", heads " << hp_.n_head << "/" << hp_.n_head_kv << ", n_ff " << hp_.n_ff
@@ -148,6 +154,11 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
 }
 
 Model::~Model() = default;
+
+void Model::matmul(const kernels::KernelTable& kt, const WeightMatrix& w, const void* act,
+                   int64_t n_tokens, float* y, int ith, int nth) {
+  kvw::matmul(kt, w, act, n_tokens, y, ith, nth, gemm_scratch_.data() + ith * gemm_scratch_floats_);
+}
 
 KvArenaConfig Model::kv_config(uint32_t num_blocks, int32_t block_size, KvDtype dtype) const {
   return KvArenaConfig{.n_layer = hp_.n_layer,

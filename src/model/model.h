@@ -93,6 +93,10 @@ class Model {
   void group_by_expert(int64_t n_tokens);
   void compute_logits(int64_t n_rows, float* logits);
   void quantize_for(const WeightMatrix& w, const float* x, int64_t row, int64_t n_in);
+  // kvw::matmul with thread ith's part of gemm_scratch_ (the forward code's matmul calls land
+  // here: a member hides the free function of the same name).
+  void matmul(const kernels::KernelTable& kt, const WeightMatrix& w, const void* act,
+              int64_t n_tokens, float* y, int ith, int nth);
   const void* act_for(const WeightMatrix& w, const float* x) const;
 
   std::unique_ptr<GgufFile> file_;
@@ -126,6 +130,10 @@ class Model {
   std::vector<float> up_;            // [T][n_ff]
   std::vector<float> cs_;            // [T][n_rot] rope (cos, sin) pairs per token
   std::vector<float> attn_scratch_;  // [n_threads][attention_scratch_floats]
+  // [n_threads][gemm_scratch_floats_]: each thread's copy of a token block for the packed GEMM
+  // tiles, packed_scratch_bytes of the widest packed matrix, rounded up to a cache line.
+  std::vector<float> gemm_scratch_;
+  int64_t gemm_scratch_floats_ = 0;
 
   // MoE workspace (empty for dense models). E = n_expert, K = n_expert_used, A = T x K
   // (token, expert) assignments. gate_, up_ and the activation buffers also hold A rows.

@@ -231,9 +231,12 @@ Result<uint64_t> pack_matrices(GgufFile& file, ModelWeights& w, const kernels::K
 }
 
 void matmul(const kernels::KernelTable& kt, const WeightMatrix& w, const void* act,
-            int64_t n_tokens, float* y, int ith, int nth) {
-  (w.packed ? kt.matmul_packed : kt.matmul)(w.type, w.data, w.n_rows, w.n_in, act, n_tokens, y, ith,
-                                            nth);
+            int64_t n_tokens, float* y, int ith, int nth, void* scratch) {
+  if (w.packed) {
+    kt.matmul_packed(w.type, w.data, w.n_rows, w.n_in, act, n_tokens, y, ith, nth, scratch);
+  } else {
+    kt.matmul(w.type, w.data, w.n_rows, w.n_in, act, n_tokens, y, ith, nth);
+  }
 }
 
 }  // namespace kvw

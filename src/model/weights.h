@@ -92,8 +92,9 @@ Result<ModelWeights> weights_from_gguf(const GgufFile& file, const ModelHParams&
 Result<uint64_t> pack_matrices(GgufFile& file, ModelWeights& w, const kernels::KernelTable& kt);
 
 // y [n_tokens][w.n_rows] = w x act (quantize_act output for w.type), rows of thread ith of nth:
-// kt.matmul, or kt.matmul_packed for a packed matrix.
+// kt.matmul, or kt.matmul_packed for a packed matrix with the thread's scratch of
+// kernels::packed_scratch_bytes(w.type, w.n_in, n_tokens) bytes.
 void matmul(const kernels::KernelTable& kt, const WeightMatrix& w, const void* act,
-            int64_t n_tokens, float* y, int ith, int nth);
+            int64_t n_tokens, float* y, int ith, int nth, void* scratch);
 
 }  // namespace kvw

@@ -24,6 +24,26 @@ void uniform_act_rows(const Dtype& w, int64_t max_in, int64_t& q80, int64_t& q8k
   }
 }
 
+// Model::Model's packed-GEMM scratch per thread: packed_scratch_bytes of the matrix that needs
+// the most, rounded up to a cache line. A GGUF file lists its packed row lengths; otherwise every
+// matrix has the uniform weight type and one of the model's row lengths.
+uint64_t gemm_scratch_per_thread(const ModelShape& m, int64_t max_in, const Dtype& weight_dtype,
+                                 int64_t T) {
+  int64_t most = 0;
+  if (m.gguf) {
+    for (int64_t n_in : m.gguf->packed_float_n_in)
+      most = std::max(most, kernels::packed_scratch_bytes(GgmlType::kF32, n_in, T));
+    for (int64_t n_in : m.gguf->packed_q8_0_n_in)
+      most = std::max(most, kernels::packed_scratch_bytes(GgmlType::kQ8_0, n_in, T));
+  } else if (auto t = ggml_type_from_name(weight_dtype.name)) {
+    for (int64_t n_in : {m.n_embd, max_in, m.n_ff, m.moe_ff, m.shared_ff(), m.q_lora_rank,
+                         m.kv_lora_rank, m.n_head * m.head_dim}) {
+      if (n_in > 0) most = std::max(most, kernels::packed_scratch_bytes(*t, n_in, T));
+    }
+  }
+  return (uint64_t)(most + 63) / 64 * 64;
+}
+
 }  // namespace
 
 uint64_t engine_kv_bytes_per_token_layer(const ModelShape& m, KvDtype dtype) {
@@ -88,7 +108,8 @@ uint64_t engine_workspace_bytes(const ModelShape& m, int64_t max_num_batched_tok
   }
   const uint64_t act_rows = std::max(T, A);
   return 4 * (T * floats_per_token + 2 * ff_floats + scratch_floats + moe_elems + mla_floats) +
-         act_rows * (uint64_t)(q80 + q8k) + mla_act;
+         act_rows * (uint64_t)(q80 + q8k) + mla_act +
+         (uint64_t)n_threads * gemm_scratch_per_thread(m, max_in, weight_dtype, (int64_t)T);
 }
 
 int64_t engine_window(const ModelShape& m) {

@@ -109,7 +109,9 @@ uint64_t engine_kv_bytes_per_token_layer(const ModelShape& m, KvDtype dtype);
 // Model::Model's workspace for T tokens: 4 B x (T x (2 n_embd + max(n_embd, q_dim, n_ff, moe_ff)
 // + q_dim + 2 kv_dim + n_rot) + 2 max(T n_ff, A moe_ff) + n_threads x 2 head_dim + MoE routing)
 // + max(T, A) x (Q8_0 row + Q8_K row), where A = T x experts_per_tok (0 for dense models) and
-// MoE routing = T E + n_threads 2 E + 4 A + E + 1 + A n_embd for E routed experts.
+// MoE routing = T E + n_threads 2 E + 4 A + E + 1 + A n_embd for E routed experts, plus
+// n_threads x the packed GEMM's scratch (kernels::packed_scratch_bytes of the matrix needing the
+// most, rounded up to 64 B).
 uint64_t engine_workspace_bytes(const ModelShape& m, int64_t max_num_batched_tokens,
                                 int64_t n_threads, const Dtype& weight_dtype);
 

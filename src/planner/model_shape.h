@@ -31,6 +31,10 @@ struct GgufFacts {
   // MLA: the widest activation row of the per-head up-projections (attn_k_b / attn_v_b, or the
   // fused attn_kv_b's value rows), quantised for every head and token of a step.
   int64_t mla_act_row_bytes = 0;
+  // Distinct row lengths of the matrices the engine repacks for its GEMM, F32/F16/BF16 and
+  // Q8_0/Q4_0 (K-quants need no GEMM scratch): they size its per-thread scratch.
+  std::vector<int64_t> packed_float_n_in;
+  std::vector<int64_t> packed_q8_0_n_in;
   uint64_t routed_expert_bytes = 0;  // ffn_{gate,up,down}_exps tensors, all experts
   // Weight bytes one single-sequence decode step streams: every tensor but the embedding (tied:
   // it is the output head), with only expert_used_count of expert_count routed experts.

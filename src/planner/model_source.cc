@@ -1,5 +1,6 @@
 #include "planner/model_source.h"
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -168,6 +169,14 @@ Result<ModelShape> shape_from_gguf(const GgufFile& f) {
     const bool tied_output = hp->tied_embeddings && t.name == "token_embd.weight";
     if (!matmul && !tied_output) continue;
     const int64_t n_in = t.shape[0];
+    // As weights.cc packs them (the tied output head stays in the file's layout).
+    const bool q8 = t.type == GgmlType::kQ4_0 || t.type == GgmlType::kQ8_0;
+    const bool fp =
+        t.type == GgmlType::kF32 || t.type == GgmlType::kF16 || t.type == GgmlType::kBF16;
+    if ((q8 || fp) && !tied_output && kernels::kernels_ref().packs(t.type, t.shape[1], n_in)) {
+      std::vector<int64_t>& widths = q8 ? g.packed_q8_0_n_in : g.packed_float_n_in;
+      if (std::find(widths.begin(), widths.end(), n_in) == widths.end()) widths.push_back(n_in);
+    }
     if (t.type == GgmlType::kQ4_0 || t.type == GgmlType::kQ8_0) {
       g.act_q8_0_row_bytes = std::max<int64_t>(
           g.act_q8_0_row_bytes, kernels::act_row_bytes(GgmlType::kQ8_0, n_in / 32 * 32));

@@ -27,15 +27,15 @@ std::string long_prompt() {
 }
 
 TEST(Faults, TinyBudgetWithSwapServesOrRefusesEveryLongPrompt) {
-  // 133 MiB leaves about 32 KV blocks (~2 of these sequences) after the fixed rows
-  // (weights 9.9, workspace 23.3, reserve 64.3, request 26.1, swap staging 8 MiB with these flags).
-  constexpr uint64_t kBudget = 133ull << 20;
+  // 135 MiB leaves about 35 KV blocks (~2 of these sequences) after the fixed rows (weights
+  // 9.9, workspace 25.3, reserve 64.3, request 26.1, swap staging 8 MiB with these flags). Two
+  // forward threads: the workspace holds each thread's GEMM scratch (~1 MiB here).
+  constexpr uint64_t kBudget = 135ull << 20;
   TempDir tmp;
-  auto served =
-      serve_default_model({"--memory-budget", "133MiB", "--max-num-seqs", "16", "--max-queue", "16",
-                           "--request-memory", "8MiB", "--max-body-bytes", "1048576",
-                           "--swap-space", "8MiB", "--swap-path", tmp.path() + "/swap",
-                           "--max-model-len", "256"});
+  auto served = serve_default_model(
+      {"--memory-budget", "135MiB", "--max-num-seqs", "16", "--max-queue", "16", "--request-memory",
+       "8MiB", "--max-body-bytes", "1048576", "--swap-space", "8MiB", "--swap-path",
+       tmp.path() + "/swap", "--max-model-len", "256", "--threads", "2"});
   ASSERT_TRUE(served->server && served->server->alive());
   const uint16_t port = served->server->port();
   std::vector<PlannedRequest> reqs;
@@ -70,7 +70,7 @@ TEST(Faults, TinyBudgetWithSwapServesOrRefusesEveryLongPrompt) {
   const double recomputed = metric_sum(m.body, "kvwarden_preemptions_total{mode=\"recompute\"}");
   const uint64_t hwm = vm_hwm_bytes(served->server->pid());
   std::printf(
-      "  16 long prompts, 133 MiB budget: %d completed, %d refused; preemptions swap %.0f "
+      "  16 long prompts, 135 MiB budget: %d completed, %d refused; preemptions swap %.0f "
       "recompute %.0f; VmHWM %.1f MiB (budget + overhead = %.0f MiB)\n",
       ok, refused, swapped, recomputed, hwm / 1048576.0,
       (kBudget + kFixedOverheadBytes) / 1048576.0);
@@ -112,11 +112,10 @@ TEST(Faults, SigtermMidStreamFinishesEveryStreamRefusesNewWorkAndExitsZero) {
 }
 
 TEST(Faults, BreakerFlagsTripAndRecover) {
-  auto served =
-      serve_default_model({"--max-num-seqs", "8", "--max-model-len", "256",
-                           "--breaker-kv-threshold", "0.3",
-                           "--breaker-kv-recover", "0.1", "--breaker-kv-seconds", "0.3",
-                           "--breaker-recover-seconds", "0.5", "--breaker-tick-ms", "50"});
+  auto served = serve_default_model({"--max-num-seqs", "8", "--max-model-len", "256",
+                                     "--breaker-kv-threshold", "0.3", "--breaker-kv-recover", "0.1",
+                                     "--breaker-kv-seconds", "0.3", "--breaker-recover-seconds",
+                                     "0.5", "--breaker-tick-ms", "50"});
   ASSERT_TRUE(served->server && served->server->alive());
   const uint16_t port = served->server->port();
   // 8 sequences x ~205 tokens hold ~80% of a pool sized for 8 x 256 tokens.

@@ -93,13 +93,16 @@ TEST(KernelsBatchInvariance, LargeBatchCrossesTokenBlocksWithoutChangingRows) {
 // mid-pair of groups) and 205 = 25 groups + 5 GGUF rows; 16 tokens cover every tile width
 // (4, 6, 12) with tails; n_in 8192 makes the token block (256 KiB / 10.5 KiB rows) 24 tokens,
 // which 40 tokens cross. Packed F32/F16/BF16: 200 rows = 12 groups of 16 + 8 GGUF rows, and
-// n_in 8192 gives a 16-token block (512 KiB / 32 KiB rows).
+// n_in 8192 gives 30-token blocks on AVX2 (1 MiB / 32 KiB rows, whole 6-token tiles) and 48 on
+// AVX-512 (at least 4 tiles of 12; packed_matmul_test crosses that one). Threads run one after
+// another here, so they share one scratch of packed_scratch_bytes.
 std::vector<float> packed_matmul(const KernelTable& t, GgmlType wtype, const uint8_t* w,
                                  int64_t n_rows, int64_t n_in, const uint8_t* xq, int64_t n_tokens,
                                  int nth) {
   std::vector<float> y(n_tokens * n_rows, std::nanf(""));
+  std::vector<float> scratch(packed_scratch_bytes(wtype, n_in, n_tokens) / sizeof(float));
   for (int ith = 0; ith < nth; ++ith)
-    t.matmul_packed(wtype, w, n_rows, n_in, xq, n_tokens, y.data(), ith, nth);
+    t.matmul_packed(wtype, w, n_rows, n_in, xq, n_tokens, y.data(), ith, nth, scratch.data());
   return y;
 }
 

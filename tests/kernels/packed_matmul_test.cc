@@ -54,12 +54,25 @@ std::vector<uint8_t> packed(const KernelTable& t, GgmlType wtype, const std::vec
   return out;
 }
 
+// Each thread gets exactly packed_scratch_bytes of scratch followed by a guard that must stay
+// as written: the bound the model's workspace is planned with holds for every table.
 std::vector<float> matmul_packed(const KernelTable& t, GgmlType wtype, const uint8_t* w,
                                  int64_t n_rows, int64_t n_in, const uint8_t* xq, int64_t n_tokens,
                                  int nth) {
+  constexpr size_t kGuard = 256;
+  const size_t bytes = (size_t)packed_scratch_bytes(wtype, n_in, n_tokens);
   std::vector<float> y(n_tokens * n_rows, std::nanf(""));
-  for (int ith = 0; ith < nth; ++ith)
-    t.matmul_packed(wtype, w, n_rows, n_in, xq, n_tokens, y.data(), ith, nth);
+  for (int ith = 0; ith < nth; ++ith) {
+    std::vector<float> scratch((bytes + kGuard) / sizeof(float), -7.0f);
+    t.matmul_packed(wtype, w, n_rows, n_in, xq, n_tokens, y.data(), ith, nth, scratch.data());
+    for (size_t i = bytes / sizeof(float); i < scratch.size(); ++i) {
+      if (scratch[i] != -7.0f) {
+        ADD_FAILURE() << t.isa << " wrote past packed_scratch_bytes = " << bytes << " (type "
+                      << (int)wtype << ", n_in " << n_in << ", " << n_tokens << " tokens)";
+        break;
+      }
+    }
+  }
   return y;
 }
 

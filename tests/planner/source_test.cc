@@ -213,6 +213,28 @@ TEST(EngineBudget, EqualsTheEnginesBuffersForMoeModels) {
   expect_engine_matches(make(s, "planner_moe_q4k.gguf"), 48, 3);
 }
 
+TEST(EngineBudget, EqualsTheEnginesBuffersForMlaModels) {
+  // DeepSeek's per-head k_b / v_b matrices (fused attn_kv_b: k_b read transposed, unpacked) and
+  // the packed GEMM scratch of every packed matrix, in both layouts and three weight types
+  // (V3-tiny's q_lora_rank 48 is not a whole number of Q8_0 blocks).
+  const struct {
+    const char* preset;
+    GgmlType type;
+  } cases[] = {{"deepseek-v2-lite-tiny", GgmlType::kF32},
+               {"deepseek-v2-lite-tiny", GgmlType::kQ8_0},
+               {"deepseek-v3-tiny", GgmlType::kF32},
+               {"deepseek-v3-tiny", GgmlType::kF16}};
+  for (const auto& c : cases) {
+    MakeModelSpec s = *make_model_preset(c.preset);
+    s.weight_type = c.type;
+    const std::string name =
+        std::string("planner_") + c.preset + "_" + std::string(type_traits(c.type).name);
+    expect_engine_matches(make(s, name + ".gguf"), 96, 2);
+    s.mla_layout = s.mla_layout == MlaLayout::kSplit ? MlaLayout::kKvB : MlaLayout::kSplit;
+    expect_engine_matches(make(s, name + "_other_layout.gguf"), 40, 3);
+  }
+}
+
 TEST(EngineBudget, MoeDecodeReadsOnlyTheUsedExperts) {
   MakeModelSpec s = *make_model_preset("mixtral-tiny");  // 8 experts, 2 used
   s.n_embd = 128;

@@ -231,8 +231,8 @@ void quantize_act(GgmlType wtype, const float* x, int64_t n_tokens, int64_t n_in
 // 8 rows x 4 tokens: 4 float + 4 int32 accumulators, the weights, |weights|, one broadcast and
 // two constants: 14 of 16 ymm registers.
 void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
-                   int64_t n_tokens, float* y, int ith, int nth) {
-  x86::matmul_packed<DotMaddubs, 4, 3>(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
+                   int64_t n_tokens, float* y, int ith, int nth, void* scratch) {
+  x86::matmul_packed<DotMaddubs, 4, 3>(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth, scratch);
 }
 
 void matmul(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,

@@ -16,7 +16,7 @@ void quantize_act(GgmlType wtype, const float* x, int64_t n_tokens, int64_t n_in
 void matmul(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
             int64_t n_tokens, float* y, int ith, int nth);
 void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
-                   int64_t n_tokens, float* y, int ith, int nth);
+                   int64_t n_tokens, float* y, int ith, int nth, void* scratch);
 void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out);
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 void attention(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,

@@ -22,8 +22,8 @@ struct DotAvxVnni {
 // 8 rows x 6 tokens: 6 float + 6 int32 accumulators, weights (Q4_0: low and high nibbles and
 // the mask) and a broadcast: 16 ymm registers.
 void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
-                   int64_t n_tokens, float* y, int ith, int nth) {
-  x86::matmul_packed<DotAvxVnni, 6, 3>(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
+                   int64_t n_tokens, float* y, int ith, int nth, void* scratch) {
+  x86::matmul_packed<DotAvxVnni, 6, 3>(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth, scratch);
 }
 
 }  // namespace

@@ -192,12 +192,12 @@ void matmul(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const v
 
 // Float types on the 512-bit float GEMM, Q8_0 / Q4_0 on the AVX2 packed tiles.
 void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
-                   int64_t n_tokens, float* y, int ith, int nth) {
+                   int64_t n_tokens, float* y, int ith, int nth, void* scratch) {
   if (is_float_type(wtype)) {
     return matmul_packed_float(wtype, w, n_rows, n_in, static_cast<const float*>(xq), n_tokens, y,
-                               ith, nth);
+                               ith, nth, scratch);
   }
-  avx2::matmul_packed(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
+  avx2::matmul_packed(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth, scratch);
 }
 
 }  // namespace

@@ -5,7 +5,6 @@
 // AVX512-VNNI in CPUID.
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "gguf/quant_blocks.h"
 #include "kernels/kernels_internal.h"
@@ -35,7 +34,7 @@ KVW_INLINE __m512i load_pair(const uint8_t* g0, int64_t group_bytes, int64_t off
 
 // 8 rows x 12 tokens (ymm, decode and an odd last group) or 16 rows x 12 tokens (zmm): 12 float
 // + 12 int32 accumulators and the weights: 28 of 32 registers.
-constexpr int kTokens = 12;
+constexpr int kTokens = kInt8PairTileTokens;
 
 // One block of a 12-token tile's activations, interleaved: step s's 4 bytes of every token side
 // by side, then every token's scale and weight-offset correction (Q8_0: neg128, Q4_0:
@@ -46,6 +45,7 @@ struct TileBlock {
   float d[kTokens];
   int32_t corr[kTokens];
 };
+static_assert(sizeof(TileBlock) == kInt8PairTileBlockBytes, "packed_scratch_bytes sizes these");
 
 // Tokens [t0, t0 + n) of the Q8_0 activation rows into nb TileBlocks; tokens past n are zero.
 // Written in order, reading the n rows as n streams (writing a token at a time, 48 bytes apart,
@@ -133,27 +133,25 @@ KVW_INLINE void pair_tile(const PackedArgs& a, int64_t grp, const TileBlock* xb,
 
 // As x86::packed_groups, with group pairs on interleaved tiles (one copy per token block and
 // thread, reused by every pair); an odd last group takes the single-group tile on the rows.
-// The copy is a per-thread buffer of one token block: ~256 KiB of activations plus a twelfth.
+// xt: the thread's scratch, one token block's tiles (packed_scratch_bytes: ~256 KiB of
+// activations plus a twelfth).
 template <bool kQ8>
-void pair_groups(const PackedArgs& a, int64_t g_begin, int64_t g_end) {
+void pair_groups(const PackedArgs& a, int64_t g_begin, int64_t g_end, TileBlock* xt) {
   if (a.n_tokens == 1) return x86::packed_groups<DotAvx512Vnni, kQ8, kTokens>(a, g_begin, g_end);
-  thread_local std::vector<TileBlock> xt;
   x86::walk_token_blocks<kTokens, 2>(
       a.g.x_row_bytes, a.n_tokens, g_begin, g_end,
       [&](int64_t tb, int64_t te) {
         if (g_end - g_begin < 2) return;  // a lone group reads the rows in place
         const int64_t n_tiles = (te - tb + kTokens - 1) / kTokens;
-        if ((int64_t)xt.size() < n_tiles * a.g.nb) xt.resize(n_tiles * a.g.nb);
         for (int64_t i = 0; i < n_tiles; ++i) {
           const int64_t t0 = tb + i * kTokens;
-          interleave_tile<kQ8>(a, t0, (int)std::min<int64_t>(kTokens, te - t0),
-                               xt.data() + i * a.g.nb);
+          interleave_tile<kQ8>(a, t0, (int)std::min<int64_t>(kTokens, te - t0), xt + i * a.g.nb);
         }
       },
       [&](int64_t grp, int ng, int64_t tb, int64_t te) {
         if (ng == 2) {
           x86::token_tiles<kTokens>(tb, te, [&](auto n, int64_t t) {
-            const TileBlock* xb = xt.data() + (t - tb) / kTokens * a.g.nb;
+            const TileBlock* xb = xt + (t - tb) / kTokens * a.g.nb;
             pair_tile<kQ8, decltype(n)::value>(a, grp, xb, t);
           });
         } else {
@@ -165,10 +163,10 @@ void pair_groups(const PackedArgs& a, int64_t g_begin, int64_t g_end) {
 }
 
 void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
-                   int64_t n_tokens, float* y, int ith, int nth) {
+                   int64_t n_tokens, float* y, int ith, int nth, void* scratch) {
   if (is_float_type(wtype)) {
     return avx512::matmul_packed_float(wtype, w, n_rows, n_in, static_cast<const float*>(xq),
-                                       n_tokens, y, ith, nth);
+                                       n_tokens, y, ith, nth, scratch);
   }
   if (is_kquant_type(wtype)) {
     return avx512vnni::matmul_packed_kquant(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
@@ -181,10 +179,11 @@ void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, 
   const int64_t full = g.n_groups * kPackRows;
   const int64_t g_begin = rows.begin / kPackRows;
   const int64_t g_end = (rows.end < full ? rows.end : full) / kPackRows;
+  TileBlock* xt = static_cast<TileBlock*>(scratch);
   if (wtype == GgmlType::kQ8_0) {
-    pair_groups<true>(a, g_begin, g_end);
+    pair_groups<true>(a, g_begin, g_end, xt);
   } else {
-    pair_groups<false>(a, g_begin, g_end);
+    pair_groups<false>(a, g_begin, g_end, xt);
   }
   if (rows.end > full) {
     matmul_packed_tail(wtype, w, n_rows, n_in, xq, n_tokens, y, rows.begin, rows.end);

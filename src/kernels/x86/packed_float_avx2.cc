@@ -138,8 +138,12 @@ struct Isa {
 }  // namespace
 
 void matmul_packed_float(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
-                         const float* x, int64_t n_tokens, float* y, int ith, int nth) {
-  x86::matmul_packed_float<Isa>(wtype, w, n_rows, n_in, x, n_tokens, y, ith, nth);
+                         const float* x, int64_t n_tokens, float* y, int ith, int nth,
+                         void* scratch) {
+  static_assert(Isa::kTokens == kFloatTileTokensAvx2,
+                "packed_scratch_bytes sizes the copies by this width");
+  x86::matmul_packed_float<Isa>(wtype, w, n_rows, n_in, x, n_tokens, y, ith, nth,
+                                static_cast<float*>(scratch));
 }
 
 }  // namespace kvw::kernels::avx2

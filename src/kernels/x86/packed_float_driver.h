@@ -12,7 +12,6 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 #include "gguf/tensor_types.h"
 #include "kernels/kernels_internal.h"
@@ -68,22 +67,18 @@ inline void copy_tile(const FloatPackedArgs& a, int64_t t0, int64_t te, float* d
   }
 }
 
-// Activations of a token block (~1 MiB, and at least 4 tiles) are copied once into tile-major
-// order, xt[tile][i][C] (a short tile is zero-padded to C), and reused for every group of the
-// thread's rows; a group or pair (16 or 32 rows, 64 / 128 KiB of F16 at n_in 2048) is reused from
-// L2 across the block's token tiles. Every token block streams all the thread's weights once
-// from DRAM, hence blocks larger than half an L2: at 512 KiB, n_in 5632 had 12-token blocks
-// and re-read its weights 43 times per 512-token chunk (1 MiB: 5632x2048 F16 at 512 tokens,
-// 1 thread, 126 -> 134 GFLOP/s). The copy is what makes the tile fast: read in place, the C
-// tokens' x[i] lie n_in * 4 bytes apart, a multiple of 4 KiB for the usual n_in, so all C lines
-// fall into one L1 set and evict each other (measured: 53 GFLOP/s of a 228 peak per core for
-// 2048 x 2048 F16 at 512 tokens). Decode streams each group once, two at a time so that two fma
-// chains overlap.
-//
-// The copy lives in a per-thread buffer that grows to the largest block seen: at most
-// max(1 MiB, 4 x C x n_in x 4) bytes, set by the model's widest matrix, not by load.
+// Activations of a token block (float_token_block: ~1 MiB, and at least 4 tiles) are copied
+// once into tile-major order, xt[tile][i][C] (a short tile is zero-padded to C), and reused for
+// every group of the thread's rows; a group or pair (16 or 32 rows, 64 / 128 KiB of F16 at n_in
+// 2048) is reused from L2 across the block's token tiles. Every token block streams all the
+// thread's weights once from DRAM, hence blocks larger than half an L2. The copy is what makes
+// the tile fast: read in place, the C tokens' x[i] lie n_in * 4 bytes apart, a multiple of 4 KiB
+// for the usual n_in, so all C lines fall into one L1 set and evict each other (measured: 53
+// GFLOP/s of a 228 peak per core for 2048 x 2048 F16 at 512 tokens). Decode streams each group
+// once, two at a time so that two fma chains overlap. xt: the thread's scratch, which
+// packed_scratch_bytes sizes for one block.
 template <class Isa, GgmlType T>
-void float_groups(const FloatPackedArgs& a, int64_t g_begin, int64_t g_end) {
+void float_groups(const FloatPackedArgs& a, int64_t g_begin, int64_t g_end, float* xt) {
   if (a.n_tokens == 1) {
     int64_t grp = g_begin;
     for (; grp + 2 <= g_end; grp += 2) Isa::template decode<T, 2>(a, grp);
@@ -91,24 +86,18 @@ void float_groups(const FloatPackedArgs& a, int64_t g_begin, int64_t g_end) {
     return;
   }
   constexpr int C = Isa::kTokens;
-  int64_t token_block = (1024 * 1024) / (a.n_in * (int64_t)sizeof(float));
-  token_block = token_block < 4 * C ? 4 * C : token_block / C * C;
-  thread_local std::vector<float> xt;
+  const int64_t token_block = float_token_block(a.n_in, C);
   for (int64_t tb = 0; tb < a.n_tokens; tb += token_block) {
     const int64_t te = tb + token_block < a.n_tokens ? tb + token_block : a.n_tokens;
     const int64_t n_tiles = (te - tb + C - 1) / C;
-    const size_t need = (size_t)(n_tiles * C * a.n_in);
-    if (xt.size() < need) xt.resize(need);
     for (int64_t tile = 0; tile < n_tiles; ++tile) {
-      copy_tile<C>(a, tb + tile * C, te, xt.data() + tile * C * a.n_in);
+      copy_tile<C>(a, tb + tile * C, te, xt + tile * C * a.n_in);
     }
     int64_t grp = g_begin;
     if constexpr (Isa::kGroups == 2) {
-      for (; grp + 2 <= g_end; grp += 2) {
-        float_group_tiles<Isa, T, 2>(a, grp, xt.data(), tb, te, n_tiles);
-      }
+      for (; grp + 2 <= g_end; grp += 2) float_group_tiles<Isa, T, 2>(a, grp, xt, tb, te, n_tiles);
     }
-    for (; grp < g_end; ++grp) float_group_tiles<Isa, T, 1>(a, grp, xt.data(), tb, te, n_tiles);
+    for (; grp < g_end; ++grp) float_group_tiles<Isa, T, 1>(a, grp, xt, tb, te, n_tiles);
   }
 }
 
@@ -116,7 +105,7 @@ void float_groups(const FloatPackedArgs& a, int64_t g_begin, int64_t g_end) {
 // packed_float.cc.
 template <class Isa>
 void matmul_packed_float(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
-                         const float* x, int64_t n_tokens, float* y, int ith, int nth) {
+                         const float* x, int64_t n_tokens, float* y, int ith, int nth, float* xt) {
   const FloatPackedGeometry g = float_packed_geometry(wtype, n_rows, n_in);
   const RowRange rows = split_range(n_rows, ith, nth, kRowAlign);
   if (rows.begin >= rows.end || n_tokens <= 0) return;
@@ -128,13 +117,13 @@ void matmul_packed_float(GgmlType wtype, const void* w, int64_t n_rows, int64_t 
   const int64_t g_end = (rows.end < full ? rows.end : full) / kFloatPackRows;
   switch (wtype) {
     case GgmlType::kF32:
-      float_groups<Isa, GgmlType::kF32>(a, g_begin, g_end);
+      float_groups<Isa, GgmlType::kF32>(a, g_begin, g_end, xt);
       break;
     case GgmlType::kF16:
-      float_groups<Isa, GgmlType::kF16>(a, g_begin, g_end);
+      float_groups<Isa, GgmlType::kF16>(a, g_begin, g_end, xt);
       break;
     default:
-      float_groups<Isa, GgmlType::kBF16>(a, g_begin, g_end);
+      float_groups<Isa, GgmlType::kBF16>(a, g_begin, g_end, xt);
       break;
   }
   if (rows.end > full) {

@@ -246,10 +246,10 @@ void packed_groups(const PackedArgs& a, int64_t g_begin, int64_t g_end) {
 // packed_kquant_tile.h with KC-token tiles.
 template <class Dot, int C, int KC>
 void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
-                   int64_t n_tokens, float* y, int ith, int nth) {
+                   int64_t n_tokens, float* y, int ith, int nth, void* scratch) {
   if (is_float_type(wtype)) {
     return avx2::matmul_packed_float(wtype, w, n_rows, n_in, static_cast<const float*>(xq),
-                                     n_tokens, y, ith, nth);
+                                     n_tokens, y, ith, nth, scratch);
   }
   if (is_kquant_type(wtype)) {
     return matmul_packed_kquant<Dot, KC>(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/kernels_internal.h"
 #include "kernels/x86/avx2_util.h"
 
 namespace kvw::kernels::x86 {
@@ -34,8 +35,7 @@ KVW_INLINE void token_tiles(int64_t t, int64_t te, Tile&& tile) {
 template <int C, int G, class BlockStart, class Groups>
 void walk_token_blocks(int64_t x_row_bytes, int64_t n_tokens, int64_t g_begin, int64_t g_end,
                        BlockStart&& block_start, Groups&& groups) {
-  int64_t token_block = (256 * 1024) / x_row_bytes;
-  token_block = token_block < C ? C : token_block / C * C;
+  const int64_t token_block = int8_token_block(x_row_bytes, C);
   for (int64_t tb = 0; tb < n_tokens; tb += token_block) {
     const int64_t te = tb + token_block < n_tokens ? tb + token_block : n_tokens;
     block_start(tb, te);
