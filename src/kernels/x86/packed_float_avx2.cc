@@ -37,7 +37,8 @@ struct Isa {
 
   // Token c's x[i] is xt[i * kTokens + c]: one base register and a displacement.
   template <GgmlType T, int C, int G>
-  static KVW_INLINE void tile(const FloatPackedArgs& a, int64_t grp, const float* xt, int64_t t0) {
+  static KVW_INLINE void tile(const FloatPackedArgs& a, int64_t grp, const float* xt, int64_t t0,
+                              const uint8_t* next) {
     static_assert(G == 1, "AVX2 float tiles span one group");
     constexpr int64_t E = kStep<T>;
     const uint8_t* w = a.w + grp * a.group_bytes;
@@ -49,6 +50,12 @@ struct Isa {
     for (int c = 0; c < C; ++c) acc[0][c] = acc[1][c] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 4 <= a.n_in; i += 4) {
+      if (next != nullptr) {  // the next group's same elements into L2 (packed_float_driver.h)
+#pragma GCC unroll 4
+        for (int64_t line = 0; line < 4 * E; line += 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(next + i * E + line), _MM_HINT_T1);
+        }
+      }
 #pragma GCC unroll 4
       for (int u = 0; u < 4; ++u) {
         const __m256 w0 = load_half<T>(w + u * E, 0);

@@ -3,9 +3,12 @@
 // provides the tiles; this header decides which tile computes what:
 //   Isa::kTokens                       prefill tile width (tokens per group tile)
 //   Isa::kGroups                       groups a prefill tile may span (1 or 2)
-//   Isa::tile<T, C, G>(a, grp, xt, t0) groups grp .. grp + G - 1 (16 rows each) x tokens
+//   Isa::tile<T, C, G>(a, grp, xt, t0, next)
+//                                      groups grp .. grp + G - 1 (16 rows each) x tokens
 //                                      [t0, t0 + C), 1 <= C <= kTokens, 1 <= G <= kGroups,
-//                                      their activations at xt[i * kTokens + c]
+//                                      their activations at xt[i * kTokens + c]; next: the
+//                                      weights of the G groups computed after these (for a
+//                                      prefetch), or null
 //   Isa::decode<T, G>(a, grp)          groups grp .. grp + G - 1 x the one token, G in {1, 2}
 // Every tile computes each (row, token) with the same serial fma chain, so the driver's choices
 // never change a bit.
@@ -30,25 +33,29 @@ struct FloatPackedArgs {
 
 template <class Isa, GgmlType T, int G, int N>
 inline void float_rest(const FloatPackedArgs& a, int64_t grp, const float* xt, int64_t t0,
-                       int64_t n) {
+                       int64_t n, const uint8_t* next) {
   if constexpr (N > 0) {
-    if (n == N) return Isa::template tile<T, N, G>(a, grp, xt, t0);
-    float_rest<Isa, T, G, N - 1>(a, grp, xt, t0, n);
+    if (n == N) return Isa::template tile<T, N, G>(a, grp, xt, t0, next);
+    float_rest<Isa, T, G, N - 1>(a, grp, xt, t0, n, next);
   }
 }
 
-// Groups grp .. grp + G - 1 across the token block's tiles.
+// Groups grp .. grp + G - 1 across the token block's tiles; the last tile prefetches the G
+// groups from `next_grp` on when that is below g_end (their weights come from DRAM otherwise,
+// and with 4 tiles per block, n_in 5632, a cold first tile is a quarter of the pair's time).
 template <class Isa, GgmlType T, int G>
 inline void float_group_tiles(const FloatPackedArgs& a, int64_t grp, const float* xt, int64_t tb,
-                              int64_t te, int64_t n_tiles) {
+                              int64_t te, int64_t n_tiles, int64_t next_grp, int64_t g_end) {
   constexpr int C = Isa::kTokens;
   for (int64_t tile = 0; tile < n_tiles; ++tile) {
     const int64_t t0 = tb + tile * C;
     const float* x = xt + tile * C * a.n_in;
+    const uint8_t* next =
+        tile + 1 == n_tiles && next_grp + G <= g_end ? a.w + next_grp * a.group_bytes : nullptr;
     if (t0 + C <= te) {
-      Isa::template tile<T, C, G>(a, grp, x, t0);
+      Isa::template tile<T, C, G>(a, grp, x, t0, next);
     } else {
-      float_rest<Isa, T, G, C - 1>(a, grp, x, t0, te - t0);
+      float_rest<Isa, T, G, C - 1>(a, grp, x, t0, te - t0, next);
     }
   }
 }
@@ -95,9 +102,13 @@ void float_groups(const FloatPackedArgs& a, int64_t g_begin, int64_t g_end, floa
     }
     int64_t grp = g_begin;
     if constexpr (Isa::kGroups == 2) {
-      for (; grp + 2 <= g_end; grp += 2) float_group_tiles<Isa, T, 2>(a, grp, xt, tb, te, n_tiles);
+      for (; grp + 2 <= g_end; grp += 2) {
+        float_group_tiles<Isa, T, 2>(a, grp, xt, tb, te, n_tiles, grp + 2, g_end);
+      }
     }
-    for (; grp < g_end; ++grp) float_group_tiles<Isa, T, 1>(a, grp, xt, tb, te, n_tiles);
+    for (; grp < g_end; ++grp) {
+      float_group_tiles<Isa, T, 1>(a, grp, xt, tb, te, n_tiles, grp + 1, g_end);
+    }
   }
 }
 
