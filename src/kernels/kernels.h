@@ -118,8 +118,8 @@ int64_t attention_scratch_floats(int32_t head_dim);
 // Per-thread scratch of matmul_packed for weights of `wtype` with n_in columns and at most
 // n_tokens tokens, in bytes, the same bound for every table: one token block of activations in
 // the tiles' order (float types and Q8_0/Q4_0 from 2 tokens; 0 for one token and the K-quants).
-// Never smaller for more tokens or a wider n_in. The model allocates it at start-up, inside its
-// workspace, for its widest packed matrix.
+// Never smaller for more tokens; not monotone in n_in (blocks round to whole tiles), so the
+// model allocates, at start-up inside its workspace, the largest over all its packed matrices.
 int64_t packed_scratch_bytes(GgmlType wtype, int64_t n_in, int64_t n_tokens);
 
 // The best table for this CPU (chosen once, on first call). KVW_ISA=<isa name> overrides.
