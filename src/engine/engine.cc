@@ -167,6 +167,7 @@ Status Engine::init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file) {
   logits_.resize((size_t)(rows * model_->hparams().n_vocab));
   inputs_.reserve((size_t)rows);
   sampled_.reserve((size_t)rows);
+  sample_jobs_.reserve((size_t)rows);
   KVW_RETURN_IF_ERROR(lock_memory());
   LOG(INFO, engine) << num_blocks << " KV blocks of " << cfg.block_size << " tokens, "
                     << kv_dtype_name(cfg.kv_dtype) << ", max_model_len " << limits_.max_model_len

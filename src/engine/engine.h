@@ -99,6 +99,15 @@ class Engine {
   void run();
   void admit_pending();
   bool step();  // false when nothing was scheduled
+  // One logit row to sample this step; sample_rows runs them on the model's threads.
+  struct SampleJob {
+    float* row;
+    Live* live;
+    const Request* request;
+    int64_t pos;  // position of the row's token (for the numerics guard's message)
+    SampledToken token;
+    bool finite;
+  };
   void sample_rows(const SchedulerOutput& out);
   void publish_and_emit();
   void publish_snapshot_if_wanted();
@@ -127,9 +136,10 @@ class Engine {
   std::unordered_map<uint64_t, Live> live_;
   EngineStats stats_;
   std::chrono::steady_clock::time_point kv_stats_time_{};  // last KvLayoutStats refresh
-  std::vector<float> logits_;          // [min(max_num_seqs, max_num_batched_tokens)][n_vocab] f32
-  std::vector<SeqInput> inputs_;       // per-step batch, reused
-  std::vector<SampledToken> sampled_;  // per-step samples, reused
+  std::vector<float> logits_;           // [min(max_num_seqs, max_num_batched_tokens)][n_vocab] f32
+  std::vector<SeqInput> inputs_;        // per-step batch, reused
+  std::vector<SampledToken> sampled_;   // per-step samples, reused
+  std::vector<SampleJob> sample_jobs_;  // per-step rows to sample, reused
   std::vector<PendingRequest> pending_;
   std::vector<uint64_t> cancels_;
   // Emitted at the end of the step, after the stats that reflect it are published.

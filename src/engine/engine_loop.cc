@@ -160,32 +160,49 @@ void Engine::publish_snapshot_if_wanted() {
 void Engine::sample_rows(const SchedulerOutput& out) {
   const int32_t n_vocab = model_->hparams().n_vocab;
   sampled_.clear();
+  sample_jobs_.clear();
   // One logit row per scheduled sequence (all_logits is off), in batch order.
   for (size_t i = 0; i < out.scheduled.size(); ++i) {
     const ScheduledSeq& s = out.scheduled[i];
     if (!s.needs_logits) continue;
-    const float* row = logits_.data() + i * (size_t)n_vocab;
-    const uint64_t id = index_of(s.seq_id);
-    Live& live = live_.at(id);
-    SampledToken t{.seq_id = s.seq_id, .token_id = 0, .stop = false, .error = false};
-    if (!all_finite(row, n_vocab)) {
-      t.error = true;
-      ++stats_.num_numerics_errors;
-      live.error_kind = ErrorKind::kNumerics;
-      live.error = "numerics guard: non-finite logits (NaN/Inf) at position " +
-                   std::to_string(s.start_pos + s.num_tokens - 1);
-      LOG(WARN, engine) << "request " << id << ": " << live.error;
-    } else {
-      const Request* r = sched_->find(s.seq_id);
-      t.token_id = live.sampler->sample(row, r->token_ids, (size_t)r->num_output_tokens());
-      t.stop = !live.ignore_eos && tokenizer_->is_end_of_generation(t.token_id);
-      if (live.sampler->num_logprobs() >= 0) {
-        ChannelEvent& ev = live.next_event;
-        compute_logprobs(row, n_vocab, t.token_id, live.sampler->num_logprobs(), &ev.logprob,
-                         &ev.top_logprobs);
+    sample_jobs_.push_back(SampleJob{
+        .row = logits_.data() + i * (size_t)n_vocab,
+        .live = &live_.at(index_of(s.seq_id)),
+        .request = sched_->find(s.seq_id),
+        .pos = s.start_pos + s.num_tokens - 1,
+        .token = SampledToken{.seq_id = s.seq_id, .token_id = 0, .stop = false, .error = false},
+        .finite = true});
+  }
+  // Rows are independent (each its own sampler, row and event), so the model's threads take
+  // them in turn; a row's result does not depend on which thread drew it.
+  model_->run_on_threads([&](int ith, int nth) {
+    for (size_t j = (size_t)ith; j < sample_jobs_.size(); j += (size_t)nth) {
+      SampleJob& job = sample_jobs_[j];
+      job.finite = all_finite(job.row, n_vocab);
+      if (!job.finite) continue;
+      const Request* r = job.request;
+      job.token.token_id =
+          job.live->sampler->sample(job.row, r->token_ids, (size_t)r->num_output_tokens());
+      job.token.stop =
+          !job.live->ignore_eos && tokenizer_->is_end_of_generation(job.token.token_id);
+      if (job.live->sampler->num_logprobs() >= 0) {
+        ChannelEvent& ev = job.live->next_event;
+        compute_logprobs(job.row, n_vocab, job.token.token_id, job.live->sampler->num_logprobs(),
+                         &ev.logprob, &ev.top_logprobs);
       }
     }
-    sampled_.push_back(t);
+  });
+  for (size_t j = 0; j < sample_jobs_.size(); ++j) {
+    SampleJob& job = sample_jobs_[j];
+    if (!job.finite) {
+      job.token.error = true;
+      ++stats_.num_numerics_errors;
+      job.live->error_kind = ErrorKind::kNumerics;
+      job.live->error =
+          "numerics guard: non-finite logits (NaN/Inf) at position " + std::to_string(job.pos);
+      LOG(WARN, engine) << "request " << index_of(job.token.seq_id) << ": " << job.live->error;
+    }
+    sampled_.push_back(job.token);
   }
 }
 

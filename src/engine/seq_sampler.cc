@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "model/sampling.h"
+#include "model/sampling_rows.h"
 
 namespace kvw {
 
@@ -31,31 +33,26 @@ Result<std::unique_ptr<SeqSampler>> SeqSampler::create(const GenSampling& s, int
 SeqSampler::SeqSampler(std::unique_ptr<Sampler> s) : sampler_(std::move(s)) {}
 SeqSampler::~SeqSampler() = default;
 
-int32_t SeqSampler::sample(const float* logits, std::span<const int32_t> history,
-                           size_t num_generated) {
+int32_t SeqSampler::sample(float* logits, std::span<const int32_t> history, size_t num_generated) {
   return sampler_->sample(logits, history, history.last(std::min(num_generated, history.size())));
 }
 
 void compute_logprobs(const float* logits, int32_t n_vocab, int32_t token, int32_t k,
                       float* logprob, std::vector<TokenLogprob>* top) {
-  float max_logit = logits[0];
-  for (int32_t i = 1; i < n_vocab; ++i) max_logit = std::max(max_logit, logits[i]);
-  double sum = 0.0;
-  for (int32_t i = 0; i < n_vocab; ++i) sum += std::exp(double(logits[i] - max_logit));
+  namespace sr = sampling_rows;
+  const float max_logit = sr::max_min(logits, n_vocab).max;
+  thread_local std::vector<double> blocks;
+  blocks.resize((size_t)sr::num_blocks(n_vocab));
+  const float all = -std::numeric_limits<float>::infinity();
+  const double sum = sr::weight_block_sums(logits, n_vocab, {max_logit, 1.0f, all, 0, all},
+                                           blocks.data(), nullptr);
   const float lse = max_logit + float(std::log(sum));
   *logprob = logits[token] - lse;
   top->clear();
   if (k <= 0) return;
-  // Insertion into a sorted list of at most k entries; strict > keeps the lower id on ties.
-  for (int32_t i = 0; i < n_vocab; ++i) {
-    const float l = logits[i];
-    if ((int32_t)top->size() == k && !(l > top->back().logprob)) continue;
-    auto pos = std::find_if(top->begin(), top->end(),
-                            [l](const TokenLogprob& t) { return l > t.logprob; });
-    top->insert(pos, TokenLogprob{i, l});
-    if ((int32_t)top->size() > k) top->pop_back();
-  }
-  for (TokenLogprob& t : *top) t.logprob -= lse;
+  thread_local std::vector<int32_t> ids;
+  select_top_k(logits, n_vocab, k, &ids);
+  for (int32_t id : ids) top->push_back(TokenLogprob{id, logits[id] - lse});
 }
 
 bool all_finite(const float* logits, int64_t n) {

@@ -23,9 +23,10 @@ class SeqSampler {
   static Result<std::unique_ptr<SeqSampler>> create(const GenSampling& s, int32_t n_vocab);
   explicit SeqSampler(std::unique_ptr<Sampler> s);  // use create()
   ~SeqSampler();
-  // logits: [n_vocab], all finite. history: prompt + generated tokens, of which the last
-  // num_generated were generated (presence/frequency penalties).
-  int32_t sample(const float* logits, std::span<const int32_t> history, size_t num_generated);
+  // logits: [n_vocab], all finite (adjusted in place during the call, restored before it
+  // returns). history: prompt + generated tokens, of which the last num_generated were generated
+  // (presence/frequency penalties).
+  int32_t sample(float* logits, std::span<const int32_t> history, size_t num_generated);
   int32_t num_logprobs() const { return num_logprobs_; }  // GenSampling::logprobs
 
  private:
@@ -34,7 +35,7 @@ class SeqSampler {
 };
 
 // log-softmax of the raw row at `token` and the `k` most likely tokens (best first, ties by
-// lower id): what OpenAI's logprobs report. O(n_vocab * k), k <= 20.
+// lower id): what OpenAI's logprobs report. O(n_vocab): vectorised passes, no sort.
 void compute_logprobs(const float* logits, int32_t n_vocab, int32_t token, int32_t k,
                       float* logprob, std::vector<TokenLogprob>* top);
 

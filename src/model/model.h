@@ -67,6 +67,9 @@ class Model {
   int32_t max_batch_tokens() const { return max_tokens_; }
   uint64_t workspace_bytes() const { return workspace_bytes_; }
   int num_threads() const { return pool_.num_threads(); }
+  // Runs fn(ith, nth) on the model's threads (the caller is thread 0), between forward passes:
+  // the engine samples a batch's rows there.
+  void run_on_threads(const std::function<void(int ith, int nth)>& fn) { pool_.run(fn); }
 
   // A KV arena config matching this model.
   KvArenaConfig kv_config(uint32_t num_blocks, int32_t block_size, KvDtype dtype) const;

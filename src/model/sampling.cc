@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
+
+#include "model/sampling_rows.h"
 
 namespace kvw {
 
@@ -35,88 +38,174 @@ Status SamplingParams::validate(int32_t n_vocab) const {
 Sampler::Sampler(const SamplingParams& p, int32_t n_vocab)
     : p_(p), n_vocab_(n_vocab), rng_(p.seed) {}
 
-int32_t Sampler::sample(const float* logits, std::span<const int32_t> history,
-                        std::span<const int32_t> generated) {
-  // Scratch is per thread, not per sampler: a server holds one sampler per request (hundreds
-  // waiting), and n_vocab-sized buffers each (1.5 MiB at a 128k vocabulary) would grow memory
-  // with load outside the budget. Every entry is rewritten below before it is read.
-  thread_local std::vector<Candidate> cand;
-  thread_local std::vector<float> adjusted;
-  cand.resize((size_t)n_vocab_);
-  adjusted.resize((size_t)n_vocab_);
-  std::copy(logits, logits + n_vocab_, adjusted.begin());
-  for (const auto& [id, bias] : p_.logit_bias) adjusted[id] += bias;
+double Sampler::uniform() {
+  return (double)(rng_() >> 11) * 0x1.0p-53;
+}
+
+void Sampler::apply_adjustments(float* logits, std::span<const int32_t> history,
+                                std::span<const int32_t> generated) {
+  saved_.clear();
+  auto touch = [&](int32_t id) -> float& {
+    // saved_ is kept sorted by id: each token is adjusted from its original logit once.
+    auto it = std::lower_bound(saved_.begin(), saved_.end(), id,
+                               [](const auto& e, int32_t v) { return e.first < v; });
+    if (it == saved_.end() || it->first != id) saved_.insert(it, {id, logits[id]});
+    return logits[id];
+  };
+  for (const auto& [id, bias] : p_.logit_bias) touch(id) += bias;
   if (p_.repeat_penalty != 1.0f && p_.repeat_last_n > 0) {
     const size_t n = std::min<size_t>(history.size(), p_.repeat_last_n);
-    for (int32_t id : history.last(n)) {
+    thread_local std::vector<int32_t> window;
+    window.assign(history.end() - (ptrdiff_t)n, history.end());
+    std::sort(window.begin(), window.end());
+    window.erase(std::unique(window.begin(), window.end()), window.end());
+    for (int32_t id : window) {  // each distinct token once
       if (id < 0 || id >= n_vocab_) continue;
-      float& l = adjusted[id];
-      // Penalise each distinct token once: mark by moving it, then skip if already moved.
-      if (l == logits[id]) l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;
+      float& l = touch(id);
+      l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;
     }
   }
   if ((p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) && !generated.empty()) {
-    counted_.assign(generated.begin(), generated.end());
-    std::sort(counted_.begin(), counted_.end());
-    for (size_t i = 0; i < counted_.size();) {
+    thread_local std::vector<int32_t> counted;
+    counted.assign(generated.begin(), generated.end());
+    std::sort(counted.begin(), counted.end());
+    for (size_t i = 0; i < counted.size();) {
       size_t j = i;
-      while (j < counted_.size() && counted_[j] == counted_[i]) ++j;
-      const int32_t id = counted_[i];
+      while (j < counted.size() && counted[j] == counted[i]) ++j;
+      const int32_t id = counted[i];
       if (id >= 0 && id < n_vocab_) {
-        adjusted[id] -= p_.presence_penalty + p_.frequency_penalty * float(j - i);
+        touch(id) -= p_.presence_penalty + p_.frequency_penalty * float(j - i);
       }
       i = j;
     }
   }
-  if (p_.temperature == 0.0f) {
-    return (int32_t)(std::max_element(adjusted.begin(), adjusted.end()) - adjusted.begin());
+}
+
+int32_t Sampler::sample(float* logits, std::span<const int32_t> history,
+                        std::span<const int32_t> generated) {
+  apply_adjustments(logits, history, generated);
+  struct Restore {  // puts the original logits back on every return
+    float* logits;
+    const std::vector<std::pair<int32_t, float>>& saved;
+    ~Restore() {
+      for (const auto& [id, l] : saved) logits[id] = l;
+    }
+  } restore{logits, saved_};
+  // A temperature so small that 1/T overflows is greedy too.
+  if (p_.temperature == 0.0f || !std::isfinite(1.0f / p_.temperature)) {
+    const float max = sampling_rows::max_min(logits, n_vocab_).max;
+    return (int32_t)sampling_rows::first_equal(logits, n_vocab_, max);
   }
-  for (int32_t i = 0; i < n_vocab_; ++i) cand[i] = {i, adjusted[i], 0.0f};
-  // Sort by logit (ties: lower id first) so every later step is order-deterministic.
-  auto by_logit = [](const Candidate& a, const Candidate& b) {
-    return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
-  };
-  size_t n = cand.size();
-  if (p_.top_k > 0 && (size_t)p_.top_k < n) {
-    std::partial_sort(cand.begin(), cand.begin() + p_.top_k, cand.end(), by_logit);
-    n = p_.top_k;
-  } else {
-    std::sort(cand.begin(), cand.end(), by_logit);
-  }
-  const float max_logit = cand[0].logit;
+  if (p_.top_k > 0 && p_.top_k < n_vocab_) return sample_top_k(logits);
+  return sample_full(logits, sampling_rows::max_min(logits, n_vocab_).max);
+}
+
+// top_k: the k survivors sorted (ties by lower id), then softmax, top_p and min_p over them.
+int32_t Sampler::sample_top_k(const float* logits) {
+  thread_local std::vector<int32_t> ids;
+  select_top_k(logits, n_vocab_, p_.top_k, &ids);
+  const float max = logits[ids[0]];
+  thread_local std::vector<double> p;
+  p.resize(ids.size());
   double sum = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    cand[i].p = std::exp((cand[i].logit - max_logit) / p_.temperature);
-    sum += cand[i].p;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    p[i] = std::exp(double(logits[ids[i]] - max) / p_.temperature);
+    sum += p[i];
   }
-  for (size_t i = 0; i < n; ++i) cand[i].p = (float)(cand[i].p / sum);
+  size_t n = ids.size();
   if (p_.top_p < 1.0f) {
     double cum = 0.0;
-    size_t keep = n;
     for (size_t i = 0; i < n; ++i) {
-      cum += cand[i].p;
+      cum += p[i] / sum;
       if (cum >= p_.top_p) {
-        keep = i + 1;
+        n = i + 1;
         break;
       }
     }
-    n = keep;
   }
-  if (p_.min_p > 0.0f) {
-    const float floor = p_.min_p * cand[0].p;
+  if (p_.min_p > 0.0f) {  // p[0] is the largest weight
     size_t keep = 1;
-    while (keep < n && cand[keep].p >= floor) ++keep;
+    while (keep < n && p[keep] >= p_.min_p * p[0]) ++keep;
     n = keep;
   }
   double total = 0.0;
-  for (size_t i = 0; i < n; ++i) total += cand[i].p;
-  const double r = (double)(rng_() >> 11) * 0x1.0p-53 * total;
+  for (size_t i = 0; i < n; ++i) total += p[i];
+  const double r = uniform() * total;
   double cum = 0.0;
   for (size_t i = 0; i < n; ++i) {
-    cum += cand[i].p;
-    if (r < cum) return cand[i].id;
+    cum += p[i];
+    if (r < cum) return ids[i];
   }
-  return cand[n - 1].id;
+  return ids[n - 1];
+}
+
+// No top_k: an inverse-CDF draw over the admitted tokens (min_p: logit >= max + T ln(min_p)),
+// then for top_p the rejection loop described in sampling.h.
+int32_t Sampler::sample_full(const float* logits, float max) {
+  namespace sr = sampling_rows;
+  thread_local std::vector<double> blocks;
+  blocks.resize((size_t)sr::num_blocks(n_vocab_));
+  const float inv_t = 1.0f / p_.temperature;
+  const float x_lo = p_.min_p > 0.0f ? max + p_.temperature * std::log(p_.min_p)
+                                     : -std::numeric_limits<float>::infinity();
+  const sr::WeightMask admitted{max, inv_t, x_lo, 0, x_lo};
+  const bool top_p = p_.top_p < 1.0f;
+  // top_p passes again over the row: keep the weights so those passes read, not recompute.
+  thread_local std::vector<float> weights;
+  if (top_p) weights.resize((size_t)n_vocab_);
+  double z_all = 0.0;
+  const double z =
+      sr::weight_block_sums(logits, n_vocab_, admitted, blocks.data(), top_p ? &z_all : nullptr,
+                            top_p ? weights.data() : nullptr);
+  int64_t i = sr::draw_from_blocks(logits, n_vocab_, admitted, blocks.data(), uniform() * z);
+  if (!top_p) return (int32_t)i;
+  // The top_p set is the shortest prefix in rank order whose mass reaches top_p: token i is in
+  // it exactly when the mass ranked above i is below that. Every token ranked above i is
+  // admitted by min_p too (its logit is >= x_i >= x_lo).
+  const double target = (double)p_.top_p * z_all;
+  for (;;) {
+    const float xi = logits[i];
+    const sr::WeightMask above{
+        max,           inv_t, xi, i, std::nextafter(xi, std::numeric_limits<float>::infinity()),
+        weights.data()};
+    const double mass_above =
+        sr::weight_block_sums(logits, n_vocab_, above, blocks.data(), nullptr);
+    if (mass_above < target) return (int32_t)i;
+    // Outside the set: so is everything ranked below i. Draw again among the tokens above it
+    // (never empty: the top token has nothing above it and target > 0).
+    i = sr::draw_from_blocks(logits, n_vocab_, above, blocks.data(), uniform() * mass_above);
+  }
+}
+
+void select_top_k(const float* x, int32_t n, int32_t k, std::vector<int32_t>* ids) {
+  k = std::clamp(k, 0, n);
+  ids->clear();
+  if (k == 0) return;
+  // A first threshold from a strided sample of the row: its value ranked ~2k/n of the way down
+  // (plus a margin), so one collecting pass usually lets through a few times k tokens. While
+  // fewer than k pass, the threshold moves down by a doubling step.
+  thread_local std::vector<float> sample;
+  const int32_t m = std::min(n, 2048);
+  sample.resize((size_t)m);
+  for (int32_t i = 0; i < m; ++i) sample[i] = x[(int64_t)i * n / m];
+  const int32_t rank = std::min<int64_t>(m - 1, (int64_t)2 * k * m / n + 2);
+  std::nth_element(sample.begin(), sample.begin() + rank, sample.end(), std::greater<float>());
+  const float top = *std::max_element(sample.begin(), sample.end());
+  float thr = sample[rank];
+  float step = std::max(top - thr, 1e-6f * std::max(1.0f, std::fabs(top)));
+  ids->resize((size_t)n);
+  for (;;) {
+    const int64_t c = sampling_rows::collect_at_least(x, n, thr, ids->data());
+    if (c >= k) {
+      ids->resize((size_t)c);
+      break;
+    }
+    thr -= step;  // reaches -inf (every token passes) after enough doublings
+    step *= 2.0f;
+  }
+  auto better = [x](int32_t a, int32_t b) { return x[a] != x[b] ? x[a] > x[b] : a < b; };
+  std::partial_sort(ids->begin(), ids->begin() + k, ids->end(), better);
+  ids->resize((size_t)k);
 }
 
 }  // namespace kvw
