@@ -205,9 +205,10 @@ TEST(SamplingRows, ExpIsAccurateAndExactAtZero) {
 }
 
 TEST(SamplingRows, MaskedBlockSumsAndDrawsFollowTheirDefinitions) {
-  const std::vector<float> x = normal_logits(5000, 1.0f, 8);
+  std::vector<float> x = normal_logits(5000, 1.0f, 8);
   const float max = *std::max_element(x.begin(), x.end());
   const int64_t split = 2500;
+  x[100] = x[4000] = x[split];  // ties: the lower id is ranked above, the higher one below
   const float thr = x[split];
   const sampling_rows::WeightMask m{max, 1.25f, thr, split, std::nextafter(thr, 1e30f)};
   std::vector<double> blocks(sampling_rows::num_blocks(5000));
@@ -220,7 +221,7 @@ TEST(SamplingRows, MaskedBlockSumsAndDrawsFollowTheirDefinitions) {
     // ranked above token `split`: larger, or equal with a lower id
     if (x[j] > thr || (x[j] == thr && j < split)) want += w;
   }
-  EXPECT_NEAR(total, want, 1e-5 * want);
+  EXPECT_NEAR(total, want, 1e-6 * want);
   EXPECT_NEAR(all, want_all, 1e-5 * want_all);
   for (double u : {0.0, 0.3, 0.77, 0.999999}) {
     const int64_t j = sampling_rows::draw_from_blocks(x.data(), 5000, m, blocks.data(), u * total);
