@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "core/thread_name.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
@@ -48,10 +50,15 @@ T wait_change(const std::atomic<T>& a, T old) {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int num_threads) {
+ThreadPool::ThreadPool(int num_threads, std::string name) {
   if (num_threads <= 0) num_threads = (int)std::max(1u, std::thread::hardware_concurrency());
   num_threads_ = num_threads;
-  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
+  for (int i = 1; i < num_threads_; ++i) {
+    workers_.emplace_back([this, i, name] {
+      set_thread_name(name + "-" + std::to_string(i));
+      worker(i);
+    });
+  }
 }
 
 ThreadPool::~ThreadPool() {

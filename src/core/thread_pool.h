@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -25,7 +26,9 @@ inline std::pair<int64_t, int64_t> thread_share(int64_t n, int ith, int nth) {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int num_threads);  // num_threads <= 0: hardware concurrency
+  // num_threads <= 0: hardware concurrency. Worker i (1..n-1) is named "<name>-<i>"; thread 0
+  // is the caller.
+  explicit ThreadPool(int num_threads, std::string name = "kvw-pool");
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;

@@ -12,6 +12,7 @@
 
 #include "core/check.h"
 #include "core/log.h"
+#include "core/thread_name.h"
 #include "gguf/gguf_file.h"
 #include "planner/memory_plan.h"
 #include "planner/model_source.h"
@@ -31,7 +32,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& cfg,
       << "Engine::create: the open file is not --model " << cfg.model_path;
   auto e = std::make_unique<Engine>(PassKey{});
   KVW_RETURN_IF_ERROR(e->init(cfg, std::move(file)));
-  e->thread_ = std::thread([raw = e.get()] { raw->run(); });
+  e->thread_ = std::thread([raw = e.get()] {
+    set_thread_name("kvw-engine");
+    raw->run();
+  });
   return e;
 }
 

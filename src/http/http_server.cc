@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/log.h"
+#include "core/thread_name.h"
 
 namespace kvw::http {
 namespace {
@@ -366,6 +367,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     ++s_.handlers_queued;
     net::post(*s_.handlers, [self = shared_from_this(), route, req = std::move(req_)]() mutable {
+      // asio's pool threads have no start hook: each names itself on its first job.
+      thread_local const bool named = (set_thread_name("kvw-http"), true);
+      (void)named;
       --self->s_.handlers_queued;
       ++self->s_.handlers_running;
       HttpResponse res = run_handler(self->s_, *route, req);
@@ -680,7 +684,12 @@ Status HttpServer::start() {
   s.handlers.emplace(s.cfg.handler_threads);
   s.work.emplace(s.ioc.get_executor());
   s.accept();
-  for (int i = 0; i < s.cfg.io_threads; ++i) s.io_threads.emplace_back([&s] { s.ioc.run(); });
+  for (int i = 0; i < s.cfg.io_threads; ++i) {
+    s.io_threads.emplace_back([&s, i] {
+      set_thread_name("kvw-io-" + std::to_string(i));
+      s.ioc.run();
+    });
+  }
   return Status::ok_status();
 }
 

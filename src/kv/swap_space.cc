@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "core/log.h"
+#include "core/thread_name.h"
 
 namespace kvw {
 namespace {
@@ -143,7 +144,10 @@ SwapSpace::SwapSpace(PassKey, KvStorage* storage, std::unique_ptr<BlockFile> fil
   free_ops_.reserve(num_ops);
   for (uint32_t i = num_ops; i > 0; --i) free_ops_.push_back(i - 1);
   counters_.num_slots_total = num_slots;
-  worker_ = std::thread([this] { worker_loop(); });
+  worker_ = std::thread([this] {
+    set_thread_name("kvw-swap");
+    worker_loop();
+  });
 }
 
 SwapSpace::~SwapSpace() {

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "core/log.h"
+#include "core/thread_name.h"
 #include "kv_events/kv_event_codec.h"
 
 namespace kvw::kv_events {
@@ -50,7 +51,10 @@ Result<std::unique_ptr<KvEventPublisher>> KvEventPublisher::start(const KvEvents
   KVW_RETURN_IF_ERROR(cfg.validate());
   std::unique_ptr<KvEventPublisher> p(new KvEventPublisher(cfg, block_size));
   KVW_RETURN_IF_ERROR(p->open_sockets());
-  p->thread_ = std::thread([raw = p.get()] { raw->run(); });
+  p->thread_ = std::thread([raw = p.get()] {
+    set_thread_name("kvw-kv-events");
+    raw->run();
+  });
   return p;
 }
 

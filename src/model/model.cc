@@ -57,7 +57,7 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
       hp_(std::move(hp)),
       w_(std::move(w)),
       rope_(mla_rope_params(hp_), w_.rope_freqs),
-      pool_(opt.n_threads),
+      pool_(opt.n_threads, "kvw-fwd"),
       max_tokens_(opt.max_batch_tokens),
       clamp_(opt.activation_clamp) {
   const MoeParams& moe = hp_.moe;

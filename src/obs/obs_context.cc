@@ -4,6 +4,7 @@
 #include <chrono>
 #include <unordered_map>
 
+#include "core/thread_name.h"
 #include "obs/debug_json.h"
 #include "obs/memory_snapshot.h"
 
@@ -89,6 +90,7 @@ void ObservabilityContext::start_watcher() {
   if (cfg_.diagnostics.dir.empty() || watcher_.joinable()) return;
   watcher_stop_ = false;
   watcher_ = std::thread([this] {
+    set_thread_name("kvw-diag-watch");
     std::unique_lock<std::mutex> lock(watcher_mu_);
     while (!watcher_stop_) {
       watcher_cv_.wait_for(lock, std::chrono::milliseconds(cfg_.watcher_period_ms));

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "core/log.h"
+#include "core/thread_name.h"
 #include "planner/engine_budget.h"
 #include "server/routes.h"
 
@@ -185,7 +186,10 @@ void Server::install_routes() {
 
 Status Server::start() {
   KVW_RETURN_IF_ERROR(http_->start());
-  monitor_ = std::thread([this] { monitor_loop(); });
+  monitor_ = std::thread([this] {
+    set_thread_name("kvw-monitor");
+    monitor_loop();
+  });
   st_->ready.store(true);
   return Status::ok_status();
 }
