@@ -23,6 +23,7 @@ namespace {
 constexpr int kLanes = 16;
 using F16 = float __attribute__((vector_size(64)));
 using I16 = int32_t __attribute__((vector_size(64)));
+using U16 = uint32_t __attribute__((vector_size(64)));
 
 inline __attribute__((always_inline)) F16 load(const float* p) {
   F16 v;
@@ -31,6 +32,7 @@ inline __attribute__((always_inline)) F16 load(const float* p) {
 }
 
 // The same operations on a float or on 16 lanes, so scalar scans and vector passes agree.
+// I: the unsigned integer type of F's bits.
 template <class F, class I>
 inline __attribute__((always_inline)) F exp_neg(F x) {
   constexpr float kLog2e = 1.44269504088896341f;
@@ -41,7 +43,8 @@ inline __attribute__((always_inline)) F exp_neg(F x) {
   const F xc = x < lo ? lo : x;
   const F k = xc * kLog2e + kRound;
   const F nf = k - kRound;
-  const I n = std::bit_cast<I>(k) - std::bit_cast<int32_t>(kRound);
+  // n = round(x / ln 2) as unsigned bits (two's complement), so the shift below is defined.
+  const I n = std::bit_cast<I>(k) - std::bit_cast<uint32_t>(kRound);
   const F r = (xc - nf * kLn2Hi) - nf * kLn2Lo;
   F p = zero + 1.0f / 720.0f;
   p = p * r + 1.0f / 120.0f;
@@ -73,7 +76,7 @@ KVW_ROW_PASS void range_sums(const float* x, int64_t begin, int64_t end, const W
   for (; j + kLanes <= end; j += kLanes) {
     const F16 v = load(x + j);
     const F16 w =
-        m.weights != nullptr ? load(m.weights + j) : exp_neg<F16, I16>((v - m.max) * m.inv_t);
+        m.weights != nullptr ? load(m.weights + j) : exp_neg<F16, U16>((v - m.max) * m.inv_t);
     if (w_out != nullptr) std::memcpy(w_out + j, &w, sizeof w);
     acc += v >= thr ? w : zero;
     acc_all += w;
