@@ -9,13 +9,14 @@
 #include <iostream>
 
 #include "loadgen/arrivals.h"
+#include "loadgen/overload.h"
 #include "loadgen/report.h"
 
 namespace kvw::loadgen {
 
 namespace {
 // Arrivals and workload draw from separate streams of the one seed.
-constexpr uint64_t kArrivalStream = 1, kWorkloadStream = 2, kRetryStream = 3;
+constexpr uint64_t kArrivalStream = 1, kWorkloadStream = 2, kRetryStream = 3, kMixStream = 4;
 constexpr size_t kTimeOnlyPool =
     2000;  // distinct prompts cycled when only --duration bounds a closed loop
 
@@ -96,9 +97,64 @@ Result<WorkloadSpec> make_workload_spec(const BenchOptions& o) {
   w.num_conversations = o.num_conversations;
   w.rounds = o.rounds;
   w.max_context_tokens = o.max_context;
+  if (o.input_unit != "tokens" && o.input_unit != "words")
+    return Error{"--input-unit '" + o.input_unit + "': use tokens or words"};
+  w.input_in_words = o.input_unit == "words";
   if (w.kind == "sharegpt" && w.dataset_path.empty())
     return Error{"--workload sharegpt needs --dataset-path"};
   return w;
+}
+
+Result<ClientMix> make_client_mix(const BenchOptions& o) {
+  ClientMix m;
+  m.stream_fraction = o.stream_fraction;
+  if (!o.num_choices.empty()) {
+    auto n = LengthDist::parse(o.num_choices);
+    if (!n.ok()) return Error{"--num-choices: " + n.message()};
+    m.has_num_choices = true;
+    m.num_choices = n.value();
+  }
+  auto abort = LengthDist::parse(o.abort_after_ms);
+  if (!abort.ok()) return Error{"--abort-after-ms: " + abort.message()};
+  m.abort_after_ms = abort.value();
+  m.abort_fraction = o.abort_fraction;
+  m.impatient_fraction = o.impatient_fraction;
+  return m;
+}
+
+// The server's CPU seconds now, from /proc when its pid is known (NaN otherwise).
+double server_cpu_now(const BenchOptions& o) {
+  return read_process_cpu_s(o.server_pid);
+}
+
+// CPU over a run: /proc readings around it when the pid is known, else its /metrics scrapes.
+CpuWindow run_cpu(double cpu0, double cpu1, const RunOutput& out) {
+  if (std::isfinite(cpu0) && std::isfinite(cpu1)) return {cpu1 - cpu0, out.wall_s};
+  return cpu_from_snapshots(out.server);
+}
+
+// The quiet phase: the same prompts, patient SDK clients who never leave early, a closed loop
+// of --quiet-concurrency. Returns completed output tokens/s; cpu receives its server CPU.
+double measure_quiet_capacity(HttpClient& http, const BenchOptions& o, RunConfig rc,
+                              std::vector<RequestSpec> specs, CpuWindow* cpu) {
+  for (auto& s : specs) s.abort_after_s = -1, s.impatient = false;
+  rc.closed_loop = true;
+  rc.concurrency = o.quiet_concurrency;
+  rc.duration_s = o.quiet_phase_s;
+  rc.num_requests = 0;
+  rc.warmup_s = 0;
+  std::cout << "quiet phase: " << o.quiet_phase_s << " s, " << o.quiet_concurrency << " in flight\n"
+            << std::flush;
+  const double cpu0 = server_cpu_now(o);
+  RunOutput out = run_benchmark(http, rc, specs);
+  *cpu = run_cpu(cpu0, server_cpu_now(o), out);
+  int64_t tokens = 0;
+  for (const auto& r : out.results)
+    if (r.ok()) tokens += r.output_tokens;
+  const double capacity =
+      out.measured_duration_s > 0 ? static_cast<double>(tokens) / out.measured_duration_s : 0;
+  std::cout << "quiet capacity: " << capacity << " output tokens/s\n" << std::flush;
+  return capacity;
 }
 
 std::string iso_now() {
@@ -178,6 +234,7 @@ RunConfig make_run_config(const BenchOptions& o, const std::string& path_prefix,
   rc.ignore_eos = o.ignore_eos;
   rc.min_tokens = o.min_tokens;
   rc.temperature = o.temperature;
+  if (!o.extra_body.empty()) rc.extra_body = nlohmann::json::parse(o.extra_body, nullptr, false);
   rc.request_timeout_s = o.timeout_s;
   rc.num_requests = static_cast<size_t>(o.num_requests);
   rc.duration_s = o.duration_s;
@@ -191,6 +248,7 @@ RunConfig make_run_config(const BenchOptions& o, const std::string& path_prefix,
   rc.progress = !o.quiet;
   rc.max_retries = o.max_retries;
   rc.retry_seed = Rng::derived(o.seed, kRetryStream).next_u64();
+  rc.impatient_retry_delay_s = o.impatient_retry_delay_s;
   return rc;
 }
 
@@ -221,6 +279,12 @@ int run_one(BenchOptions o, const std::vector<Criterion>& criteria) {
   if (!slos.ok()) return std::cerr << "kvwarden bench: " << slos.message() << "\n", 2;
   auto wspec = make_workload_spec(o);
   if (!wspec.ok()) return std::cerr << "kvwarden bench: " << wspec.message() << "\n", 2;
+  if (!o.extra_body.empty() && !nlohmann::json::parse(o.extra_body, nullptr, false).is_object())
+    return std::cerr << "kvwarden bench: --extra-body must be a JSON object\n", 2;
+  auto mix = make_client_mix(o);
+  if (!mix.ok()) return std::cerr << "kvwarden bench: " << mix.message() << "\n", 2;
+  if (o.quiet_phase_s > 0 && o.quiet_concurrency < 1)
+    return std::cerr << "kvwarden bench: --quiet-phase needs --quiet-concurrency N (N >= 1)\n", 2;
   const bool multiturn = o.workload == "multiturn";
   if (!multiturn && o.num_requests == 0 && o.duration_s == 0) o.num_requests = 100;
   BenchOptions arrival_options = o;
@@ -256,6 +320,9 @@ int run_one(BenchOptions o, const std::vector<Criterion>& criteria) {
   Rng workload_rng = Rng::derived(o.seed, kWorkloadStream);
   auto specs = build_workload(wspec.value(), num_specs, workload_rng, counter);
   if (!specs.ok()) return std::cerr << "kvwarden bench: " << specs.message() << "\n", 2;
+  Rng mix_rng = Rng::derived(o.seed, kMixStream);
+  if (Status st = assign_client_mix(specs.value(), mix.value(), mix_rng); !st.ok())
+    return std::cerr << "kvwarden bench: " << st.message() << "\n", 2;
 
   RunConfig rc = make_run_config(o, url->path_prefix, model, std::move(arrivals.value()));
   if (multiturn)
@@ -266,7 +333,14 @@ int run_one(BenchOptions o, const std::vector<Criterion>& criteria) {
             << ", seed " << o.seed << "\n"
             << std::flush;
 
+  CpuWindow quiet_cpu;
+  double capacity = o.quiet_capacity > 0 ? o.quiet_capacity : NAN;
+  if (o.quiet_phase_s > 0)
+    capacity = measure_quiet_capacity(http, o, rc, specs.value(), &quiet_cpu);
+
+  const double cpu0 = server_cpu_now(o);
   RunOutput out = run_benchmark(http, rc, specs.value());
+  const CpuWindow storm_cpu = run_cpu(cpu0, server_cpu_now(o), out);
   const bool alive = server_alive(http, url->path_prefix, 10);
 
   SummaryOptions sopts{o.percentiles, slos.value(), o.percentile_metrics};
@@ -292,7 +366,21 @@ int run_one(BenchOptions o, const std::vector<Criterion>& criteria) {
       std::isinf(o.request_rate) ? nlohmann::json("inf") : nlohmann::json(o.request_rate);
   nlohmann::json report = build_report(out, sopts, context, o.warmup_s);
   report["server_alive_after"] = alive ? 1 : 0;
+  OverloadOptions oopts{o.percentiles, o.answer_bound_s * 1e3};
+  const nlohmann::json overload = summarize_overload(out.results, out.measured_duration_s, oopts);
+  for (auto& [k, v] : overload.items()) report[k] = v;
+  int64_t refusals_in_run = 0;  // warm-up included: the CPU window spans the whole run
+  for (const auto& r : out.results) refusals_in_run += r.refusals;
+  const nlohmann::json vs_quiet = compare_to_quiet(overload["goodput_tokens_per_s"].get<double>(),
+                                                   capacity, refusals_in_run, storm_cpu, quiet_cpu);
+  for (auto& [k, v] : vs_quiet.items()) report[k] = v;
+  report["quiet_capacity_source"] = o.quiet_phase_s > 0    ? "measured"
+                                    : o.quiet_capacity > 0 ? "given"
+                                                           : "none";
   std::cout << format_summary(report, sopts);
+  const bool storm = o.quiet_phase_s > 0 || o.quiet_capacity > 0 || o.impatient_fraction > 0 ||
+                     o.abort_fraction > 0 || report.value("refusals", 0) > 0;
+  if (storm) std::cout << format_overload(report);
   std::cout << "server alive after the run: " << (alive ? "yes" : "NO") << "\n";
 
   const bool failed = !criteria.empty() && !judge(criteria, report);

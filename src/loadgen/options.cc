@@ -130,6 +130,9 @@ std::vector<OptionDef> make_defs() {
       flag("no-ignore-eos", "Do not send \"ignore_eos\": true", &O::ignore_eos, false),
       flag("min-tokens", "Also send \"min_tokens\" = max_tokens (vLLM)", &O::min_tokens, true),
       num("temperature", "Sampling temperature sent with every request", &O::temperature, 0),
+      str("extra-body",
+          "JSON object merged into every request body, e.g. '{\"top_p\": 0.9, \"top_k\": 0}'",
+          &O::extra_body),
       flag("no-tokenize", "Estimate prompt lengths (~4 chars/token) instead of POST /tokenize",
            &O::tokenize, false),
       str("output-json", "Write the JSON report here", &O::output_json),
@@ -137,6 +140,43 @@ std::vector<OptionDef> make_defs() {
       flag("no-metrics", "Do not scrape the target's /metrics", &O::scrape_metrics, false),
       num("scrape-interval", "Seconds between /metrics scrapes", &O::scrape_interval_s, 0.05),
       flag("quiet", "No live progress line", &O::quiet, true),
+      // Retry storms: a mix of clients, and the overload figures (goodput vs quiet capacity).
+      str("input-unit", "random: whether --input-len counts tokens or words", &O::input_unit),
+      num("stream-fraction",
+          "Share of requests streamed, drawn per request (default: all, or none with "
+          "--no-stream)",
+          &O::stream_fraction, 0),
+      str("num-choices", "\"n\" per request, same forms as --input-len (default: not sent)",
+          &O::num_choices),
+      num("abort-fraction", "Share of requests whose client leaves early (closes the connection)",
+          &O::abort_fraction, 0),
+      str("abort-after-ms",
+          "When those clients leave, in ms after the first send (same forms as --input-len; "
+          "default uniform:1000:10000)",
+          &O::abort_after_ms),
+      num("impatient-fraction",
+          "Share of requests whose client ignores Retry-After and retries any 408/409/429/5xx or "
+          "connection failure after --impatient-retry-delay, with no cap, until --timeout has "
+          "passed since its first send",
+          &O::impatient_fraction, 0),
+      num("impatient-retry-delay", "Seconds an impatient client waits before retrying (0.05)",
+          &O::impatient_retry_delay_s, 0),
+      num("quiet-phase",
+          "Seconds of a quiet phase before the run (closed loop, --quiet-concurrency in flight, "
+          "patient clients) whose completed tokens/s is the capacity goodput_ratio compares with",
+          &O::quiet_phase_s, 0),
+      num("quiet-concurrency", "Requests in flight during --quiet-phase", &O::quiet_concurrency, 0),
+      num("quiet-capacity",
+          "The server's quiet capacity in output tokens/s, given instead of a --quiet-phase",
+          &O::quiet_capacity, 0),
+      num("answer-bound",
+          "Seconds an attempt may wait for its answer (status line; a 200 stream's first token) "
+          "before it counts in unanswered_past_bound (60)",
+          &O::answer_bound_s, 0),
+      num("server-pid",
+          "Target server's process id (same machine): its CPU per refusal from /proc/PID/stat "
+          "(else from process_cpu_seconds_total in /metrics, when exported)",
+          &O::server_pid, 0),
   };
   auto set_percentiles = [](O& o, const std::string& v) -> Status {
     o.percentiles.clear();

@@ -43,13 +43,27 @@ struct BenchOptions {
   int num_conversations = 4, rounds = 16, max_context = 8192;
   bool ignore_eos = true, min_tokens = false;
   double temperature = 0;
-  bool tokenize = true;  // use the target's /tokenize when it has one
+  std::string extra_body;  // JSON object merged into every request body (top_p, top_k, ...)
+  bool tokenize = true;    // use the target's /tokenize when it has one
   std::vector<double> percentiles = {50, 90, 95, 99};
   std::vector<std::string> goodput;  // "ttft:500" ...
   std::string output_json, output_html;
   bool scrape_metrics = true;
   double scrape_interval_s = 1;
   bool quiet = false;  // no progress line
+  // Client mix and overload accounting (retry storms; workload.h ClientMix, overload.h).
+  std::string input_unit = "tokens";  // random: --input-len counts tokens or words
+  double stream_fraction = -1;        // share of requests streamed; < 0: --no-stream decides
+  std::string num_choices;            // "n" distribution; empty: not sent
+  double abort_fraction = 0;
+  std::string abort_after_ms = "uniform:1000:10000";
+  double impatient_fraction = 0;
+  double impatient_retry_delay_s = 0.05;
+  double quiet_phase_s = 0;  // > 0: measure capacity with --quiet-concurrency first
+  int quiet_concurrency = 0;
+  double quiet_capacity = 0;  // tokens/s given instead of measured (0: none)
+  double answer_bound_s = 60;
+  int server_pid = 0;  // read its CPU from /proc (0: from /metrics if exported)
   // vLLM `bench serve` vocabulary; resolve_vllm_options() turns these into the fields above.
   int random_input_len = 0, random_output_len = 0;  // 0: not given
   double random_range_ratio = 0;  // lengths uniform in [N (1 - r), N (1 + r)], as vLLM's random

@@ -100,6 +100,8 @@ ServerSnapshot snapshot_from_samples(const std::vector<PromSample>& samples, dou
                                  sum_of(samples, "vllm:num_preemptions_total"));
   s.resident_memory_bytes = first_of(sum_of(samples, "kvwarden_process_resident_memory_bytes"),
                                      sum_of(samples, "process_resident_memory_bytes"));
+  s.cpu_seconds_total = first_of(sum_of(samples, "kvwarden_process_cpu_seconds_total"),
+                                 sum_of(samples, "process_cpu_seconds_total"));
   return s;
 }
 

@@ -1,7 +1,7 @@
 // loadgen/prom.h: reads the server's Prometheus text exposition (/metrics) into the handful of
-// figures the benchmark charts: KV usage, fragmentation, queue, preemptions, resident memory.
-// kvwarden_* names are preferred; vLLM's names are the fallback, so a vLLM target charts too.
-// Pure functions; a value the text lacks stays NaN.
+// figures the benchmark charts: KV usage, fragmentation, queue, preemptions, resident memory,
+// process CPU. kvwarden_* names are preferred; vLLM's names are the fallback, so a vLLM target
+// charts too. Pure functions; a value the text lacks stays NaN.
 #pragma once
 
 #include <cmath>
@@ -30,6 +30,7 @@ struct ServerSnapshot {
   double num_running = NAN;
   double preemptions_total = NAN;  // summed over modes
   double resident_memory_bytes = NAN;
+  double cpu_seconds_total = NAN;  // process CPU (user + system), where the target exports it
 };
 ServerSnapshot snapshot_from_samples(const std::vector<PromSample>& samples, double t_s);
 

@@ -59,10 +59,13 @@ std::string build_request_body(const RunConfig& config, const RequestSpec& spec,
   }
   body["max_tokens"] = spec.max_tokens;
   body["temperature"] = config.temperature;
-  body["stream"] = config.stream;
-  if (config.stream) body["stream_options"] = {{"include_usage", true}};
+  const bool stream = spec.stream >= 0 ? spec.stream == 1 : config.stream;
+  body["stream"] = stream;
+  if (stream) body["stream_options"] = {{"include_usage", true}};
+  if (spec.n > 0) body["n"] = spec.n;
   if (config.ignore_eos) body["ignore_eos"] = true;
   if (config.min_tokens) body["min_tokens"] = spec.max_tokens;
+  for (auto& [k, v] : config.extra_body.items()) body[k] = v;
   for (auto& [k, v] : spec.extra.items()) body[k] = v;
   return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
@@ -88,6 +91,7 @@ class Pending : public HttpHandler {
         t0_(t0),
         attempt_t0_(t0),
         keep_text_(keep_text) {}
+  double t0() const { return t0_; }
   void on_headers(int status, const HttpHeaders& headers) override;
   void on_body(std::string_view bytes) override;
   void on_complete(const std::string& error) override;
@@ -96,14 +100,20 @@ class Pending : public HttpHandler {
   // Forgets the last attempt (counted as retried) so the next starts clean.
   void prepare_retry();
   void start_attempt(double now) { attempt_t0_ = now; }
-  // Ends a request waiting for its retry (the drain timed out).
+  // Folds the attempt's wait for its answer into the overload figures (at its end).
+  void note_attempt_end(double now);
+  // Ends a request waiting for its retry (the drain timed out, the client left or gave up);
+  // "aborted" marks a client that left on purpose.
   void abandon(const std::string& reason);
+  bool abandoned() const { return abandoned_; }
 
   RequestResult result_;
   std::string text_;  // generated text, kept for multi-turn history
   size_t spec_index_;
-  HttpRequest request_;  // resent as is by a retry
-  RetryHints hints_;     // from the last attempt's headers
+  HttpRequest request_;          // resent as is by a retry (with the timeout left)
+  RetryHints hints_;             // from the last attempt's headers
+  double abort_at_ = INFINITY;   // monotonic time the client leaves (RequestSpec::abort_after_s)
+  bool leave_when_due_ = false;  // in retry_at_ to leave, not to retry
 
  private:
   void on_event(const std::string& data);
@@ -113,8 +123,11 @@ class Pending : public HttpHandler {
   double attempt_t0_;  // monotonic send time of this attempt
   double last_token_s_ = 0;
   bool keep_text_;
+  bool abandoned_ = false;
   int attempt_status_ = 0;  // as received (result_.status becomes 0 for a cut-off stream)
   bool usage_seen_ = false;
+  bool answered_ = false;  // this attempt got its status line (a 200 stream: its first token)
+  double answer_s_ = 0;
   int chunks_ = 0;
   std::string body_;  // non-streamed body, or the head of an error body
   SseParser sse_;
@@ -192,7 +205,25 @@ class Run {
 
 void Pending::on_headers(int status, const HttpHeaders& headers) {
   attempt_status_ = result_.status = status;
+  if (status == 200) result_.admitted = true;
+  if (status != 200 || !result_.streamed) {  // a 200 stream is answered by its first token
+    answered_ = true;
+    answer_s_ = monotonic_s();
+  }
   if (status != 200) hints_ = parse_retry_hints(headers, unix_now_s());
+  if (status == 429 || status == 503) {
+    ++result_.refusals;
+    bool says_when = false;
+    for (const auto& [name, value] : headers)
+      says_when |= name == "retry-after" || name == "retry-after-ms";
+    if (!says_when) ++result_.refusals_without_retry_after;
+  }
+}
+
+void Pending::note_attempt_end(double now) {
+  const double waited_ms = ((answered_ ? answer_s_ : now) - attempt_t0_) * 1e3;
+  result_.longest_unanswered_ms = std::max(result_.longest_unanswered_ms, waited_ms);
+  if (attempt_status_ == 200) result_.admitted_wait_ms = waited_ms;
 }
 
 void Pending::prepare_retry() {
@@ -207,6 +238,7 @@ void Pending::prepare_retry() {
   text_.clear();
   hints_ = {};
   attempt_status_ = 0;
+  answered_ = false;
   usage_seen_ = false;
   chunks_ = 0;
   body_.clear();
@@ -215,7 +247,10 @@ void Pending::prepare_retry() {
 }
 
 void Pending::abandon(const std::string& reason) {
+  abandoned_ = true;
+  result_.status = 0;  // the last attempt's refusal was not the end: the client left
   result_.error = reason;
+  result_.aborted = reason == "aborted";
   result_.e2el_ms = (monotonic_s() - t0_) * 1e3;
   run_->complete(this);  // deletes this
 }
@@ -248,6 +283,7 @@ void Pending::on_event(const std::string& data) {
     const double now = monotonic_s();
     if (chunks_ == 0) {
       result_.ttft_ms = (now - t0_) * 1e3;
+      if (!answered_) answered_ = true, answer_s_ = now;
     } else {
       result_.itl_ms.push_back((now - last_token_s_) * 1e3);
     }
@@ -267,8 +303,10 @@ void Pending::on_complete(const std::string& error) {
   const double now = monotonic_s();
   result_.e2el_ms = (now - t0_) * 1e3;
   result_.retry_wait_ms = (attempt_t0_ - t0_) * 1e3;
+  note_attempt_end(now);
   if (!error.empty()) {
-    result_.error = error;
+    result_.aborted = error == "timeout" && now >= abort_at_;  // our deadline, not the server
+    result_.error = result_.aborted ? "aborted" : error;
     if (result_.status == 200) result_.status = 0;  // a cut-off stream is not a success
   } else if (result_.status != 200) {
     result_.error = "http " + std::to_string(result_.status);
@@ -329,10 +367,13 @@ void Run::issue(double now) {
   req.path = config_.path_prefix + config_.endpoint;
   req.body = build_request_body(config_, spec, multiturn ? histories_[conv] : kNoHistory);
   req.timeout_s = config_.request_timeout_s;
+  if (spec.abort_after_s >= 0) req.timeout_s = std::min(req.timeout_s, spec.abort_after_s);
   auto p = std::make_unique<Pending>(this, index, req, monotonic_s(), multiturn);
+  if (spec.abort_after_s >= 0) p->abort_at_ = p->t0() + spec.abort_after_s;
   p->result_.index = issued_;
   p->result_.start_s = now - start_;
-  p->result_.streamed = config_.stream;
+  p->result_.streamed = spec.stream >= 0 ? spec.stream == 1 : config_.stream;
+  p->result_.impatient = spec.impatient;
   p->result_.warmup = now - start_ < config_.warmup_s;
   p->result_.input_tokens = spec.input_tokens;
   ++issued_;
@@ -344,12 +385,27 @@ void Run::issue(double now) {
 
 bool Run::maybe_retry(Pending* p) {
   const int status = p->attempt_status();
-  if (aborting_ || p->result_.num_retries >= config_.max_retries) return false;
+  if (aborting_ || p->abandoned() || p->result_.aborted) return false;
   // A 200 whose stream then broke is final, as in the SDK (the call had already returned).
-  if (status == 200 || !is_retryable(status, p->hints_)) return false;
-  const double delay = retry_delay_s(p->hints_, p->result_.num_retries, retry_rng_.uniform01());
+  if (status == 200) return false;
+  const double now = monotonic_s();
+  double delay = 0;
+  if (p->result_.impatient) {  // headers ignored; bounded by the client's patience only
+    if (!is_retryable(status, RetryHints{})) return false;
+    delay = config_.impatient_retry_delay_s;
+    if (now + delay - p->t0() >= config_.request_timeout_s) return false;
+  } else {
+    if (p->result_.num_retries >= config_.max_retries || !is_retryable(status, p->hints_))
+      return false;
+    delay = retry_delay_s(p->hints_, p->result_.num_retries, retry_rng_.uniform01());
+  }
+  if (now + delay >= p->abort_at_) {  // the client leaves while it would wait: at abort_at_
+    p->leave_when_due_ = true;
+    retry_at_.emplace(p->abort_at_, p);
+    return true;
+  }
   p->prepare_retry();
-  retry_at_.emplace(monotonic_s() + delay, p);
+  retry_at_.emplace(now + delay, p);
   ++num_retries_;
   return true;
 }
@@ -358,6 +414,18 @@ void Run::start_due_retries(double now) {
   while (!retry_at_.empty() && retry_at_.begin()->first <= now) {
     Pending* p = retry_at_.begin()->second;
     retry_at_.erase(retry_at_.begin());
+    if (p->leave_when_due_) {
+      p->abandon("aborted");
+      continue;
+    }
+    // The attempt gets the timeout, cut to when the client leaves or its patience ends.
+    double limit = std::min(config_.request_timeout_s, p->abort_at_ - now);
+    if (p->result_.impatient) limit = std::min(limit, p->t0() + config_.request_timeout_s - now);
+    if (limit <= 0) {
+      p->abandon(now >= p->abort_at_ ? "aborted" : "timeout");
+      continue;
+    }
+    p->request_.timeout_s = limit;
     p->start_attempt(now);
     client_.start(p->request_, p);
   }

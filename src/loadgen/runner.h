@@ -1,11 +1,13 @@
 // loadgen/runner.h: drives one benchmark run on one thread: sends the workload's requests at
 // their arrival times (open loop) or keeping N in flight (closed loop), times every streamed
 // chunk, scrapes the server's /metrics every interval and prints a progress line at most once a
-// second. Retries 429/503/5xx/connection failures the way the openai SDK does (retry.h).
+// second. Retries 429/503/5xx/connection failures the way the openai SDK does (retry.h)
+// or impatiently; a request may stream or not, ask for n choices and leave early (RequestSpec).
 // Not thread-safe; run() blocks until every request finished or the drain timed out.
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,7 @@ struct RunConfig {
   bool ignore_eos = true;   // vLLM extra field; servers that do not know it ignore it
   bool min_tokens = false;  // also send min_tokens = max_tokens
   double temperature = 0;
+  nlohmann::json extra_body = nlohmann::json::object();  // merged into every body (then spec's)
   double request_timeout_s = 600;
   size_t num_requests = 0;       // 0: unbounded (needs duration_s)
   double duration_s = 0;         // stop sending after this; 0: until num_requests
@@ -39,6 +42,10 @@ struct RunConfig {
   // flight (holds its closed-loop or cap slot) while it waits, and is reported once, at the end.
   int max_retries = 2;
   uint64_t retry_seed = 0;  // backoff jitter
+  // Requests marked impatient (RequestSpec) ignore Retry-After and x-should-retry: they retry
+  // any retryable failure after this fixed delay, with no cap on the count, until
+  // request_timeout_s has passed since their first send, as a retry storm's own clients do.
+  double impatient_retry_delay_s = 0.05;
 };
 
 struct RunOutput {

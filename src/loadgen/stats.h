@@ -33,6 +33,16 @@ struct RequestResult {
   int output_tokens = 0;  // usage.completion_tokens if reported, else streamed chunks
   bool streamed = false;
   bool warmup = false;  // sent during the warm-up window: not counted
+  // Overload accounting (overload.h), across the attempts.
+  bool admitted = false;             // some attempt got a 200 status line
+  double admitted_wait_ms = -1;      // that attempt: send to first token (streamed) or first
+                                     // byte; until it ended when neither came
+  double longest_unanswered_ms = 0;  // longest any attempt waited for its answer (status line;
+                                     // a 200 stream's first token), until it ended if none came
+  int refusals = 0;                  // attempts answered 429 or 503
+  int refusals_without_retry_after = 0;
+  bool aborted = false;    // the client left on purpose (error "aborted")
+  bool impatient = false;  // ignored Retry-After and retried after a fixed short delay
   bool ok() const { return status == 200 && error.empty(); }
   // vLLM: (e2el - ttft) / (output_tokens - 1); 0 with a single token; <0 when not streamed.
   double tpot_ms() const;

@@ -130,23 +130,56 @@ std::string make_text(Rng& rng, int num_tokens, TokenCounter& counter, int* toke
   return text;
 }
 
+std::string make_words(Rng& rng, int num_words) {
+  std::vector<uint32_t> words(static_cast<size_t>(std::max(1, num_words)));
+  for (auto& w : words) w = static_cast<uint32_t>(rng.uniform_int(kNumWords));
+  return join_words(words);
+}
+
+Status assign_client_mix(std::vector<RequestSpec>& specs, const ClientMix& mix, Rng& rng) {
+  auto fraction_ok = [](double f) { return f >= 0 && f <= 1; };
+  if (mix.stream_fraction >= 0 && !fraction_ok(mix.stream_fraction))
+    return Error{"--stream-fraction must be in [0, 1]"};
+  if (!fraction_ok(mix.abort_fraction)) return Error{"--abort-fraction must be in [0, 1]"};
+  if (!fraction_ok(mix.impatient_fraction)) return Error{"--impatient-fraction must be in [0, 1]"};
+  for (auto& s : specs) {
+    // Every draw is made whatever the settings, so changing one fraction keeps the others'.
+    const double u_stream = rng.uniform01(), u_abort = rng.uniform01();
+    const double u_impatient = rng.uniform01();
+    const int n = mix.num_choices.sample(rng);
+    const int abort_ms = mix.abort_after_ms.sample(rng);
+    if (mix.stream_fraction >= 0) s.stream = u_stream < mix.stream_fraction ? 1 : 0;
+    if (mix.has_num_choices) s.n = n;
+    s.abort_after_s = u_abort < mix.abort_fraction ? abort_ms / 1e3 : -1;
+    s.impatient = u_impatient < mix.impatient_fraction;
+  }
+  return {};
+}
+
 namespace {
 Result<std::vector<RequestSpec>> build_random(const WorkloadSpec& w, size_t n, Rng& rng,
                                               TokenCounter& counter) {
+  // Text of `len` tokens, or words with input_in_words (then counted once).
+  auto text = [&](int len, int* tokens) {
+    if (!w.input_in_words) return make_text(rng, len, counter, tokens);
+    std::string t = make_words(rng, len);
+    if (tokens) *tokens = counter.count(t);
+    return t;
+  };
   std::vector<std::string> prefixes;
   if (w.prefix_len > 0)
     for (int g = 0; g < std::max(1, w.num_prefix_groups); ++g)
-      prefixes.push_back(make_text(rng, w.prefix_len, counter, nullptr));
+      prefixes.push_back(text(w.prefix_len, nullptr));
   std::vector<RequestSpec> out;
   for (size_t i = 0; i < n; ++i) {
     RequestSpec r;
     const int len = w.input_len.sample(rng);
     r.max_tokens = w.output_len.sample(rng);
     if (prefixes.empty()) {
-      r.prompt = make_text(rng, len, counter, &r.input_tokens);
+      r.prompt = text(len, &r.input_tokens);
     } else {
       const int rest = std::max(1, len - w.prefix_len);
-      r.prompt = prefixes[i % prefixes.size()] + " " + make_text(rng, rest, counter, nullptr);
+      r.prompt = prefixes[i % prefixes.size()] + " " + text(rest, nullptr);
       r.input_tokens = counter.count(r.prompt);
     }
     out.push_back(std::move(r));

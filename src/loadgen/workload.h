@@ -48,6 +48,11 @@ struct RequestSpec {
   int conversation_id = -1;  // multi-turn: which conversation; -1 = independent request
   int round = 0;
   nlohmann::json extra = nlohmann::json::object();  // merged into the request body
+  // Client behaviour (assign_client_mix); the defaults are the run's settings.
+  int n = 0;                  // choices ("n"); 0: not sent
+  int stream = -1;            // 1 streamed, 0 not, -1 the run's --no-stream setting
+  double abort_after_s = -1;  // the client leaves this long after its first send; < 0: never
+  bool impatient = false;     // ignores Retry-After, retries after a fixed short delay
 };
 
 struct WorkloadSpec {
@@ -60,11 +65,28 @@ struct WorkloadSpec {
   int num_conversations = 4;      // multiturn
   int rounds = 16;                // multiturn: rounds per conversation
   int max_context_tokens = 8192;  // multiturn: history reaches about this by the last round
+  bool input_in_words = false;    // random: input_len (and prefix_len) count words, not tokens
 };
 
 // num_requests specs (multiturn: num_conversations * rounds, round-major, ignoring num_requests).
 Result<std::vector<RequestSpec>> build_workload(const WorkloadSpec& spec, size_t num_requests,
                                                 Rng& rng, TokenCounter& counter);
+
+// A mix of client behaviours, drawn per request from the seeded Rng.
+struct ClientMix {
+  double stream_fraction = -1;  // share of requests streamed; < 0: leave to the run's setting
+  bool has_num_choices = false;
+  LengthDist num_choices{LengthDist::Kind::kFixed, 1, 0};  // "n" of each request
+  double abort_fraction = 0;                               // share whose client leaves early ...
+  LengthDist abort_after_ms{LengthDist::Kind::kFixed, 1000, 0};  // ... this long after sending
+  double impatient_fraction = 0;  // share that ignore Retry-After (see RunConfig)
+};
+// Sets n, stream, abort_after_s and impatient of every spec. Fractions must be in [0, 1]
+// (stream_fraction may be < 0: unset); an error names the flag.
+Status assign_client_mix(std::vector<RequestSpec>& specs, const ClientMix& mix, Rng& rng);
+
+// num_words random English-like words separated by spaces.
+std::string make_words(Rng& rng, int num_words);
 
 // Random English-like text of about num_tokens tokens (exactly, when the counter is exact and a
 // few corrections suffice). tokens_out receives the counted length.

@@ -12,7 +12,9 @@
 #include "fake_server.h"
 #include "loadgen/bench.h"
 #include "loadgen/http_client.h"
+#include "loadgen/overload.h"
 #include "loadgen/runner.h"
+#include "loadgen/workload.h"
 
 namespace kvw::loadgen {
 namespace {
@@ -342,6 +344,139 @@ TEST(Runner, DrainTimeoutEndsARequestWaitingToRetry) {
   EXPECT_EQ(server.num_completions(), 1);
 }
 
+TEST(Runner, ImpatientClientsIgnoreRetryAfterAndRetryPastMaxRetries) {
+  testing::FakeServer server;
+  auto client = client_for(server);
+  auto cfg = closed_loop(1, 1);
+  cfg.impatient_retry_delay_s = 0.05;
+  auto s = specs(1, 2, {{"fake_first_ms", 1}, {"fake_refuse_first", 4}, {"fake_retry_after", 5}});
+  s[0].impatient = true;
+  const double t0 = monotonic_s();
+  auto out = run_benchmark(*client, cfg, s);
+  EXPECT_LT(monotonic_s() - t0, 3.0);  // did not sit out a 5 s Retry-After
+  ASSERT_EQ(out.results.size(), 1u);
+  const auto& r = out.results[0];
+  EXPECT_TRUE(r.ok()) << r.error;
+  EXPECT_EQ(r.num_retries, 4);  // more than the SDK's 2
+  EXPECT_EQ(r.refusals, 4);
+  EXPECT_EQ(r.refusals_without_retry_after, 0);
+  EXPECT_TRUE(r.impatient);
+  EXPECT_TRUE(r.admitted);
+  EXPECT_GE(r.retry_wait_ms, 4 * 50.0);
+  EXPECT_EQ(server.num_completions(), 5);
+}
+
+TEST(Runner, ImpatientClientsGiveUpAtTheirTimeout) {
+  testing::FakeServer server;
+  auto client = client_for(server);
+  auto cfg = closed_loop(1, 1);
+  cfg.impatient_retry_delay_s = 0.05;
+  cfg.request_timeout_s = 0.6;
+  auto s = specs(1, 2, {{"fake_refuse_first", 1000}, {"fake_retry_after_ms", 10}});
+  s[0].impatient = true;
+  auto out = run_benchmark(*client, cfg, s);
+  ASSERT_EQ(out.results.size(), 1u);
+  const auto& r = out.results[0];
+  EXPECT_EQ(r.status, 503);
+  EXPECT_GE(r.num_retries, 3);
+  EXPECT_LE(r.num_retries, 12);
+  EXPECT_LT(r.e2el_ms, 1000.0);
+  EXPECT_EQ(r.refusals, r.num_retries + 1);
+  EXPECT_FALSE(r.admitted);
+}
+
+TEST(Runner, AbortingClientsLeaveOnTimeAndAreNotRetried) {
+  testing::FakeServer server;
+  auto client = client_for(server);
+  auto cfg = closed_loop(2, 2);
+  auto s = distinct(specs(2, 2, {{"fake_first_ms", 1500}}));
+  s[0].abort_after_s = 0.2;  // leaves while waiting for the first token
+  s[1].abort_after_s = 0.3;  // leaves while waiting out a 5 s Retry-After
+  s[1].extra["fake_refuse_first"] = 1;
+  s[1].extra["fake_retry_after"] = 5;
+  const double t0 = monotonic_s();
+  auto out = run_benchmark(*client, cfg, s);
+  EXPECT_LT(monotonic_s() - t0, 2.5);
+  ASSERT_EQ(out.results.size(), 2u);
+  for (const auto& r : out.results) {
+    EXPECT_TRUE(r.aborted);
+    EXPECT_EQ(r.error, "aborted");
+    EXPECT_EQ(r.num_retries, 0);
+  }
+  EXPECT_EQ(server.num_completions(), 2);  // one attempt each
+  const auto j = summarize_overload(out.results, out.measured_duration_s, OverloadOptions{});
+  EXPECT_EQ(j["requests_aborted"], 2);
+  EXPECT_EQ(j["refusals"], 1);
+  EXPECT_EQ(j["goodput_output_tokens"], 0);
+}
+
+TEST(Runner, AdmittedWaitIsTheTimeToTheFirstTokenAndLateAnswersCount) {
+  testing::FakeServer server;
+  auto client = client_for(server);
+  auto cfg = closed_loop(2, 2);
+  auto s = distinct(specs(2, 2, {{"fake_first_ms", 300}, {"fake_gap_ms", 1}}));
+  s[1].stream = 0;  // not streamed: the answer is the status line, after the whole completion
+  auto out = run_benchmark(*client, cfg, s);
+  ASSERT_EQ(out.results.size(), 2u);
+  for (const auto& r : out.results) {
+    EXPECT_TRUE(r.ok()) << r.error;
+    EXPECT_TRUE(r.admitted);
+    EXPECT_GE(r.admitted_wait_ms, 300.0);
+    EXPECT_LT(r.admitted_wait_ms, 2000.0);
+    EXPECT_GE(r.longest_unanswered_ms, r.admitted_wait_ms);
+  }
+  OverloadOptions o;
+  o.answer_bound_ms = 100;
+  EXPECT_EQ(summarize_overload(out.results, 1, o)["unanswered_past_bound"], 2);
+  o.answer_bound_ms = 5000;
+  EXPECT_EQ(summarize_overload(out.results, 1, o)["unanswered_past_bound"], 0);
+}
+
+TEST(Runner, AStormOfMixedClientsEndsWithEveryRequestAccountedFor) {
+  testing::FakeServer server;
+  auto client = client_for(server);
+  auto cfg = closed_loop(40, 0);
+  cfg.duration_s = 2;
+  cfg.drain_timeout_s = 5;
+  cfg.request_timeout_s = 1;
+  cfg.impatient_retry_delay_s = 0.02;
+  auto s = distinct(specs(200, 3, {{"fake_first_ms", 30}, {"fake_gap_ms", 5}}));
+  Rng rng_words(5);
+  for (size_t i = 0; i < s.size(); ++i) {
+    s[i].extra["fake_refuse_first"] = static_cast<int>(i % 6);
+    s[i].extra["fake_refuse_status"] = i % 2 ? 429 : 503;
+    s[i].extra["fake_retry_after_ms"] = 40;
+    if (i % 3 == 0) s[i].prompt += " " + make_words(rng_words, 5000);  // ~30 KB bodies
+  }
+  ClientMix mix;
+  mix.stream_fraction = 0.5;
+  mix.abort_fraction = 0.3;
+  mix.abort_after_ms = LengthDist::parse("uniform:10:300").value();
+  mix.impatient_fraction = 0.5;
+  Rng rng(11);
+  ASSERT_TRUE(assign_client_mix(s, mix, rng).ok());
+  auto out = run_benchmark(*client, cfg, s);
+  ASSERT_FALSE(out.drain_timed_out);
+  ASSERT_GT(out.results.size(), 40u);
+  int64_t refusals = 0, aborted = 0, ok = 0;
+  for (const auto& r : out.results) {
+    refusals += r.refusals;
+    aborted += r.aborted;
+    ok += r.ok();
+    EXPECT_TRUE(r.ok() || !r.error.empty());
+    if (r.aborted) {
+      EXPECT_EQ(r.error, "aborted");
+    }
+    if (!r.impatient) {
+      EXPECT_LE(r.num_retries, cfg.max_retries);
+    }
+  }
+  EXPECT_GT(aborted, 0);
+  EXPECT_GT(ok, 0);
+  EXPECT_GT(refusals, 0);
+  EXPECT_LE(refusals + ok, server.num_completions());
+}
+
 TEST(Runner, RetriesConnectionFailures) {
   int port = 0;
   {
@@ -448,6 +583,42 @@ TEST(Bench, ScenarioEndToEndWritesReportsAndJudgesCriteria) {
                                  {"output-json", json_path},
                                  {"output-html", html_path}}),
             1);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Bench, RetryStormScenarioReportsGoodputAgainstAQuietPhaseAndCpu) {
+  testing::FakeServer server;  // answers everything: goodput is about the quiet capacity
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("kvw_storm_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string json_path = (dir / "r.json").string();
+  // The real scenario file, scaled down; this process stands in for the server's pid.
+  const int rc = run_bench(std::string(KVW_SCENARIO_DIR) + "/retry_storm.json",
+                           {{"base-url", server.url()},
+                            {"duration", "2"},
+                            {"quiet-phase", "1"},
+                            {"concurrency", "30"},
+                            {"input-len", "uniform:1:300"},
+                            {"output-len", "fixed:3"},
+                            {"abort-after-ms", "uniform:20:200"},
+                            {"timeout", "5"},
+                            {"drain-timeout", "10"},
+                            {"server-pid", std::to_string(getpid())},
+                            {"quiet", "true"},
+                            {"output-json", json_path},
+                            {"output-html", (dir / "r.html").string()}});
+  EXPECT_LE(rc, 1);  // criteria may fail against a fake; the run itself must work
+  std::ifstream jin(json_path);
+  auto j = nlohmann::json::parse(jin);
+  for (const char* k : {"goodput_tokens_per_s", "quiet_capacity_tokens_per_s", "goodput_ratio",
+                        "p99_admitted_wait_ms", "refusals_per_s", "unanswered_past_bound",
+                        "server_cpu_s", "requests_aborted", "impatient_requests"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_EQ(j["quiet_capacity_source"], "measured");
+  EXPECT_GT(j["quiet_capacity_tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(j["requests_aborted"].get<int>(), 0);
+  EXPECT_GT(j["impatient_requests"].get<int>(), 0);
+  EXPECT_GT(j["server_cpu_s"].get<double>(), 0);
   std::filesystem::remove_all(dir);
 }
 
