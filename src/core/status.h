@@ -19,6 +19,7 @@ enum class ErrorKind : uint8_t {
   kOverloaded,       // a bounded queue is full: retry later
   kUnavailable,      // shutting down
   kNumerics,         // the numerics guard ended the request (NaN/Inf)
+  kQueueTimeout,     // no output within its queue-wait limit (--max-queue-wait): retry later
   kInternal,         // anything else
 };
 

@@ -190,6 +190,7 @@ Engine::~Engine() {
 Result<std::shared_ptr<TokenChannel>> Engine::submit(GenerationRequest req) {
   if (req.prompt.empty()) return Error{"empty prompt"};
   if (req.max_tokens < 1) return Error{"max_tokens must be >= 1"};
+  if (!(req.max_queue_wait_s >= 0)) return Error{"max_queue_wait_s must be >= 0"};
   const int32_t n_vocab = limits_.n_vocab;
   for (int32_t t : req.prompt) {
     if (t < 0 || t >= n_vocab) {
@@ -201,10 +202,18 @@ Result<std::shared_ptr<TokenChannel>> Engine::submit(GenerationRequest req) {
   if (!sampler.ok()) return sampler.error();
   const uint64_t id = next_request_id_.fetch_add(1);
   auto channel = std::make_shared<TokenChannel>(id, req.max_tokens);
+  auto deadline = std::chrono::steady_clock::time_point::max();
+  // Past ~10 years it is no limit (and the sum below cannot overflow).
+  if (req.max_queue_wait_s > 0 && req.max_queue_wait_s < 3e8) {
+    deadline = std::chrono::steady_clock::now() +
+               std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                   std::chrono::duration<double>(req.max_queue_wait_s));
+  }
   PendingRequest p{.request_id = id,
                    .request = std::move(req),
                    .channel = channel,
-                   .sampler = std::move(*sampler)};
+                   .sampler = std::move(*sampler),
+                   .first_token_deadline = deadline};
   if (!queue_->try_push(std::move(p))) {
     if (queue_->closed()) return Error{"engine is shut down", ErrorKind::kUnavailable};
     return Error{

@@ -91,6 +91,9 @@ class Engine {
     std::string error;  // set by the numerics guard, sent with kError
     ErrorKind error_kind = ErrorKind::kInternal;
     ChannelEvent next_event;  // log-probabilities of the token sampled this step
+    // PendingRequest::first_token_deadline until the first token is emitted, then max().
+    std::chrono::steady_clock::time_point first_token_deadline;
+    bool timed_out = false;  // expire_overdue() cancelled it: its channel ends with kError
   };
   Status init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file);
   Status check_memory_available(uint64_t logits_bytes) const;
@@ -98,6 +101,11 @@ class Engine {
   Status plan_budget(const GgufFile& file);
   void run();
   void admit_pending();
+  // Cancels every request that emitted no token by its first_token_deadline (queued or in
+  // prefill); the scheduler frees its blocks at the next schedule() and the channel ends with
+  // kError, ErrorKind::kQueueTimeout. O(live requests), only when a deadline may have passed.
+  void expire_overdue();
+  void measure_rate(std::chrono::steady_clock::time_point step_start, int64_t num_tokens);
   bool step();  // false when nothing was scheduled
   // One logit row to sample this step; sample_rows runs them on the model's threads.
   struct SampleJob {
@@ -136,6 +144,13 @@ class Engine {
   std::unordered_map<uint64_t, Live> live_;
   EngineStats stats_;
   std::chrono::steady_clock::time_point kv_stats_time_{};  // last KvLayoutStats refresh
+  // Earliest first_token_deadline of a live request that has emitted nothing (or later: a
+  // request that emitted meanwhile leaves it early, which costs one scan).
+  std::chrono::steady_clock::time_point next_deadline_ =
+      std::chrono::steady_clock::time_point::max();
+  int64_t rate_window_tokens_ = 0;      // tokens computed in the current token_rate window
+  uint64_t rate_window_ns_ = 0;         // step time of the current token_rate window
+  bool rate_window_closed_ = false;     // a whole window was measured (else the partial one shows)
   std::vector<float> logits_;           // [min(max_num_seqs, max_num_batched_tokens)][n_vocab] f32
   std::vector<SeqInput> inputs_;        // per-step batch, reused
   std::vector<SampledToken> sampled_;   // per-step samples, reused

@@ -1,4 +1,5 @@
 // The engine thread: drain -> schedule -> forward -> guard + sample -> update -> emit.
+#include <algorithm>
 #include <chrono>
 #include <span>
 
@@ -28,6 +29,7 @@ void Engine::run() {
       queue_->wait_for_work(100ms);
       continue;
     }
+    expire_overdue();
     // Nothing schedulable (all waiting on memory that no running request will free) should
     // not happen; back off rather than spin if it does.
     if (!step()) queue_->wait_for_work(1ms);
@@ -57,7 +59,9 @@ void Engine::admit_pending() {
                            .sampler = std::move(p.sampler),
                            .ignore_eos = p.request.ignore_eos,
                            .error = {},
-                           .next_event = {}});
+                           .next_event = {},
+                           .first_token_deadline = p.first_token_deadline});
+    next_deadline_ = std::min(next_deadline_, p.first_token_deadline);
   }
   for (uint64_t id : cancels_) sched_->cancel(SeqId{id});  // unknown or finished: ignored
 }
@@ -102,8 +106,10 @@ bool Engine::step() {
   for (const SampledToken& t : sampled_) {
     if (t.error) continue;
     const uint64_t id = index_of(t.seq_id);
-    ChannelEvent ev = std::move(live_.at(id).next_event);
-    live_.at(id).next_event = {};
+    Live& live = live_.at(id);
+    ChannelEvent ev = std::move(live.next_event);
+    live.next_event = {};
+    live.first_token_deadline = std::chrono::steady_clock::time_point::max();  // produced
     ev.token_id = t.token_id;
     emit_tokens_.emplace_back(id, std::move(ev));
   }
@@ -117,8 +123,51 @@ bool Engine::step() {
     sched_->check_invariants();
   }
   if (cfg_.step_observer) observe_step(out.step, step_start, out, used_before);
+  measure_rate(step_start, out.num_batched_tokens);
   publish_and_emit();
   return true;
+}
+
+void Engine::measure_rate(std::chrono::steady_clock::time_point step_start, int64_t num_tokens) {
+  // Why 1 s: long enough to hold many steps (1-50 ms each), short enough to follow a change of
+  // load (a batch filling up) within a second or two.
+  constexpr uint64_t kWindowNs = 1'000'000'000;
+  stats_.num_computed_tokens += (uint64_t)num_tokens;
+  rate_window_tokens_ += num_tokens;
+  rate_window_ns_ += elapsed_ns(step_start);
+  const bool full = rate_window_ns_ >= kWindowNs;
+  // Until the first window is full its partial figure shows, so a rate exists after one step.
+  if (full || !rate_window_closed_) {
+    stats_.token_rate =
+        (double)rate_window_tokens_ * 1e9 / (double)std::max<uint64_t>(1, rate_window_ns_);
+  }
+  if (full) {
+    rate_window_closed_ = true;
+    rate_window_tokens_ = 0;
+    rate_window_ns_ = 0;
+  }
+}
+
+void Engine::expire_overdue() {
+  using Clock = std::chrono::steady_clock;
+  const auto now = Clock::now();
+  if (now < next_deadline_) return;
+  next_deadline_ = Clock::time_point::max();
+  for (auto& [id, live] : live_) {
+    if (live.first_token_deadline > now) {
+      next_deadline_ = std::min(next_deadline_, live.first_token_deadline);
+      continue;
+    }
+    live.first_token_deadline = Clock::time_point::max();
+    // False when already cancelled (client gone, stop string): that end stands.
+    if (!sched_->cancel(SeqId{id})) continue;
+    live.timed_out = true;
+    live.error =
+        "request timed out: no token within the queue-wait limit (--max-queue-wait); "
+        "the server is busy, retry later";
+    live.error_kind = ErrorKind::kQueueTimeout;
+    ++stats_.num_queue_timeouts;
+  }
 }
 
 void Engine::observe_step(uint64_t step, std::chrono::steady_clock::time_point start,
@@ -221,6 +270,7 @@ void Engine::publish_and_emit() {
   stats_.num_kv_sequences = kv_->num_sequences();
   stats_.num_running = sched_->num_running();
   stats_.num_waiting = sched_->num_waiting();
+  stats_.num_waiting_work_tokens = sched_->num_waiting_work_tokens();
   stats_.num_preemptions_swap = c.num_swap_outs;
   stats_.num_preemptions_recompute = c.num_recomputes;
   stats_.num_alloc_failures = c.num_alloc_failures;
@@ -261,6 +311,8 @@ void Engine::finish_live(uint64_t id, FinishReason reason, const std::string& er
                          ErrorKind kind) {
   auto it = live_.find(id);
   if (it == live_.end()) return;
+  // The scheduler ended it as cancelled; the client learns it timed out.
+  if (it->second.timed_out) reason = FinishReason::kError;
   std::string msg = !error.empty() ? error : it->second.error;
   if (error.empty() && !it->second.error.empty()) kind = it->second.error_kind;
   if (reason == FinishReason::kError && msg.empty()) msg = "request failed";

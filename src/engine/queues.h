@@ -30,6 +30,10 @@ struct GenerationRequest {
   GenSampling sampling;
   bool ignore_eos = false;           // keep generating past end-of-generation tokens
   std::vector<int64_t> turn_starts;  // chat turn offsets (sliding-window overflow only)
+  // > 0: a request that has emitted no token this many seconds after submit() (still queued,
+  // or its prefill not done) is removed from the engine, its blocks freed, and ends with
+  // kError, ErrorKind::kQueueTimeout. 0: no limit. Checked between steps (resolution: a step).
+  double max_queue_wait_s = 0;
 };
 
 struct TokenLogprob {
@@ -106,6 +110,9 @@ struct PendingRequest {
   GenerationRequest request;
   std::shared_ptr<TokenChannel> channel;
   std::shared_ptr<SeqSampler> sampler;  // built (and validated) once, by submit()
+  // submit() + max_queue_wait_s; time_point::max() when there is no limit.
+  std::chrono::steady_clock::time_point first_token_deadline =
+      std::chrono::steady_clock::time_point::max();
 };
 
 // Bounded multi-producer, single-consumer queue of submissions and cancellations.
@@ -148,6 +155,8 @@ struct EngineStats {
   uint64_t num_numerics_errors = 0;   // requests ended by the NaN/Inf guard
   uint64_t num_rejected = 0;          // requests refused by the scheduler (bad input)
   uint64_t num_finished = 0;          // requests ended for any reason
+  uint64_t num_queue_timeouts = 0;    // ended with no token within max_queue_wait_s
+  uint64_t num_computed_tokens = 0;   // prompt + output tokens run through forward
   uint64_t num_preemptions = 0;
   uint64_t num_swap_outs = 0;
   uint64_t num_swap_ins = 0;
@@ -156,6 +165,12 @@ struct EngineStats {
   size_t num_kv_sequences = 0;          // sequences holding blocks (resident or swapped)
   size_t num_running = 0;
   size_t num_waiting = 0;
+  // Work left of the waiting requests, in tokens: prompt (or recompute) tokens still to run
+  // plus the output tokens they may still produce (Scheduler::num_waiting_work_tokens).
+  int64_t num_waiting_work_tokens = 0;
+  // Tokens per second the engine computes while busy (prefill + decode, per second of step
+  // time), over the last ~1 s of steps; 0 before the first step.
+  double token_rate = 0;
   uint64_t schedule_ns = 0;  // time inside Scheduler::schedule + update_from_output
   uint64_t forward_ns = 0;   // time inside Model::forward
   uint64_t sample_ns = 0;    // numerics guard + sampling

@@ -301,6 +301,7 @@ void Scheduler::finish(Request* r, FinishReason reason) {
   // Lengths of requests that ran to their natural end feed the p95 reservation.
   if (reason == FinishReason::kStop || reason == FinishReason::kLength) {
     lengths_.observe(r->num_tokens());
+    output_lengths_.observe(r->num_output_tokens());
   }
   r->state = RequestState::kFinished;
   r->finish_reason = reason;

@@ -117,6 +117,12 @@ class Scheduler {
   // Requests whose KV is in the swap tier (waiting, or being read back), O(waiting).
   size_t num_swapped() const;
   size_t num_swapping_in() const { return swapping_in_.size(); }
+  // The work the waiting requests still need, in tokens: each one's tokens to compute (prompt,
+  // or everything again after a recompute preemption) plus the output it may still produce:
+  // max_tokens less what it has, capped by max_model_len and, once kv_reserve_min_samples
+  // requests finished, by the p95 output length of finished requests (a chat request that
+  // leaves max_tokens at the context limit rarely uses it). O(waiting).
+  int64_t num_waiting_work_tokens() const;
   bool has_unfinished() const { return !requests_.empty(); }
   const SchedCounters& counters() const { return counters_; }
   const SchedConfig& config() const { return cfg_; }
@@ -179,6 +185,7 @@ class Scheduler {
   std::vector<Request*> swapping_in_;  // kSwappingIn, in admission order
   std::vector<SeqId> cancelled_;       // cancel() ids, applied at the next schedule()
   LengthTracker lengths_;
+  LengthTracker output_lengths_;  // output tokens of requests that ended on stop or length
   SchedCounters counters_;
   uint64_t next_arrival_ = 0;
   uint64_t next_admission_ = 0;

@@ -2,6 +2,7 @@
 // queue, admissions (new, recompute, swap-in) and the --kv-reserve p95 reservation.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "core/check.h"
@@ -51,6 +52,19 @@ Scheduler::WaitKey Scheduler::wait_key(const Request* r) const {
 void Scheduler::enqueue_waiting(Request* r) {
   const bool inserted = waiting_.insert(wait_key(r)).second;
   CHECK(inserted) << "request " << index_of(r->id) << " already waiting";
+}
+
+int64_t Scheduler::num_waiting_work_tokens() const {
+  const bool measured = output_lengths_.num_samples() >= size_t(cfg_.kv_reserve_min_samples);
+  const int64_t typical_output = measured ? output_lengths_.p95() : INT64_MAX;
+  int64_t total = 0;
+  for (const WaitKey& k : waiting_) {
+    const Request& r = *requests_.at(k.id);
+    int64_t decode = std::min<int64_t>(r.max_tokens, max_len_ - r.num_prompt_tokens);
+    decode = std::min(decode, std::max<int64_t>(typical_output, 1)) - r.num_output_tokens();
+    total += r.num_tokens_to_compute() + std::max<int64_t>(decode, 0);
+  }
+  return total;
 }
 
 void Scheduler::schedule_waiting(SchedulerOutput& out) {

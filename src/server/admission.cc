@@ -14,16 +14,30 @@ int64_t AdmissionController::queued_locked(int64_t engine_waiting) const {
   return std::max<int64_t>({0, in_flight_ - concurrency_, engine_waiting});
 }
 
-int64_t AdmissionController::retry_after_locked(int64_t queued) const {
-  const double wait = (double)std::max<int64_t>(queued, 1) / drain_rate_locked();
-  return (int64_t)std::clamp(std::ceil(wait), 1.0, std::max(1.0, cfg_.max_retry_after_s));
+int64_t AdmissionController::clamp_retry_after(double wait_s) const {
+  return (int64_t)std::clamp(std::ceil(wait_s), 1.0, std::max(1.0, cfg_.max_retry_after_s));
 }
 
-AdmissionDecision AdmissionController::try_admit(double now_s, int64_t n, int64_t engine_waiting) {
+int64_t AdmissionController::retry_after_locked(int64_t queued) const {
+  return clamp_retry_after((double)std::max<int64_t>(queued, 1) / drain_rate_locked());
+}
+
+AdmissionDecision AdmissionController::try_admit(double now_s, int64_t n, const QueueLoad& engine) {
+  const int64_t engine_waiting = std::max<int64_t>(engine.num_waiting, 0);
   std::lock_guard lock(mu_);
   AdmissionDecision d;
   d.queued_ahead = queued_locked(engine_waiting);
-  d.predicted_wait_s = (double)d.queued_ahead / drain_rate_locked();
+  if (engine_waiting > 0) {
+    tokens_per_queued_ = (double)std::max<int64_t>(engine.waiting_work_tokens, 0) / engine_waiting;
+  }
+  // Admitted requests the engine has not reported as waiting yet: the mean work of one that is.
+  const double per_request =
+      tokens_per_queued_ > 0 ? tokens_per_queued_ : (double)cfg_.initial_request_tokens;
+  d.queued_work_tokens =
+      std::max<int64_t>(engine.waiting_work_tokens, 0) +
+      (int64_t)std::ceil((double)(d.queued_ahead - engine_waiting) * per_request);
+  const double rate = engine.token_rate > 0 ? engine.token_rate : cfg_.initial_token_rate;
+  d.predicted_wait_s = (double)d.queued_work_tokens / rate;
   // The new requests queue too when every slot is taken.
   const int64_t queued_after = std::max<int64_t>(
       {0, in_flight_ + n - concurrency_, engine_waiting > 0 ? engine_waiting + n : 0});
@@ -33,7 +47,7 @@ AdmissionDecision AdmissionController::try_admit(double now_s, int64_t n, int64_
     d.verdict = AdmissionVerdict::kWaitTooLong;
   }
   if (d.verdict != AdmissionVerdict::kAdmit) {
-    d.retry_after_s = retry_after_locked(d.queued_ahead);
+    d.retry_after_s = clamp_retry_after(d.predicted_wait_s);
     return d;
   }
   if (in_flight_ == 0) busy_since_s_ = now_s;

@@ -1,6 +1,9 @@
 // server/admission.h: admission control for generation requests: a bounded queue and a
-// predicted-wait limit, both from a drain-rate estimate (EWMA of completion intervals).
-// Pure logic: time comes in as arguments (seconds on any monotonic clock), so tests drive it.
+// predicted-wait limit. The predicted wait is the queued work in tokens (prompt tokens to
+// compute + output tokens to decode) over the engine's measured token rate; Retry-After for
+// other refusals comes from a drain-rate estimate (EWMA of completion intervals).
+// Pure logic: time and the engine's figures come in as arguments (seconds on any monotonic
+// clock), so tests drive it.
 // Thread safety: every method locks one mutex; HTTP threads call it concurrently.
 #pragma once
 
@@ -12,8 +15,15 @@ namespace kvw::server {
 struct AdmissionConfig {
   // Engine requests that wait for a running slot at most (--max-queue); 0 = unbounded.
   int64_t max_queue = 256;
-  // Refuse when the predicted wait exceeds this (--max-queue-wait, seconds); 0 = off.
-  double max_queue_wait_s = 0;
+  // Refuse when the predicted wait exceeds this (--max-queue-wait, seconds); 0 = off. The same
+  // flag ends an admitted request that produced no token within it (GenerationRequest).
+  double max_queue_wait_s = 60;
+  // Token rate assumed before the engine measured one (tokens/s). Low, so the wait limit is
+  // not waived while nothing is known; the engine reports a rate after its first step.
+  double initial_token_rate = 100;
+  // Work assumed for a queued request the engine has not reported yet (tokens), until a
+  // waiting request's work was seen.
+  int64_t initial_request_tokens = 256;
   // Completions per second assumed before the first completion (conservative, so the wait
   // limit is not waived while nothing is known).
   double initial_drain_rate = 1.0;
@@ -23,11 +33,21 @@ struct AdmissionConfig {
 
 enum class AdmissionVerdict { kAdmit, kQueueFull, kWaitTooLong };
 
+// The engine's queue as of its latest step (EngineStats), passed in so the controller is pure.
+struct QueueLoad {
+  int64_t num_waiting = 0;  // engine requests waiting for a running slot
+  // Their work left, tokens: prompt to compute + output to decode (EngineStats::
+  // num_waiting_work_tokens).
+  int64_t waiting_work_tokens = 0;
+  double token_rate = 0;  // tokens/s the engine computes while busy; 0: not measured yet
+};
+
 struct AdmissionDecision {
   AdmissionVerdict verdict = AdmissionVerdict::kAdmit;
-  int64_t queued_ahead = 0;     // engine requests waiting ahead of this one
-  double predicted_wait_s = 0;  // queued_ahead / drain rate
-  int64_t retry_after_s = 1;    // for a refusal: ceil(predicted wait), >= 1
+  int64_t queued_ahead = 0;        // engine requests waiting ahead of this one
+  int64_t queued_work_tokens = 0;  // their work, tokens
+  double predicted_wait_s = 0;     // queued_work_tokens / token rate
+  int64_t retry_after_s = 1;       // for a refusal: ceil(predicted wait), >= 1
 };
 
 struct AdmissionSnapshot {
@@ -43,10 +63,13 @@ class AdmissionController {
   AdmissionController(const AdmissionConfig& cfg, int64_t concurrency)
       : cfg_(cfg), concurrency_(concurrency) {}
 
-  // Decides on `n` engine requests (one HTTP request with n choices). `engine_waiting` is the
-  // engine's own waiting count (KV-limited admission can queue below `concurrency`). On kAdmit
-  // the n requests count as in flight until on_complete.
-  AdmissionDecision try_admit(double now_s, int64_t n, int64_t engine_waiting);
+  // Decides on `n` engine requests (one HTTP request with n choices). `engine` is the engine's
+  // own queue (KV-limited admission can queue below `concurrency`). Queued ahead: the larger of
+  // the engine's waiting count and the admitted requests beyond `concurrency` (submissions the
+  // engine has not reported yet), whose work is taken as the mean of the engine's waiting
+  // requests (or the last mean seen, or initial_request_tokens). Predicted wait: that work
+  // over the token rate. On kAdmit the n requests count as in flight until on_complete.
+  AdmissionDecision try_admit(double now_s, int64_t n, const QueueLoad& engine);
   // One engine request ended (any reason); feeds the drain-rate estimate.
   void on_complete(double now_s);
   // Retry-After for refusals that are not about the queue (shedding, draining): the time to
@@ -58,6 +81,7 @@ class AdmissionController {
   double drain_rate_locked() const;
   int64_t queued_locked(int64_t engine_waiting) const;
   int64_t retry_after_locked(int64_t queued) const;
+  int64_t clamp_retry_after(double wait_s) const;
 
   const AdmissionConfig cfg_;
   const int64_t concurrency_;
@@ -67,6 +91,7 @@ class AdmissionController {
   double busy_since_s_ = 0;       // when in_flight_ last went from 0 to > 0
   double last_completion_s_ = 0;  // valid when num_completed_ > 0
   double ewma_interval_s_ = 0;    // 0 until the first measured interval
+  double tokens_per_queued_ = 0;  // the last mean work of an engine-waiting request; 0: none
 };
 
 }  // namespace kvw::server

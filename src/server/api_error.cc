@@ -34,6 +34,7 @@ constexpr std::array<Row, (size_t)RefusalReason::kCount> kTable = {{
     {"numerics", {500, kServer, "numerics_error"}},
     {"queue_full", {429, kRate, "queue_full"}},
     {"queue_wait", {429, kRate, "queue_wait_exceeded"}},
+    {"queue_timeout", {503, kServer, "queue_timeout"}},
     {"shedding", {503, kServer, "overloaded"}},
     {"draining", {503, kServer, "draining"}},
 }};
@@ -60,6 +61,8 @@ RefusalReason refusal_for(ErrorKind kind) {
       return RefusalReason::kDraining;
     case ErrorKind::kNumerics:
       return RefusalReason::kNumerics;
+    case ErrorKind::kQueueTimeout:
+      return RefusalReason::kQueueTimeout;
     case ErrorKind::kInternal:
       break;
   }

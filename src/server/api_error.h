@@ -35,6 +35,7 @@ enum class RefusalReason {
   kNumerics,            // 500: the numerics guard ended the request
   kQueueFull,           // 429: --max-queue or the engine's request queue
   kQueueWait,           // 429: predicted wait over --max-queue-wait
+  kQueueTimeout,        // 503: admitted, but no token within --max-queue-wait
   kShedding,            // 503: breaker shedding
   kDraining,            // 503: shutting down
   kCount,

@@ -135,8 +135,12 @@ std::optional<ApiError> gate(ServerState& st, int64_t num_choices) {
     return ApiError(RefusalReason::kShedding, "server overloaded (shedding load); retry later")
         .with_retry_after(st.admission.retry_after_s());
   }
+  const EngineStats s = st.engine->stats();
   const AdmissionDecision d =
-      st.admission.try_admit(now_s(), num_choices, (int64_t)st.engine->stats().num_waiting);
+      st.admission.try_admit(now_s(), num_choices,
+                             QueueLoad{.num_waiting = (int64_t)s.num_waiting,
+                                       .waiting_work_tokens = s.num_waiting_work_tokens,
+                                       .token_rate = s.token_rate});
   if (d.verdict == AdmissionVerdict::kAdmit) return std::nullopt;
   const bool full = d.verdict == AdmissionVerdict::kQueueFull;
   char wait[64];
@@ -158,7 +162,10 @@ std::variant<std::vector<std::unique_ptr<ChoiceRunner>>, ApiError> submit_all(
   std::vector<std::unique_ptr<ChoiceRunner>> runners;
   for (size_t k = 0; k < prompts.size(); ++k) {
     for (int32_t i = 0; i < p.n; ++i) {
-      auto ch = st.engine->submit(make_request(p, prompts[k], (int32_t)runners.size()));
+      GenerationRequest req = make_request(p, prompts[k], (int32_t)runners.size());
+      // Admitted, it still ends (503) if it produces nothing within --max-queue-wait.
+      req.max_queue_wait_s = st.cfg.admission.max_queue_wait_s;
+      auto ch = st.engine->submit(std::move(req));
       if (!ch.ok()) {
         // Runners made so far cancel and complete themselves; the rest never started.
         for (int64_t left = total - (int64_t)runners.size(); left > 0; --left) {

@@ -23,6 +23,7 @@ Status ServerConfig::validate() const {
   if (admission.max_queue < 0) return Error{"--max-queue must be >= 0"};
   if (admission.max_queue_wait_s < 0) return Error{"--max-queue-wait must be >= 0"};
   if (admission.initial_drain_rate <= 0) return Error{"the initial drain rate must be > 0"};
+  if (!(admission.initial_token_rate > 0)) return Error{"the initial token rate must be > 0"};
   const BreakerConfig& b = breaker;
   if (!(b.kv_low > 0 && b.kv_low <= b.kv_high && b.kv_high <= 1)) {
     return Error{

@@ -501,5 +501,32 @@ TEST(Scheduler, P95ReservationReducesPreemptions) {
   EXPECT_LT(p95, none);
 }
 
+// Issue 34: the predicted-wait check counts the waiting requests' work in tokens: prompt still
+// to compute plus max_tokens, the latter capped by the p95 output length once enough finished.
+TEST(Scheduler, WaitingWorkTokensArePromptPlusDecodeCappedByTheP95OutputLength) {
+  Harness h(kv_config(64), SchedConfig{.max_num_batched_tokens = 512,
+                                       .max_num_seqs = 1,
+                                       .max_model_len = 256,
+                                       .kv_reserve_min_samples = 2});
+  EXPECT_EQ(h.sched.num_waiting_work_tokens(), 0);
+  h.add(1, tokens(20, 100), 4);
+  h.add(2, tokens(30, 200), 50);
+  h.add(3, tokens(240, 300), 100);  // decode capped by max_model_len: 256 - 240
+  EXPECT_EQ(h.sched.num_waiting_work_tokens(), (20 + 4) + (30 + 50) + (240 + 16));
+  h.step();  // 1 runs
+  EXPECT_EQ(h.sched.num_waiting(), 2u);
+  EXPECT_EQ(h.sched.num_waiting_work_tokens(), (30 + 50) + (240 + 16));
+  while (h.reason_of(1) == FinishReason::kNone) h.step();
+  // One finished request is below kv_reserve_min_samples: decode is still max_tokens.
+  ASSERT_EQ(h.sched.num_waiting(), 2u);  // 2 is admitted at the next step
+  EXPECT_EQ(h.sched.num_waiting_work_tokens(), (30 + 50) + (240 + 16));
+  h.run_to_completion();  // outputs 4, 50, 16: p95 (nearest rank) 50
+  h.add(4, tokens(10, 400), 200);
+  h.add(5, tokens(10, 500), 20);
+  EXPECT_EQ(h.sched.num_waiting_work_tokens(), (10 + 50) + (10 + 20));
+  h.run_to_completion();
+  EXPECT_EQ(h.sched.num_waiting_work_tokens(), 0);
+}
+
 }  // namespace
 }  // namespace kvw

@@ -1,4 +1,5 @@
-// Admission control: bounded queue, predicted wait from the drain-rate EWMA, Retry-After.
+// Admission control: bounded queue, predicted wait from the queued work in tokens over the
+// engine's token rate, Retry-After (token-based for queue refusals, drain-rate EWMA otherwise).
 #include "server/admission.h"
 
 #include <gtest/gtest.h>
@@ -12,43 +13,51 @@ AdmissionConfig cfg(int64_t max_queue, double max_wait) {
   c.max_queue_wait_s = max_wait;
   c.initial_drain_rate = 0.5;
   c.ewma_alpha = 0.5;
+  c.initial_token_rate = 100;
+  c.initial_request_tokens = 100;
   return c;
+}
+
+// The engine's queue: `n` waiting requests with `tokens` of work, computing `rate` tokens/s.
+QueueLoad waiting(int64_t n, int64_t tokens = 0, double rate = 0) {
+  return QueueLoad{.num_waiting = n, .waiting_work_tokens = tokens, .token_rate = rate};
 }
 
 TEST(Admission, AdmitsUpToConcurrencyPlusQueueThenRefusesQueueFull) {
   AdmissionController a(cfg(/*max_queue=*/2, 0), /*concurrency=*/3);
   for (int i = 0; i < 5; ++i) {
-    EXPECT_EQ(a.try_admit(0, 1, 0).verdict, AdmissionVerdict::kAdmit) << i;
+    EXPECT_EQ(a.try_admit(0, 1, waiting(0)).verdict, AdmissionVerdict::kAdmit) << i;
   }
-  const AdmissionDecision d = a.try_admit(0, 1, 0);
+  const AdmissionDecision d = a.try_admit(0, 1, waiting(0));
   EXPECT_EQ(d.verdict, AdmissionVerdict::kQueueFull);
   EXPECT_EQ(d.queued_ahead, 2);
-  // Before any completion the initial estimate (0.5/s) applies: 2 ahead -> 4 s.
-  EXPECT_EQ(d.retry_after_s, 4);
+  // Before the engine reports anything: 2 ahead x 100 tokens at 100 tokens/s -> 2 s.
+  EXPECT_EQ(d.queued_work_tokens, 200);
+  EXPECT_EQ(d.retry_after_s, 2);
   EXPECT_EQ(a.snapshot().in_flight, 5);  // the refused one was not counted
   a.on_complete(1.0);
-  EXPECT_EQ(a.try_admit(1.0, 1, 0).verdict, AdmissionVerdict::kAdmit);
+  EXPECT_EQ(a.try_admit(1.0, 1, waiting(0)).verdict, AdmissionVerdict::kAdmit);
 }
 
 TEST(Admission, MultiChoiceRequestNeedsRoomForAllItsChoices) {
   AdmissionController a(cfg(2, 0), 1);
-  EXPECT_EQ(a.try_admit(0, 3, 0).verdict, AdmissionVerdict::kAdmit);  // 1 runs, 2 queue
-  EXPECT_EQ(a.try_admit(0, 1, 0).verdict, AdmissionVerdict::kQueueFull);
+  EXPECT_EQ(a.try_admit(0, 3, waiting(0)).verdict, AdmissionVerdict::kAdmit);  // 1 runs, 2 queue
+  EXPECT_EQ(a.try_admit(0, 1, waiting(0)).verdict, AdmissionVerdict::kQueueFull);
   AdmissionController b(cfg(2, 0), 1);
-  EXPECT_EQ(b.try_admit(0, 4, 0).verdict, AdmissionVerdict::kQueueFull);
+  EXPECT_EQ(b.try_admit(0, 4, waiting(0)).verdict, AdmissionVerdict::kQueueFull);
 }
 
 TEST(Admission, EngineWaitingCountsAsQueuedEvenBelowConcurrency) {
   AdmissionController a(cfg(2, 0), 100);
-  EXPECT_EQ(a.try_admit(0, 1, /*engine_waiting=*/2).verdict, AdmissionVerdict::kQueueFull);
-  EXPECT_EQ(a.try_admit(0, 1, 1).verdict, AdmissionVerdict::kAdmit);
+  EXPECT_EQ(a.try_admit(0, 1, waiting(2)).verdict, AdmissionVerdict::kQueueFull);
+  EXPECT_EQ(a.try_admit(0, 1, waiting(1)).verdict, AdmissionVerdict::kAdmit);
 }
 
 TEST(Admission, DrainRateIsEwmaOfBusyCompletionIntervals) {
   AdmissionController a(cfg(0, 0), 1);
   EXPECT_DOUBLE_EQ(a.snapshot().drain_rate, 0.5);  // initial estimate
   // Idle until t=100: that gap must not count as drain time.
-  ASSERT_EQ(a.try_admit(100, 3, 0).verdict, AdmissionVerdict::kAdmit);
+  ASSERT_EQ(a.try_admit(100, 3, waiting(0)).verdict, AdmissionVerdict::kAdmit);
   a.on_complete(101);  // interval 1 s
   EXPECT_DOUBLE_EQ(a.snapshot().drain_rate, 1.0);
   a.on_complete(101.5);  // 0.5 s: ewma 0.5*0.5 + 0.5*1 = 0.75 s
@@ -57,26 +66,68 @@ TEST(Admission, DrainRateIsEwmaOfBusyCompletionIntervals) {
   EXPECT_EQ(a.snapshot().in_flight, 1);
 }
 
-TEST(Admission, PredictedWaitOverLimitIsRefusedWithRetryAfterFromDrainRate) {
+// Issue 34: the wait is the queued work in tokens (prompt + decode of every waiting request)
+// over the engine's measured token rate, not a count of requests over the completion rate.
+TEST(Admission, PredictedWaitIsQueuedWorkInTokensOverTheTokenRate) {
   AdmissionController a(cfg(0, /*max_wait=*/3.0), /*concurrency=*/1);
-  ASSERT_EQ(a.try_admit(0, 1, 0).verdict, AdmissionVerdict::kAdmit);
-  a.on_complete(0.25);  // drain rate 4/s
-  for (int i = 0; i < 13; ++i) ASSERT_EQ(a.try_admit(1, 1, 0).verdict, AdmissionVerdict::kAdmit);
-  // 13 in flight, 1 runs: 12 ahead / 4 per s = 3 s: not over the limit.
-  EXPECT_EQ(a.try_admit(1, 1, 0).verdict, AdmissionVerdict::kAdmit);
-  // 13 ahead -> 3.25 s > 3 s.
-  const AdmissionDecision d = a.try_admit(1, 1, 0);
+  ASSERT_EQ(a.try_admit(0, 1, waiting(0)).verdict, AdmissionVerdict::kAdmit);  // runs
+  // 2 waiting, 600 tokens of work, 400 tokens/s: 1.5 s.
+  AdmissionDecision d = a.try_admit(1, 1, waiting(2, 600, 400));
+  EXPECT_EQ(d.verdict, AdmissionVerdict::kAdmit);
+  EXPECT_EQ(d.queued_ahead, 2);
+  EXPECT_EQ(d.queued_work_tokens, 600);
+  EXPECT_NEAR(d.predicted_wait_s, 1.5, 1e-9);
+  // 3 waiting, 1300 tokens: 3.25 s > 3 s, Retry-After rounded up.
+  d = a.try_admit(1, 1, waiting(3, 1300, 400));
   EXPECT_EQ(d.verdict, AdmissionVerdict::kWaitTooLong);
+  EXPECT_EQ(d.queued_work_tokens, 1300);
   EXPECT_NEAR(d.predicted_wait_s, 3.25, 1e-9);
-  EXPECT_EQ(d.retry_after_s, 4);  // rounded up
+  EXPECT_EQ(d.retry_after_s, 4);
+  // Fast completions (short requests finishing) say nothing about this queue's work.
+  for (int i = 1; i <= 20; ++i) a.on_complete(1 + i * 1e-3);
+  EXPECT_EQ(a.try_admit(1.1, 1, waiting(3, 1300, 400)).verdict, AdmissionVerdict::kWaitTooLong);
+  // The same queue on an engine that computes 1000 tokens/s: 1.3 s.
+  EXPECT_EQ(a.try_admit(1.1, 1, waiting(3, 1300, 1000)).verdict, AdmissionVerdict::kAdmit);
+  // The same count of requests with little work each: 3 x 10 tokens at 400/s.
+  EXPECT_EQ(a.try_admit(1.1, 1, waiting(3, 30, 400)).verdict, AdmissionVerdict::kAdmit);
+}
+
+// Admitted requests beyond the running slots that the engine does not report as waiting yet
+// (its stats lag a step) count at the mean work of the waiting ones, or the last mean seen.
+TEST(Admission, UnreportedQueuedRequestsCountAtTheMeanWorkOfWaitingOnes) {
+  AdmissionController a(cfg(0, /*max_wait=*/10.0), /*concurrency=*/1);
+  ASSERT_EQ(a.try_admit(0, 5, waiting(0)).verdict, AdmissionVerdict::kAdmit);  // 1 runs, 4 queue
+  // 2 reported (500 tokens each), 2 more not yet: 2000 tokens at 100/s = 20 s.
+  AdmissionDecision d = a.try_admit(0, 1, waiting(2, 1000, 100));
+  EXPECT_EQ(d.verdict, AdmissionVerdict::kWaitTooLong);
+  EXPECT_EQ(d.queued_ahead, 4);
+  EXPECT_EQ(d.queued_work_tokens, 2000);
+  // None reported: the last mean (500) stands.
+  d = a.try_admit(0, 1, waiting(0, 0, 100));
+  EXPECT_EQ(d.queued_work_tokens, 2000);
+  EXPECT_EQ(d.retry_after_s, 20);
+  // Nothing known at all: initial_request_tokens (100) at initial_token_rate (100/s).
+  AdmissionController b(cfg(0, 10.0), 1);
+  ASSERT_EQ(b.try_admit(0, 5, waiting(0)).verdict, AdmissionVerdict::kAdmit);
+  d = b.try_admit(0, 1, waiting(0));
+  EXPECT_EQ(d.queued_work_tokens, 400);
+  EXPECT_NEAR(d.predicted_wait_s, 4.0, 1e-9);
+  EXPECT_EQ(d.verdict, AdmissionVerdict::kAdmit);
+}
+
+TEST(Admission, ZeroMaxQueueWaitNeverRefusesOnThePrediction) {
+  AdmissionController a(cfg(0, 0), 1);
+  const AdmissionDecision d = a.try_admit(0, 1, waiting(100, 1'000'000, 1));
+  EXPECT_EQ(d.verdict, AdmissionVerdict::kAdmit);
+  EXPECT_GT(d.predicted_wait_s, 1e5);
 }
 
 TEST(Admission, RetryAfterIsAtLeastOneSecond) {
   AdmissionController a(cfg(1, 0), 1);
-  ASSERT_EQ(a.try_admit(0, 1, 0).verdict, AdmissionVerdict::kAdmit);
+  ASSERT_EQ(a.try_admit(0, 1, waiting(0)).verdict, AdmissionVerdict::kAdmit);
   a.on_complete(0.001);  // a very fast drain
-  ASSERT_EQ(a.try_admit(1, 2, 0).verdict, AdmissionVerdict::kAdmit);
-  const AdmissionDecision d = a.try_admit(1, 1, 0);
+  ASSERT_EQ(a.try_admit(1, 2, waiting(0)).verdict, AdmissionVerdict::kAdmit);
+  const AdmissionDecision d = a.try_admit(1, 1, waiting(1, 0, 1000));  // no work left to wait
   ASSERT_EQ(d.verdict, AdmissionVerdict::kQueueFull);
   EXPECT_EQ(d.retry_after_s, 1);
   EXPECT_EQ(a.retry_after_s(), 1);
