@@ -12,13 +12,15 @@
 #   greedy   temperature 0
 #   t1       temperature 1, top_p 1 (OpenAI's defaults)
 #   p09      temperature 0.8, top_p 0.9
-# Both servers get top_k 0 and min_p 0 explicitly (llama-server's defaults are 40 and 0.05;
+# Both servers get top_k 0 and min_p 0 explicitly, and greedy also top_p 1 (llama-server's
+# defaults are 40, 0.05 and 0.95, and it runs that chain, a sort included, even at temperature 0;
 # kvwarden treats 0 as off). Each repetition runs every cell on both servers back to back, so a
 # slow spell of a shared machine hits both columns alike. Prints a markdown table of median output
 # tokens/s (completed tokens / run time) with the ratios sampled/greedy and kvwarden/llama-server,
 # the commit and the CPU's flags.
 # Environment: KVW (build-bench/apps/kvwarden/kvwarden, else build/...), LLAMA_SERVER (none),
-# VOCABS ("32000 151936 262144"), STREAMS ("1 16"), REPS (3), GEN (64), THREADS (nproc),
+# VOCABS ("32000 151936 262144"), STREAMS ("1 16"), MODES ("greedy t1 p09"; a rerun of some
+# modes into the same OUT keeps the others' reports for the table), REPS (3), GEN (64), THREADS (nproc),
 # OUT (a temp dir; models are kept there and reused), PORT (8461; llama-server PORT+1).
 # Not part of ctest: it takes a few minutes and wants a quiet machine.
 set -euo pipefail
@@ -42,11 +44,11 @@ LPORT=$((PORT + 1))
 mkdir -p "$OUT"
 
 declare -A MODE_BODY=(
-  [greedy]='{"temperature": 0, "top_k": 0, "min_p": 0}'
+  [greedy]='{"temperature": 0, "top_p": 1, "top_k": 0, "min_p": 0}'
   [t1]='{"temperature": 1, "top_p": 1, "top_k": 0, "min_p": 0}'
   [p09]='{"temperature": 0.8, "top_p": 0.9, "top_k": 0, "min_p": 0}'
 )
-MODES="greedy t1 p09"
+MODES=${MODES:-"greedy t1 p09"}
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT

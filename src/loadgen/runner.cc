@@ -200,7 +200,8 @@ class Run {
   std::multimap<double, Pending*> retry_at_;  // monotonic time -> request waiting to retry
   Rng retry_rng_;                             // backoff jitter
   size_t num_retries_ = 0;
-  bool aborting_ = false;  // the drain timed out: nothing is retried any more
+  bool aborting_ = false;      // the drain timed out: nothing is retried any more
+  bool sending_over_ = false;  // draining: impatient clients retry no more
 };
 
 void Pending::on_headers(int status, const HttpHeaders& headers) {
@@ -391,7 +392,9 @@ bool Run::maybe_retry(Pending* p) {
   const double now = monotonic_s();
   double delay = 0;
   if (p->result_.impatient) {  // headers ignored; bounded by the client's patience only
-    if (!is_retryable(status, RetryHints{})) return false;
+    // ... and by the run: once sending stops they stop too, so the drain waits only for what
+    // the server admitted (and the SDK clients' few retries).
+    if (sending_over_ || !is_retryable(status, RetryHints{})) return false;
     delay = config_.impatient_retry_delay_s;
     if (now + delay - p->t0() >= config_.request_timeout_s) return false;
   } else {
@@ -522,6 +525,7 @@ RunOutput Run::run() {
       }
     } else {
       if (drain_deadline == 0) drain_deadline = now + config_.drain_timeout_s;
+      sending_over_ = time_up;  // the run's --duration ended (not a request budget)
       if (in_flight_.empty()) break;
       if (now > drain_deadline) {
         out_.drain_timed_out = true;

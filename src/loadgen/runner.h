@@ -44,7 +44,8 @@ struct RunConfig {
   uint64_t retry_seed = 0;  // backoff jitter
   // Requests marked impatient (RequestSpec) ignore Retry-After and x-should-retry: they retry
   // any retryable failure after this fixed delay, with no cap on the count, until
-  // request_timeout_s has passed since their first send, as a retry storm's own clients do.
+  // request_timeout_s has passed since their first send, as a retry storm's own clients do, or
+  // until --duration ends (the drain does not wait out their storm).
   double impatient_retry_delay_s = 0.05;
 };
 
