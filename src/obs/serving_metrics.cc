@@ -1,8 +1,15 @@
 #include "obs/serving_metrics.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <sstream>
 
 namespace kvw::obs {
 
@@ -129,6 +136,13 @@ void ServingMetrics::init_kvwarden() {
   gen_tokens_ = &r.counter("kvwarden_generation_tokens_total", "Generated tokens.").with({});
   rss_ = &r.gauge("kvwarden_process_resident_memory_bytes", "Resident set size of the process.")
               .with({});
+  cpu_ = &r.counter("kvwarden_process_cpu_seconds_total",
+                    "User + system CPU time of the process (getrusage).")
+              .with({});
+  thread_cpu_ = &r.counter("kvwarden_thread_cpu_seconds_total",
+                           "User + system CPU time by thread role: the thread's name without its "
+                           "index (kvw-io, kvw-http, kvw-engine, kvw-fwd, kvw-swap, ...).",
+                           {"thread"});
   defrag_moves_ = &r.counter("kvwarden_kv_defrag_moves_total",
                              "KV blocks moved by the defragmenter (--defrag-threshold).")
                        .with({});
@@ -326,6 +340,43 @@ void ServingMetrics::update_process() {
   if (std::fscanf(f, "%llu %llu", &size, &resident) == 2)
     rss_->set(double(resident) * double(sysconf(_SC_PAGESIZE)));
   std::fclose(f);
+  rusage ru{};
+  if (getrusage(RUSAGE_SELF, &ru) == 0) {
+    auto sec = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
+    cpu_->set_total(sec(ru.ru_utime) + sec(ru.ru_stime));
+  }
+  update_thread_cpu();
+}
+
+// Sums /proc/self/task/*/stat by thread role. Threads that ended take their time with them, so a
+// role's total can step down when its pool shrinks; ours are fixed at start-up.
+void ServingMetrics::update_thread_cpu() {
+  std::map<std::string, double> by_role;
+  const double tick = 1.0 / double(sysconf(_SC_CLK_TCK));
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::ifstream in(task.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t open = stat.find('('), close = stat.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close < open) continue;
+    std::string role = stat.substr(open + 1, close - open - 1);
+    const size_t dash = role.find_last_of('-');
+    if (dash != std::string::npos && dash + 1 < role.size() &&
+        role.find_first_not_of("0123456789", dash + 1) == std::string::npos) {
+      role.resize(dash);  // kvw-io-1 -> kvw-io
+    }
+    // After ") ": state(3) ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt
+    // utime(14) stime(15).
+    std::istringstream rest(stat.substr(close + 2));
+    std::string field;
+    double utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && rest >> field; ++i) {
+      if (i == 14) utime = std::atof(field.c_str());
+      if (i == 15) stime = std::atof(field.c_str());
+    }
+    by_role[role] += (utime + stime) * tick;
+  }
+  for (const auto& [role, seconds] : by_role) thread_cpu_->with({role}).set_total(seconds);
 }
 
 void ServingMetrics::observe_request(const RequestTiming& t) {

@@ -62,7 +62,9 @@ class ServingMetrics {
   void observe_step(const StepObservation& s);
   void update_engine(const EngineStats& s);
   void update_budget(const planner::BudgetTable& b);
-  void update_process();  // kvwarden_process_resident_memory_bytes from /proc/self/statm
+  // kvwarden_process_resident_memory_bytes (/proc/self/statm), process CPU (getrusage) and CPU
+  // by thread role (/proc/self/task/*/stat).
+  void update_process();
   // The HTTP front door. Requests it holds before the engine (waiting for request memory or a
   // handler thread, or being prepared) are added to kvwarden_requests{state="waiting"} and
   // vllm:num_requests_waiting, so every accepted request is visible. After update_engine.
@@ -90,6 +92,7 @@ class ServingMetrics {
 
  private:
   void init_kvwarden();
+  void update_thread_cpu();
   void init_vllm();
 
   ServingMetricsConfig cfg_;
@@ -110,6 +113,8 @@ class ServingMetrics {
   Gauge* breaker_labelled_[3];
   Histogram *ttft_, *tpot_, *itl_, *e2e_, *queue_, *step_duration_, *batch_seqs_, *batch_tokens_;
   Gauge* rss_;
+  Counter* cpu_;
+  Family<Counter>* thread_cpu_;  // by thread role (kvw-io, kvw-engine, kvw-fwd, ...)
   Gauge *http_conns_, *http_peak_conns_, *http_streams_, *http_buffered_, *http_preparing_,
       *req_mem_used_, *req_mem_capacity_, *req_mem_peak_, *req_mem_waiting_;
   Counter *http_accepted_, *http_rejected_, *http_slow_, *req_mem_timeouts_, *defrag_moves_;

@@ -3,11 +3,15 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <ctime>
 #include <random>
 #include <set>
 #include <thread>
 
+#include "core/thread_name.h"
 #include "obs/serving_metrics.h"
 #include "prom_text.h"
 #include "test_util.h"
@@ -212,6 +216,35 @@ TEST(ServingMetrics, ExportsEngineFiguresInBaseUnits) {
   EXPECT_EQ(value_of(p, "vllm:request_success_total", {{"finished_reason", "length"}}), 1);
   EXPECT_EQ(
       value_of(p, "vllm:cache_config_info", {{"num_gpu_blocks", "300"}, {"block_size", "16"}}), 1);
+}
+
+TEST(ServingMetrics, ExportsProcessCpuAndCpuByThreadRole) {
+  // A live thread named like ours ("<role>-<index>") burns 0.15 s of CPU; its role's counter and
+  // the process counter must show it (how CPU per refusal is told apart from the forward's).
+  ServingMetrics m(kCfg);
+  std::atomic<bool> stop{false}, burned{false};
+  std::thread live([&] {
+    set_thread_name("kvw-burn-1");
+    // Burn 150 ms of this thread's own CPU time, however loaded the machine is.
+    volatile uint64_t x = 0;
+    timespec t{};
+    do {
+      for (int i = 0; i < 100000; ++i) x = x + 1;
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    } while (t.tv_sec == 0 && t.tv_nsec < 150'000'000);
+    burned = true;
+    while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  while (!burned.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  m.update_process();
+  stop = true;
+  live.join();
+  const test::Parsed p = parse_prometheus_text(m.render());
+  ASSERT_TRUE(p.errors.empty()) << p.errors[0];
+  const double role = value_of(p, "kvwarden_thread_cpu_seconds_total", {{"thread", "kvw-burn"}});
+  EXPECT_GT(role, 0.1);
+  EXPECT_LT(role, 2.0);
+  EXPECT_GE(value_of(p, "kvwarden_process_cpu_seconds_total"), role);
 }
 
 TEST(ServingMetrics, ExportsKvEventsPublisherCounters) {
