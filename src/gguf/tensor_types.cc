@@ -23,15 +23,19 @@ struct TypeEntry {
   TypeTraits traits;
 };
 
-constexpr std::array<TypeEntry, 9> kTypes = {{
+constexpr std::array<TypeEntry, 13> kTypes = {{
     {GgmlType::kF32, {"f32", 1, 4}},
     {GgmlType::kF16, {"f16", 1, 2}},
     {GgmlType::kQ4_0, {"q4_0", kQK4_0, sizeof(BlockQ4_0)}},
+    {GgmlType::kQ4_1, {"q4_1", kQK4_1, sizeof(BlockQ4_1)}},
+    {GgmlType::kQ5_0, {"q5_0", kQK5_0, sizeof(BlockQ5_0)}},
+    {GgmlType::kQ5_1, {"q5_1", kQK5_1, sizeof(BlockQ5_1)}},
     {GgmlType::kQ8_0, {"q8_0", kQK8_0, sizeof(BlockQ8_0)}},
     {GgmlType::kQ4_K, {"q4_K", kQK_K, sizeof(BlockQ4_K)}},
     {GgmlType::kQ5_K, {"q5_K", kQK_K, sizeof(BlockQ5_K)}},
     {GgmlType::kQ6_K, {"q6_K", kQK_K, sizeof(BlockQ6_K)}},
     {GgmlType::kQ8_K, {"q8_K", kQK_K, sizeof(BlockQ8_K)}},
+    {GgmlType::kIQ4_NL, {"iq4_nl", kQK4_NL, sizeof(BlockIQ4_NL)}},
     {GgmlType::kBF16, {"bf16", 1, 2}},
 }};
 
@@ -153,6 +157,14 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
       return dequantize_q4_0(static_cast<const BlockQ4_0*>(src), dst, n);
     case GgmlType::kQ8_0:
       return dequantize_q8_0(static_cast<const BlockQ8_0*>(src), dst, n);
+    case GgmlType::kQ4_1:
+      return quant::dequantize_q4_1(static_cast<const BlockQ4_1*>(src), dst, n);
+    case GgmlType::kQ5_0:
+      return quant::dequantize_q5_0(static_cast<const BlockQ5_0*>(src), dst, n);
+    case GgmlType::kQ5_1:
+      return quant::dequantize_q5_1(static_cast<const BlockQ5_1*>(src), dst, n);
+    case GgmlType::kIQ4_NL:
+      return quant::dequantize_iq4_nl(static_cast<const BlockIQ4_NL*>(src), dst, n);
     case GgmlType::kQ4_K:
       return quant::dequantize_q4_k(static_cast<const BlockQ4_K*>(src), dst, n);
     case GgmlType::kQ5_K:
@@ -183,6 +195,14 @@ void quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
       return quantize_q4_0(src, static_cast<BlockQ4_0*>(dst), n);
     case GgmlType::kQ8_0:
       return quantize_q8_0(src, static_cast<BlockQ8_0*>(dst), n);
+    case GgmlType::kQ4_1:
+      return quant::quantize_q4_1(src, static_cast<BlockQ4_1*>(dst), n);
+    case GgmlType::kQ5_0:
+      return quant::quantize_q5_0(src, static_cast<BlockQ5_0*>(dst), n);
+    case GgmlType::kQ5_1:
+      return quant::quantize_q5_1(src, static_cast<BlockQ5_1*>(dst), n);
+    case GgmlType::kIQ4_NL:
+      return quant::quantize_iq4_nl(src, static_cast<BlockIQ4_NL*>(dst), n);
     case GgmlType::kQ4_K:
       return quant::quantize_q4_k(src, static_cast<BlockQ4_K*>(dst), n);
     case GgmlType::kQ5_K:

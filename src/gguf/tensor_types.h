@@ -13,11 +13,15 @@ enum class GgmlType : uint32_t {
   kF32 = 0,
   kF16 = 1,
   kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
   kQ8_0 = 8,
   kQ4_K = 12,
   kQ5_K = 13,
   kQ6_K = 14,
   kQ8_K = 15,  // activation format for K-quant dot products; never a weight type here
+  kIQ4_NL = 20,
   kBF16 = 30,
 };
 

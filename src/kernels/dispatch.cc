@@ -34,6 +34,10 @@ GgmlType act_type(GgmlType wtype) {
     case GgmlType::kF32:
     case GgmlType::kF16:
     case GgmlType::kBF16:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+    case GgmlType::kIQ4_NL:
       return GgmlType::kF32;
     case GgmlType::kQ8_K:
       break;

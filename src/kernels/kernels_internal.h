@@ -27,7 +27,8 @@ struct RowRange {
 // and trailing threads may get an empty range).
 RowRange split_range(int64_t n, int ith, int nth, int64_t align);
 
-// The format quantize_act writes for weights of `wtype`: kQ8_0, kQ8_K or kF32.
+// The format quantize_act writes for weights of `wtype`: kQ8_0, kQ8_K or kF32 (float types and
+// the dequantised types below).
 GgmlType act_type(GgmlType wtype);
 
 // Row sizes of a matmul; CHECKs that n_in is a whole number of weight and activation blocks.
@@ -36,6 +37,13 @@ struct MatmulGeometry {
   int64_t x_row_bytes;
 };
 MatmulGeometry matmul_geometry(GgmlType wtype, int64_t n_in);
+
+// Q4_1, Q5_0, Q5_1, IQ4_NL: f32 activations, weight rows dequantised a chunk at a time and
+// dotted in one fixed order (kernels/dequant_matmul.cc). Every table's matmul routes these types
+// to matmul_dequant, so results are bit-identical across tables; packs() is false for them.
+bool is_dequant_type(GgmlType wtype);
+void matmul_dequant(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const float* x,
+                    int64_t n_tokens, float* y, int ith, int nth);
 
 // What quantize_act appends to each Q8_0 activation row, after its n_in/32 BlockQ8_0: one of
 // these per block, for matmul_packed (x86 kernels broadcast both straight from memory).

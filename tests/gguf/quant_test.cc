@@ -16,9 +16,10 @@
 namespace kvw {
 namespace {
 
-const GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,
-                              GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K,
-                              GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ8_K};
+const GgmlType kAllTypes[] = {GgmlType::kF32,   GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ4_0,
+                              GgmlType::kQ8_0,  GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+                              GgmlType::kQ8_K,  GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                              GgmlType::kIQ4_NL};
 
 std::vector<float> gaussian(int64_t n, uint32_t seed, float mean = 0.0f, float stddev = 1.0f) {
   std::mt19937 rng(seed);
@@ -57,11 +58,13 @@ TEST(TensorTypes, TraitsMatchGgml) {
     int64_t elems, bytes;
   };
   const Want wants[] = {
-      {GgmlType::kF32, 0, "f32", 1, 4},        {GgmlType::kF16, 1, "f16", 1, 2},
-      {GgmlType::kQ4_0, 2, "q4_0", 32, 18},    {GgmlType::kQ8_0, 8, "q8_0", 32, 34},
-      {GgmlType::kQ4_K, 12, "q4_K", 256, 144}, {GgmlType::kQ5_K, 13, "q5_K", 256, 176},
-      {GgmlType::kQ6_K, 14, "q6_K", 256, 210}, {GgmlType::kQ8_K, 15, "q8_K", 256, 292},
-      {GgmlType::kBF16, 30, "bf16", 1, 2}};
+      {GgmlType::kF32, 0, "f32", 1, 4},         {GgmlType::kF16, 1, "f16", 1, 2},
+      {GgmlType::kQ4_0, 2, "q4_0", 32, 18},     {GgmlType::kQ8_0, 8, "q8_0", 32, 34},
+      {GgmlType::kQ4_K, 12, "q4_K", 256, 144},  {GgmlType::kQ5_K, 13, "q5_K", 256, 176},
+      {GgmlType::kQ6_K, 14, "q6_K", 256, 210},  {GgmlType::kQ8_K, 15, "q8_K", 256, 292},
+      {GgmlType::kBF16, 30, "bf16", 1, 2},      {GgmlType::kQ4_1, 3, "q4_1", 32, 20},
+      {GgmlType::kQ5_0, 6, "q5_0", 32, 22},     {GgmlType::kQ5_1, 7, "q5_1", 32, 24},
+      {GgmlType::kIQ4_NL, 20, "iq4_nl", 32, 18}};
   for (const Want& w : wants) {
     const TypeTraits& tr = type_traits(w.t);
     EXPECT_EQ(tr.name, w.name);
@@ -72,9 +75,12 @@ TEST(TensorTypes, TraitsMatchGgml) {
   }
   EXPECT_EQ(ggml_type_from_name("Q4_K"), GgmlType::kQ4_K);
   EXPECT_EQ(ggml_type_from_name("F16"), GgmlType::kF16);
-  EXPECT_EQ(ggml_type_from_name("q4_1"), std::nullopt);
+  EXPECT_EQ(ggml_type_from_name("Q5_0"), GgmlType::kQ5_0);
+  EXPECT_EQ(ggml_type_from_name("IQ4_NL"), GgmlType::kIQ4_NL);
+  EXPECT_EQ(ggml_type_from_name("q2_K"), std::nullopt);
   EXPECT_EQ(ggml_type_from_name(""), std::nullopt);
-  for (uint32_t raw : {3u, 6u, 7u, 9u, 10u, 11u, 16u, 29u, 31u, 99u, 0xffffffffu}) {
+  // Q8_1, Q2_K, Q3_K, IQ2_XXS, IQ4_XS, MXFP4, ... are not supported (yet).
+  for (uint32_t raw : {4u, 5u, 9u, 10u, 11u, 16u, 23u, 29u, 31u, 39u, 99u, 0xffffffffu}) {
     EXPECT_EQ(ggml_type_from_raw(raw), std::nullopt) << raw;
   }
 }
@@ -88,6 +94,12 @@ TEST(TensorTypes, RowBytesRejectsPartialBlocks) {
   EXPECT_EQ(row_bytes(GgmlType::kQ4_0, 48), std::nullopt);
   EXPECT_EQ(row_bytes(GgmlType::kQ5_K, 128), std::nullopt);
   EXPECT_EQ(row_bytes(GgmlType::kF16, -2), std::nullopt);
+  // Qwen2.5-0.5B's 896-wide rows: 28 blocks of the fallback types.
+  EXPECT_EQ(row_bytes(GgmlType::kQ5_0, 896), 28u * 22);
+  EXPECT_EQ(row_bytes(GgmlType::kQ4_1, 896), 28u * 20);
+  EXPECT_EQ(row_bytes(GgmlType::kQ5_1, 896), 28u * 24);
+  EXPECT_EQ(row_bytes(GgmlType::kIQ4_NL, 896), 28u * 18);
+  EXPECT_EQ(row_bytes(GgmlType::kQ5_0, 80), std::nullopt);
 }
 
 TEST(Dequantize, Q4_0KnownAnswer) {
@@ -114,6 +126,103 @@ TEST(Dequantize, Q8_0KnownAnswer) {
     EXPECT_EQ(y[j], (j * 8 - 128) * 0.25f);
     EXPECT_EQ(y[32 + j], (j - 16) * -3.0f);
   }
+}
+
+// The fifth bit of element e of a Q5_0/Q5_1 block is bit e of the little-endian qh word.
+int q5_fifth_bit(const uint8_t qh[4], int e) {
+  return (qh[e / 8] >> (e % 8)) & 1;
+}
+
+TEST(Dequantize, Q4_1KnownAnswer) {
+  BlockQ4_1 b;
+  b.d = f32_to_f16(0.5f);
+  b.m = f32_to_f16(-3.0f);
+  for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  const std::vector<float> y = dequantize(GgmlType::kQ4_1, &b, 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], j * 0.5f - 3.0f) << j;
+    EXPECT_EQ(y[j + 16], (15 - j) * 0.5f - 3.0f) << j;
+  }
+}
+
+TEST(Dequantize, Q5_0KnownAnswer) {
+  BlockQ5_0 b;
+  b.d = f32_to_f16(2.0f);
+  const uint8_t qh[4] = {0xA5, 0x01, 0x80, 0xFF};  // bits 0,2,5,7,8,23,24..31
+  std::memcpy(b.qh, qh, 4);
+  for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(((j * 3) & 15) | ((15 - j) << 4));
+  const std::vector<float> y = dequantize(GgmlType::kQ5_0, &b, 32);
+  for (int e = 0; e < 32; ++e) {
+    const int low = e < 16 ? (e * 3) & 15 : 15 - (e - 16);
+    EXPECT_EQ(y[e], ((low | (q5_fifth_bit(qh, e) << 4)) - 16) * 2.0f) << e;
+  }
+  EXPECT_EQ(y[0], 0.0f);    // 0 | 16 -> 0
+  EXPECT_EQ(y[1], -26.0f);  // 3 - 16
+  EXPECT_EQ(y[16], -2.0f);  // 15 - 16 (bit 16 clear)
+  EXPECT_EQ(y[31], 0.0f);   // 0 | 16
+}
+
+TEST(Dequantize, Q5_1KnownAnswer) {
+  BlockQ5_1 b;
+  b.d = f32_to_f16(0.25f);
+  b.m = f32_to_f16(-4.0f);
+  const uint8_t qh[4] = {0x0F, 0xF0, 0x33, 0xCC};
+  std::memcpy(b.qh, qh, 4);
+  for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>((j * 5 + 1) & 0xFF);
+  const std::vector<float> y = dequantize(GgmlType::kQ5_1, &b, 32);
+  for (int e = 0; e < 32; ++e) {
+    const uint8_t byte = b.qs[e % 16];
+    const int low = e < 16 ? (byte & 15) : (byte >> 4);
+    EXPECT_EQ(y[e], (low | (q5_fifth_bit(qh, e) << 4)) * 0.25f - 4.0f) << e;
+  }
+}
+
+TEST(Dequantize, IQ4_NLKnownAnswer) {
+  const int kLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                           1,    13,   25,  38,  53,  69,  89,  113};  // ggml's kvalues_iq4nl
+  BlockIQ4_NL b;
+  b.d = f32_to_f16(0.5f);
+  for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  const std::vector<float> y = dequantize(GgmlType::kIQ4_NL, &b, 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], 0.5f * kLevels[j]) << j;
+    EXPECT_EQ(y[j + 16], 0.5f * kLevels[15 - j]) << j;
+  }
+}
+
+// ggml's Q5_0 reference on x = (j - 16) / 2: the largest magnitude (-8, element 0) sets
+// d = -8 / -16 = 0.5, and element j lands exactly on level j (x / d + 16.5 = j + 0.5).
+TEST(Quantize, Q5_0MatchesGgmlReferenceOnAKnownBlock) {
+  std::vector<float> x(32);
+  for (int j = 0; j < 32; ++j) x[j] = (j - 16) * 0.5f;
+  const std::vector<uint8_t> q = quantize(GgmlType::kQ5_0, x);
+  const auto* b = reinterpret_cast<const BlockQ5_0*>(q.data());
+  EXPECT_EQ(f16_to_f32(b->d), 0.5f);
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(b->qs[j], (j & 15) | (((j + 16) & 15) << 4)) << j;
+  const uint8_t want_qh[4] = {0x00, 0x00, 0xFF, 0xFF};  // elements 16..31 have the fifth bit
+  EXPECT_EQ(std::memcmp(b->qh, want_qh, 4), 0);
+  EXPECT_EQ(dequantize(GgmlType::kQ5_0, q.data(), 32), x);
+}
+
+// ggml's Q4_1 / Q5_1 references: d = (max - min) / (levels - 1), m = min, round half up.
+TEST(Quantize, Q4_1AndQ5_1MatchGgmlReferenceOnAKnownBlock) {
+  std::vector<float> x(32);
+  for (int j = 0; j < 32; ++j) x[j] = 1.0f + (j % 16) * 0.25f;  // min 1, max 4.75
+  const std::vector<uint8_t> q4 = quantize(GgmlType::kQ4_1, x);
+  const auto* b4 = reinterpret_cast<const BlockQ4_1*>(q4.data());
+  EXPECT_EQ(f16_to_f32(b4->d), 0.25f);
+  EXPECT_EQ(f16_to_f32(b4->m), 1.0f);
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(b4->qs[j], j | (j << 4)) << j;
+  EXPECT_EQ(dequantize(GgmlType::kQ4_1, q4.data(), 32), x);
+
+  for (int j = 0; j < 32; ++j) x[j] = -2.0f + j * 0.125f;  // min -2, max 1.875 = -2 + 31 / 8
+  const std::vector<uint8_t> q5 = quantize(GgmlType::kQ5_1, x);
+  const auto* b5 = reinterpret_cast<const BlockQ5_1*>(q5.data());
+  EXPECT_EQ(f16_to_f32(b5->d), 0.125f);
+  EXPECT_EQ(f16_to_f32(b5->m), -2.0f);
+  const uint8_t want_qh[4] = {0x00, 0x00, 0xFF, 0xFF};
+  EXPECT_EQ(std::memcmp(b5->qh, want_qh, 4), 0);
+  EXPECT_EQ(dequantize(GgmlType::kQ5_1, q5.data(), 32), x);
 }
 
 // Sub-block (scale, min) pairs of the hand-built K blocks; 4..7 need the 2 high bits.
@@ -222,9 +331,12 @@ struct Bound {
 
 // Bounds for N(0,1) data, ~15-40% above the measured errors printed below. Q4_0's bound is
 // looser than Q4_K's because ggml's Q4_0 reference (max / -8, no search) measures ~8.7%.
-const Bound kBounds[] = {{GgmlType::kF32, 0.0},   {GgmlType::kF16, 1e-3},  {GgmlType::kBF16, 5e-3},
-                         {GgmlType::kQ8_0, 0.01}, {GgmlType::kQ8_K, 0.01}, {GgmlType::kQ6_K, 0.02},
-                         {GgmlType::kQ5_K, 0.04}, {GgmlType::kQ4_K, 0.08}, {GgmlType::kQ4_0, 0.10}};
+const Bound kBounds[] = {
+    {GgmlType::kF32, 0.0},     {GgmlType::kF16, 1e-3},   {GgmlType::kBF16, 5e-3},
+    {GgmlType::kQ8_0, 0.01},   {GgmlType::kQ8_K, 0.01},  {GgmlType::kQ6_K, 0.02},
+    {GgmlType::kQ5_K, 0.04},   {GgmlType::kQ4_K, 0.08},  {GgmlType::kQ4_0, 0.10},
+    {GgmlType::kQ4_1, 0.09},   {GgmlType::kQ5_0, 0.055}, {GgmlType::kQ5_1, 0.045},
+    {GgmlType::kIQ4_NL, 0.095}};
 
 TEST(RoundTrip, ErrorWithinBoundsForEveryType) {
   for (const Bound& b : kBounds) {
@@ -271,14 +383,17 @@ TEST(RoundTrip, ZeroAndConstantRows) {
 TEST(RoundTrip, RequantisingDequantisedDataIsStable) {
   const std::vector<float> x = gaussian(2048, 3);
   // Simple scale types reproduce their own bytes exactly.
-  for (GgmlType t : {GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+  for (GgmlType t :
+       {GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0}) {
     const std::vector<uint8_t> q = quantize(t, x);
     const std::vector<uint8_t> q2 = quantize(t, dequantize(t, q.data(), 2048));
     EXPECT_EQ(q, q2) << type_traits(t).name;
   }
   // K-quants re-fit their scales (and Q8_K's fp32 scale does not survive 127 * d exactly),
   // so require only that a second pass adds little error.
-  for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ8_K}) {
+  // Q4_1/Q5_1 recompute (max - min) / levels in float; IQ4_NL refits its scale.
+  for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ8_K,
+                     GgmlType::kQ4_1, GgmlType::kQ5_1, GgmlType::kIQ4_NL}) {
     const std::vector<uint8_t> q = quantize(t, x);
     const std::vector<float> y = dequantize(t, q.data(), 2048);
     const std::vector<uint8_t> q2 = quantize(t, y);

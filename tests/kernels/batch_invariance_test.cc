@@ -27,6 +27,11 @@ int64_t n_in_for(GgmlType wtype) {
     case GgmlType::kF16:
     case GgmlType::kBF16:
       return 516;  // n_in % 16 == 4: scalar tails
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+    case GgmlType::kIQ4_NL:
+      return 544;  // a 512-element dequantised chunk and a 32-element one
     default:
       return 512;
   }

@@ -143,6 +143,34 @@ TEST(KernelsMatmul, Q8_0HandlesAnOddNumberOfBlocks) {
   }
 }
 
+// Q4_1/Q5_0/Q5_1/IQ4_NL share one kernel across tables (matmul_dequant), so every table gives
+// the ref table's bits, at the row lengths llama-quantize gives these types (896: Qwen2.5-0.5B's
+// n_embd, 4864: its n_ff; neither a multiple of 256), whatever the thread count.
+TEST(KernelsMatmul, DequantTypesAreBitIdenticalAcrossTablesAndThreads) {
+  const Shape shapes[] = {{35, 896, 5}, {17, 4864, 2}, {64, 288, 9}};
+  for (GgmlType wtype : testing::kDequantTypes) {
+    EXPECT_FALSE(kernels_ref().packs(wtype, 64, 896)) << testing::type_name(wtype);
+    EXPECT_EQ(act_type(wtype), GgmlType::kF32);
+    for (const Shape& s : shapes) {
+      const auto w = testing::make_weights(wtype, s.n_rows, s.n_in, 12);
+      const auto x = testing::random_floats(s.n_tokens * s.n_in, 13);
+      const auto xq = testing::quantize_act(kernels_ref(), wtype, x.data(), s.n_tokens, s.n_in);
+      const auto want =
+          testing::matmul(kernels_ref(), wtype, w.data(), s.n_rows, s.n_in, xq.data(), s.n_tokens);
+      for (const KernelTable* t : available_kernel_tables()) {
+        for (int nth : {1, 2, 3}) {
+          SCOPED_TRACE(std::string(t->isa) + " " + testing::type_name(wtype) + " n_in " +
+                       std::to_string(s.n_in) + " nth " + std::to_string(nth));
+          EXPECT_EQ(t->packs(wtype, s.n_rows, s.n_in), false);
+          const auto got =
+              testing::matmul(*t, wtype, w.data(), s.n_rows, s.n_in, xq.data(), s.n_tokens, nth);
+          ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0);
+        }
+      }
+    }
+  }
+}
+
 TEST(KernelsMatmul, ThreadsWriteOnlyTheirOwnRows) {
   const int64_t n_rows = 100, n_in = 256;
   const auto w = testing::make_weights(GgmlType::kQ8_0, n_rows, n_in, 10);

@@ -237,6 +237,10 @@ void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, 
 
 void matmul(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
             int64_t n_tokens, float* y, int ith, int nth) {
+  if (is_dequant_type(wtype)) {
+    return matmul_dequant(wtype, w, n_rows, n_in, static_cast<const float*>(xq), n_tokens, y, ith,
+                          nth);
+  }
   const MatmulGeometry g = matmul_geometry(wtype, n_in);
   const RowRange rows = split_range(n_rows, ith, nth, kRowAlign);
   if (rows.begin >= rows.end || n_tokens <= 0) return;
@@ -261,6 +265,10 @@ void matmul(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const v
       return matmul_rows_q5_k(k, rows.begin, rows.end);
     case GgmlType::kQ6_K:
       return matmul_rows_q6_k(k, rows.begin, rows.end);
+    case GgmlType::kQ4_1:  // matmul_dequant above
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+    case GgmlType::kIQ4_NL:
     case GgmlType::kQ8_K:
       break;  // rejected by matmul_geometry
   }
