@@ -225,6 +225,9 @@ Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
   KVW_RETURN_IF_ERROR(read_int(f, a + "attention.head_count_kv", hp.n_head_kv, false));
   KVW_RETURN_IF_ERROR(read_int(f, a + "feed_forward_length", hp.n_ff, true));
   KVW_RETURN_IF_ERROR(read_int(f, a + "context_length", hp.n_ctx_train, true));
+  // Applied as written (every layer, key positions pos - w < j <= pos, llama.cpp's standard SWA
+  // mask). llama.cpp's own llama graph never reads this key and attends to everything, so on
+  // Mistral-7B-v0.1 (w 4096) greedy text differs from llama.cpp's only past 4096 tokens.
   KVW_RETURN_IF_ERROR(read_int(f, a + "attention.sliding_window", hp.sliding_window, false));
   KVW_RETURN_IF_ERROR(read_float(f, a + "attention.layer_norm_rms_epsilon", hp.norm_eps));
   if (hp.n_head > 0) hp.head_dim = hp.n_embd / hp.n_head;
