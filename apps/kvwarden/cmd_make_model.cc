@@ -65,23 +65,26 @@ void override_deepseek2(const CLI::App* cmd, const MakeModelSpec& g, MakeModelSp
 void add_make_model_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "make-model",
-      "Write a GGUF model with seeded random weights (llama, qwen2, qwen2moe or deepseek2) and "
-      "a tokenizer");
+      "Write a GGUF model with seeded random weights (llama, qwen2, qwen2moe, qwen3 or "
+      "deepseek2) and a tokenizer");
   auto f = std::make_shared<MakeModelFlags>();
   MakeModelSpec& s = f->spec;
   cmd->add_option("--out,-o", f->out, "Output GGUF path")->required();
   cmd->add_option("--preset", f->preset,
                   "Start from a named shape: tiny, tinyllama-1.1b, mixtral-tiny, mixtral-1b, "
-                  "qwen2moe-tiny, deepseek-v2-lite-tiny, deepseek-v3-tiny, deepseek-v2-lite")
+                  "qwen2moe-tiny, qwen3-tiny, deepseek-v2-lite-tiny, deepseek-v3-tiny, "
+                  "deepseek-v2-lite")
       ->capture_default_str();
   cmd->add_option("--arch", s.arch,
-                  "Architecture: llama, qwen2, qwen2moe or deepseek2 (default llama)");
+                  "Architecture: llama, qwen2, qwen2moe, qwen3 or deepseek2 (default llama)");
   cmd->add_option("--name", s.name, "general.name");
   cmd->add_option("--dim", s.n_embd, "Embedding width");
   cmd->add_option("--layers", s.n_layer, "Number of decoder layers");
   cmd->add_option("--heads", s.n_head, "Attention heads");
   cmd->add_option("--kv-heads", s.n_head_kv,
                   "K/V heads (GQA when fewer than --heads; deepseek2 does not use it)");
+  cmd->add_option("--head-dim", s.head_dim,
+                  "qwen3: q/k/v head length, key_length = value_length (0: --dim / --heads)");
   cmd->add_option("--ffn", s.n_ff,
                   "Feed-forward width (llama: of each expert with --experts; deepseek2: of the "
                   "dense layers; qwen2moe: feed_forward_length only)");
@@ -126,6 +129,7 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
     if (given("--layers")) spec.n_layer = g.n_layer;
     if (given("--heads")) spec.n_head = g.n_head;
     if (given("--kv-heads")) spec.n_head_kv = g.n_head_kv;
+    if (given("--head-dim")) spec.head_dim = g.head_dim;
     if (given("--ffn")) spec.n_ff = g.n_ff;
     if (given("--experts")) spec.n_expert = g.n_expert;
     if (given("--experts-used")) spec.n_expert_used = g.n_expert_used;

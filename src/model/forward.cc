@@ -161,7 +161,7 @@ void Model::run_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t
     matmul(kt, L.wk, act_for(L.wk, xn), n_tokens, k_.data(), ith, nth);
     matmul(kt, L.wv, act_for(L.wv, xn), n_tokens, v_.data(), ith, nth);
   });
-  // Biases, RoPE, and K/V into the paged cache.
+  // Biases, per-head Q/K norms, RoPE, and K/V into the paged cache.
   const kernels::KvLayerView view = layer_view(kv, l);
   pool_.run([&](int ith, int nth) {
     auto [b, e] = thread_share(n_tokens, ith, nth);
@@ -173,6 +173,12 @@ void Model::run_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t
         for (int64_t i = 0; i < qd; ++i) q[i] += L.bq[i];
         for (int64_t i = 0; i < kvd; ++i) k[i] += L.bk[i];
         for (int64_t i = 0; i < kvd; ++i) v[i] += L.bv[i];
+      }
+      if (!L.q_norm.empty()) {  // qwen3: each head RMS-normalised before RoPE
+        for (int32_t h = 0; h < hp_.n_head; ++h)
+          kt.rmsnorm(q + h * hd, L.q_norm.data(), hd, hp_.norm_eps, q + h * hd);
+        for (int32_t h = 0; h < hp_.n_head_kv; ++h)
+          kt.rmsnorm(k + h * hd, L.k_norm.data(), hd, hp_.norm_eps, k + h * hd);
       }
       const float* cs = cs_.data() + t * hp_.rope.n_rot;
       rope_.apply(q, hp_.n_head, hd, cs);

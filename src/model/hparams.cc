@@ -212,9 +212,10 @@ Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
   auto arch = f.get_string("general.architecture");
   if (!arch) return Error{arch.message()};
   hp.arch = *arch;
-  if (hp.arch != "llama" && hp.arch != "qwen2" && hp.arch != "qwen2moe" && hp.arch != "deepseek2") {
+  if (hp.arch != "llama" && hp.arch != "qwen2" && hp.arch != "qwen2moe" && hp.arch != "qwen3" &&
+      hp.arch != "deepseek2") {
     return Error{f.path() + ": key 'general.architecture': '" + hp.arch +
-                 "' is not supported (supported: llama, qwen2, qwen2moe, deepseek2)"};
+                 "' is not supported (supported: llama, qwen2, qwen2moe, qwen3, deepseek2)"};
   }
   if (auto name = f.get_string("general.name")) hp.name = *name;
   const std::string a = hp.arch + ".";
@@ -232,9 +233,20 @@ Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
   KVW_RETURN_IF_ERROR(read_float(f, a + "attention.layer_norm_rms_epsilon", hp.norm_eps));
   if (hp.n_head > 0) hp.head_dim = hp.n_embd / hp.n_head;
   KVW_RETURN_IF_ERROR(read_int(f, a + "attention.key_length", hp.head_dim, false));
+  if (hp.arch != "deepseek2") {
+    // Value heads as long as key heads (Qwen3: both 128 where n_embd / n_head is not).
+    int32_t value_length = hp.head_dim;
+    KVW_RETURN_IF_ERROR(read_int(f, a + "attention.value_length", value_length, false));
+    if (value_length != hp.head_dim) {
+      return Error{f.path() + ": key '" + a + "attention.value_length': " +
+                   std::to_string(value_length) + ", expected key_length " +
+                   std::to_string(hp.head_dim) + " (different key and value lengths)"};
+    }
+  }
 
-  hp.rope.style =
-      hp.arch == "qwen2" || hp.arch == "qwen2moe" ? RopeStyle::kNeox : RopeStyle::kNormal;
+  hp.rope.style = hp.arch == "qwen2" || hp.arch == "qwen2moe" || hp.arch == "qwen3"
+                      ? RopeStyle::kNeox
+                      : RopeStyle::kNormal;
   hp.rope.n_rot = hp.head_dim;
   KVW_RETURN_IF_ERROR(read_int(f, a + "rope.dimension_count", hp.rope.n_rot, false));
   KVW_RETURN_IF_ERROR(read_float(f, a + "rope.freq_base", hp.rope.freq_base));
@@ -271,6 +283,8 @@ Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
 
   hp.tied_embeddings = f.find_tensor("output.weight") == nullptr;
   hp.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  // qwen3 always has them (llama.cpp requires both); the loader then checks every layer's.
+  hp.qk_norm = hp.arch == "qwen3";
   // n_vocab from the embedding matrix: the tokenizer may list fewer entries than rows.
   if (const auto* emb = f.find_tensor("token_embd.weight"); emb && emb->shape.size() == 2) {
     hp.n_vocab = (int32_t)emb->shape[1];

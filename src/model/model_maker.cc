@@ -139,18 +139,23 @@ Status refuse_deepseek2_flags(const MakeModelSpec& s) {
   return {};
 }
 
-// Attention and FFN shapes of the llama-style architectures (llama, qwen2, qwen2moe).
+// Attention and FFN shapes of the llama-style architectures (llama, qwen2, qwen2moe, qwen3).
 Status validate_llama_shape(const MakeModelSpec& s) {
   if (s.n_embd <= 0 || s.n_layer <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.n_ff <= 0 ||
       s.n_ctx <= 0)
     return Error{"--dim, --layers, --heads, --kv-heads, --ffn and --context must be > 0"};
-  if (s.n_embd % s.n_head != 0) return Error{"--dim must be a multiple of --heads"};
+  if (s.head_dim < 0) return Error{"--head-dim must be >= 0 (0: --dim / --heads)"};
+  if (s.head_dim != 0 && s.arch != "qwen3") return Error{"--head-dim needs --arch qwen3"};
+  if (s.head_dim == 0 && s.n_embd % s.n_head != 0)
+    return Error{"--dim must be a multiple of --heads"};
   if (s.n_head % s.n_head_kv != 0) return Error{"--heads must be a multiple of --kv-heads"};
-  if ((s.n_embd / s.n_head) % 2 != 0) return Error{"head dimension (--dim / --heads) must be even"};
+  if (s.head_len() % 2 != 0)
+    return Error{"head dimension (--head-dim or --dim / --heads) must be even"};
   const int64_t blk = type_traits(s.weight_type).block_elems;
-  if (s.n_embd % blk != 0 || s.n_ff % blk != 0) {
-    return Error{"--dim and --ffn must be multiples of " + std::to_string(blk) +
-                 " for --weight-type " + std::string(type_traits(s.weight_type).name)};
+  if (s.n_embd % blk != 0 || s.n_ff % blk != 0 || ((int64_t)s.n_head * s.head_len()) % blk != 0) {
+    return Error{"--dim, --ffn and --heads x head dimension must be multiples of " +
+                 std::to_string(blk) + " for --weight-type " +
+                 std::string(type_traits(s.weight_type).name)};
   }
   return {};
 }
@@ -281,7 +286,11 @@ void set_llama_keys(const MakeModelSpec& s, GgufWriter& w) {
   w.set_u32(a + "attention.head_count_kv", s.n_head_kv);
   w.set_f32(a + "attention.layer_norm_rms_epsilon", s.norm_eps);
   w.set_f32(a + "rope.freq_base", s.rope_theta);
-  w.set_u32(a + "rope.dimension_count", s.n_embd / s.n_head);
+  w.set_u32(a + "rope.dimension_count", s.head_len());
+  if (s.arch == "qwen3") {  // convert_hf_to_gguf.py writes config.json's head_dim as both
+    w.set_u32(a + "attention.key_length", s.head_len());
+    w.set_u32(a + "attention.value_length", s.head_len());
+  }
   if (s.sliding_window > 0) w.set_u32(a + "attention.sliding_window", s.sliding_window);
   if (s.n_expert > 0) {
     w.set_u32(a + "expert_count", s.n_expert);
@@ -341,7 +350,7 @@ void set_deepseek2_keys(const MakeModelSpec& s, GgufWriter& w) {
 }
 
 void write_llama_tensors(const MakeModelSpec& s, int64_t n_vocab, TensorMaker& tm) {
-  const int64_t d = s.n_embd, hd = s.n_embd / s.n_head, q = s.n_head * hd, kv = s.n_head_kv * hd;
+  const int64_t d = s.n_embd, hd = s.head_len(), q = s.n_head * hd, kv = s.n_head_kv * hd;
   tm.matrix("token_embd.weight", d, n_vocab, s.weight_type, 1.0f);
   for (int32_t l = 0; l < s.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -353,6 +362,10 @@ void write_llama_tensors(const MakeModelSpec& s, int64_t n_vocab, TensorMaker& t
       tm.vector(p + "attn_q.bias", q, 0.0f, 0.1f);
       tm.vector(p + "attn_k.bias", kv, 0.0f, 0.1f);
       tm.vector(p + "attn_v.bias", kv, 0.0f, 0.1f);
+    }
+    if (s.arch == "qwen3") {  // per-head norms; std 0.3 so dropping them moves the logits
+      tm.vector(p + "attn_q_norm.weight", hd, 1.0f, 0.3f);
+      tm.vector(p + "attn_k_norm.weight", hd, 1.0f, 0.3f);
     }
     tm.matrix(p + "attn_output.weight", q, d, s.weight_type);
     tm.vector(p + "ffn_norm.weight", d, 1.0f, 0.1f);
@@ -475,19 +488,25 @@ Result<ExpertGating> parse_expert_gating(const std::string& name) {
 }
 
 Status MakeModelSpec::validate() const {
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen2moe" && arch != "deepseek2")
-    return Error{"--arch must be llama, qwen2, qwen2moe or deepseek2"};
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen2moe" && arch != "qwen3" &&
+      arch != "deepseek2")
+    return Error{"--arch must be llama, qwen2, qwen2moe, qwen3 or deepseek2"};
   if (vocab_type != "spm" && vocab_type != "bpe") return Error{"--vocab-type must be spm or bpe"};
   if (weight_type == GgmlType::kQ8_K) return Error{"--weight-type q8_K is not a weight type"};
   if (rope_scaling != RopeScaling::kNone && rope_scale <= 0)
     return Error{"--rope-scale must be > 0"};
   if (gguf_version != 2 && gguf_version != 3) return Error{"--gguf-version must be 2 or 3"};
-  if (arch == "deepseek2") return validate_deepseek2(*this);
+  if (arch == "deepseek2") {
+    if (head_dim != 0) return Error{"--head-dim needs --arch qwen3 (deepseek2: --qk-nope-dim)"};
+    return validate_deepseek2(*this);
+  }
   if (arch == "qwen2moe") return validate_qwen2moe(*this);
   KVW_RETURN_IF_ERROR(refuse_deepseek2_flags(*this));
   if (n_ff_shexp != 0) return Error{"--shared-expert-ffn needs --arch qwen2moe"};
   KVW_RETURN_IF_ERROR(validate_llama_shape(*this));
   if (n_expert < 0) return Error{"--experts must be >= 0"};
+  if (sliding_window != 0 && arch == "qwen3")
+    return Error{"--sliding-window needs --arch llama or qwen2"};
   if (n_expert > 0 && arch != "llama")
     return Error{"--experts needs --arch llama, qwen2moe or deepseek2"};
   if (n_expert > 0 && (n_expert_used < 1 || n_expert_used > n_expert))
@@ -623,18 +642,36 @@ Result<MakeModelSpec> make_model_preset(const std::string& name) {
     s.vocab_type = "bpe";
     return s;
   }
+  if (name == "qwen3-tiny") {
+    // Qwen3-0.6B's structure (heads of 128 while n_embd / n_head is 64, GQA 2:1, per-head Q/K
+    // RMSNorm, no biases, tied output, eps 1e-6, theta 1e6) at dim 128 with heads of 64.
+    s.arch = "qwen3";
+    s.name = "qwen3-tiny-random";
+    s.n_embd = 128;
+    s.n_layer = 2;
+    s.n_head = 4;
+    s.n_head_kv = 2;
+    s.head_dim = 64;
+    s.n_ff = 384;
+    s.norm_eps = 1e-6f;
+    s.rope_theta = 1000000.0f;
+    s.tied = true;
+    s.vocab_type = "bpe";
+    return s;
+  }
   if (name == "deepseek-v2-lite-tiny") return deepseek_tiny(false);
   if (name == "deepseek-v3-tiny") return deepseek_tiny(true);
   if (name == "deepseek-v2-lite") return deepseek_v2_lite();
-  return Error{"unknown --preset '" + name +
-               "' (expected tiny, tinyllama-1.1b, mixtral-tiny, mixtral-1b, qwen2moe-tiny, "
-               "deepseek-v2-lite-tiny, deepseek-v3-tiny or deepseek-v2-lite)"};
+  return Error{
+      "unknown --preset '" + name +
+      "' (expected tiny, tinyllama-1.1b, mixtral-tiny, mixtral-1b, qwen2moe-tiny, qwen3-tiny, "
+      "deepseek-v2-lite-tiny, deepseek-v3-tiny or deepseek-v2-lite)"};
 }
 
 Status make_model(const MakeModelSpec& s, const std::string& path) {
   KVW_RETURN_IF_ERROR(s.validate());
   std::vector<std::string> words(std::begin(kWords), std::end(kWords));
-  const bool qwen = s.arch == "qwen2" || s.arch == "qwen2moe";
+  const bool qwen = s.arch == "qwen2" || s.arch == "qwen2moe" || s.arch == "qwen3";
   Vocab vocab = s.vocab_type == "spm"
                     ? build_spm_vocab(words, s.n_vocab)
                     : build_bpe_vocab(words, qwen ? "qwen2" : "llama3", s.n_vocab);

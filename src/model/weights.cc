@@ -88,7 +88,7 @@ class Loader {
     lhs = std::move(_r.value());         \
   } while (0)
 
-// Multi-head attention tensors of layer `p` (llama, qwen2).
+// Multi-head attention tensors of layer `p` (llama, qwen2, qwen3).
 Status load_attention(Loader& ld, const std::string& p, const ModelHParams& hp, LayerWeights& l) {
   const int64_t d = hp.n_embd, q = hp.q_dim(), kv = hp.kv_dim();
   KVW_ASSIGN(l.wq, ld.matrix(p + "attn_q.weight", d, q));
@@ -98,6 +98,10 @@ Status load_attention(Loader& ld, const std::string& p, const ModelHParams& hp, 
   KVW_ASSIGN(l.bq, ld.vector(p + "attn_q.bias", q, !hp.qkv_bias));
   KVW_ASSIGN(l.bk, ld.vector(p + "attn_k.bias", kv, !hp.qkv_bias));
   KVW_ASSIGN(l.bv, ld.vector(p + "attn_v.bias", kv, !hp.qkv_bias));
+  if (hp.qk_norm) {
+    KVW_ASSIGN(l.q_norm, ld.vector(p + "attn_q_norm.weight", hp.head_dim));
+    KVW_ASSIGN(l.k_norm, ld.vector(p + "attn_k_norm.weight", hp.head_dim));
+  }
   return {};
 }
 

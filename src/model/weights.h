@@ -42,11 +42,12 @@ struct ExpertMatrices {
 };
 
 struct LayerWeights {
-  std::vector<float> attn_norm;   // [n_embd]
-  WeightMatrix wq, wk, wv, wo;    // [q_dim x n_embd], [kv_dim x n_embd] x2, [n_embd x q_dim]
-  std::vector<float> bq, bk, bv;  // qwen2 biases [q_dim], [kv_dim], [kv_dim]; empty otherwise
-  std::vector<float> ffn_norm;    // [n_embd]
-  WeightMatrix gate, up, down;    // dense layers: [n_ff x n_embd] x2, [n_embd x n_ff]
+  std::vector<float> attn_norm;       // [n_embd]
+  WeightMatrix wq, wk, wv, wo;        // [q_dim x n_embd], [kv_dim x n_embd] x2, [n_embd x q_dim]
+  std::vector<float> bq, bk, bv;      // qwen2 biases [q_dim], [kv_dim], [kv_dim]; empty otherwise
+  std::vector<float> q_norm, k_norm;  // qwen3: per-head RMSNorm weights [head_dim]; else empty
+  std::vector<float> ffn_norm;        // [n_embd]
+  WeightMatrix gate, up, down;        // dense layers: [n_ff x n_embd] x2, [n_embd x n_ff]
   // MoE layers (hp.is_moe_layer) instead of gate/up/down:
   WeightMatrix router;                // ffn_gate_inp [n_expert x n_embd]
   ExpertMatrices gate_exps, up_exps;  // n_expert x [n_ff_exp x n_embd]

@@ -100,4 +100,20 @@ if command -v curl >/dev/null; then
   grep -q '"finish_reason"' "$WORK/ds.json" || fail "deepseek2: no answer: $(cat "$WORK/ds.json")"
 fi
 stop
+
+# Qwen3: heads of 64 while n_embd / n_head is 32 (key_length), per-head Q/K norms: the KV row is
+# 2 layers x 2 (K, V) x 2 KV heads x 64 x 2 B (f16) = 1024 B per token, not the 512 that
+# n_embd / n_head would give; with curl, serve answers.
+"$KVW" make-model --out "$WORK/qwen3.gguf" --preset qwen3-tiny --seed 9 >"$WORK/make.out" 2>&1 ||
+  fail "make-model qwen3: $(cat "$WORK/make.out")"
+compare qwen3 "$WORK/qwen3.gguf" 256
+grep -qE "^  kv: 1024 B/token, " "$WORK/qwen3.serve.table" ||
+  fail "qwen3: kv row not sized by key_length: $(grep kv: "$WORK/qwen3.serve.table")"
+if command -v curl >/dev/null; then
+  curl -sf "$URL/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt": "hello world", "max_tokens": 20, "ignore_eos": true}' >"$WORK/q3.json" ||
+    fail "qwen3: completion failed"
+  grep -q '"finish_reason"' "$WORK/q3.json" || fail "qwen3: no answer: $(cat "$WORK/q3.json")"
+fi
+stop
 echo PASS

@@ -235,6 +235,25 @@ TEST(EngineBudget, EqualsTheEnginesBuffersForMlaModels) {
   }
 }
 
+TEST(EngineBudget, EqualsTheEnginesBuffersForQwen3Models) {
+  // Heads of 64 over n_embd 128 / 4 heads: q and the attention output are 256 wide, twice
+  // n_embd, and the KV row is key_length long. Tied (the preset) and untied, f32 and Q8_0.
+  MakeModelSpec s = *make_model_preset("qwen3-tiny");
+  const std::string tied = make(s, "planner_qwen3_f32.gguf");
+  expect_engine_matches(tied, 64, 2);
+  s.tied = false;
+  s.weight_type = GgmlType::kQ8_0;
+  expect_engine_matches(make(s, "planner_qwen3_q8.gguf"), 40, 3);
+  auto shape = load_model_shape(tied);
+  ASSERT_TRUE(shape.ok()) << shape.message();
+  EXPECT_EQ(shape->arch, "qwen3");
+  EXPECT_EQ(shape->head_dim, 64);
+  // 2 layers x (K + V) x 2 KV heads x 64 x 2 B: 1024 B per token in f16 (n_embd / n_head would
+  // give 512).
+  EXPECT_EQ(kv_bytes_per_token(*shape, KvDtype::kF16, 1), 2u * 2 * 2 * 64 * 2);
+  EXPECT_EQ(engine_kv_bytes_per_token_layer(*shape, KvDtype::kF16) * 2, 1024u);
+}
+
 TEST(EngineBudget, MoeDecodeReadsOnlyTheUsedExperts) {
   MakeModelSpec s = *make_model_preset("mixtral-tiny");  // 8 experts, 2 used
   s.n_embd = 128;

@@ -165,6 +165,29 @@ CASES.update({
     "qwen2moe_f32": _q2moe_case("qwen2moe-tiny", _Q2MOE_TINY, seed=40),
 })
 
+# qwen3 (dense) from make-model's qwen3-tiny preset: heads of 64 where dim / heads is 32 (q and
+# attn_output are 256 wide over a 128 embedding, key_length = value_length = 64), GQA 2:1,
+# per-head Q/K RMSNorm before NEOX rope, no biases, tied output unless flags say otherwise.
+_Q3_TINY = dict(dim=128, layers=2, heads=4, kv_heads=2, head_dim=64, tied=True)
+
+
+def _q3_case(expect, flags=(), **kw):
+    c = dict(arch="qwen3", preset="qwen3-tiny", flags=tuple(flags), expect=expect, n_vocab=768,
+             weight_type="f32", kv_dtype="f32", seed=1, lengths=(1, 23, 120), tol="f32")
+    c.update(kw)
+    return c
+
+
+CASES.update({
+    "qwen3_f32": _q3_case(_Q3_TINY, seed=50),
+    "qwen3_untied_kv_f16": _q3_case(dict(_Q3_TINY, tied=False), flags=("--tied=false",),
+                                    kv_dtype="f16", lengths=(80, 9), seed=51, tol="kv_f16"),
+    # Untied: a tied output reads the std-1 embedding, logits spread ~11 and q8_0's rounding with
+    # them, past the tolerance calibrated on std-1 logits.
+    "qwen3_q8_0": _q3_case(dict(_Q3_TINY, tied=False), flags=("--tied=false",),
+                           weight_type="q8_0", lengths=(40, 90), seed=52, tol="q8_0"),
+})
+
 # The smallest routing margin (gap between the last chosen and first unchosen expert's
 # selection value, and between the last kept and first dropped group score) a case may have: a
 # narrower one is decided by rounding, not by the engine. Cases that round more route to all.
@@ -219,6 +242,50 @@ def make_preset_model(kvw, c, path):
     cmd = [kvw, "make-model", "--out", path, "--preset", c["preset"], "--n-vocab",
            str(c["n_vocab"]), "--weight-type", c["weight_type"], "--seed", str(c["seed"])]
     _run(cmd + list(c["flags"]))
+
+
+def check_qwen3_file(model, c):
+    """The qwen3 file must carry what llama.cpp's qwen3 loader reads, or the case proves nothing."""
+    f, hp, e = model.file, model.hp, c["expect"]
+    errors = []
+
+    def expect(what, got, want):
+        if got != want:
+            errors.append(f"{what}: file has {got!r}, case asked for {want!r}")
+
+    a = "qwen3."
+    expect("architecture", f.get("general.architecture"), "qwen3")
+    expect("n_embd", hp.n_embd, e["dim"])
+    expect("n_layer", hp.n_layer, e["layers"])
+    expect("n_head", hp.n_head, e["heads"])
+    expect("n_head_kv", hp.n_head_kv, e["kv_heads"])
+    expect("n_vocab", model.n_vocab, c["n_vocab"])
+    expect("key_length", f.get(a + "attention.key_length"), e["head_dim"])
+    expect("value_length", f.get(a + "attention.value_length"), e["head_dim"])
+    expect("rope.dimension_count", hp.n_rot, e["head_dim"])
+    expect("head length differs from dim / heads", e["head_dim"] != e["dim"] // e["heads"], True)
+    expect("neox rope", hp.rope_neox, True)
+    expect("tied (no output.weight)", not f.has_tensor("output.weight"), e["tied"])
+    expect("q bias present", f.has_tensor("blk.0.attn_q.bias"), False)
+    d, hd = e["dim"], e["head_dim"]
+    want_shapes = {  # ggml order: shape[0] is the row length
+        "attn_q.weight": [d, e["heads"] * hd],
+        "attn_k.weight": [d, e["kv_heads"] * hd],
+        "attn_v.weight": [d, e["kv_heads"] * hd],
+        "attn_output.weight": [e["heads"] * hd, d],
+        "attn_q_norm.weight": [hd],
+        "attn_k_norm.weight": [hd],
+    }
+    for il in range(hp.n_layer):
+        for k, shape in want_shapes.items():
+            name = f"blk.{il}.{k}"
+            got = list(f.tensors[name].shape) if f.has_tensor(name) else None
+            expect(f"{name} shape", got, shape)
+    want_type = _GGML_TYPE_BY_FLAG[c["weight_type"]]
+    for name in ("blk.0.attn_q.weight", "blk.0.ffn_down.weight"):
+        expect(f"{name} type", GGML_TYPES[f.tensors[name].ggml_type][0], want_type)
+    if errors:
+        raise CaseFailure("generated model does not match the case:\n  " + "\n  ".join(errors))
 
 
 def check_qwen2moe_file(model, c):
@@ -484,6 +551,16 @@ def check_feature_matters(model, seqs, ours, c, max_abs):
         return _deepseek2_features_matter(model, seqs, ours, max_abs)
     if c["arch"] == "qwen2moe":
         return _qwen2moe_features_matter(model, seqs, ours, max_abs)
+    if c["arch"] == "qwen3":  # Q/K norms dropped (5x on the rounding paths, as deepseek2)
+        factor = 100 if max_abs < 0.01 else 5
+        hp.use_qk_norm = False
+        try:
+            gap = float(np.abs(ours - model.forward_batch(seqs)).max())
+        finally:
+            hp.use_qk_norm = True
+        if gap < factor * max_abs:
+            raise CaseFailure(f"Q/K norms off change logits by only {gap:.2e}: case is vacuous")
+        return gap
     if c["experts"]:
         # Routing must matter both ways: one expert per token, and every expert per token.
         gaps = []
@@ -550,11 +627,11 @@ def run_case(kvw, name, workdir, threads):
         model = Deepseek2Ref(model_path)
         check_deepseek2_file(model, c)
         kv_dtype = c["kv_dtype"]
-    elif c["arch"] == "qwen2moe":
+    elif c["arch"] in ("qwen2moe", "qwen3"):
         model_path = os.path.join(workdir, "model.gguf")
         make_preset_model(kvw, c, model_path)
         model = LlamaRef(model_path)
-        check_qwen2moe_file(model, c)
+        (check_qwen2moe_file if c["arch"] == "qwen2moe" else check_qwen3_file)(model, c)
         kv_dtype = c["kv_dtype"]
     else:
         model_path = os.path.join(workdir, "model.gguf")

@@ -1,5 +1,6 @@
 """Independent numpy reference of the Llama-family decoder ("llama", "qwen2", Mixtral-style
-mixture-of-experts llama files, and "qwen2moe": Qwen1.5-MoE / Qwen2-57B-A14B), float64 throughout.
+mixture-of-experts llama files, "qwen2moe": Qwen1.5-MoE / Qwen2-57B-A14B, and "qwen3": per-head
+Q/K RMSNorm with an explicit head length), float64 throughout.
 
 Written from the architecture's mathematics, not from the C++ engine: the comparison tests trust
 it as the oracle. Also holds a tiny SentencePiece-style tokenizer (merge by score) and, run as a
@@ -18,7 +19,7 @@ from gguf_reader import GgufFile
 class Hparams:
     def __init__(self, f):
         arch = f.get("general.architecture")
-        if arch not in ("llama", "qwen2", "qwen2moe"):
+        if arch not in ("llama", "qwen2", "qwen2moe", "qwen3"):
             raise ValueError(f"unsupported architecture {arch!r}")
         self.arch = arch
 
@@ -29,7 +30,15 @@ class Hparams:
         self.n_layer = int(meta("block_count"))
         self.n_head = int(meta("attention.head_count"))
         self.n_head_kv = int(meta("attention.head_count_kv", self.n_head))
-        self.head_dim = self.n_embd // self.n_head
+        # qwen3 (HF Qwen3Config.head_dim): heads need not be n_embd / n_head long.
+        self.head_dim = int(meta("attention.key_length", self.n_embd // self.n_head))
+        if int(meta("attention.value_length", self.head_dim)) != self.head_dim:
+            raise ValueError("key_length != value_length")
+        # qwen3 (HF Qwen3Attention): q_norm / k_norm, RMSNorm over each head's head_dim with
+        # the model's eps, after the projections and before RoPE. use_qk_norm is a switch the
+        # comparison driver flips to show it matters.
+        self.qk_norm = arch == "qwen3"
+        self.use_qk_norm = True
         self.n_rot = int(meta("rope.dimension_count", self.head_dim))
         self.rms_eps = float(meta("attention.layer_norm_rms_epsilon", 1e-5))
         self.rope_base = float(meta("rope.freq_base", 10000.0))
@@ -43,7 +52,7 @@ class Hparams:
         if legacy_linear is not None and self.rope_scaling == "none":
             self.rope_scaling, self.rope_scale = "linear", float(legacy_linear)
         # llama GGUFs store q/k permuted for adjacent-pair rotation; qwen2 keeps HF's half split.
-        self.rope_neox = arch in ("qwen2", "qwen2moe")
+        self.rope_neox = arch in ("qwen2", "qwen2moe", "qwen3")
         # Mixtral-style mixture of experts (HF MixtralSparseMoeBlock): softmax over the router
         # logits, the top expert_used_count experts, their probabilities renormalised to sum 1.
         self.n_expert = int(meta("expert_count", 0))
@@ -164,6 +173,9 @@ class LlamaRef:
                 "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm") + ffn}
             for k in ("attn_q", "attn_k", "attn_v"):
                 layer[k + ".bias"] = opt(p + k + ".bias")
+            if hp.qk_norm:
+                layer["attn_q_norm"] = w(p + "attn_q_norm.weight")
+                layer["attn_k_norm"] = w(p + "attn_k_norm.weight")
             self.layers.append(layer)
 
     def attention_mask(self, n):
@@ -190,8 +202,12 @@ class LlamaRef:
             q, k, v = h @ L["attn_q"].T, h @ L["attn_k"].T, h @ L["attn_v"].T
             if L["attn_q.bias"] is not None:
                 q, k, v = q + L["attn_q.bias"], k + L["attn_k.bias"], v + L["attn_v.bias"]
-            q = apply_rope(q.reshape(n, nh, hd), cos, sin, hp.n_rot, hp.rope_neox)
-            k = apply_rope(k.reshape(n, nkv, hd), cos, sin, hp.n_rot, hp.rope_neox)
+            q, k = q.reshape(n, nh, hd), k.reshape(n, nkv, hd)
+            if hp.qk_norm and hp.use_qk_norm:
+                q = rms_norm(q, L["attn_q_norm"], hp.rms_eps)
+                k = rms_norm(k, L["attn_k_norm"], hp.rms_eps)
+            q = apply_rope(q, cos, sin, hp.n_rot, hp.rope_neox)
+            k = apply_rope(k, cos, sin, hp.n_rot, hp.rope_neox)
             v = v.reshape(n, nkv, hd)
             k, v = k[:, kv_of_head, :], v[:, kv_of_head, :]  # GQA: expand kv heads
             scores = np.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd)
