@@ -19,6 +19,15 @@ namespace kvw::http {
 
 using Headers = std::vector<std::pair<std::string, std::string>>;
 
+// What a route's door check (RouteOptions::door) hands on to its handler, e.g. an admission
+// slot reserved before the body was read. The request owns it: it is destroyed with the
+// request on every path (answered, refused, body timed out, connection dropped), so a
+// reservation made at the door cannot leak.
+class DoorPass {
+ public:
+  virtual ~DoorPass() = default;
+};
+
 // ASCII case-insensitive equality, for header names.
 bool iequals(std::string_view a, std::string_view b);
 
@@ -30,6 +39,7 @@ struct HttpRequest {
   std::string body;
   uint64_t arrival_ns = 0;  // steady clock: when the request's headers were complete
   ByteLease lease;          // request memory reserved for this request (body, parse, prompt)
+  std::unique_ptr<DoorPass> door_pass;  // set by the route's door check, if any
 
   // Empty when absent; the first field of that name otherwise.
   std::string header(std::string_view name) const;

@@ -8,6 +8,8 @@
 //  - before its body is read, a request reserves request memory (ByteBudget): body_bytes x
 //    reserve_per_body_byte + reserve_fixed_bytes. When the budget is spent the body is not read
 //    (back-pressure) until memory comes back; past body_timeout_s the answer is 503;
+//  - a route's door check (RouteOptions::door) may answer from the request line and headers
+//    alone, before request memory is reserved or the body read (admission refusals);
 //  - past max_connections, a new connection gets 503 + Retry-After at once and is closed;
 //  - handlers marked inline (probes, /metrics) run on the I/O thread; the rest run on a small
 //    handler pool (parsing, tokenising). A handler answers at once or returns a ResponseStream,
@@ -23,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/status.h"
@@ -91,9 +94,19 @@ struct HttpServerStats {
   ByteBudgetStats request_memory;
 };
 
+// A route's door check: runs on the I/O thread once the request line and headers are parsed
+// (and the API key checked), before any request memory is reserved or a body byte is read.
+// Returning a response answers the request with it at once: an unread body is then not read
+// into request memory (the connection closes after the answer, its input discarded in the
+// kernel), so a refusal costs the same whatever the body's size. Returning nullopt lets the
+// request go on; the check may leave a DoorPass in req.door_pass for the handler. Must be
+// quick, never block and never throw.
+using DoorCheck = std::function<std::optional<HttpResponse>(HttpRequest& req)>;
+
 struct RouteOptions {
-  bool auth = false;       // needs the API key (paths under auth_prefix always do)
-  bool inline_io = false;  // run on the I/O thread: must be quick and never block
+  bool auth = false;         // needs the API key (paths under auth_prefix always do)
+  bool inline_io = false;    // run on the I/O thread: must be quick and never block
+  DoorCheck door = nullptr;  // none
 };
 
 class HttpServer {

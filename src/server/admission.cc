@@ -69,6 +69,11 @@ void AdmissionController::on_complete(double now_s) {
   ++num_completed_;
 }
 
+void AdmissionController::release(int64_t n) {
+  std::lock_guard lock(mu_);
+  in_flight_ = std::max<int64_t>(0, in_flight_ - n);
+}
+
 int64_t AdmissionController::retry_after_s() const {
   std::lock_guard lock(mu_);
   return retry_after_locked(in_flight_);

@@ -72,6 +72,10 @@ class AdmissionController {
   AdmissionDecision try_admit(double now_s, int64_t n, const QueueLoad& engine);
   // One engine request ended (any reason); feeds the drain-rate estimate.
   void on_complete(double now_s);
+  // Gives back `n` admitted slots that never became engine requests (a door reservation the
+  // request did not use: refused after parsing, bad input, client gone). Not a completion: the
+  // drain-rate estimate is unchanged. See admission_ticket.h.
+  void release(int64_t n);
   // Retry-After for refusals that are not about the queue (shedding, draining): the time to
   // drain what is in flight now, >= 1 s.
   int64_t retry_after_s() const;

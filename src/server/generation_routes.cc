@@ -1,9 +1,12 @@
-// /v1/completions and /v1/chat/completions: validate, admit, submit one engine request per
-// choice, then answer in one JSON body or as SSE chunks (`data: {json}\n\n` ... `data: [DONE]`).
+// /v1/completions and /v1/chat/completions: refuse at the door from the headers when there is
+// no room (generation_door), else validate, admit the exact count against the door's
+// reservation, submit one engine request per choice, then answer in one JSON body or as SSE
+// chunks (`data: {json}\n\n` ... `data: [DONE]`).
 #include <cstdio>
 #include <ctime>
 #include <random>
 
+#include "server/admission_ticket.h"
 #include "server/choice_runner.h"
 #include "server/generation_stream.h"
 #include "server/openai_request.h"
@@ -125,8 +128,8 @@ ApiError choice_error(ServerState& st, const ChoiceRunner& r) {
 
 namespace {
 
-// 503 while draining or shedding, 429 when admission refuses; nullopt = admitted.
-std::optional<ApiError> gate(ServerState& st, int64_t num_choices) {
+// 503 while draining or shedding; nullopt when neither.
+std::optional<ApiError> closed_refusal(ServerState& st) {
   if (st.draining.load()) {
     return ApiError(RefusalReason::kDraining, "server is shutting down; retry on another replica")
         .with_retry_after(st.admission.retry_after_s());
@@ -135,13 +138,19 @@ std::optional<ApiError> gate(ServerState& st, int64_t num_choices) {
     return ApiError(RefusalReason::kShedding, "server overloaded (shedding load); retry later")
         .with_retry_after(st.admission.retry_after_s());
   }
+  return std::nullopt;
+}
+
+// The engine's queue for the predicted-wait check (admission.h): count, work, token rate.
+QueueLoad engine_load(const ServerState& st) {
   const EngineStats s = st.engine->stats();
-  const AdmissionDecision d =
-      st.admission.try_admit(now_s(), num_choices,
-                             QueueLoad{.num_waiting = (int64_t)s.num_waiting,
-                                       .waiting_work_tokens = s.num_waiting_work_tokens,
-                                       .token_rate = s.token_rate});
-  if (d.verdict == AdmissionVerdict::kAdmit) return std::nullopt;
+  return QueueLoad{.num_waiting = (int64_t)s.num_waiting,
+                   .waiting_work_tokens = s.num_waiting_work_tokens,
+                   .token_rate = s.token_rate};
+}
+
+// 429 for an admission refusal.
+ApiError admission_refusal(const AdmissionDecision& d) {
   const bool full = d.verdict == AdmissionVerdict::kQueueFull;
   char wait[64];
   std::snprintf(wait, sizeof wait, "%.1f", d.predicted_wait_s);
@@ -153,12 +162,31 @@ std::optional<ApiError> gate(ServerState& st, int64_t num_choices) {
       .with_retry_after(d.retry_after_s);
 }
 
+// The exact check once the request is parsed: `num_choices` slots against what the door
+// reserved (admission_ticket.h). 503 while draining or shedding, 429 when admission refuses;
+// nullopt = admitted (the ticket holds the slots).
+std::optional<ApiError> gate(ServerState& st, AdmissionTicket& ticket, int64_t num_choices) {
+  if (auto e = closed_refusal(st)) return e;
+  const AdmissionDecision d = ticket.admit_exact(now_s(), num_choices, engine_load(st));
+  if (d.verdict == AdmissionVerdict::kAdmit) return std::nullopt;
+  return admission_refusal(d);
+}
+
+// The admission slots the door reserved for this request (none when the route has no door).
+std::unique_ptr<AdmissionTicket> take_ticket(ServerState& st, HttpRequest& req) {
+  if (auto* t = dynamic_cast<AdmissionTicket*>(req.door_pass.get())) {
+    req.door_pass.release();
+    return std::unique_ptr<AdmissionTicket>(t);
+  }
+  return std::make_unique<AdmissionTicket>(st.admission);
+}
+
 // Admits and submits every choice (prompt-major: index = prompt * n + i).
 std::variant<std::vector<std::unique_ptr<ChoiceRunner>>, ApiError> submit_all(
-    ServerState& st, const GenParams& p, const std::vector<PreparedPrompt>& prompts,
-    uint64_t arrival_ns) {
+    ServerState& st, AdmissionTicket& ticket, const GenParams& p,
+    const std::vector<PreparedPrompt>& prompts, uint64_t arrival_ns) {
   const int64_t total = (int64_t)prompts.size() * p.n;
-  if (auto e = gate(st, total)) return *e;
+  if (auto e = gate(st, ticket, total)) return *e;
   std::vector<std::unique_ptr<ChoiceRunner>> runners;
   for (size_t k = 0; k < prompts.size(); ++k) {
     for (int32_t i = 0; i < p.n; ++i) {
@@ -167,12 +195,10 @@ std::variant<std::vector<std::unique_ptr<ChoiceRunner>>, ApiError> submit_all(
       req.max_queue_wait_s = st.cfg.admission.max_queue_wait_s;
       auto ch = st.engine->submit(std::move(req));
       if (!ch.ok()) {
-        // Runners made so far cancel and complete themselves; the rest never started.
-        for (int64_t left = total - (int64_t)runners.size(); left > 0; --left) {
-          st.admission.on_complete(now_s());
-        }
+        // Runners made so far cancel and complete themselves; the ticket gives back the rest.
         return engine_refusal(st, ch.error());
       }
+      ticket.hand_over(1);
       runners.push_back(std::make_unique<ChoiceRunner>(st, std::move(*ch), p.stop, p.logprobs,
                                                        p.ignore_eos, arrival_ns,
                                                        (uint32_t)prompts[k].tokens.size()));
@@ -189,6 +215,7 @@ struct Job {
   int64_t created = 0;
   int64_t prompt_tokens = 0;
   uint64_t arrival_ns = 0;
+  std::unique_ptr<AdmissionTicket> ticket;  // from the door; slots go back when it is destroyed
 };
 
 void run(ServerState& st, Job job, HttpResponse& res) {
@@ -204,7 +231,7 @@ void run(ServerState& st, Job job, HttpResponse& res) {
     job.prompt_tokens += (int64_t)pp.tokens.size();
   }
   st.counters.num_prompt_tokens.fetch_add((uint64_t)job.prompt_tokens);
-  auto submitted = submit_all(st, job.params, job.prompts, job.arrival_ns);
+  auto submitted = submit_all(st, *job.ticket, job.params, job.prompts, job.arrival_ns);
   if (auto* e = std::get_if<ApiError>(&submitted)) return send_error(st, res, *e);
   auto runners = std::move(std::get<0>(submitted));
   job.id = random_id(job.chat ? "chatcmpl-" : "cmpl-");
@@ -227,6 +254,7 @@ void guarded(ServerState& st, HttpResponse& res, Fn&& fn) {
 
 void handle_completions(ServerState& st, HttpRequest& req, HttpResponse& res) {
   const uint64_t arrival_ns = req.arrival_ns;
+  std::unique_ptr<AdmissionTicket> ticket = take_ticket(st, req);
   guarded(st, res, [&] {
     st.counters.num_requests.fetch_add(1);
     auto body = parse_body(req.body, dom_budget(req));
@@ -238,6 +266,7 @@ void handle_completions(ServerState& st, HttpRequest& req, HttpResponse& res) {
     Job job;
     job.params = cr.params;
     job.arrival_ns = arrival_ns;
+    job.ticket = std::move(ticket);
     const EngineLimits& lim = st.limits();
     for (PromptInput& in : cr.prompts) {
       PreparedPrompt pp;
@@ -274,6 +303,7 @@ void handle_completions(ServerState& st, HttpRequest& req, HttpResponse& res) {
 
 void handle_chat_completions(ServerState& st, HttpRequest& req, HttpResponse& res) {
   const uint64_t arrival_ns = req.arrival_ns;
+  std::unique_ptr<AdmissionTicket> ticket = take_ticket(st, req);
   guarded(st, res, [&] {
     st.counters.num_requests.fetch_add(1);
     auto body = parse_body(req.body, dom_budget(req));
@@ -296,10 +326,28 @@ void handle_chat_completions(ServerState& st, HttpRequest& req, HttpResponse& re
     job.chat = true;
     job.params = cr.params;
     job.arrival_ns = arrival_ns;
+    job.ticket = std::move(ticket);
     job.prompts.push_back(PreparedPrompt{.tokens = std::move(prompt->tokens),
                                          .turn_starts = std::move(prompt->turn_starts)});
     run(st, std::move(job), res);
   });
+}
+
+std::optional<HttpResponse> generation_door(ServerState& st, HttpRequest& req) {
+  std::optional<ApiError> e = closed_refusal(st);
+  if (!e) {
+    auto ticket = std::make_unique<AdmissionTicket>(st.admission);
+    const AdmissionDecision d = ticket->reserve(now_s(), 1, engine_load(st));
+    if (d.verdict == AdmissionVerdict::kAdmit) {
+      req.door_pass = std::move(ticket);
+      return std::nullopt;
+    }
+    e = admission_refusal(d);
+  }
+  st.counters.num_requests.fetch_add(1);  // refused requests count as received, as before
+  HttpResponse res;
+  send_error(st, res, *e);
+  return res;
 }
 
 }  // namespace kvw::server

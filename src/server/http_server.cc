@@ -135,12 +135,16 @@ void Server::add_route(const std::string& method, const std::string& path, http:
 
 void Server::install_routes() {
   ServerState& st = *st_;
-  add_route(
+  // Generation refusals (draining, shedding, admission full) are answered at the door, from
+  // the headers, before request memory or the body is touched.
+  const http::RouteOptions generation{
+      .auth = true, .door = [&st](HttpRequest& req) { return generation_door(st, req); }};
+  http_->add_route(
       "POST", "/v1/completions", [&st](auto& req, auto& res) { handle_completions(st, req, res); },
-      true);
-  add_route(
+      generation);
+  http_->add_route(
       "POST", "/v1/chat/completions",
-      [&st](auto& req, auto& res) { handle_chat_completions(st, req, res); }, true);
+      [&st](auto& req, auto& res) { handle_chat_completions(st, req, res); }, generation);
   add_route(
       "POST", "/tokenize", [&st](auto& req, auto& res) { handle_tokenize(st, req, res); }, true);
   add_route(

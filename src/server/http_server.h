@@ -2,9 +2,10 @@
 // the event-driven transport in http/http_server.h. Routes: POST /v1/completions,
 // /v1/chat/completions, /tokenize, /detokenize; GET /v1/models, /health, /ready. Errors are
 // OpenAI error JSON; admission (bounded queue, predicted wait) gives 429, the breaker and drain
-// give 503, both with Retry-After. Other modules add routes (/metrics, /dashboard, /debug/*)
-// with add_route() before start(). /health and /ready run on the I/O threads, so they answer
-// whatever generation work is queued.
+// give 503, both with Retry-After and answered at the door from the headers alone, before the
+// body is read (generation_door in routes.h). Other modules add routes (/metrics, /dashboard,
+// /debug/*) with add_route() before start(). /health and /ready run on the I/O threads, so they
+// answer whatever generation work is queued.
 // Ownership: the Server borrows the Engine, which must outlive it. Thread safety: start(),
 // add_route() and drain_and_stop() from one controlling thread; handlers run on the handler
 // pool (or I/O threads when inline); the accessors are thread-safe.

@@ -41,6 +41,11 @@ ApiError engine_refusal(ServerState& st, const Error& e);
 class ChoiceRunner;
 ApiError choice_error(ServerState& st, const ChoiceRunner& r);
 
+// The generation routes' door check (http::DoorCheck), from the request line and headers
+// alone: 503 + Retry-After while draining or shedding, 429 + Retry-After when admission has no
+// room for one more request; otherwise one admission slot is reserved for the request
+// (AdmissionTicket in req.door_pass) and the handler admits its exact count against it.
+std::optional<HttpResponse> generation_door(ServerState& st, HttpRequest& req);
 void handle_completions(ServerState& st, HttpRequest& req, HttpResponse& res);
 void handle_chat_completions(ServerState& st, HttpRequest& req, HttpResponse& res);
 void handle_tokenize(ServerState& st, HttpRequest& req, HttpResponse& res);

@@ -390,3 +390,149 @@ TEST(HttpServer, ExpectContinueGetsAnInterimAnswerBeforeTheBody) {
 
 }  // namespace
 }  // namespace kvw::http
+
+namespace kvw::http {
+namespace {
+
+// Counts the passes a door check hands out and how many are gone.
+struct PassCounter {
+  std::atomic<int> created{0};
+  std::atomic<int> destroyed{0};
+};
+
+class CountedPass : public DoorPass {
+ public:
+  explicit CountedPass(PassCounter& c) : c_(c) { ++c_.created; }
+  ~CountedPass() override { ++c_.destroyed; }
+
+ private:
+  PassCounter& c_;
+};
+
+std::string announce(const std::string& path, uint64_t content_length) {
+  return "POST " + path +
+         " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(content_length) + "\r\n\r\n";
+}
+
+// A door that refuses while `full`, else hands the handler a pass.
+DoorCheck test_door(std::atomic<bool>& full, PassCounter& passes) {
+  return [&full, &passes](HttpRequest& req) -> std::optional<HttpResponse> {
+    if (!full.load()) {
+      req.door_pass = std::make_unique<CountedPass>(passes);
+      return std::nullopt;
+    }
+    HttpResponse res;
+    res.status = 429;
+    res.set_header("Retry-After", "2");
+    res.set_content(R"({"error":{"code":"queue_full"}})", "application/json");
+    return res;
+  };
+}
+
+// Issue 34: the door answers from the request line and headers; an announced 8 MiB body is
+// neither waited for nor given request memory.
+TEST(HttpServer, DoorCheckAnswersFromTheHeadersWithoutReservingMemoryForTheBody) {
+  HttpServer s(test_config(), refuse);
+  std::atomic<bool> full{true};
+  PassCounter passes;
+  std::atomic<int> handled{0};
+  s.add_route("POST", "/gen",
+              [&handled](HttpRequest& req, HttpResponse& res) {
+                ++handled;
+                res.set_content(req.door_pass ? "pass" : "none", "text/plain");
+              },
+              {.door = test_door(full, passes)});
+  ASSERT_TRUE(s.start().ok());
+  const int fd = connect_to(s.port());
+  ASSERT_TRUE(send_all(fd, announce("/gen", 8u << 20)));  // headers only
+  bool closed = false;
+  const std::string r = read_until(fd, 3s, has_response_end, &closed);
+  EXPECT_EQ(status_of(r), 429) << r;
+  EXPECT_NE(r.find("Retry-After: 2"), std::string::npos) << r;
+  EXPECT_NE(r.find("Connection: close"), std::string::npos) << r;
+  read_until(
+      fd, 3s, [](const std::string&) { return false; }, &closed);
+  EXPECT_TRUE(closed) << "an unread body is not parsed as the next request";
+  ::close(fd);
+  EXPECT_EQ(handled.load(), 0);
+  EXPECT_EQ(passes.created.load(), 0);
+  EXPECT_EQ(s.stats().request_memory.num_granted, 0u);
+  EXPECT_EQ(s.stats().request_memory.peak, 0u);
+  EXPECT_EQ(s.stats().request_memory.num_waiting, 0u);
+
+  // With room, the same request goes on and its handler gets the pass.
+  full = false;
+  const std::string ok = exchange(s.port(), announce("/gen", 2) + "{}");
+  EXPECT_EQ(status_of(ok), 200) << ok;
+  EXPECT_TRUE(ok.ends_with("pass")) << ok;
+  EXPECT_EQ(passes.destroyed.load(), 1);
+}
+
+// A client that sends its whole body anyway still reads the refusal: the server discards the
+// body after answering instead of resetting the connection.
+TEST(HttpServer, RefusedBodySentAnywayIsDiscardedAndTheClientReadsTheAnswer) {
+  HttpServer s(test_config(), refuse);
+  std::atomic<bool> full{true};
+  PassCounter passes;
+  s.add_route("POST", "/gen",
+              [](HttpRequest&, HttpResponse& res) { res.set_content("x", "text/plain"); },
+              {.door = test_door(full, passes)});
+  ASSERT_TRUE(s.start().ok());
+  const int fd = connect_to(s.port());
+  const std::string body(8u << 20, 'x');
+  bool sent = false;
+  std::thread sender([&] { sent = send_all(fd, announce("/gen", body.size()) + body); });
+  bool closed = false;
+  const std::string r = read_until(fd, 10s, has_response_end, &closed);
+  sender.join();
+  EXPECT_TRUE(sent) << "the server took the whole body (discarded) without a reset";
+  EXPECT_EQ(status_of(r), 429) << r;
+  ::close(fd);
+  EXPECT_EQ(s.stats().request_memory.num_granted, 0u);
+}
+
+// The pass a door hands out lives with the request: destroyed after the handler, when the
+// client leaves mid-body, and when the body times out. A door that throws is a 500.
+TEST(HttpServer, DoorPassIsDestroyedOnEveryExit) {
+  HttpServerConfig c = test_config();
+  c.body_timeout_s = 0.3;
+  HttpServer s(c, refuse);
+  std::atomic<bool> full{false};
+  PassCounter passes;
+  s.add_route("POST", "/gen",
+              [](HttpRequest&, HttpResponse& res) { res.set_content("x", "text/plain"); },
+              {.door = test_door(full, passes)});
+  s.add_route("POST", "/throws", [](HttpRequest&, HttpResponse&) {},
+              {.door = [](HttpRequest&) -> std::optional<HttpResponse> {
+                throw std::runtime_error("door bug");
+              }});
+  ASSERT_TRUE(s.start().ok());
+  auto destroyed_reaches = [&](int n) {
+    for (int k = 0; k < 500 && passes.destroyed.load() < n; ++k) std::this_thread::sleep_for(5ms);
+    return passes.destroyed.load() == n;
+  };
+  EXPECT_EQ(status_of(exchange(s.port(), announce("/gen", 2) + "{}")), 200);
+  EXPECT_TRUE(destroyed_reaches(1));
+
+  int fd = connect_to(s.port());  // leaves mid-body
+  send_all(fd, announce("/gen", 100) + "{");
+  for (int k = 0; k < 500 && passes.created.load() < 2; ++k) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(passes.destroyed.load(), 1);  // held while the body is read
+  ::close(fd);
+  EXPECT_TRUE(destroyed_reaches(2));
+
+  fd = connect_to(s.port());  // body never completes
+  send_all(fd, announce("/gen", 100) + "{");
+  const std::string r = read_until(fd, 3s, has_response_end);
+  EXPECT_EQ(status_of(r), 408) << r;
+  ::close(fd);
+  EXPECT_TRUE(destroyed_reaches(3));
+  EXPECT_EQ(passes.created.load(), 3);
+
+  EXPECT_EQ(status_of(exchange(s.port(), announce("/throws", 2) + "{}")), 500);
+  EXPECT_EQ(status_of(exchange(s.port(), announce("/gen", 2) + "{}")), 200);  // still serving
+  EXPECT_EQ(s.stats().request_memory.used, 0u);
+}
+
+}  // namespace
+}  // namespace kvw::http

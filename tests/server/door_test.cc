@@ -1,0 +1,266 @@
+// Refusals at the door (issue 34, "refuse before doing work"): while admission is full,
+// draining or shedding, a generation request is answered 429/503 + Retry-After from its request
+// line and headers alone, before its body is sent, with no request memory reserved; a request
+// that passed the door gives its reserved admission slot back on every early exit.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include "harness.h"
+
+namespace kvw::server {
+namespace {
+
+using harness::Harness;
+using harness::long_model;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+int connect_to(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool send_all(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    const ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    off += (size_t)n;
+  }
+  return true;
+}
+
+// Reads until the peer closes or `timeout` passes; `closed` tells which.
+std::string read_until_close(int fd, std::chrono::milliseconds timeout, bool& closed) {
+  std::string out;
+  const auto end = Clock::now() + timeout;
+  closed = false;
+  char buf[4096];
+  while (Clock::now() < end) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 20) <= 0) continue;
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) {
+      closed = true;
+      break;
+    }
+    out.append(buf, (size_t)n);
+  }
+  return out;
+}
+
+constexpr uint64_t k8MiB = 8u << 20;
+
+std::string headers_only(const std::string& path, uint64_t content_length) {
+  return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+         "Content-Length: " + std::to_string(content_length) + "\r\n\r\n";
+}
+
+// Sends only the headers of a request announcing an 8 MiB body and reads the answer.
+std::string announce_8mib(int port, const std::string& path, bool& closed) {
+  const int fd = connect_to(port);
+  EXPECT_GE(fd, 0);
+  if (fd < 0) return {};
+  EXPECT_TRUE(send_all(fd, headers_only(path, k8MiB)));
+  // A server that waited for the body would answer nothing here (--body-timeout is 60 s).
+  std::string got = read_until_close(fd, 5s, closed);
+  ::close(fd);
+  return got;
+}
+
+void expect_refused(const std::string& got, int status, const std::string& code) {
+  EXPECT_TRUE(got.starts_with("HTTP/1.1 " + std::to_string(status))) << got;
+  EXPECT_NE(got.find("Retry-After: "), std::string::npos) << got;
+  EXPECT_NE(got.find("Connection: close"), std::string::npos) << got;
+  const size_t at = got.find("\r\n\r\n");
+  ASSERT_NE(at, std::string::npos) << got;
+  const json j = json::parse(got.substr(at + 4), nullptr, false);
+  ASSERT_TRUE(j.is_object()) << got;
+  EXPECT_EQ(j["error"]["code"], code) << got;
+  EXPECT_TRUE(j["error"]["message"].is_string()) << got;
+}
+
+// The value of the sample line `series` (name + labels) in Prometheus text, or -1.
+double sample(const std::string& text, const std::string& series) {
+  size_t at = 0;
+  while ((at = text.find(series, at)) != std::string::npos) {
+    if ((at == 0 || text[at - 1] == '\n') && text[at + series.size()] == ' ') {
+      return std::stod(text.substr(at + series.size() + 1));
+    }
+    at += series.size();
+  }
+  return -1;
+}
+
+bool wait_for(const std::function<bool()>& cond, std::chrono::milliseconds timeout = 10s) {
+  const auto end = Clock::now() + timeout;
+  while (!cond()) {
+    if (Clock::now() > end) return false;
+    std::this_thread::sleep_for(2ms);
+  }
+  return true;
+}
+
+// A server over the long model with one running slot (max_num_seqs 1), /metrics wired as
+// `kvwarden serve` wires it, and background streams of 4000 tokens that keep it busy.
+struct BusyServer {
+  std::unique_ptr<obs::ObservabilityContext> ctx;  // outlives the harness (declared first)
+  std::unique_ptr<ObsBridge> bridge;
+  std::unique_ptr<Harness> h;
+  std::vector<std::thread> streams;
+
+  explicit BusyServer(ServerConfig cfg) {
+    cfg.admission.max_queue_wait_s = 0;  // only the queue bound refuses (and nothing times out)
+    cfg.drain_timeout_s = 0.2;
+    h = std::make_unique<Harness>(
+        cfg, long_model(), /*max_num_seqs=*/1, OverflowPolicy::kError, [this](Harness& hh) {
+          ctx = std::make_unique<obs::ObservabilityContext>(
+              make_obs_config(hh.ecfg, hh.engine->budget(), {.model_name = "tiny"}));
+          hh.relay.connect(ctx->step_observer());
+          bridge = std::make_unique<ObsBridge>(*ctx);
+          wire_observability(*hh.server, *hh.engine, *ctx, *bridge, json{{"test", true}});
+        });
+  }
+  ~BusyServer() {
+    h->server->drain_and_stop();  // cancels the streams
+    for (std::thread& t : streams) t.join();
+  }
+  void start_stream() {
+    const int64_t before = h->server->admission().in_flight;
+    streams.emplace_back([port = h->server->port()] {
+      httplib::Client c("127.0.0.1", port);
+      c.set_read_timeout(60);
+      c.Post("/v1/completions",
+             json{{"prompt", "Once upon a time"},
+                  {"max_tokens", 4000},
+                  {"stream", true},
+                  {"ignore_eos", true}}
+                 .dump(),
+             "application/json");
+    });
+    EXPECT_TRUE(wait_for([&] { return h->server->admission().in_flight == before + 1; }));
+  }
+  std::string metrics() {
+    auto m = h->client->Get("/metrics");
+    EXPECT_TRUE(m);
+    return m ? m->body : std::string();
+  }
+};
+
+// Issue 34: a full server answers a request announcing an 8 MiB body with 429 + Retry-After
+// before the body is sent, and request memory does not move; draining answers 503 the same way.
+TEST(ServerDoor, FullServerRefusesAnAnnounced8MiBBodyFromItsHeadersAlone) {
+  ServerConfig cfg;
+  cfg.admission.max_queue = 1;
+  BusyServer b(cfg);
+  Harness& h = *b.h;
+  b.start_stream();  // runs
+  b.start_stream();  // queues: admission is full
+  const http::ByteBudgetStats mem_before = h.server->transport().request_memory;
+  const std::string m0 = b.metrics();
+  const double used_before = sample(m0, R"(kvwarden_request_memory_bytes{state="used"})");
+  const double peak_before = sample(m0, R"(kvwarden_request_memory_bytes{state="peak"})");
+  ASSERT_GE(used_before, 0) << m0;
+
+  for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+    bool closed = false;
+    const std::string got = announce_8mib(h.server->port(), path, closed);
+    expect_refused(got, 429, "queue_full");
+    EXPECT_GE(std::stoi(got.substr(got.find("Retry-After: ") + 13)), 1) << got;
+    EXPECT_TRUE(closed) << "the unread body is not taken as the next request";
+  }
+  const std::string m1 = b.metrics();
+  EXPECT_EQ(sample(m1, R"(kvwarden_request_memory_bytes{state="used"})"), used_before) << m1;
+  // 8 MiB would have reserved 4 x 8 MiB + 256 KiB: the peak shows none was ever taken.
+  EXPECT_EQ(sample(m1, R"(kvwarden_request_memory_bytes{state="peak"})"), peak_before) << m1;
+  EXPECT_EQ(h.server->transport().request_memory.num_granted, mem_before.num_granted);
+  // The refusals count as before (by reason, and in the shed metric).
+  EXPECT_EQ(h.server->refusals().get(RefusalReason::kQueueFull), 2u);
+  EXPECT_EQ(sample(m1, R"(kvwarden_requests_shed_total{reason="queue_full"})"), 2) << m1;
+  EXPECT_EQ(h.server->admission().in_flight, 2);  // the refusals took no slot
+
+  h.server->begin_drain();
+  bool closed = false;
+  const std::string got = announce_8mib(h.server->port(), "/v1/completions", closed);
+  expect_refused(got, 503, "draining");
+  EXPECT_TRUE(closed);
+  EXPECT_EQ(h.server->transport().request_memory.num_granted, mem_before.num_granted);
+  EXPECT_EQ(h.server->refusals().get(RefusalReason::kDraining), 1u);
+}
+
+TEST(ServerDoor, SheddingServerRefusesFromTheHeadersWith503) {
+  ServerConfig cfg;
+  cfg.breaker.kv_high = 0.001;  // one running request crosses it
+  cfg.breaker.kv_low = 0.0005;
+  cfg.breaker.kv_shed_after_s = 0;
+  BusyServer b(cfg);
+  Harness& h = *b.h;
+  b.start_stream();
+  ASSERT_TRUE(wait_for([&] { return h.server->breaker().state == BreakerState::kShedding; }));
+  const uint64_t granted = h.server->transport().request_memory.num_granted;
+  bool closed = false;
+  const std::string got = announce_8mib(h.server->port(), "/v1/chat/completions", closed);
+  expect_refused(got, 503, "overloaded");
+  EXPECT_TRUE(closed);
+  EXPECT_EQ(h.server->transport().request_memory.num_granted, granted);
+  EXPECT_EQ(h.server->refusals().get(RefusalReason::kShedding), 1u);
+}
+
+// A request that passed the door holds one admission slot until its exact count is known; a
+// parse error, a refused extra choice, a client gone mid-body and a body timeout all give it
+// back.
+TEST(ServerDoor, DoorSlotGoesBackOnEveryEarlyExit) {
+  ServerConfig cfg;
+  cfg.admission.max_queue = 1;
+  cfg.http.body_timeout_s = 0.5;
+  BusyServer b(cfg);
+  Harness& h = *b.h;
+  b.start_stream();  // in flight: 1 (running); one more may queue
+  auto in_flight = [&] { return h.server->admission().in_flight; };
+
+  auto bad = h.client->Post("/v1/completions", "{\"prompt\": ", "application/json");
+  harness::expect_error(bad, 400, "");
+  EXPECT_TRUE(wait_for([&] { return in_flight() == 1; })) << in_flight();
+
+  // n = 2: the door reserves 1 (it would queue), the exact check finds no room for the second.
+  auto two = h.post("/v1/completions", {{"prompt", "Once"}, {"n", 2}, {"max_tokens", 1}});
+  harness::expect_error(two, 429, "queue_full");
+  EXPECT_TRUE(wait_for([&] { return in_flight() == 1; })) << in_flight();
+
+  // The client leaves halfway through its body.
+  int fd = connect_to(h.server->port());
+  ASSERT_TRUE(send_all(fd, headers_only("/v1/completions", 1000) + std::string(500, ' ')));
+  EXPECT_TRUE(wait_for([&] { return in_flight() == 2; })) << "the door reserved a slot";
+  ::close(fd);
+  EXPECT_TRUE(wait_for([&] { return in_flight() == 1; })) << in_flight();
+
+  // The body never completes: 408 after --body-timeout, and the slot is back.
+  fd = connect_to(h.server->port());
+  ASSERT_TRUE(send_all(fd, headers_only("/v1/completions", 1000) + "{"));
+  bool closed = false;
+  const std::string got = read_until_close(fd, 5s, closed);
+  ::close(fd);
+  EXPECT_TRUE(got.starts_with("HTTP/1.1 408")) << got;
+  EXPECT_TRUE(wait_for([&] { return in_flight() == 1; })) << in_flight();
+  EXPECT_EQ(h.server->admission().num_completed, 0u) << "releases are not completions";
+  EXPECT_EQ(h.server->transport().request_memory.used, 0u);
+}
+
+}  // namespace
+}  // namespace kvw::server
