@@ -1,7 +1,8 @@
 // kernels/dequant_matmul.cc: matmul of the weight types that have no integer kernel (Q4_1, Q5_0,
 // Q5_1, IQ4_NL): each weight row is dequantised to f32 with gguf's reference conversion, a chunk
-// at a time, and dotted with the f32 activations. Every table calls this one function, so its
-// output is bit-identical across tables as well as across token counts and thread counts.
+// at a time, and dotted with the f32 activations. This is the ref table's kernel; the x86 tables
+// run x86/avx2_dequant.cc, the same arithmetic in SIMD, so the output is bit-identical across
+// tables as well as across token counts and thread counts.
 //
 // Arithmetic per (row, token): kLanes float accumulators, element i adds w_i * x_i to lane
 // i % kLanes (multiply, then add: kernels build with -ffp-contract=off), elements in order; the

@@ -238,8 +238,8 @@ void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, 
 void matmul(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
             int64_t n_tokens, float* y, int ith, int nth) {
   if (is_dequant_type(wtype)) {
-    return matmul_dequant(wtype, w, n_rows, n_in, static_cast<const float*>(xq), n_tokens, y, ith,
-                          nth);
+    return avx2::matmul_dequant(wtype, w, n_rows, n_in, static_cast<const float*>(xq), n_tokens, y,
+                                ith, nth);
   }
   const MatmulGeometry g = matmul_geometry(wtype, n_in);
   const RowRange rows = split_range(n_rows, ith, nth, kRowAlign);

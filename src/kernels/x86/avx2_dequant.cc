@@ -1,0 +1,162 @@
+// kernels/x86/avx2_dequant.cc: matmul_dequant (kernels/dequant_matmul.cc) for Q4_1, Q5_0, Q5_1
+// and IQ4_NL in AVX2, bit for bit. Compiled with -mavx2 -mfma -mf16c -ffp-contract=off; every x86
+// table's matmul routes these types here.
+//
+// Why it is bit-identical to the scalar kernel: a weight is the same float expression
+// (float(q - 16) * d, float(q) * d + m, d * level) with the fp16 scale converted exactly by F16C,
+// and each of the 16 lanes accumulates mul-then-add (no FMA) over elements i, i + 16, ... in
+// order: a block's elements 0-7 and 16-23 go to register 0 (lanes 0-7), 8-15 and 24-31 to
+// register 1 (lanes 8-15). The lanes are then reduced with the scalar kernel's tree.
+// 4 tokens x 2 accumulators + 4 weight registers + a load: 13 of 16 ymm registers.
+#include <immintrin.h>
+
+#include <type_traits>
+
+#include "gguf/quant_blocks.h"
+#include "kernels/kernels_internal.h"
+
+namespace kvw::kernels::avx2 {
+namespace {
+
+constexpr int kLanes = 16;
+
+// 32 unsigned nibbles of a block's qs: bytes 0-15 low nibbles (elements 0-15), 16-31 high.
+inline __m256i nibbles(const uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i m = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+}
+
+// Byte j = 0x10 where bit j of the little-endian qh word is set, else 0.
+inline __m256i fifth_bits(const uint8_t* qh) {
+  uint32_t bits;
+  __builtin_memcpy(&bits, qh, 4);
+  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                          0x0202020202020202, 0x0303030303030303);
+  __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf);       // byte j: qh byte j/8
+  const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);  // bit j % 8
+  v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+  return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+inline float half_to_float(uint16_t h) {
+  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+}
+
+// Bytes (as int8) to 4 x 8 floats, elements 0-7, 8-15, 16-23, 24-31.
+inline void to_floats_i8(__m256i q, __m256 out[4]) {
+  const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+  out[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+  out[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
+  out[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+  out[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
+}
+
+// The 32 weights of block b of a row, as the scalar dequantisation computes them.
+template <GgmlType T>
+inline void unpack(const uint8_t* row, int64_t b, __m256 w[4]) {
+  if constexpr (T == GgmlType::kQ5_0) {
+    const auto& blk = reinterpret_cast<const BlockQ5_0*>(row)[b];
+    const __m256i q = _mm256_or_si256(nibbles(blk.qs), fifth_bits(blk.qh));
+    to_floats_i8(_mm256_sub_epi8(q, _mm256_set1_epi8(16)), w);
+    const __m256 d = _mm256_set1_ps(half_to_float(blk.d));
+    for (int k = 0; k < 4; ++k) w[k] = _mm256_mul_ps(w[k], d);
+  } else if constexpr (T == GgmlType::kQ4_1 || T == GgmlType::kQ5_1) {
+    using Block = std::conditional_t<T == GgmlType::kQ4_1, BlockQ4_1, BlockQ5_1>;
+    const auto& blk = reinterpret_cast<const Block*>(row)[b];
+    __m256i q = nibbles(blk.qs);
+    if constexpr (T == GgmlType::kQ5_1) q = _mm256_or_si256(q, fifth_bits(blk.qh));
+    to_floats_i8(q, w);  // values 0..31: the same as unsigned
+    const __m256 d = _mm256_set1_ps(half_to_float(blk.d));
+    const __m256 m = _mm256_set1_ps(half_to_float(blk.m));
+    for (int k = 0; k < 4; ++k) w[k] = _mm256_add_ps(_mm256_mul_ps(w[k], d), m);
+  } else {
+    static_assert(T == GgmlType::kIQ4_NL);
+    const auto& blk = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
+    const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues));
+    const __m256i idx = nibbles(blk.qs);
+    const __m256i v = _mm256_set_m128i(_mm_shuffle_epi8(table, _mm256_extracti128_si256(idx, 1)),
+                                       _mm_shuffle_epi8(table, _mm256_castsi256_si128(idx)));
+    to_floats_i8(v, w);
+    const __m256 d = _mm256_set1_ps(half_to_float(blk.d));
+    for (int k = 0; k < 4; ++k) w[k] = _mm256_mul_ps(d, w[k]);
+  }
+}
+
+float reduce_lanes(__m256 a0, __m256 a1) {
+  alignas(32) float acc[kLanes];
+  _mm256_store_ps(acc, a0);
+  _mm256_store_ps(acc + 8, a1);
+  for (int width = kLanes / 2; width >= 1; width /= 2) {
+    for (int k = 0; k < width; ++k) acc[k] = acc[k] + acc[k + width];
+  }
+  return acc[0];
+}
+
+// Row r against NT tokens starting at t0.
+template <GgmlType T, int NT>
+void row_tile(const uint8_t* row, int64_t nb, const float* x, int64_t n_in, int64_t t0,
+              int64_t n_rows, int64_t r, float* y) {
+  __m256 acc[NT][2];
+  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256 w[4];
+    unpack<T>(row, b, w);
+    for (int t = 0; t < NT; ++t) {
+      const float* xt = x + (t0 + t) * n_in + b * 32;
+      for (int k = 0; k < 4; ++k) {
+        const __m256 p = _mm256_mul_ps(w[k], _mm256_loadu_ps(xt + 8 * k));
+        acc[t][k % 2] = _mm256_add_ps(acc[t][k % 2], p);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) y[(t0 + t) * n_rows + r] = reduce_lanes(acc[t][0], acc[t][1]);
+}
+
+template <GgmlType T>
+void rows(const uint8_t* w, int64_t row_bytes, int64_t n_rows, int64_t n_in, const float* x,
+          int64_t n_tokens, float* y, RowRange range) {
+  const int64_t nb = n_in / 32;
+  for (int64_t r = range.begin; r < range.end; ++r) {
+    const uint8_t* row = w + r * row_bytes;
+    int64_t t0 = 0;
+    for (; t0 + 4 <= n_tokens; t0 += 4) row_tile<T, 4>(row, nb, x, n_in, t0, n_rows, r, y);
+    switch (n_tokens - t0) {
+      case 3:
+        row_tile<T, 3>(row, nb, x, n_in, t0, n_rows, r, y);
+        break;
+      case 2:
+        row_tile<T, 2>(row, nb, x, n_in, t0, n_rows, r, y);
+        break;
+      case 1:
+        row_tile<T, 1>(row, nb, x, n_in, t0, n_rows, r, y);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+void matmul_dequant(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const float* x,
+                    int64_t n_tokens, float* y, int ith, int nth) {
+  const MatmulGeometry g = matmul_geometry(wtype, n_in);
+  const RowRange range = split_range(n_rows, ith, nth, kRowAlign);
+  const auto* w8 = static_cast<const uint8_t*>(w);
+  switch (wtype) {
+    case GgmlType::kQ5_0:
+      return rows<GgmlType::kQ5_0>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
+    case GgmlType::kQ4_1:
+      return rows<GgmlType::kQ4_1>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
+    case GgmlType::kQ5_1:
+      return rows<GgmlType::kQ5_1>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
+    case GgmlType::kIQ4_NL:
+      return rows<GgmlType::kIQ4_NL>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
+    default:
+      // The generic kernel CHECKs the type.
+      return kvw::kernels::matmul_dequant(wtype, w, n_rows, n_in, x, n_tokens, y, ith, nth);
+  }
+}
+
+}  // namespace kvw::kernels::avx2
