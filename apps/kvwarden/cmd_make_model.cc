@@ -25,7 +25,7 @@ void add_deepseek2_options(CLI::App* cmd, MakeModelFlags& f) {
                   "deepseek2: kv_b (attn_kv_b, older converters) or split (attn_k_b + attn_v_b)");
   cmd->add_option("--experts-shared", s.n_expert_shared, "deepseek2: always-on shared experts");
   cmd->add_option("--expert-ffn", s.n_ff_exp,
-                  "deepseek2, qwen2moe: each routed expert's width (--ffn: dense)");
+                  "deepseek2, qwen2moe, qwen3moe: each routed expert's width (--ffn: dense)");
   cmd->add_option("--dense-lead", s.n_layer_dense_lead,
                   "deepseek2: leading layers with a dense FFN instead of experts");
   cmd->add_option("--gating", f.gating, "deepseek2: router scores, softmax or sigmoid");
@@ -65,31 +65,34 @@ void override_deepseek2(const CLI::App* cmd, const MakeModelSpec& g, MakeModelSp
 void add_make_model_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "make-model",
-      "Write a GGUF model with seeded random weights (llama, qwen2, qwen2moe, qwen3 or "
-      "deepseek2) and a tokenizer");
+      "Write a GGUF model with seeded random weights (llama, qwen2, qwen2moe, qwen3, "
+      "qwen3moe or deepseek2) and a tokenizer");
   auto f = std::make_shared<MakeModelFlags>();
   MakeModelSpec& s = f->spec;
   cmd->add_option("--out,-o", f->out, "Output GGUF path")->required();
-  cmd->add_option("--preset", f->preset,
-                  "Start from a named shape: tiny, tinyllama-1.1b, mixtral-tiny, mixtral-1b, "
-                  "qwen2moe-tiny, qwen3-tiny, deepseek-v2-lite-tiny, deepseek-v3-tiny, "
-                  "deepseek-v2-lite")
+  cmd->add_option(
+         "--preset", f->preset,
+         "Start from a named shape: tiny, tinyllama-1.1b, mixtral-tiny, mixtral-1b, "
+         "qwen2moe-tiny, qwen3-tiny, qwen3moe-tiny, deepseek-v2-lite-tiny, deepseek-v3-tiny, "
+         "deepseek-v2-lite")
       ->capture_default_str();
-  cmd->add_option("--arch", s.arch,
-                  "Architecture: llama, qwen2, qwen2moe, qwen3 or deepseek2 (default llama)");
+  cmd->add_option(
+      "--arch", s.arch,
+      "Architecture: llama, qwen2, qwen2moe, qwen3, qwen3moe or deepseek2 (default llama)");
   cmd->add_option("--name", s.name, "general.name");
   cmd->add_option("--dim", s.n_embd, "Embedding width");
   cmd->add_option("--layers", s.n_layer, "Number of decoder layers");
   cmd->add_option("--heads", s.n_head, "Attention heads");
   cmd->add_option("--kv-heads", s.n_head_kv,
                   "K/V heads (GQA when fewer than --heads; deepseek2 does not use it)");
-  cmd->add_option("--head-dim", s.head_dim,
-                  "qwen3: q/k/v head length, key_length = value_length (0: --dim / --heads)");
+  cmd->add_option(
+      "--head-dim", s.head_dim,
+      "qwen3, qwen3moe: q/k/v head length, key_length = value_length (0: --dim / --heads)");
   cmd->add_option("--ffn", s.n_ff,
                   "Feed-forward width (llama: of each expert with --experts; deepseek2: of the "
                   "dense layers; qwen2moe: feed_forward_length only)");
   cmd->add_option("--experts", s.n_expert,
-                  "Routed experts per layer (llama: Mixtral-style, qwen2moe: Qwen-MoE, "
+                  "Routed experts per layer (llama: Mixtral-style, qwen2moe / qwen3moe: Qwen-MoE, "
                   "deepseek2: DeepSeekMoE; 0: dense FFN)");
   cmd->add_option("--experts-used", s.n_expert_used, "Experts each token is routed to (top-k)");
   cmd->add_option("--shared-expert-ffn", s.n_ff_shexp,

@@ -205,6 +205,21 @@ Status read_qwen2moe(const GgufFile& f, const std::string& a, ModelHParams& hp) 
   return {};
 }
 
+// Qwen3-MoE ("qwen3moe", llama.cpp's build_qwen3moe): every layer routes softmax top-k with the
+// chosen weights renormalised, no shared expert. Experts are expert_feed_forward_length wide
+// (absent: feed_forward_length / expert_used_count, as llama.cpp).
+Status read_qwen3moe(const GgufFile& f, const std::string& a, ModelHParams& hp) {
+  MoeParams& moe = hp.moe;
+  if (!moe.is_moe()) {
+    return Error{f.path() + ": key '" + a + "expert_count': qwen3moe needs > 0, found 0"};
+  }
+  if (moe.n_expert_used > 0) moe.n_ff_exp = hp.n_ff / moe.n_expert_used;
+  KVW_RETURN_IF_ERROR(read_int(f, a + "expert_feed_forward_length", moe.n_ff_exp, false));
+  moe.norm_weights = true;
+  moe.gating = ExpertGating::kSoftmax;
+  return {};
+}
+
 }  // namespace
 
 Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
@@ -213,10 +228,12 @@ Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
   if (!arch) return Error{arch.message()};
   hp.arch = *arch;
   if (hp.arch != "llama" && hp.arch != "qwen2" && hp.arch != "qwen2moe" && hp.arch != "qwen3" &&
-      hp.arch != "deepseek2") {
+      hp.arch != "qwen3moe" && hp.arch != "deepseek2") {
     return Error{f.path() + ": key 'general.architecture': '" + hp.arch +
-                 "' is not supported (supported: llama, qwen2, qwen2moe, qwen3, deepseek2)"};
+                 "' is not supported (supported: llama, qwen2, qwen2moe, qwen3, qwen3moe, "
+                 "deepseek2)"};
   }
+  const bool qwen3 = hp.arch == "qwen3" || hp.arch == "qwen3moe";
   if (auto name = f.get_string("general.name")) hp.name = *name;
   const std::string a = hp.arch + ".";
   KVW_RETURN_IF_ERROR(read_int(f, a + "embedding_length", hp.n_embd, true));
@@ -244,9 +261,8 @@ Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
     }
   }
 
-  hp.rope.style = hp.arch == "qwen2" || hp.arch == "qwen2moe" || hp.arch == "qwen3"
-                      ? RopeStyle::kNeox
-                      : RopeStyle::kNormal;
+  hp.rope.style =
+      hp.arch == "qwen2" || hp.arch == "qwen2moe" || qwen3 ? RopeStyle::kNeox : RopeStyle::kNormal;
   hp.rope.n_rot = hp.head_dim;
   KVW_RETURN_IF_ERROR(read_int(f, a + "rope.dimension_count", hp.rope.n_rot, false));
   KVW_RETURN_IF_ERROR(read_float(f, a + "rope.freq_base", hp.rope.freq_base));
@@ -276,6 +292,7 @@ Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
   hp.moe.n_ff_exp = hp.n_ff;
   if (hp.arch == "deepseek2") KVW_RETURN_IF_ERROR(read_deepseek2(f, a, hp));
   if (hp.arch == "qwen2moe") KVW_RETURN_IF_ERROR(read_qwen2moe(f, a, hp));
+  if (hp.arch == "qwen3moe") KVW_RETURN_IF_ERROR(read_qwen3moe(f, a, hp));
   KVW_RETURN_IF_ERROR(validate_moe(f, a, hp.moe));
   hp.moe.probs_bias =
       hp.moe.is_moe() && f.find_tensor("blk." + std::to_string(hp.moe.n_layer_dense_lead) +
@@ -283,8 +300,8 @@ Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
 
   hp.tied_embeddings = f.find_tensor("output.weight") == nullptr;
   hp.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
-  // qwen3 always has them (llama.cpp requires both); the loader then checks every layer's.
-  hp.qk_norm = hp.arch == "qwen3";
+  // qwen3 and qwen3moe always have them (llama.cpp requires both); the loader checks each layer.
+  hp.qk_norm = qwen3;
   // n_vocab from the embedding matrix: the tokenizer may list fewer entries than rows.
   if (const auto* emb = f.find_tensor("token_embd.weight"); emb && emb->shape.size() == 2) {
     hp.n_vocab = (int32_t)emb->shape[1];

@@ -73,7 +73,7 @@ struct MlaParams {
 };
 
 struct ModelHParams {
-  std::string arch;  // general.architecture: llama, qwen2, qwen2moe, qwen3 or deepseek2
+  std::string arch;  // general.architecture: llama, qwen2, qwen2moe, qwen3, qwen3moe, deepseek2
   std::string name;  // general.name, if any
   int32_t n_vocab = 0;
   int32_t n_embd = 0;            // embedding_length
@@ -87,7 +87,7 @@ struct ModelHParams {
   int32_t sliding_window = 0;    // attention.sliding_window; 0 = full attention
   float norm_eps = 1e-5f;        // attention.layer_norm_rms_epsilon
   bool qkv_bias = false;         // qwen2: attn_{q,k,v}.bias present
-  bool qk_norm = false;          // qwen3: attn_{q,k}_norm, per head, before RoPE
+  bool qk_norm = false;          // qwen3(moe): attn_{q,k}_norm, per head, before RoPE
   bool tied_embeddings = false;  // no output.weight: logits use token_embd.weight
   RopeParams rope;
   MoeParams moe;

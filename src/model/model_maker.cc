@@ -132,9 +132,9 @@ Status refuse_deepseek2_flags(const MakeModelSpec& s) {
   };
   for (const auto& f : flags) {
     if (!f.set) continue;
-    const bool also_qwen2moe = std::string(f.flag) == "--expert-ffn";
+    const bool also_qwen_moe = std::string(f.flag) == "--expert-ffn";
     return Error{std::string(f.flag) + " needs --arch deepseek2" +
-                 (also_qwen2moe ? " or qwen2moe" : "")};
+                 (also_qwen_moe ? ", qwen2moe or qwen3moe" : "")};
   }
   return {};
 }
@@ -145,7 +145,8 @@ Status validate_llama_shape(const MakeModelSpec& s) {
       s.n_ctx <= 0)
     return Error{"--dim, --layers, --heads, --kv-heads, --ffn and --context must be > 0"};
   if (s.head_dim < 0) return Error{"--head-dim must be >= 0 (0: --dim / --heads)"};
-  if (s.head_dim != 0 && s.arch != "qwen3") return Error{"--head-dim needs --arch qwen3"};
+  if (s.head_dim != 0 && s.arch != "qwen3" && s.arch != "qwen3moe")
+    return Error{"--head-dim needs --arch qwen3 or qwen3moe"};
   if (s.head_dim == 0 && s.n_embd % s.n_head != 0)
     return Error{"--dim must be a multiple of --heads"};
   if (s.n_head % s.n_head_kv != 0) return Error{"--heads must be a multiple of --kv-heads"};
@@ -185,6 +186,28 @@ Status validate_qwen2moe(const MakeModelSpec& s) {
     return Error{"--expert-ffn and --shared-expert-ffn must be multiples of " +
                  std::to_string(blk) + " for --weight-type " +
                  std::string(type_traits(s.weight_type).name)};
+  }
+  return {};
+}
+
+// qwen3moe (llama.cpp's LLM_ARCH_QWEN3MOE loader): qwen3 attention, every layer routed experts
+// of --expert-ffn with renormalised top-k weights, no shared expert, output tied or not.
+Status validate_qwen3moe(const MakeModelSpec& s) {
+  MakeModelSpec rest = s;
+  rest.n_ff_exp = 0;  // qwen3moe's own
+  KVW_RETURN_IF_ERROR(refuse_deepseek2_flags(rest));
+  KVW_RETURN_IF_ERROR(validate_llama_shape(s));
+  if (s.sliding_window != 0) return Error{"--sliding-window needs --arch llama or qwen2"};
+  if (s.n_ff_shexp != 0) return Error{"--shared-expert-ffn needs --arch qwen2moe"};
+  if (s.n_expert <= 0)
+    return Error{"--experts must be > 0 for --arch qwen3moe (every layer is MoE)"};
+  if (s.n_expert_used < 1 || s.n_expert_used > s.n_expert)
+    return Error{"--experts-used must be between 1 and --experts"};
+  if (s.n_ff_exp <= 0) return Error{"--expert-ffn must be > 0 for --arch qwen3moe"};
+  const int64_t blk = type_traits(s.weight_type).block_elems;
+  if (s.n_ff_exp % blk != 0) {
+    return Error{"--expert-ffn must be a multiple of " + std::to_string(blk) +
+                 " for --weight-type " + std::string(type_traits(s.weight_type).name)};
   }
   return {};
 }
@@ -287,7 +310,7 @@ void set_llama_keys(const MakeModelSpec& s, GgufWriter& w) {
   w.set_f32(a + "attention.layer_norm_rms_epsilon", s.norm_eps);
   w.set_f32(a + "rope.freq_base", s.rope_theta);
   w.set_u32(a + "rope.dimension_count", s.head_len());
-  if (s.arch == "qwen3") {  // convert_hf_to_gguf.py writes config.json's head_dim as both
+  if (s.arch == "qwen3" || s.arch == "qwen3moe") {  // the converter writes head_dim as both
     w.set_u32(a + "attention.key_length", s.head_len());
     w.set_u32(a + "attention.value_length", s.head_len());
   }
@@ -300,6 +323,7 @@ void set_llama_keys(const MakeModelSpec& s, GgufWriter& w) {
     w.set_u32(a + "expert_feed_forward_length", s.n_ff_exp);
     w.set_u32(a + "expert_shared_feed_forward_length", s.n_ff_shexp);
   }
+  if (s.arch == "qwen3moe") w.set_u32(a + "expert_feed_forward_length", s.n_ff_exp);
   set_rope_scaling_keys(s, a, w);
 }
 
@@ -363,7 +387,7 @@ void write_llama_tensors(const MakeModelSpec& s, int64_t n_vocab, TensorMaker& t
       tm.vector(p + "attn_k.bias", kv, 0.0f, 0.1f);
       tm.vector(p + "attn_v.bias", kv, 0.0f, 0.1f);
     }
-    if (s.arch == "qwen3") {  // per-head norms; std 0.3 so dropping them moves the logits
+    if (s.arch == "qwen3" || s.arch == "qwen3moe") {  // per-head norms, std 0.3: they matter
       tm.vector(p + "attn_q_norm.weight", hd, 1.0f, 0.3f);
       tm.vector(p + "attn_k_norm.weight", hd, 1.0f, 0.3f);
     }
@@ -379,7 +403,7 @@ void write_llama_tensors(const MakeModelSpec& s, int64_t n_vocab, TensorMaker& t
     // router logits (std ~3) so the top-k choice is rarely a near-tie.
     tm.matrix(p + "ffn_gate_inp.weight", d, s.n_expert, GgmlType::kF32, 3.0f / std::sqrt((float)d));
     const bool qwen2moe = s.arch == "qwen2moe";
-    const int64_t f = qwen2moe ? s.n_ff_exp : s.n_ff;
+    const int64_t f = qwen2moe || s.arch == "qwen3moe" ? s.n_ff_exp : s.n_ff;
     tm.experts(p + "ffn_gate_exps.weight", d, f, s.n_expert, s.weight_type);
     tm.experts(p + "ffn_up_exps.weight", d, f, s.n_expert, s.weight_type);
     tm.experts(p + "ffn_down_exps.weight", f, d, s.n_expert, s.weight_type);
@@ -489,8 +513,8 @@ Result<ExpertGating> parse_expert_gating(const std::string& name) {
 
 Status MakeModelSpec::validate() const {
   if (arch != "llama" && arch != "qwen2" && arch != "qwen2moe" && arch != "qwen3" &&
-      arch != "deepseek2")
-    return Error{"--arch must be llama, qwen2, qwen2moe, qwen3 or deepseek2"};
+      arch != "qwen3moe" && arch != "deepseek2")
+    return Error{"--arch must be llama, qwen2, qwen2moe, qwen3, qwen3moe or deepseek2"};
   if (vocab_type != "spm" && vocab_type != "bpe") return Error{"--vocab-type must be spm or bpe"};
   if (weight_type == GgmlType::kQ8_K) return Error{"--weight-type q8_K is not a weight type"};
   if (rope_scaling != RopeScaling::kNone && rope_scale <= 0)
@@ -501,6 +525,7 @@ Status MakeModelSpec::validate() const {
     return validate_deepseek2(*this);
   }
   if (arch == "qwen2moe") return validate_qwen2moe(*this);
+  if (arch == "qwen3moe") return validate_qwen3moe(*this);
   KVW_RETURN_IF_ERROR(refuse_deepseek2_flags(*this));
   if (n_ff_shexp != 0) return Error{"--shared-expert-ffn needs --arch qwen2moe"};
   KVW_RETURN_IF_ERROR(validate_llama_shape(*this));
@@ -508,7 +533,7 @@ Status MakeModelSpec::validate() const {
   if (sliding_window != 0 && arch == "qwen3")
     return Error{"--sliding-window needs --arch llama or qwen2"};
   if (n_expert > 0 && arch != "llama")
-    return Error{"--experts needs --arch llama, qwen2moe or deepseek2"};
+    return Error{"--experts needs --arch llama, qwen2moe, qwen3moe or deepseek2"};
   if (n_expert > 0 && (n_expert_used < 1 || n_expert_used > n_expert))
     return Error{"--experts-used must be between 1 and --experts"};
   if (n_expert == 0 && n_expert_used != 0) return Error{"--experts-used needs --experts"};
@@ -659,19 +684,33 @@ Result<MakeModelSpec> make_model_preset(const std::string& name) {
     s.vocab_type = "bpe";
     return s;
   }
+  if (name == "qwen3moe-tiny") {
+    // Qwen3-30B-A3B's structure (qwen3 attention, 128 experts top-8 renormalised, no shared
+    // expert, untied) at dim 128: 16 experts of 64, top-4, heads of 64.
+    s = *make_model_preset("qwen3-tiny");
+    s.arch = "qwen3moe";
+    s.name = "qwen3moe-tiny-random";
+    s.tied = false;
+    s.n_expert = 16;
+    s.n_expert_used = 4;
+    s.n_ff_exp = 64;
+    return s;
+  }
   if (name == "deepseek-v2-lite-tiny") return deepseek_tiny(false);
   if (name == "deepseek-v3-tiny") return deepseek_tiny(true);
   if (name == "deepseek-v2-lite") return deepseek_v2_lite();
   return Error{
       "unknown --preset '" + name +
       "' (expected tiny, tinyllama-1.1b, mixtral-tiny, mixtral-1b, qwen2moe-tiny, qwen3-tiny, "
+      "qwen3moe-tiny, "
       "deepseek-v2-lite-tiny, deepseek-v3-tiny or deepseek-v2-lite)"};
 }
 
 Status make_model(const MakeModelSpec& s, const std::string& path) {
   KVW_RETURN_IF_ERROR(s.validate());
   std::vector<std::string> words(std::begin(kWords), std::end(kWords));
-  const bool qwen = s.arch == "qwen2" || s.arch == "qwen2moe" || s.arch == "qwen3";
+  const bool qwen =
+      s.arch == "qwen2" || s.arch == "qwen2moe" || s.arch == "qwen3" || s.arch == "qwen3moe";
   Vocab vocab = s.vocab_type == "spm"
                     ? build_spm_vocab(words, s.n_vocab)
                     : build_bpe_vocab(words, qwen ? "qwen2" : "llama3", s.n_vocab);

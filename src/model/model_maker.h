@@ -1,7 +1,8 @@
 // model/model_maker.h: writes GGUF models with seeded random weights in real architectures
 // (llama: Llama-2/3, TinyLlama, Mistral with sliding window, Mixtral-style mixture of experts;
 // qwen2: QKV biases; qwen2moe: Qwen1.5-MoE / Qwen2-57B-A14B's routed experts plus a gated
-// shared expert; qwen3: per-head Q/K RMSNorm and an explicit head length; deepseek2:
+// shared expert; qwen3: per-head Q/K RMSNorm and an explicit head length; qwen3moe: that with
+// renormalised top-k experts; deepseek2:
 // DeepSeek-V2/V3's multi-head latent attention and DeepSeekMoE, in either tensor layout llama.cpp's
 // converters have written), with a tokenizer built from a word list. Used by `kvwarden make-model`,
 // tests and benchmarks; the files are ordinary GGUF files that any GGUF reader accepts.
@@ -25,13 +26,13 @@ Result<MlaLayout> parse_mla_layout(const std::string& name);        // error nam
 Result<ExpertGating> parse_expert_gating(const std::string& name);  // softmax|sigmoid, --gating
 
 struct MakeModelSpec {
-  std::string arch = "llama";  // "llama", "qwen2", "qwen2moe", "qwen3" or "deepseek2"
+  std::string arch = "llama";  // llama, qwen2, qwen2moe, qwen3, qwen3moe or deepseek2
   std::string name = "kvwarden-random";
   int32_t n_embd = 64;
   int32_t n_layer = 2;
   int32_t n_head = 4;
   int32_t n_head_kv = 2;
-  int32_t head_dim = 0;       // qwen3: attention.key_length = value_length (0: n_embd / n_head)
+  int32_t head_dim = 0;       // qwen3(moe): key_length = value_length (0: n_embd / n_head)
   int32_t n_ff = 256;         // dense FFN width; llama: each expert's width when n_expert > 0
   int32_t n_expert = 0;       // llama: > 0 writes Mixtral-style ffn_*_exps layers
   int32_t n_expert_used = 0;  // experts per token (top-k)
@@ -68,7 +69,7 @@ struct MakeModelSpec {
   int32_t v_head_dim = 0;
   MlaLayout mla_layout = MlaLayout::kKvB;
   int32_t n_expert_shared = 0;
-  int32_t n_ff_exp = 0;  // each routed expert's width (deepseek2 and qwen2moe)
+  int32_t n_ff_exp = 0;  // each routed expert's width (deepseek2, qwen2moe and qwen3moe)
   int32_t n_layer_dense_lead = 0;
   ExpertGating gating = ExpertGating::kSoftmax;
   int32_t n_group = 0;  // > 1: top-k limited to the n_group_used best groups of experts
@@ -91,7 +92,8 @@ struct MakeModelSpec {
 // 15.7B parameters: about 9 GB at q4_0), "qwen2moe-tiny" (Qwen1.5-MoE's structure at dim 128:
 // 8 experts of 64, top-2 with unrenormalised weights, a gated shared expert of 256),
 // "qwen3-tiny" (Qwen3-0.6B's structure at dim 128: heads of 64 so q is twice n_embd wide, GQA
-// 2:1, per-head Q/K norms, no biases, tied output).
+// 2:1, per-head Q/K norms, no biases, tied output), "qwen3moe-tiny" (Qwen3-30B-A3B's: that
+// attention with 16 experts of 64, top-4 renormalised, untied).
 Result<MakeModelSpec> make_model_preset(const std::string& name);
 
 Status make_model(const MakeModelSpec& spec, const std::string& path);

@@ -116,4 +116,12 @@ if command -v curl >/dev/null; then
   grep -q '"finish_reason"' "$WORK/q3.json" || fail "qwen3: no answer: $(cat "$WORK/q3.json")"
 fi
 stop
+
+# Qwen3-MoE: the same attention, 16 experts of which 4 per token (renormalised), no shared one.
+"$KVW" make-model --out "$WORK/qwen3moe.gguf" --preset qwen3moe-tiny --seed 9 >"$WORK/make.out" 2>&1 ||
+  fail "make-model qwen3moe: $(cat "$WORK/make.out")"
+compare qwen3moe "$WORK/qwen3moe.gguf" 256
+grep -qE "^  decode: .* of weights read per token, 4 of 16 experts$" "$WORK/qwen3moe.serve.table" ||
+  fail "qwen3moe: no decode row: $(cat "$WORK/qwen3moe.serve.table")"
+stop
 echo PASS

@@ -187,21 +187,25 @@ TEST(EngineSharedExperts, GreedyOutputIdenticalAloneBatchedPrefixHitPreemptedAnd
 // int8 KV and chunked prefill at the model level: tests/model/qwen3_test.cc). Untied output: the
 // preset's tied one repeats the last token under random weights, which would make every comparison
 // trivially equal.
+// qwen3moe too (16 experts, top-4 renormalised; untied in its preset).
 TEST(EngineQwen3, GreedyOutputIdenticalAloneBatchedPrefixHitPreemptedAndSwapped) {
-  auto spec = make_model_preset("qwen3-tiny");
-  ASSERT_TRUE(spec.ok());
-  spec->tied = false;
-  const std::string model = ::testing::TempDir() + "/engine_qwen3.gguf";
-  ASSERT_TRUE(make_model(*spec, model).ok());
-  expect_batched_equals_alone(model);
-  expect_prefix_hit_gives_same_output(model);
-  run_under_tiny_budget(model, false);
-  run_under_tiny_budget(model, true);
-  auto e = make_engine(config_with_blocks(model, 64));
-  ASSERT_NE(e, nullptr);
-  const auto out = run_one(*e, greedy(prompt(5, 30, e->model().hparams().n_vocab), 12)).tokens;
-  EXPECT_GT(std::set<int32_t>(out.begin(), out.end()).size(), 3u) << "degenerate output";
-  e->shutdown();
+  for (const char* name : {"qwen3-tiny", "qwen3moe-tiny"}) {
+    SCOPED_TRACE(name);
+    auto spec = make_model_preset(name);
+    ASSERT_TRUE(spec.ok());
+    spec->tied = false;
+    const std::string model = ::testing::TempDir() + "/engine_" + name + ".gguf";
+    ASSERT_TRUE(make_model(*spec, model).ok());
+    expect_batched_equals_alone(model);
+    expect_prefix_hit_gives_same_output(model);
+    run_under_tiny_budget(model, false);
+    run_under_tiny_budget(model, true);
+    auto e = make_engine(config_with_blocks(model, 64));
+    ASSERT_NE(e, nullptr);
+    const auto out = run_one(*e, greedy(prompt(5, 30, e->model().hparams().n_vocab), 12)).tokens;
+    EXPECT_GT(std::set<int32_t>(out.begin(), out.end()).size(), 3u) << "degenerate output";
+    e->shutdown();
+  }
 }
 
 TEST_F(EngineTest, CancelFreesBlocksByTheNextStep) {

@@ -1,5 +1,6 @@
-// Qwen3 dense files (GGUF arch qwen3): heads longer than n_embd / n_head (key_length =
-// value_length), per-head Q/K RMSNorm before NEOX rope, no biases, tied or separate output.
+// Qwen3 files (GGUF arch qwen3, and qwen3moe: the same attention with every layer routed,
+// softmax top-k renormalised, no shared expert): heads longer than n_embd / n_head (key_length
+// = value_length), per-head Q/K RMSNorm before NEOX rope, no biases, tied or separate output.
 // Logits are bit-identical alone, batched, chunked and across thread counts with f16 and int8 KV;
 // the norms change the logits; bad files are refused naming the key or tensor. Numerics against
 // the independent reference: tests/reference (qwen3_*); greedy tokens against llama.cpp: the note
@@ -108,12 +109,51 @@ TEST(Qwen3, ValueLengthOtherThanKeyLengthIsRefused) {
   test::expect_refused(bad, {"qwen3.attention.value_length': 32, expected key_length 64"});
 }
 
+TEST(Qwen3Moe, ReadsAsRenormalisedTopKWithoutSharedExpertAndIsBatchInvariant) {
+  const std::string path =
+      test::write_model("qwen3moe_read", test::preset_spec("qwen3moe-tiny", "f32", 66));
+  auto m = test::load_model(path, 2);
+  ASSERT_NE(m, nullptr);
+  const ModelHParams& hp = m->hparams();
+  EXPECT_EQ(hp.arch, "qwen3moe");
+  EXPECT_EQ(hp.head_dim, 64);
+  EXPECT_TRUE(hp.qk_norm);
+  EXPECT_EQ(hp.rope.style, RopeStyle::kNeox);
+  EXPECT_TRUE(hp.is_moe_layer(0));
+  EXPECT_EQ(hp.moe.n_expert, 16);
+  EXPECT_EQ(hp.moe.n_expert_used, 4);
+  EXPECT_EQ(hp.moe.n_ff_exp, 64);
+  EXPECT_TRUE(hp.moe.norm_weights);
+  EXPECT_EQ(hp.moe.gating, ExpertGating::kSoftmax);
+  EXPECT_EQ(hp.moe.n_ff_shared, 0);
+  EXPECT_FALSE(hp.tied_embeddings);
+  EXPECT_EQ(m->weights().layers[1].k_norm.size(), 64u);
+  test::expect_batch_invariant(path, KvDtype::kF16);
+  test::expect_batch_invariant(path, KvDtype::kInt8);
+}
+
+TEST(Qwen3Moe, WithoutExpertsIsRefusedNamingTheKey) {
+  const std::string good =
+      test::write_model("qwen3moe_good", test::preset_spec("qwen3moe-tiny", "f32", 67));
+  const std::string bad = test::rewrite(
+      good, "qwen3moe_no_experts", [](GgufWriter& w) { w.set_u32("qwen3moe.expert_count", 0); },
+      test::kKeepAll);
+  test::expect_refused(bad, {"qwen3moe.expert_count': qwen3moe needs > 0, found 0"});
+}
+
 TEST(Qwen3MakeModel, HeadDimNeedsQwen3AndFlagsAreChecked) {
   MakeModelSpec s;  // llama
   s.head_dim = 64;
   Status st = s.validate();
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("--head-dim needs --arch qwen3"), std::string::npos) << st.message();
+  MakeModelSpec moe = test::preset_spec("qwen3moe-tiny");
+  EXPECT_TRUE(moe.validate().ok());
+  moe.n_ff_shexp = 64;  // qwen3moe has no shared expert
+  EXPECT_FALSE(moe.validate().ok());
+  moe.n_ff_shexp = 0;
+  moe.n_expert = 0;
+  EXPECT_FALSE(moe.validate().ok());
   MakeModelSpec q = qwen3_spec(1);
   EXPECT_TRUE(q.validate().ok());
   q.sliding_window = 16;

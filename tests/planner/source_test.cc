@@ -252,6 +252,11 @@ TEST(EngineBudget, EqualsTheEnginesBuffersForQwen3Models) {
   // give 512).
   EXPECT_EQ(kv_bytes_per_token(*shape, KvDtype::kF16, 1), 2u * 2 * 2 * 64 * 2);
   EXPECT_EQ(engine_kv_bytes_per_token_layer(*shape, KvDtype::kF16) * 2, 1024u);
+  // qwen3moe: the same attention, and the workspace's gathered expert rows.
+  MakeModelSpec moe = *make_model_preset("qwen3moe-tiny");
+  expect_engine_matches(make(moe, "planner_qwen3moe_f32.gguf"), 64, 2);
+  moe.weight_type = GgmlType::kQ8_0;
+  expect_engine_matches(make(moe, "planner_qwen3moe_q8.gguf"), 48, 3);
 }
 
 TEST(EngineBudget, MoeDecodeReadsOnlyTheUsedExperts) {

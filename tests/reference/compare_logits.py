@@ -178,7 +178,12 @@ def _q3_case(expect, flags=(), **kw):
     return c
 
 
+# qwen3moe (Qwen3-30B-A3B's structure) from make-model's qwen3moe-tiny preset: the qwen3
+# attention above with every layer softmax top-4 of 16 experts of 64, renormalised, untied.
+_Q3MOE_TINY = dict(_Q3_TINY, tied=False, experts=16, used=4, ff_exp=64)
+
 CASES.update({
+    "qwen3moe_f32": _q3_case(_Q3MOE_TINY, arch="qwen3moe", preset="qwen3moe-tiny", seed=53),
     "qwen3_f32": _q3_case(_Q3_TINY, seed=50),
     "qwen3_untied_kv_f16": _q3_case(dict(_Q3_TINY, tied=False), flags=("--tied=false",),
                                     kv_dtype="f16", lengths=(80, 9), seed=51, tol="kv_f16"),
@@ -253,8 +258,8 @@ def check_qwen3_file(model, c):
         if got != want:
             errors.append(f"{what}: file has {got!r}, case asked for {want!r}")
 
-    a = "qwen3."
-    expect("architecture", f.get("general.architecture"), "qwen3")
+    a = c["arch"] + "."
+    expect("architecture", f.get("general.architecture"), c["arch"])
     expect("n_embd", hp.n_embd, e["dim"])
     expect("n_layer", hp.n_layer, e["layers"])
     expect("n_head", hp.n_head, e["heads"])
@@ -281,8 +286,24 @@ def check_qwen3_file(model, c):
             name = f"blk.{il}.{k}"
             got = list(f.tensors[name].shape) if f.has_tensor(name) else None
             expect(f"{name} shape", got, shape)
+    moe = c["arch"] == "qwen3moe"
+    if moe:
+        expect("experts", hp.n_expert, e["experts"])
+        expect("experts used", hp.n_expert_used, e["used"])
+        expect("expert_feed_forward_length", f.get(a + "expert_feed_forward_length"), e["ff_exp"])
+        expect("weights renormalised", hp.moe_norm_weights, True)
+        expect("no shared expert", f.has_tensor("blk.0.ffn_gate_shexp.weight"), False)
+        for il in range(hp.n_layer):
+            for k, shape in {"ffn_gate_inp.weight": [d, e["experts"]],
+                             "ffn_gate_exps.weight": [d, e["ff_exp"], e["experts"]],
+                             "ffn_up_exps.weight": [d, e["ff_exp"], e["experts"]],
+                             "ffn_down_exps.weight": [e["ff_exp"], d, e["experts"]]}.items():
+                name = f"blk.{il}.{k}"
+                got = list(f.tensors[name].shape) if f.has_tensor(name) else None
+                expect(f"{name} shape", got, shape)
     want_type = _GGML_TYPE_BY_FLAG[c["weight_type"]]
-    for name in ("blk.0.attn_q.weight", "blk.0.ffn_down.weight"):
+    for name in ("blk.0.attn_q.weight",
+                 "blk.0.ffn_down_exps.weight" if moe else "blk.0.ffn_down.weight"):
         expect(f"{name} type", GGML_TYPES[f.tensors[name].ggml_type][0], want_type)
     if errors:
         raise CaseFailure("generated model does not match the case:\n  " + "\n  ".join(errors))
@@ -543,6 +564,31 @@ def _qwen2moe_features_matter(model, seqs, ours, max_abs):
     return gaps
 
 
+def _qwen3_features_matter(model, seqs, ours, max_abs):
+    """Q/K norms dropped; qwen3moe also: weights not renormalised (qwen2moe's rule), one expert
+    per token, every expert per token. Each must move the logits by > 100x the tolerance (5x on
+    the rounding paths, as deepseek2)."""
+    hp = model.hp
+    factor = 100 if max_abs < 0.01 else 5
+    switches = [("use_qk_norm", False, "Q/K norms dropped")]
+    if hp.n_expert > 0:
+        switches.append(("moe_norm_weights", False, "routed weights not renormalised"))
+        switches.append(("n_expert_used", 1, "one expert per token"))
+        switches.append(("n_expert_used", hp.n_expert, "every expert per token"))
+    gaps = {}
+    for attr, value, what in switches:
+        saved = getattr(hp, attr)
+        setattr(hp, attr, value)
+        try:
+            gaps[what] = float(np.abs(ours - model.forward_batch(seqs)).max())
+        finally:
+            setattr(hp, attr, saved)
+    weak = {k: v for k, v in gaps.items() if v < factor * max_abs}
+    if weak:
+        raise CaseFailure(f"features that barely change the logits: {weak}: case is vacuous")
+    return gaps
+
+
 def check_feature_matters(model, seqs, ours, c, max_abs):
     """With the case's feature switched off the reference must disagree with our logits, so a
     case cannot pass because its model happens to be insensitive to the feature."""
@@ -551,16 +597,8 @@ def check_feature_matters(model, seqs, ours, c, max_abs):
         return _deepseek2_features_matter(model, seqs, ours, max_abs)
     if c["arch"] == "qwen2moe":
         return _qwen2moe_features_matter(model, seqs, ours, max_abs)
-    if c["arch"] == "qwen3":  # Q/K norms dropped (5x on the rounding paths, as deepseek2)
-        factor = 100 if max_abs < 0.01 else 5
-        hp.use_qk_norm = False
-        try:
-            gap = float(np.abs(ours - model.forward_batch(seqs)).max())
-        finally:
-            hp.use_qk_norm = True
-        if gap < factor * max_abs:
-            raise CaseFailure(f"Q/K norms off change logits by only {gap:.2e}: case is vacuous")
-        return gap
+    if c["arch"] in ("qwen3", "qwen3moe"):
+        return _qwen3_features_matter(model, seqs, ours, max_abs)
     if c["experts"]:
         # Routing must matter both ways: one expert per token, and every expert per token.
         gaps = []
@@ -627,7 +665,7 @@ def run_case(kvw, name, workdir, threads):
         model = Deepseek2Ref(model_path)
         check_deepseek2_file(model, c)
         kv_dtype = c["kv_dtype"]
-    elif c["arch"] in ("qwen2moe", "qwen3"):
+    elif c["arch"] in ("qwen2moe", "qwen3", "qwen3moe"):
         model_path = os.path.join(workdir, "model.gguf")
         make_preset_model(kvw, c, model_path)
         model = LlamaRef(model_path)
@@ -647,7 +685,7 @@ def run_case(kvw, name, workdir, threads):
     ours, seconds = run_logits(kvw, model_path, seqs, workdir, model.n_vocab, kv_dtype, threads)
     ref = model.forward_batch(seqs)
     stats, failures = compare(ours, ref, c["tol"])
-    if c.get("arch") in ("deepseek2", "qwen2moe"):
+    if c.get("arch") in ("deepseek2", "qwen2moe", "qwen3moe"):
         margin = model.min_routing_margin
         stats["min_routing_margin"] = margin if math.isfinite(margin) else None
         if margin < ROUTING_MARGIN_MIN.get(c["tol"], 0.05):

@@ -1,6 +1,7 @@
 """Independent numpy reference of the Llama-family decoder ("llama", "qwen2", Mixtral-style
-mixture-of-experts llama files, "qwen2moe": Qwen1.5-MoE / Qwen2-57B-A14B, and "qwen3": per-head
-Q/K RMSNorm with an explicit head length), float64 throughout.
+mixture-of-experts llama files, "qwen2moe": Qwen1.5-MoE / Qwen2-57B-A14B, "qwen3": per-head
+Q/K RMSNorm with an explicit head length, and "qwen3moe": that attention with Mixtral's routing),
+float64 throughout.
 
 Written from the architecture's mathematics, not from the C++ engine: the comparison tests trust
 it as the oracle. Also holds a tiny SentencePiece-style tokenizer (merge by score) and, run as a
@@ -19,7 +20,7 @@ from gguf_reader import GgufFile
 class Hparams:
     def __init__(self, f):
         arch = f.get("general.architecture")
-        if arch not in ("llama", "qwen2", "qwen2moe", "qwen3"):
+        if arch not in ("llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe"):
             raise ValueError(f"unsupported architecture {arch!r}")
         self.arch = arch
 
@@ -37,7 +38,7 @@ class Hparams:
         # qwen3 (HF Qwen3Attention): q_norm / k_norm, RMSNorm over each head's head_dim with
         # the model's eps, after the projections and before RoPE. use_qk_norm is a switch the
         # comparison driver flips to show it matters.
-        self.qk_norm = arch == "qwen3"
+        self.qk_norm = arch in ("qwen3", "qwen3moe")
         self.use_qk_norm = True
         self.n_rot = int(meta("rope.dimension_count", self.head_dim))
         self.rms_eps = float(meta("attention.layer_norm_rms_epsilon", 1e-5))
@@ -52,7 +53,7 @@ class Hparams:
         if legacy_linear is not None and self.rope_scaling == "none":
             self.rope_scaling, self.rope_scale = "linear", float(legacy_linear)
         # llama GGUFs store q/k permuted for adjacent-pair rotation; qwen2 keeps HF's half split.
-        self.rope_neox = arch in ("qwen2", "qwen2moe", "qwen3")
+        self.rope_neox = arch in ("qwen2", "qwen2moe", "qwen3", "qwen3moe")
         # Mixtral-style mixture of experts (HF MixtralSparseMoeBlock): softmax over the router
         # logits, the top expert_used_count experts, their probabilities renormalised to sum 1.
         self.n_expert = int(meta("expert_count", 0))
@@ -68,8 +69,11 @@ class Hparams:
         self.use_shared_expert = True
         self.n_ff_exp = int(meta("expert_feed_forward_length", 0))
         self.n_ff_shexp = int(meta("expert_shared_feed_forward_length", 0))
-        if self.qwen2moe and self.n_expert <= 0:
-            raise ValueError("qwen2moe needs expert_count > 0")
+        if arch in ("qwen2moe", "qwen3moe") and self.n_expert <= 0:
+            raise ValueError(f"{arch} needs expert_count > 0")
+        # qwen3moe (HF Qwen3MoeSparseMoeBlock, norm_topk_prob true; llama.cpp's build_qwen3moe):
+        # Mixtral's rule, softmax, top-k, the chosen probabilities renormalised; experts of
+        # expert_feed_forward_length (read from the tensors' shapes), no shared expert.
         if self.n_head % self.n_head_kv != 0:
             raise ValueError("n_head must be a multiple of n_head_kv")
 
