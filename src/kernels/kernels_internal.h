@@ -122,6 +122,9 @@ namespace avx512 {
 void matmul_packed_float(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
                          const float* x, int64_t n_tokens, float* y, int ith, int nth,
                          void* scratch);
+// matmul_dequant in AVX-512, bit-identical to the scalar one (x86/avx512_dequant.cc).
+void matmul_dequant(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const float* x,
+                    int64_t n_tokens, float* y, int ith, int nth);
 // The AVX-512 tables' attention (x86/attention_avx512.cc).
 void attention(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
                std::span<const uint32_t> block_table, float scale, float* scratch);

@@ -168,6 +168,12 @@ void matmul(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const v
     case GgmlType::kQ8_0:
     case GgmlType::kQ4_0:
       break;
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+    case GgmlType::kIQ4_NL:
+      return matmul_dequant(wtype, w, n_rows, n_in, static_cast<const float*>(xq), n_tokens, y, ith,
+                            nth);
     default:
       return avx2::matmul(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
   }

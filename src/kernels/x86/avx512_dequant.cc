@@ -1,0 +1,148 @@
+// kernels/x86/avx512_dequant.cc: matmul_dequant (kernels/dequant_matmul.cc) for Q4_1, Q5_0, Q5_1
+// and IQ4_NL in AVX-512, bit for bit. Compiled with the AVX-512 flags and -ffp-contract=off; the
+// avx512 and avx512vnni tables' matmul routes these types here (the AVX2 tables: avx2_dequant.cc).
+//
+// Why it is bit-identical to the scalar kernel: a weight is the same float expression
+// (float(q - 16) * d, float(q) * d + m, d * level) with the fp16 scale converted exactly by F16C,
+// and each of the 16 lanes of one zmm accumulator adds w * x (mul, then add; no FMA) for
+// elements i, i + 16, ... in order: a block's elements 0-15, then 16-31. The lanes are then
+// reduced with the scalar kernel's tree. Fifth bits come straight from qh as byte masks (an add
+// of 16 under the mask: the nibbles never have that bit).
+// 8 tokens x 1 accumulator + 2 weight registers; x is a memory operand of the multiply.
+#include <immintrin.h>
+
+#include <type_traits>
+
+#include "gguf/quant_blocks.h"
+#include "kernels/kernels_internal.h"
+
+namespace kvw::kernels::avx512 {
+namespace {
+
+constexpr int kLanes = 16;
+constexpr int kTileTokens = 8;
+
+inline float half_to_float(uint16_t h) {
+  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+}
+
+inline __m512 to_floats(__m128i q) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
+}
+
+// The 32 weights of block b of a row as two registers (elements 0-15, 16-31), as the scalar
+// dequantisation computes them.
+template <GgmlType T>
+inline void unpack(const uint8_t* row, int64_t b, __m512 w[2]) {
+  const __m128i m4 = _mm_set1_epi8(0x0F);
+  auto nibbles = [&](const uint8_t* qs, __m128i q[2]) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    q[0] = _mm_and_si128(v, m4);
+    q[1] = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
+  };
+  auto add_fifth_bits = [&](const uint8_t* qh, __m128i q[2]) {
+    uint32_t bits;
+    __builtin_memcpy(&bits, qh, 4);
+    const __m128i x10 = _mm_set1_epi8(0x10);
+    q[0] = _mm_mask_add_epi8(q[0], (__mmask16)(bits & 0xFFFF), q[0], x10);
+    q[1] = _mm_mask_add_epi8(q[1], (__mmask16)(bits >> 16), q[1], x10);
+  };
+  __m128i q[2];
+  if constexpr (T == GgmlType::kQ5_0) {
+    const auto& blk = reinterpret_cast<const BlockQ5_0*>(row)[b];
+    nibbles(blk.qs, q);
+    add_fifth_bits(blk.qh, q);
+    const __m128i x10 = _mm_set1_epi8(16);
+    const __m512 d = _mm512_set1_ps(half_to_float(blk.d));
+    for (int k = 0; k < 2; ++k) w[k] = _mm512_mul_ps(to_floats(_mm_sub_epi8(q[k], x10)), d);
+  } else if constexpr (T == GgmlType::kQ4_1 || T == GgmlType::kQ5_1) {
+    using Block = std::conditional_t<T == GgmlType::kQ4_1, BlockQ4_1, BlockQ5_1>;
+    const auto& blk = reinterpret_cast<const Block*>(row)[b];
+    nibbles(blk.qs, q);
+    if constexpr (T == GgmlType::kQ5_1) add_fifth_bits(blk.qh, q);
+    const __m512 d = _mm512_set1_ps(half_to_float(blk.d));
+    const __m512 m = _mm512_set1_ps(half_to_float(blk.m));
+    for (int k = 0; k < 2; ++k) w[k] = _mm512_add_ps(_mm512_mul_ps(to_floats(q[k]), d), m);
+  } else {
+    static_assert(T == GgmlType::kIQ4_NL);
+    const auto& blk = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
+    const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues));
+    nibbles(blk.qs, q);
+    const __m512 d = _mm512_set1_ps(half_to_float(blk.d));
+    for (int k = 0; k < 2; ++k) w[k] = _mm512_mul_ps(d, to_floats(_mm_shuffle_epi8(table, q[k])));
+  }
+}
+
+float reduce_lanes(__m512 a) {
+  alignas(64) float acc[kLanes];
+  _mm512_store_ps(acc, a);
+  for (int width = kLanes / 2; width >= 1; width /= 2) {
+    for (int k = 0; k < width; ++k) acc[k] = acc[k] + acc[k + width];
+  }
+  return acc[0];
+}
+
+// Row r against NT tokens starting at t0.
+template <GgmlType T, int NT>
+void row_tile(const uint8_t* row, int64_t nb, const float* x, int64_t n_in, int64_t t0,
+              int64_t n_rows, int64_t r, float* y) {
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512 w[2];
+    unpack<T>(row, b, w);
+    for (int t = 0; t < NT; ++t) {
+      const float* xt = x + (t0 + t) * n_in + b * 32;
+      acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(w[0], _mm512_loadu_ps(xt)));
+      acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(w[1], _mm512_loadu_ps(xt + 16)));
+    }
+  }
+  for (int t = 0; t < NT; ++t) y[(t0 + t) * n_rows + r] = reduce_lanes(acc[t]);
+}
+
+template <GgmlType T, int NT>
+void tail_tile(const uint8_t* row, int64_t nb, const float* x, int64_t n_in, int64_t t0,
+               int64_t n_rows, int64_t r, float* y, int64_t left) {
+  if constexpr (NT > 0) {
+    if (left == NT) return row_tile<T, NT>(row, nb, x, n_in, t0, n_rows, r, y);
+    tail_tile<T, NT - 1>(row, nb, x, n_in, t0, n_rows, r, y, left);
+  }
+}
+
+template <GgmlType T>
+void rows(const uint8_t* w, int64_t row_bytes, int64_t n_rows, int64_t n_in, const float* x,
+          int64_t n_tokens, float* y, RowRange range) {
+  const int64_t nb = n_in / 32;
+  for (int64_t r = range.begin; r < range.end; ++r) {
+    const uint8_t* row = w + r * row_bytes;
+    int64_t t0 = 0;
+    for (; t0 + kTileTokens <= n_tokens; t0 += kTileTokens) {
+      row_tile<T, kTileTokens>(row, nb, x, n_in, t0, n_rows, r, y);
+    }
+    tail_tile<T, kTileTokens - 1>(row, nb, x, n_in, t0, n_rows, r, y, n_tokens - t0);
+  }
+}
+
+}  // namespace
+
+void matmul_dequant(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const float* x,
+                    int64_t n_tokens, float* y, int ith, int nth) {
+  const MatmulGeometry g = matmul_geometry(wtype, n_in);
+  const RowRange range = split_range(n_rows, ith, nth, kRowAlign);
+  const auto* w8 = static_cast<const uint8_t*>(w);
+  switch (wtype) {
+    case GgmlType::kQ5_0:
+      return rows<GgmlType::kQ5_0>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
+    case GgmlType::kQ4_1:
+      return rows<GgmlType::kQ4_1>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
+    case GgmlType::kQ5_1:
+      return rows<GgmlType::kQ5_1>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
+    case GgmlType::kIQ4_NL:
+      return rows<GgmlType::kIQ4_NL>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
+    default:
+      // The generic kernel CHECKs the type.
+      return kvw::kernels::matmul_dequant(wtype, w, n_rows, n_in, x, n_tokens, y, ith, nth);
+  }
+}
+
+}  // namespace kvw::kernels::avx512
