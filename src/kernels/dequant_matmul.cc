@@ -21,7 +21,9 @@
 namespace kvw::kernels {
 namespace {
 
-constexpr int kLanes = 16;          // 4 SSE registers of partial sums per token
+// 32 lanes: a whole block per step, so each lane gets one add per block and the SIMD kernels'
+// add chains are one per block (decode is bound by that latency, not by the multiplies).
+constexpr int kLanes = 32;
 constexpr int64_t kChunk = 512;     // elements dequantised at a time: 2 KiB of f32 on the stack
 constexpr int64_t kTileTokens = 4;  // tokens sharing one dequantised chunk
 
