@@ -5,7 +5,8 @@
 // tables as well as across token counts and thread counts.
 //
 // Arithmetic per (row, token): kLanes float accumulators, element i adds w_i * x_i to lane
-// i % kLanes (multiply, then add: kernels build with -ffp-contract=off), elements in order; the
+// i % kLanes as one fused multiply-add (std::fma: exactly rounded, so the SIMD kernels' FMA
+// instructions give the same bits), elements in order; the
 // lanes are then summed pairwise in a fixed tree. Tiling over tokens only changes how often a
 // chunk is dequantised, never the order of a row's sum.
 //
@@ -14,6 +15,7 @@
 // separate buffer in the model or the planner. Decode reads each row once (dequantising costs
 // about as much as the f32 dot); prefill dequantises a chunk once per kTileTokens tokens.
 #include <algorithm>
+#include <cmath>
 
 #include "core/check.h"
 #include "kernels/kernels_internal.h"
@@ -63,7 +65,7 @@ void matmul_dequant(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
           const float* xt = x + (t0 + t) * n_in + c0;
           float* a = acc[t];
           for (int64_t i = 0; i < len; i += kLanes) {
-            for (int k = 0; k < kLanes; ++k) a[k] += buf[i + k] * xt[i + k];
+            for (int k = 0; k < kLanes; ++k) a[k] = std::fma(buf[i + k], xt[i + k], a[k]);
           }
         }
       }

@@ -4,9 +4,9 @@
 //
 // Why it is bit-identical to the scalar kernel: a weight is the same float expression
 // (float(q - 16) * d, float(q) * d + m, d * level) with the fp16 scale converted exactly by F16C,
-// and each of the 32 lanes accumulates mul-then-add (no FMA) over elements i, i + 32, ... in
-// order: a block's elements 8k..8k+7 go to register k (lanes 8k..8k+7). The lanes are then
-// reduced with the scalar kernel's tree.
+// and each of the 32 lanes accumulates one FMA (std::fma in the scalar kernel) per element
+// i, i + 32, ... in order: a block's elements 8k..8k+7 go to register k (lanes 8k..8k+7). The
+// lanes are then reduced with the scalar kernel's tree.
 // 2 tokens x 4 accumulators + 4 weight registers + a load: 13 of 16 ymm registers.
 #include <immintrin.h>
 
@@ -117,8 +117,7 @@ void row_tile(const uint8_t* row, int64_t nb, const float* x, int64_t n_in, int6
     for (int t = 0; t < NT; ++t) {
       const float* xt = x + (t0 + t) * n_in + b * 32;
       for (int k = 0; k < 4; ++k) {
-        const __m256 p = _mm256_mul_ps(w[k], _mm256_loadu_ps(xt + 8 * k));
-        acc[t][k] = _mm256_add_ps(acc[t][k], p);
+        acc[t][k] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(xt + 8 * k), acc[t][k]);
       }
     }
   }

@@ -4,7 +4,7 @@
 //
 // Why it is bit-identical to the scalar kernel: a weight is the same float expression
 // (float(q - 16) * d, float(q) * d + m, d * level) with the fp16 scale converted exactly by F16C,
-// and each of the 32 lanes of two zmm accumulators adds w * x (mul, then add; no FMA) for
+// and each of the 32 lanes of two zmm accumulators adds w * x as one FMA (std::fma there) for
 // elements i, i + 32, ... in order: a block's elements 0-15 to register 0, 16-31 to register 1.
 // The lanes are then reduced with the scalar kernel's tree. Fifth bits come straight from qh as
 // byte masks (an add of 16 under the mask: the nibbles never have that bit). 8 tokens x 2
@@ -104,8 +104,8 @@ void row_tile(const uint8_t* row, int64_t nb, const float* x, int64_t n_in, int6
     unpack<T>(row, b, w);
     for (int t = 0; t < NT; ++t) {
       const float* xt = x + (t0 + t) * n_in + b * 32;
-      acc[t][0] = _mm512_add_ps(acc[t][0], _mm512_mul_ps(w[0], _mm512_loadu_ps(xt)));
-      acc[t][1] = _mm512_add_ps(acc[t][1], _mm512_mul_ps(w[1], _mm512_loadu_ps(xt + 16)));
+      acc[t][0] = _mm512_fmadd_ps(w[0], _mm512_loadu_ps(xt), acc[t][0]);
+      acc[t][1] = _mm512_fmadd_ps(w[1], _mm512_loadu_ps(xt + 16), acc[t][1]);
     }
   }
   for (int t = 0; t < NT; ++t) y[(t0 + t) * n_rows + r] = reduce_lanes(acc[t]);
