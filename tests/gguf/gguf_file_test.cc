@@ -107,6 +107,8 @@ std::vector<TestTensor> all_tensor_types() {
       {GgmlType::kF32, {3}},      {GgmlType::kF16, {5, 3}},         {GgmlType::kBF16, {2, 2, 2}},
       {GgmlType::kQ4_0, {64, 3}}, {GgmlType::kQ8_0, {32, 2, 1, 2}}, {GgmlType::kQ4_K, {256, 2}},
       {GgmlType::kQ5_K, {512}},   {GgmlType::kQ6_K, {256, 3}},      {GgmlType::kQ8_K, {256}},
+      {GgmlType::kQ4_1, {96, 3}}, {GgmlType::kQ5_0, {896, 2}},      {GgmlType::kQ5_1, {32, 5}},
+      {GgmlType::kIQ4_NL, {288}},
   };
   std::mt19937 rng(1);
   std::normal_distribution<float> dist;
