@@ -309,10 +309,13 @@ void set_llama_keys(const MakeModelSpec& s, GgufWriter& w) {
   w.set_u32(a + "attention.head_count_kv", s.n_head_kv);
   w.set_f32(a + "attention.layer_norm_rms_epsilon", s.norm_eps);
   w.set_f32(a + "rope.freq_base", s.rope_theta);
-  w.set_u32(a + "rope.dimension_count", s.head_len());
-  if (s.arch == "qwen3" || s.arch == "qwen3moe") {  // the converter writes head_dim as both
+  if (s.arch == "qwen3" || s.arch == "qwen3moe") {
+    // As convert_hf_to_gguf.py: config.json's head_dim as key and value length, and no
+    // rope.dimension_count (readers rotate the whole key_length head).
     w.set_u32(a + "attention.key_length", s.head_len());
     w.set_u32(a + "attention.value_length", s.head_len());
+  } else {
+    w.set_u32(a + "rope.dimension_count", s.head_len());
   }
   if (s.sliding_window > 0) w.set_u32(a + "attention.sliding_window", s.sliding_window);
   if (s.n_expert > 0) {

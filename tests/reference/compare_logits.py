@@ -267,7 +267,9 @@ def check_qwen3_file(model, c):
     expect("n_vocab", model.n_vocab, c["n_vocab"])
     expect("key_length", f.get(a + "attention.key_length"), e["head_dim"])
     expect("value_length", f.get(a + "attention.value_length"), e["head_dim"])
-    expect("rope.dimension_count", hp.n_rot, e["head_dim"])
+    # As the converter: no rope.dimension_count, the whole key_length head rotates.
+    expect("rope.dimension_count absent", f.get(a + "rope.dimension_count"), None)
+    expect("rotated dims", hp.n_rot, e["head_dim"])
     expect("head length differs from dim / heads", e["head_dim"] != e["dim"] // e["heads"], True)
     expect("neox rope", hp.rope_neox, True)
     expect("tied (no output.weight)", not f.has_tensor("output.weight"), e["tied"])
