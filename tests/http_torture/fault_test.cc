@@ -10,6 +10,8 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <atomic>
+#include <chrono>
 #include <fstream>
 #include <thread>
 
@@ -91,9 +93,11 @@ TEST(Faults, SigtermMidStreamFinishesEveryStreamRefusesNewWorkAndExitsZero) {
     reqs.push_back(
         {make_post_json(
              "/v1/completions",
-             R"({"prompt":"And God said","max_tokens":200,"ignore_eos":true,"stream":true})"),
+             R"({"prompt":"And God said","max_tokens":1500,"ignore_eos":true,"stream":true})"),
          Millis{0}, "stream"});
   }
+  // 1,500 tokens each: the streams must still run when the late request arrives (a Release
+  // build with the O(vocabulary) sampler finishes 10 x 200 tokens in ~0.4 s).
   std::vector<RawResponse> out;
   std::thread clients([&] { out = run_batch(port, reqs, Millis{60000}); });
   std::this_thread::sleep_for(Millis{400});  // the streams are running
@@ -118,16 +122,26 @@ TEST(Faults, BreakerFlagsTripAndRecover) {
                                      "0.5", "--breaker-tick-ms", "50"});
   ASSERT_TRUE(served->server && served->server->alive());
   const uint16_t port = served->server->port();
-  // 8 sequences x ~205 tokens hold ~80% of a pool sized for 8 x 256 tokens.
-  std::vector<PlannedRequest> load;
+  // 8 closed-loop clients, each its own loop so they never finish together, with ~100-token
+  // prompts and 100 tokens out: from the first prefill on, the pool (8 x 256 tokens) stays over
+  // 30% used for as long as they run. (One batch of 8 x 200 tokens from a 4-token prompt finished
+  // in ~0.3 s on a Release build, under the 0.3 s the breaker waits.)
+  std::string words;
+  for (int i = 0; i < 25; ++i) words += "and the LORD said ";
+  std::atomic<bool> stop_load{false};
+  std::vector<std::thread> clients;
   for (int i = 0; i < 8; ++i) {
-    load.push_back(
-        {make_post_json(
-             "/v1/completions",
-             R"({"prompt":"And God said","max_tokens":200,"ignore_eos":true,"stream":true})"),
-         Millis{0}, "load"});
+    // A different first word per client: no prefix-cache sharing between them.
+    const std::string load = make_post_json(
+        "/v1/completions", R"({"prompt":")" + std::to_string(i) + " " + words +
+                               R"(","max_tokens":100,"ignore_eos":true,"stream":true})");
+    clients.emplace_back([&, load] {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (!stop_load.load() && std::chrono::steady_clock::now() < until) {
+        torture::exchange(port, load, Millis{30000});
+      }
+    });
   }
-  std::thread clients([&] { run_batch(port, load, Millis{60000}); });
   bool shed = false;
   RawResponse refused;
   // Up to 20 s: a sanitized server on a shared 2-core machine fills the pool slowly.
@@ -140,7 +154,8 @@ TEST(Faults, BreakerFlagsTripAndRecover) {
           port, make_post_json("/v1/completions", R"({"prompt":"In","max_tokens":2})"));
     }
   }
-  clients.join();
+  stop_load = true;
+  for (std::thread& t : clients) t.join();
   EXPECT_TRUE(shed) << "KV usage over 0.3 for 0.3 s must shed";
   EXPECT_EQ(refused.status, 503) << refused.describe();
   EXPECT_NE(refused.body.find("overloaded"), std::string::npos) << refused.describe();
