@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""What refusals cost the requests already admitted: paced storms of requests that must be refused.
+
+  bench/refusal_storm.py --url http://127.0.0.1:8000 [--rate 300] [--prompt-kb 30] [--window 20]
+
+Keeps the server's admission full with closed-loop long streaming requests (--fill clients, as
+many as --max-num-seqs + --max-queue of the server), then alternates quiet and storm windows of
+--window seconds: quiet, storm, quiet. A storm sends --rate requests/s, each on a new connection,
+with a prompt of --prompt-kb KB, which the server must refuse (429/503 + Retry-After). Reports, per
+window, generated tokens/s (from kvwarden_generation_tokens_total), and for the storm its ratio
+to the mean of the quiet windows around it, refusals answered/s, the share with Retry-After, and
+the server CPU of its I/O and handler threads (kvwarden_thread_cpu_seconds_total{thread="kvw-io"
+and "kvw-http"}) per refusal. Stdlib only. The load generator shares the machine with the server
+when both run on one host; say so with the figures.
+"""
+import argparse
+import http.client
+import json
+import re
+import threading
+import time
+import urllib.parse
+
+
+def scrape(host, port):
+    c = http.client.HTTPConnection(host, port, timeout=10)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    def total(pattern):
+        return sum(float(m.group(1)) for m in re.finditer(pattern + r"\S* (\S+)\n", text))
+    return {
+        "tokens": total(r"(?m)^kvwarden_generation_tokens_total"),
+        "io_cpu": total(r'(?m)^kvwarden_thread_cpu_seconds_total\{thread="kvw-(?:io|http)"\}'),
+        "cpu": total(r"(?m)^kvwarden_process_cpu_seconds_total"),
+    }
+
+
+def model_id(host, port):
+    c = http.client.HTTPConnection(host, port, timeout=10)
+    c.request("GET", "/v1/models")
+    return json.loads(c.getresponse().read())["data"][0]["id"]
+
+
+def filler(host, port, model, stop, max_tokens):
+    """One closed-loop client keeping a slot busy with a long streamed completion."""
+    body = json.dumps({"model": model, "prompt": "And God said", "max_tokens": max_tokens,
+                       "stream": True, "ignore_eos": True, "temperature": 0.8})
+    while not stop.is_set():
+        try:
+            c = http.client.HTTPConnection(host, port, timeout=600)
+            c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+            r = c.getresponse()
+            if r.status != 200:
+                r.read()
+                time.sleep(float(r.getheader("Retry-After") or 1))
+                continue
+            while not stop.is_set() and r.read1(65536):
+                pass
+            c.close()
+        except OSError:
+            time.sleep(0.1)
+
+
+def storm(host, port, model, rate, prompt_kb, seconds, senders, result):
+    words = ("lorem ipsum dolor sit amet " * (prompt_kb * 1024 // 27 + 1))[: prompt_kb * 1024]
+    body = json.dumps({"model": model, "prompt": words, "max_tokens": 16}).encode()
+    t0 = time.time()
+    lock = threading.Lock()
+
+    def sender(k):
+        i = k
+        while True:
+            due = t0 + i / rate
+            if due >= t0 + seconds:
+                return
+            delay = due - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            try:
+                c = http.client.HTTPConnection(host, port, timeout=30)
+                c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+                r = c.getresponse()
+                r.read()
+                with lock:
+                    result["answers"][r.status] = result["answers"].get(r.status, 0) + 1
+                    result["retry_after"] += r.getheader("Retry-After") is not None
+                c.close()
+            except OSError as e:
+                with lock:
+                    result["errors"] += 1
+            i += senders
+
+    ts = [threading.Thread(target=sender, args=(k,)) for k in range(senders)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--url", default="http://127.0.0.1:8000")
+    ap.add_argument("--rate", type=float, default=300)
+    ap.add_argument("--prompt-kb", type=int, default=30)
+    ap.add_argument("--window", type=float, default=20)
+    ap.add_argument("--fill", type=int, default=32, help="closed-loop long requests keeping admission full")
+    ap.add_argument("--fill-tokens", type=int, default=400,
+                    help="tokens per filler request; long ones grow the context and slow decode over the run")
+    ap.add_argument("--senders", type=int, default=16)
+    a = ap.parse_args()
+    u = urllib.parse.urlparse(a.url)
+    host, port = u.hostname, u.port or 80
+    model = model_id(host, port)
+    stop = threading.Event()
+    fillers = [threading.Thread(target=filler, args=(host, port, model, stop, a.fill_tokens), daemon=True)
+               for _ in range(a.fill)]
+    for t in fillers:
+        t.start()
+    time.sleep(5)  # warm up: admission full
+    rows = []
+    for phase in ("quiet", "storm", "quiet"):
+        before, t0 = scrape(host, port), time.time()
+        res = {"answers": {}, "retry_after": 0, "errors": 0}
+        if phase == "storm":
+            storm(host, port, model, a.rate, a.prompt_kb, a.window, a.senders, res)
+        else:
+            time.sleep(a.window)
+        after, dt = scrape(host, port), time.time() - t0
+        rows.append((phase, (after["tokens"] - before["tokens"]) / dt, res,
+                     after["io_cpu"] - before["io_cpu"], after["cpu"] - before["cpu"], dt))
+    stop.set()
+    quiet = (rows[0][1] + rows[2][1]) / 2
+    print(f"refusal storm: {a.rate:.0f}/s offered, {a.prompt_kb} KB prompts, {a.window:.0f} s windows, "
+          f"{a.fill} long requests keeping admission full")
+    print("| window | tokens/s | vs quiet | answers | answered/s | Retry-After | I/O+handler CPU per answer | process CPU (cores) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for phase, tps, res, io_cpu, cpu, dt in rows:
+        n = sum(res["answers"].values())
+        per = f"{io_cpu / n * 1e6:.0f} us" if n else "-"
+        ans = " ".join(f"{k}:{v}" for k, v in sorted(res["answers"].items())) or "-"
+        ra = f"{res['retry_after'] / n:.2f}" if n else "-"
+        print(f"| {phase} | {tps:.0f} | {tps / quiet:.2f} | {ans} | {n / dt:.0f} | {ra} | {per} | {cpu / dt:.2f} |")
+    errors = rows[1][2]["errors"]
+    if errors:
+        print(f"connection errors during the storm: {errors}")
+
+
+if __name__ == "__main__":
+    main()
