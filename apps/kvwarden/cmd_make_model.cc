@@ -106,9 +106,10 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--rope-scale", s.rope_scale, "Context extension factor for --rope-scaling");
   cmd->add_option("--rope-orig-ctx", s.rope_orig_ctx,
                   "Original context for yarn (default --context)");
-  cmd->add_option(
-      "--weight-type", f->weight_type,
-      "Type of every matrix: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K (default f32)");
+  cmd->add_option("--weight-type", f->weight_type,
+                  "Type of every matrix: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, "
+                  "q4_K, q5_K, q6_K "
+                  "(default f32)");
   cmd->add_flag("--tied", s.tied, "Tie output and embedding weights (no output.weight)");
   cmd->add_option("--vocab-type", s.vocab_type, "spm (SentencePiece-style) or bpe (byte-level)");
   cmd->add_option("--seed", s.seed, "Random seed");
