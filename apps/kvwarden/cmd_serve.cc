@@ -387,9 +387,9 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "Seconds a request may wait for its first token (0: off). Arriving: 429 + "
                   "Retry-After when the queued work (prompt + max_tokens tokens of every waiting "
                   "request) over the measured token rate predicts a longer wait. Admitted: a "
-                  "request (each of its n choices) that has sent no token this long after "
-                  "admission, queued or still in prefill, is dropped from the engine (its KV "
-                  "blocks freed) and gets 503 + Retry-After, streamed or not (nothing was sent)")
+                  "request (each of its n choices) still queued this long after admission (its "
+                  "prefill not begun) is dropped from the engine and gets 503 + Retry-After, "
+                  "streamed or not (nothing was sent); one whose prefill has begun runs on")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--breaker-kv-threshold", s.breaker.kv_high,

@@ -159,6 +159,12 @@ void Engine::expire_overdue() {
       continue;
     }
     live.first_token_deadline = Clock::time_point::max();
+    // The limit is on waiting to start: a request whose prefill has begun (a long prompt on a
+    // slow machine can take minutes before its first token) is working, not queued.
+    if (const Request* r = sched_->find(SeqId{id});
+        r != nullptr && (r->state != RequestState::kWaiting || r->num_computed_tokens > 0)) {
+      continue;
+    }
     // False when already cancelled (client gone, stop string): that end stands.
     if (!sched_->cancel(SeqId{id})) continue;
     live.timed_out = true;

@@ -103,25 +103,24 @@ TEST(EngineDeadline, QueuedRequestWithNoTokenByItsDeadlineEndsWithQueueTimeout) 
   EXPECT_EQ(kv.num_allocatable_blocks(), kv.num_blocks());
 }
 
-// The limit covers a request that is running but has not produced yet (a long prefill): here
-// A's prompt is prefilled in chunks of 16 tokens, one chunk per step, and its limit is shorter.
-TEST(EngineDeadline, PrefillInProgressCountsAsProducedNothing) {
+// The limit is on waiting to start: a request whose prefill is running when its limit passes (a
+// long prompt on a slow machine) goes on to its tokens. Here A's prompt is prefilled in chunks
+// of 16 tokens, one chunk per step, far longer than its 0.02 s limit.
+TEST(EngineDeadline, PrefillInProgressIsNotCutByTheQueueLimit) {
   EngineConfig cfg = slow_one_slot_config();
   cfg.sched.max_num_batched_tokens = 16;
   auto e = make_engine(cfg);
   ASSERT_NE(e, nullptr);
   const int32_t n_vocab = e->model().hparams().n_vocab;
-  auto a = e->submit(request(prompt(5, 4000, n_vocab), 4, /*max_wait_s=*/0.02));
+  auto a = e->submit(request(prompt(5, 400, n_vocab), 4, /*max_wait_s=*/0.02));
   ASSERT_TRUE(a.ok()) << a.message();
   const TokenChannel::Collected ca = (*a)->collect();
-  EXPECT_EQ(ca.reason, FinishReason::kError);
-  EXPECT_EQ(ca.error_kind, ErrorKind::kQueueTimeout) << ca.error;
-  EXPECT_TRUE(ca.tokens.empty());
+  EXPECT_EQ(ca.reason, FinishReason::kLength) << ca.error;
+  EXPECT_EQ(ca.tokens.size(), 4u);
   const EngineStats s = e->stats();
-  EXPECT_GT(s.num_computed_tokens, 0u) << "A was never running: the test proves nothing";
-  EXPECT_LT(s.num_computed_tokens, 4000u);
+  EXPECT_EQ(s.num_queue_timeouts, 0u);
+  EXPECT_GE(s.num_computed_tokens, 400u);
   EXPECT_EQ(s.num_kv_sequences, 0u);
-  EXPECT_EQ(s.num_allocatable_blocks, s.num_blocks);
 }
 
 TEST(EngineDeadline, ZeroMeansNoLimit) {
