@@ -55,9 +55,14 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DKVW_SANITIZE=thread -DKVW_BU
 cmake --build build-tsan -j"$JOBS" --target http_server_test http_byte_budget_test server_test \
   engine_test core_test swap_space_test sched_test kv_events_test
 stage tsan suite
+# Two tests calibrated on Release speed stay out of it (no race is reported in them): the
+# queue-wait 503 needs the predicted wait under its 1 s limit, which the token rate measured
+# under TSan exceeds, and the door test reads request memory at rest while TSan-slowed fillers
+# are still being parsed. Both run in the Release and ASan passes.
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/kv_events/tsan_libzmq.supp" \
   ctest --test-dir build-tsan \
   -R "HttpServer|ByteBudget|Server|RequestMemory|Engine|Queue|ThreadPool|Swap|Scheduler|Publisher" \
+  -E "QueueWait\.Queued|ServerDoor\.FullServerRefuses" \
   --output-on-failure -j"$JOBS"
 
 # libFuzzer on the GGUF reader, both tokenizers, the request parser and chat templates, each

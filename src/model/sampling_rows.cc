@@ -7,9 +7,11 @@
 #include <cstring>
 #include <limits>
 
-// One clone per ISA, chosen at load time by GCC's ifunc resolver. Clang (the fuzz build) gets the
-// baseline loop: the same bits, only slower.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+// One clone per ISA, chosen at load time by GCC's ifunc resolver. Clang (the fuzz build) and the
+// sanitizer builds get the baseline loop: the same bits, only slower (ThreadSanitizer instruments
+// the resolver, which runs at relocation time before its runtime is up, and crashes).
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
 #define KVW_ROW_PASS __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define KVW_ROW_PASS

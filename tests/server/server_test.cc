@@ -439,9 +439,10 @@ TEST(Server, DrainLetsInFlightRequestsFinish) {
         "application/json");
     if (r) body = r->body;
   });
-  // Drain only once the request was admitted (else it would rightly get 503).
-  for (int i = 0;
-       i < 2000 && h.server->admission().in_flight == 0 && h.server->admission().num_completed == 0;
+  // Drain only once the engine has the request (else it would rightly get 503): admission's
+  // in_flight counts it from the door on, while its body is still being parsed.
+  for (int i = 0; i < 20000 && h.engine->stats().num_generated_tokens == 0 &&
+                  h.server->admission().num_completed == 0;
        ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
