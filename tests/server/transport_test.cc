@@ -2,16 +2,13 @@
 // others are served, an announced body over the limit is refused from the headers alone, header
 // floods get 431, pipelined and keep-alive requests work, and the engine's error wording maps to
 // the intended statuses.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <thread>
 
 #include "harness.h"
+#include "raw_socket.h"
 
 namespace kvw::server {
 namespace {
@@ -19,48 +16,9 @@ namespace {
 using harness::Harness;
 using Clock = std::chrono::steady_clock;
 
-int connect_to(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons((uint16_t)port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-bool send_all(int fd, const std::string& s) {
-  size_t off = 0;
-  while (off < s.size()) {
-    const ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    off += (size_t)n;
-  }
-  return true;
-}
-
-// Reads until the peer closes or `timeout` passes; `closed` tells which.
-std::string read_until_close(int fd, std::chrono::milliseconds timeout, bool& closed) {
-  std::string out;
-  const auto end = Clock::now() + timeout;
-  closed = false;
-  char buf[4096];
-  while (Clock::now() < end) {
-    pollfd p{fd, POLLIN, 0};
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now());
-    if (::poll(&p, 1, (int)std::max<int64_t>(1, left.count())) <= 0) continue;
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) {
-      closed = true;
-      break;
-    }
-    out.append(buf, (size_t)n);
-  }
-  return out;
-}
+using raw_socket::connect_to;
+using raw_socket::read_until_close;
+using raw_socket::send_all;
 
 int count(const std::string& s, const std::string& what) {
   int n = 0;
