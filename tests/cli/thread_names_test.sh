@@ -16,10 +16,17 @@ PID=$!
 for _ in $(seq 1 300); do grep -q "kvwarden serving" "$WORK/out" && break; sleep 0.1; done
 grep -q "kvwarden serving" "$WORK/out" || fail "serve did not start: $(tail -3 "$WORK/err")"
 URL="$(sed -n 's/^kvwarden serving .* on \(http[^ ]*\).*/\1/p' "$WORK/out")"
-MODEL_ID="$(curl -s "$URL/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')"
-curl -s -o /dev/null -w '%{http_code}' "$URL/v1/completions" -H 'Content-Type: application/json' \
-  -d "{\"model\":\"$MODEL_ID\",\"prompt\":\"Once upon a time\",\"max_tokens\":4}" >"$WORK/code"
-[ "$(cat "$WORK/code")" = 200 ] || fail "completion answered $(cat "$WORK/code")"
+# python3 (installed by setup.sh) as the client: curl is not guaranteed on a fresh machine.
+python3 - "$URL" <<'PY' || fail "completion failed"
+import json, sys, urllib.request
+url = sys.argv[1]
+model = json.load(urllib.request.urlopen(url + "/v1/models"))["data"][0]["id"]
+req = urllib.request.Request(url + "/v1/completions", method="POST",
+                             data=json.dumps({"model": model, "prompt": "Once upon a time",
+                                              "max_tokens": 4}).encode(),
+                             headers={"Content-Type": "application/json"})
+assert urllib.request.urlopen(req).status == 200
+PY
 names="$(cat /proc/$PID/task/*/comm | sort)"
 for want in kvw-io-0 kvw-io-1 kvw-engine kvw-fwd-1 kvw-http kvw-monitor; do
   grep -qx "$want" <<<"$names" || fail "no thread named $want; threads: $(echo $names)"
