@@ -131,6 +131,9 @@ TEST(ServerDoor, FullServerRefusesAnAnnounced8MiBBodyFromItsHeadersAlone) {
   Harness& h = *b.h;
   b.start_stream();  // runs
   b.start_stream();  // queues: admission is full
+  // A stream is admitted before its handler returns and releases the body's lease: wait for
+  // both leases to go so the baseline is not a moment in that release.
+  ASSERT_TRUE(wait_for([&] { return h.server->transport().request_memory.used == 0; }));
   const http::ByteBudgetStats mem_before = h.server->transport().request_memory;
   const std::string m0 = b.metrics();
   const double used_before = sample(m0, R"(kvwarden_request_memory_bytes{state="used"})");
