@@ -16,6 +16,7 @@ when both run on one host; say so with the figures.
 import argparse
 import http.client
 import json
+import random
 import re
 import threading
 import time
@@ -42,18 +43,25 @@ def model_id(host, port):
     return json.loads(c.getresponse().read())["data"][0]["id"]
 
 
-def filler(host, port, model, stop, max_tokens):
-    """One closed-loop client keeping a slot busy with a long streamed completion."""
-    body = json.dumps({"model": model, "prompt": "And God said", "max_tokens": max_tokens,
-                       "stream": True, "ignore_eos": True, "temperature": 0.8})
+def filler(host, port, model, stop, lo, hi, seed):
+    """One closed-loop client keeping a slot busy with a long streamed completion.
+
+    Lengths are drawn from [lo, hi] so the fillers' contexts spread out and the decode rate
+    settles instead of slowing in lockstep; a refused filler retries after 10 ms, not after
+    Retry-After, so a slot freed between two fillers stays free as briefly as possible (storm
+    requests that slip into such a gap pass the door).
+    """
+    rng = random.Random(seed)
     while not stop.is_set():
+        body = json.dumps({"model": model, "prompt": "And God said", "max_tokens": rng.randint(lo, hi),
+                           "stream": True, "ignore_eos": True, "temperature": 0.8})
         try:
             c = http.client.HTTPConnection(host, port, timeout=600)
             c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
             r = c.getresponse()
             if r.status != 200:
                 r.read()
-                time.sleep(float(r.getheader("Retry-After") or 1))
+                time.sleep(0.01)
                 continue
             while not stop.is_set() and r.read1(65536):
                 pass
@@ -105,19 +113,22 @@ def main():
     ap.add_argument("--prompt-kb", type=int, default=30)
     ap.add_argument("--window", type=float, default=20)
     ap.add_argument("--fill", type=int, default=32, help="closed-loop long requests keeping admission full")
-    ap.add_argument("--fill-tokens", type=int, default=400,
-                    help="tokens per filler request; long ones grow the context and slow decode over the run")
+    ap.add_argument("--fill-tokens", default="1500:3500",
+                    help="LO:HI tokens per filler request, drawn uniformly for each request")
+    ap.add_argument("--warmup", type=float, default=60,
+                    help="seconds before the first window, for the fillers' lengths to spread out")
     ap.add_argument("--senders", type=int, default=16)
     a = ap.parse_args()
     u = urllib.parse.urlparse(a.url)
     host, port = u.hostname, u.port or 80
     model = model_id(host, port)
     stop = threading.Event()
-    fillers = [threading.Thread(target=filler, args=(host, port, model, stop, a.fill_tokens), daemon=True)
-               for _ in range(a.fill)]
+    lo, hi = (int(x) for x in a.fill_tokens.split(":"))
+    fillers = [threading.Thread(target=filler, args=(host, port, model, stop, lo, hi, k), daemon=True)
+               for k in range(a.fill)]
     for t in fillers:
         t.start()
-    time.sleep(5)  # warm up: admission full
+    time.sleep(a.warmup)
     rows = []
     for phase in ("quiet", "storm", "quiet"):
         before, t0 = scrape(host, port), time.time()
