@@ -434,6 +434,12 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-num-batched-tokens", e.sched.max_num_batched_tokens,
                   "Tokens per engine step (also sizes the forward workspace)")
       ->capture_default_str();
+  cmd->add_option("--long-prefill-token-threshold", e.sched.long_prefill_chunk_tokens,
+                  "Prompt tokens one request prefills per step (vLLM's flag): a longer prompt is "
+                  "split into chunks of this size and running requests decode in between; 0 "
+                  "leaves only --max-num-batched-tokens as the limit")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--max-model-len", f->max_model_len,
                   "Prompt + output tokens per request (default: min(16384, the model's context))");
   cmd->add_option("--swap-space", f->swap_space,
