@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "apps/kvwarden/commands.h"
+#include "apps/kvwarden/rope_flags.h"
 #include "kernels/compute_probe.h"
 #include "kernels/kernels.h"
 #include "kernels/membw.h"
@@ -31,6 +32,7 @@ struct BenchModelFlags {
   int32_t batch_size = 512;
   std::string kv_dtype = "f16", output = "md", json_path;
   bool probes = true;
+  RopeFlags rope;
 };
 
 struct Machine {
@@ -218,6 +220,9 @@ int run(const BenchModelFlags& f) {
     ModelOptions opt;
     opt.n_threads = m.threads;
     opt.max_batch_tokens = std::max(f.batch_size, max_streams);
+    auto rope = rope_override(f.rope);
+    if (!rope.ok()) return fail(rope.message(), 2);
+    opt.rope = *rope;
     auto loaded = Model::load(path, opt);
     if (!loaded) return fail(loaded.message(), 1);
     Model& model = **loaded;
@@ -360,6 +365,7 @@ void add_bench_model_command(CLI::App& app, int& exit_code) {
                   "Prompt tokens per forward pass (llama-bench's -ub)")
       ->default_val(512);
   cmd->add_option("--kv-cache-dtype", f->kv_dtype, "f16, bf16, f32 or int8")->default_val("f16");
+  add_rope_flags(cmd, &f->rope);
   cmd->add_option("-o,--output", f->output, "md (table on stdout) or json")->default_val("md");
   cmd->add_option("--json", f->json_path, "Also write the JSON report to this file");
   cmd->add_flag("!--no-probes", f->probes, "Skip the bandwidth and compute probes");

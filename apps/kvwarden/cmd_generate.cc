@@ -6,6 +6,7 @@
 
 #include "apps/kvwarden/commands.h"
 #include "apps/kvwarden/default_model.h"
+#include "apps/kvwarden/rope_flags.h"
 #include "model/model.h"
 #include "model/sampling.h"
 #include "server/stop_matcher.h"
@@ -15,12 +16,12 @@ namespace kvw::app {
 namespace {
 
 struct GenerateFlags {
-  std::string model, prompt, kv_dtype = "f16", rope_scaling;
+  std::string model, prompt, kv_dtype = "f16";
   std::vector<std::string> stop;
   int32_t max_tokens = 128, ctx_size = 0, block_size = 16, batch_size = 256;
   int threads = 0;
-  float rope_scale = 0, rope_freq_base = 0, activation_clamp = 0;
-  int32_t rope_orig_ctx = 0;
+  float activation_clamp = 0;
+  RopeFlags rope;
   SamplingParams sampling;
   bool seed_given = false;
 };
@@ -40,20 +41,16 @@ int run(GenerateFlags f) {
   opt.n_threads = f.threads;
   opt.max_batch_tokens = f.batch_size;
   opt.activation_clamp = f.activation_clamp;
-  if (!f.rope_scaling.empty()) {
-    auto rs = parse_rope_scaling(f.rope_scaling);
-    if (!rs) return fail("--rope-scaling: " + rs.message(), 2);
-    opt.rope.scaling = *rs;
-  }
-  if (f.rope_scale > 0) opt.rope.scale_factor = f.rope_scale;
-  if (f.rope_freq_base > 0) opt.rope.freq_base = f.rope_freq_base;
-  if (f.rope_orig_ctx > 0) opt.rope.orig_ctx = f.rope_orig_ctx;
+  auto rope = rope_override(f.rope);
+  if (!rope.ok()) return fail(rope.message(), 2);
+  opt.rope = *rope;
   if (f.model.empty()) {
     f.model = find_default_model();
     if (f.model.empty()) {
-      return fail("no --model given and the default model (models/kvwarden-default.gguf) was "
-                  "not found; set --model or KVW_DEFAULT_MODEL",
-                  2);
+      return fail(
+          "no --model given and the default model (models/kvwarden-default.gguf) was "
+          "not found; set --model or KVW_DEFAULT_MODEL",
+          2);
     }
   }
   auto loaded = Model::load(f.model, opt);
@@ -176,11 +173,7 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--block-size", f->block_size, "KV block size in tokens")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
-  cmd->add_option("--rope-scaling", f->rope_scaling,
-                  "Override RoPE scaling: none, linear, ntk, yarn");
-  cmd->add_option("--rope-scale", f->rope_scale, "Override the RoPE context extension factor");
-  cmd->add_option("--rope-freq-base", f->rope_freq_base, "Override the RoPE frequency base");
-  cmd->add_option("--yarn-orig-ctx", f->rope_orig_ctx, "Override YaRN's original context length");
+  add_rope_flags(cmd, &f->rope);
   cmd->add_option("--activation-clamp", f->activation_clamp,
                   "Clamp residual activations to [-c, c] (0: off)")
       ->check(CLI::NonNegativeNumber);

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "apps/kvwarden/commands.h"
+#include "apps/kvwarden/rope_flags.h"
 #include "planner/catalog.h"
 #include "planner/engine_budget.h"
 #include "planner/memory_plan.h"
@@ -40,6 +41,7 @@ struct PlanArgs {
   bool engine = false;
   bool list_models = false;
   bool list_gpus = false;
+  RopeFlags rope;  // stretches the model's positions (the default --max-model-len)
 };
 
 // "80GiB", "80 GB", "1.5TiB", "85056798720": GB/MB are decimal, GiB/MiB binary, bare = bytes.
@@ -162,11 +164,19 @@ int run_plan(const PlanArgs& a) {
     std::cerr << "kvwarden plan: " << m.message() << "\n";
     return 1;
   }
+  auto rope = rope_override(a.rope);
+  if (!rope.ok()) {
+    std::cerr << "kvwarden plan: " << rope.message() << "\n";
+    return 2;
+  }
+  const std::string rope_json = rope_parameters_json(m->max_position, *rope);
+  m->max_position = scaled_context(m->max_position, *rope);
   auto in = build_inputs(a, *m);
   if (!in.ok()) {
     std::cerr << "kvwarden plan: " << in.message() << "\n";
     return 1;
   }
+  in->rope_parameters_json = rope_json;
   auto plan = plan_memory(*m, *in);
   if (!plan.ok()) {
     std::cerr << "kvwarden plan: " << plan.message() << "\n";
@@ -290,6 +300,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--engine-threads", a->engine_threads, "Worker threads for --engine")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  add_rope_flags(cmd, &a->rope);
   cmd->add_flag("--json", a->json, "Print the plan as JSON");
   cmd->add_flag("--explain", a->explain, "Print every formula with the numbers substituted");
   cmd->add_flag("--list-models", a->list_models, "List the model catalogue and exit");

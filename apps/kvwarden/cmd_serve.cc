@@ -20,6 +20,7 @@
 
 #include "apps/kvwarden/commands.h"
 #include "apps/kvwarden/default_model.h"
+#include "apps/kvwarden/rope_flags.h"
 #include "core/log.h"
 #include "engine/engine.h"
 #include "gguf/gguf_file.h"
@@ -45,7 +46,8 @@ struct ServeFlags {
   kv_events::KvEventsConfig kv_events;
   size_t trace_capacity = 65536;
   bool no_prefix_caching = false;
-  int64_t max_model_len = 0;  // 0: min(kMaxDefaultModelLen, the model's trained context)
+  int64_t max_model_len = 0;  // 0: min(kMaxDefaultModelLen, the model's context)
+  RopeFlags rope;
 };
 
 Result<uint64_t> parse_size_flag(const std::string& flag, const std::string& text) {
@@ -121,6 +123,9 @@ Result<std::unique_ptr<GgufFile>> resolve(ServeFlags& f) {
           "--kv-events-config: KV events report the prefix cache; drop --no-prefix-caching"};
     }
   }
+  auto rope = rope_override(f.rope);
+  if (!rope.ok()) return rope.error();
+  e.rope = *rope;
   auto file = GgufFile::open(e.model_path);
   if (!file.ok()) return file.error();
   if (f.max_model_len > 0) {
@@ -128,8 +133,8 @@ Result<std::unique_ptr<GgufFile>> resolve(ServeFlags& f) {
   } else {
     auto shape = planner::shape_from_gguf(**file);
     if (!shape.ok()) return shape.error();
-    e.sched.max_model_len =
-        shape->max_position > 0 ? std::min(kMaxDefaultModelLen, shape->max_position) : 4096;
+    const int64_t positions = scaled_context(shape->max_position, e.rope);
+    e.sched.max_model_len = positions > 0 ? std::min(kMaxDefaultModelLen, positions) : 4096;
   }
   if (!f.chat_template_file.empty()) {
     f.server.chat_template = read_file(f.chat_template_file);
@@ -467,6 +472,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "kvwarden_kv_events_dropped_total), topic. Example: "
                   "'{\"enable_kv_cache_events\":true,\"publisher\":\"zmq\","
                   "\"endpoint\":\"tcp://*:5557\",\"replay_endpoint\":\"tcp://*:5558\"}'");
+  add_rope_flags(cmd, &f->rope);
   cmd->add_option("--activation-clamp", e.activation_clamp,
                   "Clamp residual activations to [-c, c] (0: off)")
       ->check(CLI::NonNegativeNumber);

@@ -12,6 +12,7 @@
 #include "core/kv_dtype.h"
 #include "core/status.h"
 #include "kv/kv_events.h"
+#include "model/model.h"
 #include "sched/sched_config.h"
 
 namespace kvw {
@@ -44,6 +45,7 @@ struct EngineConfig {
   // --max-model-len, --kv-reserve, --overflow, preemption mode.
   SchedConfig sched;
   float activation_clamp = 0.0f;  // --activation-clamp (ModelOptions); 0 = off
+  RopeOverride rope;              // --rope-scaling & co. (ModelOptions)
   // Defragmenter: when the KV pool's fragmentation (free blocks outside the largest free run,
   // as a fraction of free blocks) is above defrag_threshold, move at most defrag_max_moves
   // blocks between steps. 0 = off.

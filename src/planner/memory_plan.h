@@ -85,6 +85,8 @@ struct PlanInputs {
   int64_t block_size = 16;
   int64_t max_num_batched_tokens = 8192;
   uint64_t overhead_bytes = kDefaultOverheadBytes;  // per GPU
+  // A RoPE override (vLLM's rope_parameters JSON), passed on in the launch lines; "" = none.
+  std::string rope_parameters_json;
   Status validate() const;
 };
 

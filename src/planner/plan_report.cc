@@ -42,6 +42,8 @@ RecommendedFlags recommended_flags(const MemoryPlan& p) {
            " --gpu-memory-utilization " + fixed2(in.gpu_memory_utilization) + " --max-num-seqs " +
            seqs + " --block-size " + std::to_string(in.block_size) + " --kv-cache-dtype " + kv +
            " --max-num-batched-tokens " + std::to_string(in.max_num_batched_tokens) + quant;
+  const std::string& rope = in.rope_parameters_json;
+  if (!rope.empty()) f.vllm += " --hf-overrides '{\"rope_parameters\": " + rope + "}'";
   // SGLang's --mem-fraction-static covers weights and the KV pool but not activations.
   const StagePlan& s = p.stages[(size_t)p.binding_stage];
   const double static_frac =
@@ -53,10 +55,12 @@ RecommendedFlags recommended_flags(const MemoryPlan& p) {
              " --chunked-prefill-size " + std::to_string(in.max_num_batched_tokens) +
              (in.kv_dtype == KvDtype::kFp8 ? " --kv-cache-dtype fp8_e4m3" : "") +
              (quant.empty() ? "" : quant);
+  if (!rope.empty()) f.sglang += " --json-model-override-args '{\"rope_scaling\": " + rope + "}'";
   f.kvwarden = "kvwarden serve --model " + p.model.name + " --max-model-len " + len +
                " --max-num-seqs " + seqs + " --block-size " + std::to_string(in.block_size) +
                " --kv-cache-dtype " + kv_dtype_name(in.kv_dtype) + " --max-num-batched-tokens " +
                std::to_string(in.max_num_batched_tokens);
+  if (!rope.empty()) f.kvwarden += " --rope-scaling '" + rope + "'";
   return f;
 }
 
