@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "server/unsupported_fields.h"
+
 namespace kvw::server {
 namespace {
 
@@ -265,6 +267,7 @@ ApiResult<std::vector<int32_t>> parse_token_ids(const json& v, const std::string
 
 ApiResult<CompletionRequest> parse_completion_request(const json& body) {
   CompletionRequest r;
+  if (auto e = refuse_unsupported_fields(body, Endpoint::kCompletions)) return *e;
   if (auto e = read_common(body, r.params)) return *e;
   std::optional<int64_t> lp;
   if (auto e = read_int(body, "logprobs", 0, kMaxLogprobs, lp)) return *e;
@@ -318,6 +321,7 @@ ApiResult<CompletionRequest> parse_completion_request(const json& body) {
 
 ApiResult<ChatRequest> parse_chat_request(const json& body) {
   ChatRequest r;
+  if (auto e = refuse_unsupported_fields(body, Endpoint::kChat)) return *e;
   if (auto e = read_common(body, r.params)) return *e;
   bool logprobs = false;
   if (auto e = read_bool(body, "logprobs", logprobs)) return *e;

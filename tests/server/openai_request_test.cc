@@ -156,5 +156,49 @@ TEST(OpenAiRequest, ErrorJsonHasOpenAiShape) {
   EXPECT_TRUE(json::parse(internal.to_json())["error"]["code"].is_null());
 }
 
+// Issue 31: a field that would change the answer but is not implemented is a 400 naming it,
+// never accepted and ignored; its "off" values and fields that change nothing pass.
+TEST(OpenAiRequest, UnimplementedOutputChangingFieldsAreRefusedByName) {
+  auto completion_param = [](json extra) {
+    json b = {{"prompt", "x"}};
+    b.update(extra);
+    auto r = parse_completion_request(b);
+    return std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r).param : std::string("ok");
+  };
+  auto chat_param = [](json extra) {
+    json b = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+    b.update(extra);
+    auto r = parse_chat_request(b);
+    return std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r).param : std::string("ok");
+  };
+  const json tools = json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}});
+  EXPECT_EQ(chat_param({{"response_format", {{"type", "json_object"}}}}), "response_format");
+  EXPECT_EQ(chat_param({{"response_format", {{"type", "json_schema"}}}}), "response_format");
+  EXPECT_EQ(chat_param({{"response_format", {{"type", "text"}}}}), "ok");
+  EXPECT_EQ(chat_param({{"tools", tools}}), "tools");
+  EXPECT_EQ(chat_param({{"tools", tools}, {"tool_choice", "auto"}}), "tools");
+  EXPECT_EQ(chat_param({{"tools", tools}, {"tool_choice", "none"}}), "ok");
+  EXPECT_EQ(chat_param({{"tools", json::array()}}), "ok");
+  EXPECT_EQ(chat_param({{"functions", tools}}), "functions");
+  EXPECT_EQ(chat_param({{"guided_json", {{"type", "object"}}}}), "guided_json");
+  EXPECT_EQ(chat_param({{"structured_outputs", {{"choice", {"a", "b"}}}}}), "structured_outputs");
+  EXPECT_EQ(completion_param({{"grammar", "root ::= \"a\""}}), "grammar");
+  EXPECT_EQ(completion_param({{"echo", true}}), "echo");
+  EXPECT_EQ(completion_param({{"echo", false}}), "ok");
+  EXPECT_EQ(completion_param({{"best_of", 3}}), "best_of");
+  EXPECT_EQ(completion_param({{"best_of", 2}, {"n", 2}}), "ok");
+  EXPECT_EQ(completion_param({{"best_of", 1}}), "ok");
+  EXPECT_EQ(completion_param({{"suffix", "end"}}), "suffix");
+  EXPECT_EQ(completion_param({{"suffix", ""}}), "ok");
+  EXPECT_EQ(completion_param({{"min_tokens", 5}}), "min_tokens");
+  EXPECT_EQ(completion_param({{"repetition_penalty", 1.1}}), "repetition_penalty");
+  // Fields that do not change the output are accepted.
+  EXPECT_EQ(chat_param({{"user", "u1"}, {"metadata", {{"k", "v"}}}, {"store", false}}), "ok");
+  auto msg = parse_completion_request(json{{"prompt", "x"}, {"echo", true}});
+  ASSERT_TRUE(std::holds_alternative<ApiError>(msg));
+  EXPECT_EQ(std::get<ApiError>(msg).status, 400);
+  EXPECT_NE(std::get<ApiError>(msg).message.find("not supported"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kvw::server
