@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# tools/cuda_device_check.sh: everything the CUDA backend's GPU check does, in one run on a
+# machine with nvcc and a GPU but none of the project's dependencies: print the GPU and the
+# toolchain, build src/kernels/cuda and its test with nvcc directly (sm_90a) and, in parallel,
+# through its stand-alone CMake project, then run the correctness test + benchmark, the small
+# correctness test under compute-sanitizer memcheck and ctest of the CMake build.
+#   usage: tools/cuda_device_check.sh [ROOT]   ROOT holds src/ and tests/ (default: this repo)
+# Logs go to $OUT (default /tmp/kvw-cuda-out); the console gets the summaries.
+set -u
+ROOT=$(cd "${1:-$(dirname "$0")/..}" && pwd)
+OUT=${OUT:-/tmp/kvw-cuda-out}
+B=/tmp/kvw-cuda-build
+mkdir -p "$OUT" "$B"
+ARCH=${KVW_CUDA_GENCODE:--gencode=arch=compute_90a,code=sm_90a}
+
+echo "== facts ($(date -u +%T))"
+{
+  nvidia-smi
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem \
+    --format=csv
+  nvcc --version
+  g++ --version | head -1
+  cmake --version | head -1
+} >"$OUT/facts.log" 2>&1
+grep -E "NVIDIA H|Driver Version|release|^name|, [0-9]+ MiB" "$OUT/facts.log" | head -8
+
+# The stand-alone CMake build runs beside the nvcc build (16 cores; both are compile-bound).
+(timeout 240 cmake -S "$ROOT/src/kernels/cuda" -B "$B/cmake" -DCMAKE_BUILD_TYPE=Release &&
+  timeout 240 cmake --build "$B/cmake" -j 8) >"$OUT/cmake.log" 2>&1 &
+CMAKE_PID=$!
+
+echo "== nvcc build ($(date -u +%T))"
+FLAGS=(-std=c++20 -O3 -lineinfo "$ARCH" -Xcompiler=-Wall,-Wextra -I"$ROOT/src")
+build() {  # $1: extra define or empty
+  local extra=${1:-}
+  timeout 200 nvcc "${FLAGS[@]}" $extra -Xptxas -v -c "$ROOT/src/kernels/cuda/cuda_matmul.cu" \
+    -o "$B/cuda_matmul.o" &
+  local lib=$!
+  timeout 200 nvcc "${FLAGS[@]}" $extra -c "$ROOT/tests/kernels/cuda/cuda_matmul_test.cu" \
+    -o "$B/test.o"
+  local test_rc=$?
+  wait $lib
+  local lib_rc=$?
+  [ $test_rc -eq 0 ] && [ $lib_rc -eq 0 ] || return 1
+  nvcc "${FLAGS[@]}" "$B/cuda_matmul.o" "$B/test.o" -o "$B/cuda_matmul_test"
+}
+SECONDS=0
+if ! build >"$OUT/build.log" 2>&1; then
+  echo "nvcc build FAILED ($SECONDS s):"
+  grep -E "error|fatal" "$OUT/build.log" | head -20
+  echo "retrying with -DKVW_CUDA_PLAIN_LOADS"
+  if ! build -DKVW_CUDA_PLAIN_LOADS >>"$OUT/build.log" 2>&1; then
+    grep -E "error|fatal" "$OUT/build.log" | tail -20
+    wait $CMAKE_PID
+    tail -20 "$OUT/cmake.log"
+    exit 1
+  fi
+fi
+echo "nvcc build ok in $SECONDS s; warnings: $(grep -c -i warning "$OUT/build.log")"
+# Registers and spills per kernel (ptxas -v), one line each.
+awk '/Compiling entry function/ {match($0, /_Z[A-Za-z0-9_]+/); f=substr($0, RSTART, RLENGTH)}
+     /Used [0-9]+ registers/ {match($0, /Used [0-9]+ registers/); print f, substr($0, RSTART, RLENGTH)}
+     /spill/ && !/0 bytes spill stores, 0 bytes spill loads/ {print "SPILL", f, $0}' \
+  "$OUT/build.log" | (command -v c++filt >/dev/null && c++filt || cat) |
+  sed -E 's/void kvw::cuda::\(anonymous namespace\)::matmul_kernel</k</; s/\(unsigned char const\*.*\)//' |
+  sort | uniq | head -60
+cuobjdump --dump-sass "$B/cuda_matmul.o" >"$OUT/sass.txt" 2>&1
+echo "sass opcodes (whole object): $(grep -oE '(LDG|I2F|F2F|HADD2|PRMT|FFMA|SHFL)[.A-Z0-9_]*' "$OUT/sass.txt" |
+  sort | uniq -c | sort -rn | awk '{printf "%s %s; ", $2, $1}')"
+
+echo "== test + benchmark ($(date -u +%T))"
+timeout 200 "$B/cuda_matmul_test" >"$OUT/test.log" 2>&1
+TEST_RC=$?
+grep -E "^FAIL|^FATAL" "$OUT/test.log" | head -20
+grep -E "^device:|passed, .* failed|^PASS errors" "$OUT/test.log"
+awk '/^copy bandwidth/,0' "$OUT/test.log"
+echo "test exit code $TEST_RC"
+
+echo "== compute-sanitizer memcheck --quick ($(date -u +%T))"
+timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/cuda_matmul_test" --quick \
+  >"$OUT/sanitizer.log" 2>&1
+echo "sanitizer exit code $? ($(grep -E 'ERROR SUMMARY|passed, ' "$OUT/sanitizer.log" | tr '\n' ' '))"
+grep -m5 -E "Invalid|out of bounds|Error" "$OUT/sanitizer.log"
+
+echo "== cmake stand-alone build + ctest ($(date -u +%T))"
+if wait $CMAKE_PID; then
+  timeout 60 ctest --test-dir "$B/cmake" --output-on-failure >>"$OUT/cmake.log" 2>&1
+  echo "ctest exit code $?: $(grep -E 'tests passed|tests failed' "$OUT/cmake.log")"
+else
+  echo "cmake build FAILED:"
+  grep -E "Error|error" "$OUT/cmake.log" | head -10
+fi
+echo "== done ($(date -u +%T))"
+exit $TEST_RC
