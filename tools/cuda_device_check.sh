@@ -64,8 +64,16 @@ awk '/Compiling entry function/ {match($0, /_Z[A-Za-z0-9_]+/); f=substr($0, RSTA
   "$OUT/build.log" | (command -v c++filt >/dev/null && c++filt || cat) |
   sed -E 's/void kvw::cuda::\(anonymous namespace\)::matmul_kernel</k</; s/\(unsigned char const\*.*\)//' |
   sort | uniq | head -60
-cuobjdump --dump-sass "$B/cuda_matmul.o" >"$OUT/sass.txt" 2>&1
-echo "sass opcodes (whole object): $(grep -oE '(LDG|I2F|F2F|HADD2|PRMT|FFMA|SHFL)[.A-Z0-9_]*' "$OUT/sass.txt" |
+cuobjdump --dump-sass "$B/cuda_matmul.o" >"$B/sass.txt" 2>&1
+gzip -c "$B/sass.txt" >"$OUT/sass.txt.gz"
+# Issue order in the main loop of two kernels (Q8_0 and F16, 1 token, 4 rows per warp): the
+# weight loads (LDG.E.NA) should come before the first PRMT / HADD2 that uses them.
+for k in E8ELi1ELi4E E1ELi1ELi4E; do
+  awk -v k="$k" '/Function :/ {p = index($0, k) > 0} p' "$B/sass.txt" |
+    grep -oE "(LDG[.A-Z0-9_]*|PRMT|HADD2.F32|SHFL.BFLY|FFMA|BRA)" | uniq -c | head -14 | tr '\n' ' '
+  echo
+done
+echo "sass opcodes (whole object): $(grep -oE '(LDG|I2F|F2F|HADD2|PRMT|FFMA|SHFL)[.A-Z0-9_]*' "$B/sass.txt" |
   sort | uniq -c | sort -rn | awk '{printf "%s %s; ", $2, $1}')"
 
 echo "== test + benchmark ($(date -u +%T))"
@@ -76,8 +84,22 @@ grep -E "^device:|passed, .* failed|^PASS errors" "$OUT/test.log"
 awk '/^copy bandwidth/,0' "$OUT/test.log"
 echo "test exit code $TEST_RC"
 
+# The same test built with plain __ldg weight loads (no L1::no_allocate), for comparison.
+if [ -n "${KVW_CUDA_COMPARE_PLAIN:-}" ]; then
+  echo "== plain-load variant ($(date -u +%T))"
+  if nvcc "${FLAGS[@]}" -DKVW_CUDA_PLAIN_LOADS -c "$ROOT/src/kernels/cuda/cuda_matmul.cu" \
+    -o "$B/plain.o" >>"$OUT/build.log" 2>&1 &&
+    nvcc "${FLAGS[@]}" "$B/plain.o" "$B/test.o" -o "$B/cuda_matmul_test_plain" >>"$OUT/build.log" 2>&1; then
+    timeout 120 "$B/cuda_matmul_test_plain" >"$OUT/test_plain.log" 2>&1
+    echo "plain exit code $?: $(grep -E 'passed, ' "$OUT/test_plain.log")"
+    grep -E "^copy|^q8_0 +32000x2048 +output +1 |^f16 +32000x2048 +output +1 " "$OUT/test_plain.log"
+  fi
+fi
+
 echo "== compute-sanitizer memcheck --quick ($(date -u +%T))"
-timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/cuda_matmul_test" --quick \
+# --report-api-errors no: the test's deliberate 1 PiB cudaMalloc failure is not a memory error.
+timeout 120 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
+  "$B/cuda_matmul_test" --quick \
   >"$OUT/sanitizer.log" 2>&1
 echo "sanitizer exit code $? ($(grep -E 'ERROR SUMMARY|passed, ' "$OUT/sanitizer.log" | tr '\n' ' '))"
 grep -m5 -E "Invalid|out of bounds|Error" "$OUT/sanitizer.log"
