@@ -57,13 +57,11 @@ if ! build >"$OUT/build.log" 2>&1; then
   fi
 fi
 echo "nvcc build ok in $SECONDS s; warnings: $(grep -c -i warning "$OUT/build.log")"
-# Registers and spills per kernel (ptxas -v), one line each.
-awk '/Compiling entry function/ {match($0, /_Z[A-Za-z0-9_]+/); f=substr($0, RSTART, RLENGTH)}
-     /Used [0-9]+ registers/ {match($0, /Used [0-9]+ registers/); print f, substr($0, RSTART, RLENGTH)}
-     /spill/ && !/0 bytes spill stores, 0 bytes spill loads/ {print "SPILL", f, $0}' \
-  "$OUT/build.log" | (command -v c++filt >/dev/null && c++filt || cat) |
-  sed -E 's/void kvw::cuda::\(anonymous namespace\)::matmul_kernel</k</; s/\(unsigned char const\*.*\)//' |
-  sort | uniq | head -60
+# Registers per kernel (ptxas -v) as a histogram, and any spills.
+echo "registers: $(grep -oE 'Used [0-9]+ registers' "$OUT/build.log" | awk '{print $2}' | sort -n |
+  uniq -c | awk '{printf "%s x%s, ", $2, $1}')"
+grep -B2 -E "[1-9][0-9]* bytes spill stores" "$OUT/build.log" | grep -oE "(_Z[A-Za-z0-9_]+|[0-9]+ bytes spill stores)" |
+  paste - - | head -5
 cuobjdump --dump-sass "$B/cuda_matmul.o" >"$B/sass.txt" 2>&1
 gzip -c "$B/sass.txt" >"$OUT/sass.txt.gz"
 # Issue order in the main loop of two kernels (Q8_0 and F16, 1 token, 4 rows per warp): the
@@ -84,15 +82,16 @@ grep -E "^device:|passed, .* failed|^PASS errors" "$OUT/test.log"
 awk '/^copy bandwidth/,0' "$OUT/test.log"
 echo "test exit code $TEST_RC"
 
-# The same test built with plain __ldg weight loads (no L1::no_allocate), for comparison.
-if [ -n "${KVW_CUDA_COMPARE_PLAIN:-}" ]; then
-  echo "== plain-load variant ($(date -u +%T))"
-  if nvcc "${FLAGS[@]}" -DKVW_CUDA_PLAIN_LOADS -c "$ROOT/src/kernels/cuda/cuda_matmul.cu" \
-    -o "$B/plain.o" >>"$OUT/build.log" 2>&1 &&
-    nvcc "${FLAGS[@]}" "$B/plain.o" "$B/test.o" -o "$B/cuda_matmul_test_plain" >>"$OUT/build.log" 2>&1; then
-    timeout 120 "$B/cuda_matmul_test_plain" >"$OUT/test_plain.log" 2>&1
-    echo "plain exit code $?: $(grep -E 'passed, ' "$OUT/test_plain.log")"
-    grep -E "^copy|^q8_0 +32000x2048 +output +1 |^f16 +32000x2048 +output +1 " "$OUT/test_plain.log"
+# The same test built with other kernel flags (KVW_CUDA_COMPARE_FLAGS, e.g.
+# "-DKVW_CUDA_PLAIN_LOADS" or "-DKVW_CUDA_LOADS_AHEAD=4"), for an A/B in the same run.
+if [ -n "${KVW_CUDA_COMPARE_FLAGS:-}" ]; then
+  echo "== variant $KVW_CUDA_COMPARE_FLAGS ($(date -u +%T))"
+  if nvcc "${FLAGS[@]}" $KVW_CUDA_COMPARE_FLAGS -c "$ROOT/src/kernels/cuda/cuda_matmul.cu" \
+    -o "$B/variant.o" >>"$OUT/build.log" 2>&1 &&
+    nvcc "${FLAGS[@]}" "$B/variant.o" "$B/test.o" -o "$B/cuda_matmul_test_variant" >>"$OUT/build.log" 2>&1; then
+    timeout 120 "$B/cuda_matmul_test_variant" >"$OUT/test_variant.log" 2>&1
+    echo "variant exit code $?: $(grep -E 'passed, ' "$OUT/test_variant.log")"
+    grep -E "^copy|^goal|^(q8_0|f16) +(32000x2048|5632x2048)" "$OUT/test_variant.log"
   fi
 fi
 

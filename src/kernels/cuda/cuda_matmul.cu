@@ -29,6 +29,15 @@ constexpr int kWarpsPerBlock = 4;  // 128 threads: small blocks keep the grid-st
 constexpr int kThreads = kWarpsPerBlock * kWarpSize;
 constexpr int kMaxGroupTokens = 8;  // tokens one pass over W serves (registers: acc[R][NT])
 constexpr int kChunkBytes = 16;     // one vector load per lane
+// 16-byte weight loads each lane issues before the first is used: U = kLoadsAhead / R chunks of
+// each of its R rows. 8 (4 KB per warp) rather than 4: with U == 1 (R = 4) the loop body was
+// one block and ptxas spread the R loads between the conversions, each waiting a full latency;
+// the predicated loads of U >= 2 stay grouped (SASS of the second H200 run). -D overrides it
+// for comparison runs.
+#ifndef KVW_CUDA_LOADS_AHEAD
+#define KVW_CUDA_LOADS_AHEAD 8
+#endif
+constexpr int kLoadsAhead = KVW_CUDA_LOADS_AHEAD;
 
 Error cuda_error(const std::string& what, cudaError_t err) {
   return Error{what + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")",
@@ -159,7 +168,7 @@ __global__ void __launch_bounds__(kThreads)
   using Traits = WeightTraits<kType>;
   constexpr int kElems = Traits::kElems;
   constexpr bool kQ8 = kType == GgmlType::kQ8_0;
-  constexpr int U = 4 / R;  // chunks per row loaded ahead; U * R = 4 loads per lane
+  constexpr int U = kLoadsAhead / R > 1 ? kLoadsAhead / R : 1;  // chunks per row loaded ahead
   const int lane = (int)(threadIdx.x % kWarpSize);
   const int64_t warp = (int64_t)blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize;
   const int64_t num_warps = (int64_t)gridDim.x * kWarpsPerBlock;
@@ -184,9 +193,9 @@ __global__ void __launch_bounds__(kThreads)
       for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
     }
 
-    // U * R independent 16-byte loads per lane are issued before the first is used
-    // (4 per lane, 2 KB per warp): with 16 warps per SM that is 32 KB in flight per SM, above
-    // the ~17 KB that HBM's ~17 B/clk/SM times ~1000 cycles of latency asks for.
+    // U * R independent 16-byte loads per lane are issued before the first is used (8 per
+    // lane, 4 KB per warp): with 16 warps per SM that is 64 KB in flight per SM, well above the
+    // ~17 KB that HBM's ~17 B/clk/SM times ~1000 cycles of latency asks for.
     for (int c0 = lane; c0 < n_chunks; c0 += U * kWarpSize) {
       int4 raw[U][R];
       uint16_t d_bits[U][R];
@@ -396,12 +405,10 @@ Result<DeviceMatrix> DeviceMatrix::upload(GgmlType type, const void* host_rows, 
   return DeviceMatrix(type, n_rows, n_in, std::move(buffer).value());
 }
 
-int matmul_rows_per_warp(int64_t n_rows, int sm_count) {
-  const int64_t min_warps = 16 * (int64_t)std::max(sm_count, 1);
-  for (int r : {4, 2}) {
-    if (n_rows / r >= min_warps) return r;
-  }
-  return 1;
+int matmul_rows_per_warp(int64_t n_rows, int64_t n_tokens, int sm_count) {
+  const int64_t sms = std::max(sm_count, 1);
+  if (n_tokens >= 4 || n_rows / 4 >= 16 * sms) return 4;
+  return n_rows / 2 >= 2 * sms ? 2 : 1;
 }
 
 Status matmul(const DeviceMatrix& w, const float* x, int64_t n_tokens, float* y,
@@ -422,12 +429,12 @@ Status matmul(const DeviceMatrix& w, const float* x, int64_t n_tokens, float* y,
   const Result<int> sm_count_or = current_sm_count();
   if (!sm_count_or.ok()) return sm_count_or.error();
   const int sm_count = sm_count_or.value();
-  const int rows_per_warp = rpw != 0 ? rpw : matmul_rows_per_warp(w.n_rows(), sm_count);
   const auto* wbytes = static_cast<const uint8_t*>(w.data());
   const int64_t n_rows = w.n_rows();
   const int64_t n_in = w.n_in();
   for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxGroupTokens) {
     const int nt = (int)std::min<int64_t>(kMaxGroupTokens, n_tokens - t0);
+    const int rows_per_warp = rpw != 0 ? rpw : matmul_rows_per_warp(n_rows, nt, sm_count);
     const float* xg = x + t0 * n_in;
     float* yg = y + t0 * n_rows;
     const cudaError_t err = w.type() == GgmlType::kQ8_0

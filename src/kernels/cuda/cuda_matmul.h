@@ -107,9 +107,11 @@ struct MatmulOptions {
 Status matmul(const DeviceMatrix& w, const float* x, int64_t n_tokens, float* y,
               const MatmulOptions& opt = {});
 
-// rows_per_warp that matmul() uses for rows_per_warp == 0: the largest of 4, 2, 1 that still
-// gives every multiprocessor at least 16 warps (n_rows / rows_per_warp >= 16 * sm_count).
-int matmul_rows_per_warp(int64_t n_rows, int sm_count);
+// rows_per_warp that matmul() uses for rows_per_warp == 0, for a group of n_tokens (<= 8) tokens
+// (from the H200 runs, README): 4 for 4 or more tokens (each activation load then serves 4
+// rows) or when that still leaves 16 warps per multiprocessor (n_rows / 4 >= 16 * sm_count);
+// else 2, or 1 for matrices too small to give every multiprocessor 2 warps with 2 rows each.
+int matmul_rows_per_warp(int64_t n_rows, int64_t n_tokens, int sm_count);
 
 // Waits for all work on the device; returns the first error of any of it.
 Status synchronize();

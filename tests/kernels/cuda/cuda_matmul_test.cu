@@ -356,7 +356,7 @@ void benchmark(const DeviceInfo& info, const std::vector<Shape>& shapes) {
                                        static_cast<float*>(y.data()), rpw);
           const double bps = copies[0].weight_bytes() / t;
           const double pct = 100.0 * bps / copy_bps;
-          const int used = rpw != 0 ? rpw : matmul_rows_per_warp(s.n_rows, info.sm_count);
+          const int used = rpw != 0 ? rpw : matmul_rows_per_warp(s.n_rows, n_tokens, info.sm_count);
           char shape[48];
           std::snprintf(shape, sizeof(shape), "%lldx%lld %s", (long long)s.n_rows,
                         (long long)s.n_in, s.what);
