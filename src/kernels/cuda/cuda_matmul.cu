@@ -30,12 +30,14 @@ constexpr int kThreads = kWarpsPerBlock * kWarpSize;
 constexpr int kMaxGroupTokens = 8;  // tokens one pass over W serves (registers: acc[R][NT])
 constexpr int kChunkBytes = 16;     // one vector load per lane
 // 16-byte weight loads each lane issues before the first is used: U = kLoadsAhead / R chunks of
-// each of its R rows. 8 (4 KB per warp) rather than 4: with U == 1 (R = 4) the loop body was
-// one block and ptxas spread the R loads between the conversions, each waiting a full latency;
-// the predicated loads of U >= 2 stay grouped (SASS of the second H200 run). -D overrides it
-// for comparison runs.
+// each of its R rows (2 KB per warp), except that Q8_0 for one token takes at least 2 chunks
+// per step. With one chunk per step (R = 4) the loop body is one block and ptxas spread the Q8_0
+// loads between the long conversions, each waiting a full latency; the predicated loads of 2+
+// chunks stay grouped. H200, run 3 (README): that exception took Q8_0 32000 x 2048 from 68% to
+// 76% of copy bandwidth; 8 loads ahead everywhere was slower elsewhere (up to 1.2x, batch 8 and
+// F16). -D overrides the default for comparison runs.
 #ifndef KVW_CUDA_LOADS_AHEAD
-#define KVW_CUDA_LOADS_AHEAD 8
+#define KVW_CUDA_LOADS_AHEAD 4
 #endif
 constexpr int kLoadsAhead = KVW_CUDA_LOADS_AHEAD;
 
@@ -168,7 +170,8 @@ __global__ void __launch_bounds__(kThreads)
   using Traits = WeightTraits<kType>;
   constexpr int kElems = Traits::kElems;
   constexpr bool kQ8 = kType == GgmlType::kQ8_0;
-  constexpr int U = kLoadsAhead / R > 1 ? kLoadsAhead / R : 1;  // chunks per row loaded ahead
+  constexpr int kMinSteps = kQ8 && NT == 1 ? 2 : 1;
+  constexpr int U = kLoadsAhead / R > kMinSteps ? kLoadsAhead / R : kMinSteps;  // chunks per row
   const int lane = (int)(threadIdx.x % kWarpSize);
   const int64_t warp = (int64_t)blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize;
   const int64_t num_warps = (int64_t)gridDim.x * kWarpsPerBlock;
@@ -193,9 +196,9 @@ __global__ void __launch_bounds__(kThreads)
       for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
     }
 
-    // U * R independent 16-byte loads per lane are issued before the first is used (8 per
-    // lane, 4 KB per warp): with 16 warps per SM that is 64 KB in flight per SM, well above the
-    // ~17 KB that HBM's ~17 B/clk/SM times ~1000 cycles of latency asks for.
+    // U * R independent 16-byte loads per lane are issued before the first is used (4 or 8 per
+    // lane, 2-4 KB per warp): with 16 warps per SM that is 32 KB or more in flight per SM, above
+    // the ~17 KB that HBM's ~17 B/clk/SM times ~1000 cycles of latency asks for.
     for (int c0 = lane; c0 < n_chunks; c0 += U * kWarpSize) {
       int4 raw[U][R];
       uint16_t d_bits[U][R];
