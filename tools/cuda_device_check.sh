@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # tools/cuda_device_check.sh: everything the CUDA backend's GPU check does, in one run on a
 # machine with nvcc and a GPU but none of the project's dependencies: print the GPU and the
-# toolchain, build src/kernels/cuda and its test with nvcc directly (sm_90a) and, in parallel,
-# through its stand-alone CMake project, then run the correctness test + benchmark, the small
-# correctness test under compute-sanitizer memcheck and ctest of the CMake build.
+# toolchain, build src/kernels/cuda and its two tests (matmul, attention) with nvcc directly
+# (sm_90a) and, in parallel, through its stand-alone CMake project, then run each correctness
+# test + benchmark, the small correctness tests under compute-sanitizer memcheck (and the
+# attention test's tiny subset under racecheck) and ctest of the CMake build.
 #   usage: tools/cuda_device_check.sh [ROOT]   ROOT holds src/ and tests/ (default: this repo)
+# KVW_CUDA_MATMUL_ARGS / KVW_CUDA_ATTN_ARGS: arguments of the two full runs (default none: all
+# checks and the benchmark; e.g. --quick or --no-bench to save device time).
 # Logs go to $OUT (default /tmp/kvw-cuda-out); the console gets the summaries.
 set -u
 ROOT=$(cd "${1:-$(dirname "$0")/..}" && pwd)
@@ -33,16 +36,24 @@ echo "== nvcc build ($(date -u +%T))"
 FLAGS=(-std=c++20 -O3 -lineinfo "$ARCH" -Xcompiler=-Wall,-Wextra -I"$ROOT/src")
 build() {  # $1: extra define or empty
   local extra=${1:-}
+  local pids=() rc=0
   timeout 200 nvcc "${FLAGS[@]}" $extra -Xptxas -v -c "$ROOT/src/kernels/cuda/cuda_matmul.cu" \
     -o "$B/cuda_matmul.o" &
-  local lib=$!
+  pids+=($!)
+  timeout 200 nvcc "${FLAGS[@]}" -Xptxas -v -c "$ROOT/src/kernels/cuda/cuda_attention.cu" \
+    -o "$B/cuda_attention.o" &
+  pids+=($!)
+  timeout 200 nvcc "${FLAGS[@]}" $extra -c "$ROOT/tests/kernels/cuda/cuda_attention_test.cu" \
+    -o "$B/attn_test.o" &
+  pids+=($!)
   timeout 200 nvcc "${FLAGS[@]}" $extra -c "$ROOT/tests/kernels/cuda/cuda_matmul_test.cu" \
-    -o "$B/test.o"
-  local test_rc=$?
-  wait $lib
-  local lib_rc=$?
-  [ $test_rc -eq 0 ] && [ $lib_rc -eq 0 ] || return 1
-  nvcc "${FLAGS[@]}" "$B/cuda_matmul.o" "$B/test.o" -o "$B/cuda_matmul_test"
+    -o "$B/test.o" || rc=1
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  [ $rc -eq 0 ] || return 1
+  nvcc "${FLAGS[@]}" "$B/cuda_matmul.o" "$B/cuda_attention.o" "$B/test.o" \
+    -o "$B/cuda_matmul_test" &&
+    nvcc "${FLAGS[@]}" "$B/cuda_matmul.o" "$B/cuda_attention.o" "$B/attn_test.o" \
+      -o "$B/cuda_attention_test"
 }
 SECONDS=0
 if ! build >"$OUT/build.log" 2>&1; then
@@ -74,8 +85,23 @@ done
 echo "sass opcodes (whole object): $(grep -oE '(LDG|I2F|F2F|HADD2|PRMT|FFMA|SHFL)[.A-Z0-9_]*' "$B/sass.txt" |
   sort | uniq -c | sort -rn | awk '{printf "%s %s; ", $2, $1}')"
 
-echo "== test + benchmark ($(date -u +%T))"
-timeout 200 "$B/cuda_matmul_test" >"$OUT/test.log" 2>&1
+# Attention kernels: registers and spills per (head_dim, group) instantiation.
+awk '/Compiling entry function/ {n = $0; sub(/.*attn_/, "", n); sub(/_kernel/, "", n);
+  sub(/EPK.*/, "", n); sub(/ILi/, " d", n); sub(/ELi/, " g", n); sub(/EE.*/, "", n)}
+  /spill stores/ && n != "" {s = $5 "B spill"} /Used [0-9]+ registers/ && n != "" {
+  printf "%s: %s regs, %s; ", n, $5, s; n = ""}' "$OUT/build.log" | sed 's/ptxas info *: //g'
+echo
+
+echo "== attention test + benchmark ($(date -u +%T))"
+timeout 240 "$B/cuda_attention_test" ${KVW_CUDA_ATTN_ARGS:-} >"$OUT/attn_test.log" 2>&1
+ATTN_RC=$?
+grep -E "^FAIL|^FATAL" "$OUT/attn_test.log" | head -20
+grep -E "^device:|passed, .* failed" "$OUT/attn_test.log"
+awk '/^copy bandwidth/,0' "$OUT/attn_test.log"
+echo "attention test exit code $ATTN_RC"
+
+echo "== matmul test + benchmark ($(date -u +%T))"
+timeout 200 "$B/cuda_matmul_test" ${KVW_CUDA_MATMUL_ARGS:-} >"$OUT/test.log" 2>&1
 TEST_RC=$?
 grep -E "^FAIL|^FATAL" "$OUT/test.log" | head -20
 grep -E "^device:|passed, .* failed|^PASS errors" "$OUT/test.log"
@@ -102,6 +128,15 @@ timeout 120 compute-sanitizer --tool memcheck --report-api-errors no --error-exi
   >"$OUT/sanitizer.log" 2>&1
 echo "sanitizer exit code $? ($(grep -E 'ERROR SUMMARY|passed, ' "$OUT/sanitizer.log" | tr '\n' ' '))"
 grep -m5 -E "Invalid|out of bounds|Error" "$OUT/sanitizer.log"
+timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/cuda_attention_test" --quick \
+  >"$OUT/attn_sanitizer.log" 2>&1
+echo "attention memcheck exit code $? ($(grep -E 'ERROR SUMMARY|passed, ' "$OUT/attn_sanitizer.log" | tr '\n' ' '))"
+grep -m5 -E "Invalid|out of bounds|Error" "$OUT/attn_sanitizer.log"
+echo "== compute-sanitizer racecheck attention --tiny ($(date -u +%T))"
+timeout 90 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/cuda_attention_test" --tiny \
+  >"$OUT/attn_racecheck.log" 2>&1
+echo "attention racecheck exit code $? ($(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|passed, ' "$OUT/attn_racecheck.log" | tr '\n' ' '))"
+grep -m5 -E "hazard|Error" "$OUT/attn_racecheck.log"
 
 echo "== cmake stand-alone build + ctest ($(date -u +%T))"
 if wait $CMAKE_PID; then
@@ -112,4 +147,5 @@ else
   grep -E "Error|error" "$OUT/cmake.log" | head -10
 fi
 echo "== done ($(date -u +%T))"
+[ $TEST_RC -eq 0 ] && exit $ATTN_RC
 exit $TEST_RC
