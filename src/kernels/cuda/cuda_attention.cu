@@ -8,7 +8,7 @@
 //     sequence's context for one KV head and all G query heads of its group;
 //   - the split is walked in tiles of 64 positions; each tile's K and V rows (looked up through
 //     the block table one position at a time, so any block size and any table order work) are
-//     copied global -> shared with 16-byte cp.async, two stages deep: tile i+1 is in flight
+//     copied global -> shared with 16-byte cp.async, kStages (2) deep: tile i+1 is in flight
 //     while tile i is computed. Rows of a block are contiguous, so the copies are coalesced.
 //     Shared rows are stored with their 16-byte chunks XOR-swizzled by (row & 7), so the
 //     row-per-thread reads below are free of bank conflicts;
@@ -37,7 +37,12 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kTile = kAttnTileTokens;  // positions per tile
-constexpr int kStages = 2;
+// Tiles in flight: tile i + kStages - 1 is copied while tile i is computed. -D overrides the
+// default for comparison runs.
+#ifndef KVW_ATTN_STAGES
+#define KVW_ATTN_STAGES 2
+#endif
+constexpr int kStages = KVW_ATTN_STAGES;
 constexpr float kLog2e = 1.4426950408889634f;
 
 Error cuda_error(const std::string& what, cudaError_t err) {
@@ -106,7 +111,7 @@ struct Workspace {
 };
 
 template <int D, int G>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 3)
     attn_split_kernel(const uint8_t* __restrict__ kbase, const uint8_t* __restrict__ vbase,
                       int64_t block_stride, int32_t block_size, int32_t n_kv_heads,
                       const float* __restrict__ q, const int32_t* __restrict__ tables,
@@ -157,8 +162,11 @@ __global__ void __launch_bounds__(kThreads)
     }
   };
 
-  load_tile(0, 0);
-  cp_async_commit();
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < n_tiles) load_tile(st, st);
+    cp_async_commit();  // possibly empty: one group per tile keeps the wait count fixed
+  }
 
   // q of this group's heads, scaled to log2 units.
   const float* qg = q + ((int64_t)b * n_heads + (int64_t)kvh * G) * D;
@@ -187,14 +195,13 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int tile = 0; tile < n_tiles; ++tile) {
     const int stage = tile % kStages;
-    if (tile + 1 < n_tiles) {
-      load_tile(tile + 1, (tile + 1) % kStages);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();  // tile `tile` (and q) visible to all
+    // The stage of tile + kStages - 1 is the one computed in the previous iteration, which
+    // ended with a barrier.
+    const int ahead = tile + kStages - 1;
+    if (ahead < n_tiles) load_tile(ahead, ahead % kStages);
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();  // all groups but the newest kStages - 1: tile `tile` landed
+    __syncthreads();               // tile `tile` (and q) visible to all
     const uint8_t* ks = smem + stage * C::kStageBytes;
     const uint8_t* vs = ks + kTile * C::kRowBytes;
 
@@ -508,13 +515,15 @@ Status DeviceKvCache::download_blocks(int32_t layer, int64_t first_block, int64_
 // --- attention ---
 
 int32_t attention_decode_split(int64_t n_seqs, int32_t n_kv_heads, int64_t max_span, int sm_count) {
+  auto round_up = [](int64_t x) {
+    return (x + kAttnTileTokens - 1) / kAttnTileTokens * kAttnTileTokens;
+  };
+  const int64_t span = std::max<int64_t>(max_span, 1);
   const int64_t work = std::max<int64_t>(1, n_seqs * n_kv_heads);
-  const int64_t target_blocks = 16 * (int64_t)std::max(sm_count, 1);
-  const int64_t splits = std::max<int64_t>(1, target_blocks / work);
-  int64_t split = (max_span + splits - 1) / splits;
-  split = (split + kAttnTileTokens - 1) / kAttnTileTokens * kAttnTileTokens;
-  split = std::clamp<int64_t>(split, kAttnTileTokens, int64_t{1} << 30);
-  return (int32_t)split;
+  const int64_t splits =
+      std::max<int64_t>(1, (2 * (int64_t)std::max(sm_count, 1) + work - 1) / work);
+  const int64_t upper = std::min<int64_t>(1024, std::max<int64_t>(256, round_up((span + 7) / 8)));
+  return (int32_t)std::clamp<int64_t>(round_up((span + splits - 1) / splits), 256, upper);
 }
 
 Result<int64_t> attention_decode_workspace_bytes(const DeviceKvLayer& kv,

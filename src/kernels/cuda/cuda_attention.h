@@ -106,9 +106,11 @@ struct AttnDecodeOptions {
   CUstream_st* stream = nullptr;  // nullptr: the default stream
 };
 
-// The split attention_decode uses for split_tokens == 0: the smallest multiple of
-// kAttnTileTokens that gives at most about 16 blocks per multiprocessor in total
-// (n_seqs * n_kv_heads * splits), at least one tile.
+// The split attention_decode uses for split_tokens == 0 (fitted to the H200 sweep, README):
+// enough splits for about 2 blocks per multiprocessor (n_seqs * n_kv_heads * splits), the split
+// rounded up to whole tiles and kept within [256, 1024] positions, and at most max_span / 8
+// (rounded up, at least 256), so long contexts get 8+ splits: short splits pay the pipeline's
+// start in every block, long ones leave multiprocessors idle.
 int32_t attention_decode_split(int64_t n_seqs, int32_t n_kv_heads, int64_t max_span, int sm_count);
 
 // Device workspace bytes attention_decode needs for this batch and options (the per-split

@@ -191,7 +191,9 @@ Batch make_batch(const Cache& c, int32_t n_seqs, int32_t ctx, bool window, bool 
     int32_t len = ctx;
     if (s > 0 && !all_full) len = 1 + (int32_t)(rng.next() % (uint64_t)ctx);
     int32_t beg = 0;
-    if (window && (s % 2) == 1 && len > 3) beg = len / 3 + (int32_t)(rng.next() % 7);
+    if (window && (s % 2) == 1 && len > 3) {
+      beg = std::min(len - 1, len / 3 + (int32_t)(rng.next() % 7));
+    }
     b.begin.push_back(beg);
     b.end.push_back(len);
     b.max_span = std::max<int64_t>(b.max_span, len - beg);
