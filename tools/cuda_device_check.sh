@@ -28,6 +28,8 @@ echo "== facts ($(date -u +%T))"
 grep -E "NVIDIA H|Driver Version|release|^name|, [0-9]+ MiB" "$OUT/facts.log" | head -8
 
 # The stand-alone CMake build runs beside the nvcc build (16 cores; both are compile-bound).
+# A fresh folder: a warm machine keeps /tmp, and a cache of another source tree stops CMake.
+rm -rf "$B/cmake"
 (timeout 240 cmake -S "$ROOT/src/kernels/cuda" -B "$B/cmake" -DCMAKE_BUILD_TYPE=Release &&
   timeout 240 cmake --build "$B/cmake" -j 8) >"$OUT/cmake.log" 2>&1 &
 CMAKE_PID=$!
