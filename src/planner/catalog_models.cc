@@ -162,6 +162,7 @@ std::vector<ModelShape> build() {
     m.tied_embeddings = true;
     m.sliding_window = 4096;
     m.window_pattern = WindowPattern::kEveryOther;
+    m.local_rope = true;
     v.push_back(m);
   }
   v.push_back(dense("tinyllama-1.1b", "TinyLlama/TinyLlama-1.1B-Chat-v1.0", "llama",
