@@ -251,6 +251,8 @@ Status read_gemma(const GgufFile& f, const std::string& a, ModelHParams& hp) {
   } else {
     hp.qk_norm = true;
   }
+  if (!(g.attn_softcap >= 0.0f) || !(g.final_softcap >= 0.0f))
+    return Error{f.path() + ": logit soft-capping values must be >= 0"};
   if (hp.sliding_window <= 0) return {};
   hp.swa_period = gemma2 ? 2 : 6;
   KVW_RETURN_IF_ERROR(read_int(f, a + "attention.sliding_window_pattern", hp.swa_period, false));
@@ -262,8 +264,6 @@ Status read_gemma(const GgufFile& f, const std::string& a, ModelHParams& hp) {
   }
   KVW_RETURN_IF_ERROR(read_float(f, a + "rope.freq_base_swa", hp.rope_swa.freq_base));
   hp.has_rope_swa = true;
-  if (!(g.attn_softcap >= 0.0f) || !(g.final_softcap >= 0.0f))
-    return Error{f.path() + ": logit soft-capping values must be >= 0"};
   return {};
 }
 
