@@ -66,28 +66,28 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "make-model",
       "Write a GGUF model with seeded random weights (llama, qwen2, qwen2moe, qwen3, "
-      "qwen3moe or deepseek2) and a tokenizer");
+      "qwen3moe, gemma2, gemma3 or deepseek2) and a tokenizer");
   auto f = std::make_shared<MakeModelFlags>();
   MakeModelSpec& s = f->spec;
   cmd->add_option("--out,-o", f->out, "Output GGUF path")->required();
-  cmd->add_option(
-         "--preset", f->preset,
-         "Start from a named shape: tiny, tinyllama-1.1b, mixtral-tiny, mixtral-1b, "
-         "qwen2moe-tiny, qwen3-tiny, qwen3moe-tiny, deepseek-v2-lite-tiny, deepseek-v3-tiny, "
-         "deepseek-v2-lite")
+  cmd->add_option("--preset", f->preset,
+                  "Start from a named shape: tiny, tinyllama-1.1b, mixtral-tiny, mixtral-1b, "
+                  "qwen2moe-tiny, qwen3-tiny, qwen3moe-tiny, gemma2-tiny, gemma3-tiny, "
+                  "deepseek-v2-lite-tiny, deepseek-v3-tiny, deepseek-v2-lite")
       ->capture_default_str();
   cmd->add_option(
       "--arch", s.arch,
-      "Architecture: llama, qwen2, qwen2moe, qwen3, qwen3moe or deepseek2 (default llama)");
+      "Architecture: llama, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3 or deepseek2 "
+      "(default llama)");
   cmd->add_option("--name", s.name, "general.name");
   cmd->add_option("--dim", s.n_embd, "Embedding width");
   cmd->add_option("--layers", s.n_layer, "Number of decoder layers");
   cmd->add_option("--heads", s.n_head, "Attention heads");
   cmd->add_option("--kv-heads", s.n_head_kv,
                   "K/V heads (GQA when fewer than --heads; deepseek2 does not use it)");
-  cmd->add_option(
-      "--head-dim", s.head_dim,
-      "qwen3, qwen3moe: q/k/v head length, key_length = value_length (0: --dim / --heads)");
+  cmd->add_option("--head-dim", s.head_dim,
+                  "qwen3, qwen3moe, gemma2, gemma3: q/k/v head length, key_length = value_length "
+                  "(0: --dim / --heads)");
   cmd->add_option("--ffn", s.n_ff,
                   "Feed-forward width (llama: of each expert with --experts; deepseek2: of the "
                   "dense layers; qwen2moe: feed_forward_length only)");
@@ -99,7 +99,18 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
                   "qwen2moe: the gated shared expert's width (required > 0)");
   cmd->add_option("--n-vocab", s.n_vocab, "Pad the vocabulary to this many tokens (0: as built)");
   cmd->add_option("--context", s.n_ctx, "Trained context length (context_length)");
-  cmd->add_option("--sliding-window", s.sliding_window, "Sliding-window attention size (0: off)");
+  cmd->add_option("--sliding-window", s.sliding_window,
+                  "Sliding-window attention size (0: off; gemma2/gemma3: of the local layers)");
+  cmd->add_option("--swa-period", s.swa_period,
+                  "gemma2/gemma3: attention.sliding_window_pattern, one global layer every N "
+                  "(0: not written; readers take 2 / 6)");
+  cmd->add_option("--rope-theta-swa", s.rope_theta_swa,
+                  "gemma2/gemma3: RoPE base of the local layers, rope.freq_base_swa (0: not "
+                  "written; gemma2 then uses --rope-theta, gemma3 10000)");
+  cmd->add_option("--attn-softcap", s.attn_softcap,
+                  "gemma2: attention logit soft-capping, attn_logit_softcapping (> 0)");
+  cmd->add_option("--final-softcap", s.final_softcap,
+                  "gemma2/gemma3: final logit soft-capping (gemma2 > 0; gemma3 0: not written)");
   cmd->add_option("--norm-eps", s.norm_eps, "RMSNorm epsilon");
   cmd->add_option("--rope-theta", s.rope_theta, "RoPE frequency base");
   cmd->add_option("--rope-scaling", f->rope_scaling, "none, linear, ntk or yarn");
@@ -141,6 +152,10 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
     if (given("--n-vocab")) spec.n_vocab = g.n_vocab;
     if (given("--context")) spec.n_ctx = g.n_ctx;
     if (given("--sliding-window")) spec.sliding_window = g.sliding_window;
+    if (given("--swa-period")) spec.swa_period = g.swa_period;
+    if (given("--rope-theta-swa")) spec.rope_theta_swa = g.rope_theta_swa;
+    if (given("--attn-softcap")) spec.attn_softcap = g.attn_softcap;
+    if (given("--final-softcap")) spec.final_softcap = g.final_softcap;
     if (given("--norm-eps")) spec.norm_eps = g.norm_eps;
     if (given("--rope-theta")) spec.rope_theta = g.rope_theta;
     if (given("--rope-scale")) spec.rope_scale = g.rope_scale;

@@ -147,8 +147,9 @@ Status Engine::init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file) {
                      .block_size = cfg.block_size,
                      .enable_prefix_caching = cfg.enable_prefix_caching,
                      .watermark_blocks = cfg.watermark_blocks,
-                     // Blocks behind the model's window are released as sequences advance.
-                     .sliding_window = model_->hparams().sliding_window};
+                     // Blocks behind the model's window are released as sequences advance
+                     // (only when every layer is windowed: Gemma's global layers read them all).
+                     .sliding_window = model_->hparams().kv_window()};
   KVW_RETURN_IF_ERROR(kc.validate());
   kv_ = std::make_unique<KvManager>(kc, arena_.get());
   if (cfg.kv_event_sink) kv_->record_kv_events();

@@ -8,6 +8,7 @@
 
 #include "kernels/kernels.h"
 #include "model/forward_util.h"
+#include "model/gemma_ops.h"
 #include "model/model.h"
 
 namespace kvw {
@@ -70,6 +71,8 @@ Status Model::forward(std::span<const SeqInput> seqs, KvArena& kv, float* logits
     }
   }
   const int64_t d = hp_.n_embd;
+  // Gemma: embeddings scaled by sqrt(n_embd) in f32, as llama.cpp's ggml_scale.
+  const float embd_scale = hp_.gemma.scale_embd ? std::sqrt((float)d) : 1.0f;
   pool_.run([&](int ith, int nth) {
     auto [b, e] = thread_share(n_tokens, ith, nth);
     for (int64_t t = b; t < e; ++t) {
@@ -77,9 +80,14 @@ Status Model::forward(std::span<const SeqInput> seqs, KvArena& kv, float* logits
       const int32_t id = s.tokens[tok_[t].pos - s.start_pos];
       const auto* row =
           static_cast<const uint8_t*>(w_.token_embd.data) + id * w_.token_embd.row_bytes;
-      dequantize_row(w_.token_embd.type, row, x_.data() + t * d, d);
-      residual(x_.data() + t * d, nullptr, d, clamp_);
+      float* x = x_.data() + t * d;
+      dequantize_row(w_.token_embd.type, row, x, d);
+      if (embd_scale != 1.0f) {
+        for (int64_t i = 0; i < d; ++i) x[i] *= embd_scale;
+      }
+      residual(x, nullptr, d, clamp_);
       rope_.cos_sin(tok_[t].pos, cs_.data() + t * hp_.rope.n_rot);
+      if (rope_swa_) rope_swa_->cos_sin(tok_[t].pos, cs_swa_.data() + t * hp_.rope.n_rot);
     }
   });
   for (int32_t l = 0; l < hp_.n_layer; ++l) run_layer(l, kv, n_tokens);
@@ -114,6 +122,7 @@ void Model::run_layer(int32_t l, KvArena& kv, int64_t n_tokens) {
   } else {
     run_attention(L, l, kv, n_tokens);
   }
+  if (!L.post_attn_norm.empty()) post_norm(L.post_attn_norm, n_tokens);
   // FFN: residual, RMSNorm, then SwiGLU or routed experts.
   const bool moe = hp_.is_moe_layer(l);
   pool_.run([&](int ith, int nth) {
@@ -140,12 +149,28 @@ void Model::run_layer(int32_t l, KvArena& kv, int64_t n_tokens) {
   pool_.run([&](int ith, int nth) {
     auto [b, e] = thread_share(n_tokens, ith, nth);
     for (int64_t t = b; t < e; ++t) {
-      kt.silu_mul(gate_.data() + t * ff, up_.data() + t * ff, ff, xn + t * ff);
+      if (hp_.ffn_act == FfnAct::kGeluTanh) {
+        gelu_tanh_mul(gate_.data() + t * ff, up_.data() + t * ff, ff, xn + t * ff);
+      } else {
+        kt.silu_mul(gate_.data() + t * ff, up_.data() + t * ff, ff, xn + t * ff);
+      }
       quantize_for(L.down, xn, t, ff);
     }
   });
   pool_.run([&](int ith, int nth) {
     matmul(kt, L.down, act_for(L.down, xn), n_tokens, tmp_.data(), ith, nth);
+  });
+  if (!L.post_ffw_norm.empty()) post_norm(L.post_ffw_norm, n_tokens);
+}
+
+void Model::post_norm(const std::vector<float>& norm, int64_t n_tokens) {
+  const auto& kt = kernels::kernels();
+  const int64_t d = hp_.n_embd;
+  pool_.run([&](int ith, int nth) {
+    auto [b, e] = thread_share(n_tokens, ith, nth);
+    for (int64_t t = b; t < e; ++t) {
+      kt.rmsnorm(tmp_.data() + t * d, norm.data(), d, hp_.norm_eps, tmp_.data() + t * d);
+    }
   });
 }
 
@@ -161,8 +186,10 @@ void Model::run_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t
     matmul(kt, L.wk, act_for(L.wk, xn), n_tokens, k_.data(), ith, nth);
     matmul(kt, L.wv, act_for(L.wv, xn), n_tokens, v_.data(), ith, nth);
   });
-  // Biases, per-head Q/K norms, RoPE, and K/V into the paged cache.
+  // Biases, per-head Q/K norms, RoPE (a windowed layer's own, if it has one), and K/V into the
+  // paged cache.
   const kernels::KvLayerView view = layer_view(kv, l);
+  const bool swa_rope = hp_.has_rope_swa && hp_.is_swa_layer(l);
   pool_.run([&](int ith, int nth) {
     auto [b, e] = thread_share(n_tokens, ith, nth);
     for (int64_t t = b; t < e; ++t) {
@@ -180,7 +207,7 @@ void Model::run_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t
         for (int32_t h = 0; h < hp_.n_head_kv; ++h)
           kt.rmsnorm(k + h * hd, L.k_norm.data(), hd, hp_.norm_eps, k + h * hd);
       }
-      const float* cs = cs_.data() + t * hp_.rope.n_rot;
+      const float* cs = (swa_rope ? cs_swa_.data() : cs_.data()) + t * hp_.rope.n_rot;
       rope_.apply(q, hp_.n_head, hd, cs);
       rope_.apply(k, hp_.n_head_kv, hd, cs);
       kt.kv_store(view, seqs_[tok_[t].seq].block_table, tok_[t].pos, k, v);
@@ -191,7 +218,9 @@ void Model::run_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t
   // round-robin: later tiles attend to more positions, and contiguous shares would leave the
   // last thread most of the work.
   const int32_t group = hp_.n_head / hp_.n_head_kv;
-  const float scale = 1.0f / std::sqrt((float)hd);
+  const float scale = hp_.attn_scale > 0.0f ? hp_.attn_scale : 1.0f / std::sqrt((float)hd);
+  const int64_t window = hp_.layer_window(l);
+  const float cap = hp_.gemma.attn_softcap;
   pool_.run([&](int ith, int nth) {
     float* scratch = attn_scratch_.data() + ith * kernels::attention_scratch_floats(hd);
     kernels::AttnQuery tile[kAttnTile];
@@ -205,13 +234,16 @@ void Model::run_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t
         const int64_t head0 = (int64_t)g * group;
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t pos = tok_[t].pos;
-          const int64_t begin =
-              hp_.sliding_window > 0 ? std::max<int64_t>(0, pos + 1 - hp_.sliding_window) : 0;
+          const int64_t begin = window > 0 ? std::max<int64_t>(0, pos + 1 - window) : 0;
           tile[t - t0] = {q_.data() + t * qd + head0 * hd, xn + t * qd + head0 * hd, begin,
                           pos + 1};
         }
-        kt.attention({tile, (size_t)(t1 - t0)}, group, kv_head_view(view, g), table, scale,
-                     scratch);
+        const std::span<const kernels::AttnQuery> queries(tile, (size_t)(t1 - t0));
+        if (cap > 0.0f) {
+          softcap_attention(queries, group, kv_head_view(view, g), table, scale, cap, scratch);
+        } else {
+          kt.attention(queries, group, kv_head_view(view, g), table, scale, scratch);
+        }
       }
       t0 = t1;
     }
@@ -242,6 +274,13 @@ void Model::compute_logits(int64_t n_rows, float* logits) {
   pool_.run([&](int ith, int nth) {
     matmul(kt, w_.output, act_for(w_.output, xn), n_rows, logits, ith, nth);
   });
+  if (const float cap = hp_.gemma.final_softcap; cap > 0.0f) {
+    const int64_t V = hp_.n_vocab;
+    pool_.run([&](int ith, int nth) {
+      auto [b, e] = thread_share(n_rows, ith, nth);
+      for (int64_t r = b; r < e; ++r) softcap(logits + r * V, V, cap);
+    });
+  }
 }
 
 }  // namespace kvw

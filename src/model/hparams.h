@@ -72,27 +72,63 @@ struct MlaParams {
   bool is_mla() const { return kv_lora_rank > 0; }
 };
 
+// FFN activation of the dense layers: SwiGLU (silu(gate) * up) or Gemma's GeGLU with the tanh
+// approximation of GELU (gelu_tanh(gate) * up).
+enum class FfnAct { kSilu, kGeluTanh };
+
+// Gemma-2/3's switches (llama.cpp's gemma2 / gemma3 graphs); the defaults leave the other
+// families as they are.
+struct GemmaParams {
+  bool scale_embd = false;     // token embeddings multiplied by sqrt(n_embd)
+  bool post_norms = false;     // post_attention_norm / post_ffw_norm on each block's output
+  float attn_softcap = 0.0f;   // attn_logit_softcapping: scores = c tanh(scores / c); 0 = off
+  float final_softcap = 0.0f;  // final_logit_softcapping, on the logits likewise; 0 = off
+};
+
 struct ModelHParams {
-  std::string arch;  // general.architecture: llama, qwen2, qwen2moe, qwen3, qwen3moe, deepseek2
+  std::string arch;  // general.architecture: llama, qwen2, qwen2moe, qwen3, qwen3moe, gemma2,
+                     // gemma3 or deepseek2
   std::string name;  // general.name, if any
   int32_t n_vocab = 0;
-  int32_t n_embd = 0;            // embedding_length
-  int32_t n_layer = 0;           // block_count
-  int32_t n_head = 0;            // attention.head_count
-  int32_t n_head_kv = 0;         // attention.head_count_kv (GQA when < n_head)
-  int32_t head_dim = 0;          // n_embd / n_head unless attention.key_length says otherwise;
-                                 // MLA: the query/key head length qk_nope + qk_rope
-  int32_t n_ff = 0;              // feed_forward_length
-  int32_t n_ctx_train = 0;       // context_length
-  int32_t sliding_window = 0;    // attention.sliding_window; 0 = full attention
+  int32_t n_embd = 0;          // embedding_length
+  int32_t n_layer = 0;         // block_count
+  int32_t n_head = 0;          // attention.head_count
+  int32_t n_head_kv = 0;       // attention.head_count_kv (GQA when < n_head)
+  int32_t head_dim = 0;        // n_embd / n_head unless attention.key_length says otherwise;
+                               // MLA: the query/key head length qk_nope + qk_rope
+  int32_t n_ff = 0;            // feed_forward_length
+  int32_t n_ctx_train = 0;     // context_length
+  int32_t sliding_window = 0;  // attention.sliding_window; 0 = full attention
+  // attention.sliding_window_pattern (llama.cpp's set_swa_pattern): with a window, layer l is
+  // windowed when swa_period == 0 (every layer: Mistral) or l % swa_period < swa_period - 1
+  // (gemma2: 2, even layers; gemma3: 6, five local layers then one global).
+  int32_t swa_period = 0;
+  float attn_scale = 0.0f;  // score scale; 0: 1 / sqrt(head_dim)
+  FfnAct ffn_act = FfnAct::kSilu;
+  GemmaParams gemma;
   float norm_eps = 1e-5f;        // attention.layer_norm_rms_epsilon
   bool qkv_bias = false;         // qwen2: attn_{q,k,v}.bias present
   bool qk_norm = false;          // qwen3(moe): attn_{q,k}_norm, per head, before RoPE
   bool tied_embeddings = false;  // no output.weight: logits use token_embd.weight
   RopeParams rope;
+  // RoPE of the windowed layers when they have their own (gemma2: rope.freq_base_swa, else the
+  // global base; gemma3: rope.freq_base_swa, else 10000, and never scaled); else unused.
+  RopeParams rope_swa;
+  bool has_rope_swa = false;
   MoeParams moe;
   MlaParams mla;
 
+  bool is_swa_layer(int32_t l) const {
+    return sliding_window > 0 && (swa_period == 0 || l % swa_period < swa_period - 1);
+  }
+  // Positions layer l attends back to (its own included); 0 = all.
+  int32_t layer_window(int32_t l) const { return is_swa_layer(l) ? sliding_window : 0; }
+  // The window every layer has, so blocks behind it can be freed; 0 when any layer is global.
+  int32_t kv_window() const;
+  // The rope layer l rotates with.
+  const RopeParams& layer_rope(int32_t l) const {
+    return has_rope_swa && is_swa_layer(l) ? rope_swa : rope;
+  }
   // Whether layer l's FFN is routed experts (else the dense ffn_gate/up/down).
   bool is_moe_layer(int32_t l) const { return moe.is_moe() && l >= moe.n_layer_dense_lead; }
   int32_t q_dim() const { return n_head * head_dim; }

@@ -57,6 +57,9 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
       hp_(std::move(hp)),
       w_(std::move(w)),
       rope_(mla_rope_params(hp_), w_.rope_freqs),
+      rope_swa_(hp_.has_rope_swa ? std::optional<RopeTable>(std::in_place, hp_.rope_swa,
+                                                            std::span<const float>(w_.rope_freqs))
+                                 : std::nullopt),
       pool_(opt.n_threads, "kvw-fwd"),
       max_tokens_(opt.max_batch_tokens),
       clamp_(opt.activation_clamp) {
@@ -109,6 +112,7 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
   gate_.resize(ff_rows);
   up_.resize(ff_rows);
   cs_.resize(T * hp_.rope.n_rot);
+  if (hp_.has_rope_swa) cs_swa_.resize(T * hp_.rope.n_rot);
   attn_scratch_.resize((size_t)pool_.num_threads() *
                        kernels::attention_scratch_floats(hp_.cache_head_dim()));
   gemm_scratch_floats_ = (gemm_scratch + 63) / 64 * 16;  // threads a cache line apart
@@ -137,7 +141,7 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
   }
   workspace_bytes_ =
       4 * (x_.size() + xn_.size() + q_.size() + k_.size() + v_.size() + tmp_.size() + gate_.size() +
-           up_.size() + cs_.size() + attn_scratch_.size() + gemm_scratch_.size() +
+           up_.size() + cs_.size() + cs_swa_.size() + attn_scratch_.size() + gemm_scratch_.size() +
            router_logits_.size() + router_scratch_.size() + route_ids_.size() +
            route_weights_.size() + route_slot_.size() + assign_tok_.size() + expert_begin_.size() +
            moe_rows_.size() + mla_q_.size() + mla_in_.size() + mla_out_.size() + mla_row_.size()) +
@@ -195,9 +199,10 @@ Status Model::validate(std::span<const SeqInput> seqs, const KvArena& kv) const 
                    std::to_string(s.block_table.size() * c.block_size) + " positions, needs " +
                    std::to_string(end)};
     }
-    // Sliding window: leading entries may be holes (kNullBlock, released by the KvManager) when
-    // they lie wholly below start_pos + 1 - w, the first position any new token attends to.
-    const int64_t attended = hp_.sliding_window > 0 ? s.start_pos + 1 - hp_.sliding_window : 0;
+    // Sliding window on every layer: leading entries may be holes (kNullBlock, released by the
+    // KvManager) when they lie wholly below start_pos + 1 - w, the first position any new token
+    // attends to.
+    const int64_t attended = hp_.kv_window() > 0 ? s.start_pos + 1 - hp_.kv_window() : 0;
     for (size_t i = 0; i < s.block_table.size(); ++i) {
       const uint32_t b = s.block_table[i];
       if (b == index_of(kNullBlock) && (int64_t)(i + 1) * c.block_size <= attended) continue;

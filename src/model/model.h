@@ -95,6 +95,8 @@ class Model {
   void run_shared_experts(const LayerWeights& L, int64_t n_tokens);
   void group_by_expert(int64_t n_tokens);
   void compute_logits(int64_t n_rows, float* logits);
+  // rows [T][n_embd] of tmp_ RMS-normalised in place by `norm` (Gemma's post norms).
+  void post_norm(const std::vector<float>& norm, int64_t n_tokens);
   void quantize_for(const WeightMatrix& w, const float* x, int64_t row, int64_t n_in);
   // kvw::matmul with thread ith's part of gemm_scratch_ (the forward code's matmul calls land
   // here: a member hides the free function of the same name).
@@ -106,6 +108,7 @@ class Model {
   ModelHParams hp_;
   ModelWeights w_;
   RopeTable rope_;
+  std::optional<RopeTable> rope_swa_;  // windowed layers' own rope (hp_.has_rope_swa)
   ThreadPool pool_;
   int32_t max_tokens_;
   float clamp_;  // ModelOptions::activation_clamp
@@ -132,6 +135,7 @@ class Model {
   std::vector<float> gate_;          // [T][n_ff]
   std::vector<float> up_;            // [T][n_ff]
   std::vector<float> cs_;            // [T][n_rot] rope (cos, sin) pairs per token
+  std::vector<float> cs_swa_;        // [T][n_rot] the same from rope_swa_; empty without it
   std::vector<float> attn_scratch_;  // [n_threads][attention_scratch_floats]
   // [n_threads][gemm_scratch_floats_]: each thread's copy of a token block for the packed GEMM
   // tiles, packed_scratch_bytes of the widest packed matrix, rounded up to a cache line.

@@ -139,14 +139,59 @@ Status refuse_deepseek2_flags(const MakeModelSpec& s) {
   return {};
 }
 
-// Attention and FFN shapes of the llama-style architectures (llama, qwen2, qwen2moe, qwen3).
+Status validate_llama_shape(const MakeModelSpec& s);
+
+bool is_gemma(const MakeModelSpec& s) {
+  return s.arch == "gemma2" || s.arch == "gemma3";
+}
+
+// gemma2 / gemma3 (llama.cpp's loaders): dense GeGLU layers, no biases or experts; gemma2 is
+// always tied (llama.cpp reads token_embd as the output even when output.weight exists), always
+// windowed and soft-capped.
+Status validate_gemma(const MakeModelSpec& s) {
+  KVW_RETURN_IF_ERROR(refuse_deepseek2_flags(s));
+  KVW_RETURN_IF_ERROR(validate_llama_shape(s));
+  if (s.n_expert != 0 || s.n_expert_used != 0 || s.n_ff_shexp != 0)
+    return Error{"--experts, --experts-used and --shared-expert-ffn: gemma layers are dense"};
+  if (s.sliding_window < 0 || s.swa_period < 0 || s.rope_theta_swa < 0 || s.final_softcap < 0)
+    return Error{"--sliding-window, --swa-period, --rope-theta-swa, --final-softcap must be >= 0"};
+  if (s.arch == "gemma3") {
+    if (s.attn_softcap != 0) return Error{"--attn-softcap needs --arch gemma2"};
+    return {};
+  }
+  if (!s.tied) return Error{"--tied=false: gemma2 files never carry output.weight"};
+  if (s.sliding_window <= 0) return Error{"--sliding-window must be > 0 for --arch gemma2"};
+  if (!(s.attn_softcap > 0) || !(s.final_softcap > 0))
+    return Error{"--attn-softcap and --final-softcap must be > 0 for --arch gemma2"};
+  return {};
+}
+
+// The keys convert_hf_to_gguf.py's Gemma2Model / Gemma3Model add to the common ones: key and
+// value length, no rope.dimension_count; gemma2 no rope.freq_base (10000 is the default) but
+// both soft-capping keys and the window; gemma3 the final cap, window and local base if any.
+void set_gemma_keys(const MakeModelSpec& s, const std::string& a, GgufWriter& w) {
+  w.set_u32(a + "attention.key_length", s.head_len());
+  w.set_u32(a + "attention.value_length", s.head_len());
+  if (s.arch == "gemma2") {
+    w.set_f32(a + "attn_logit_softcapping", s.attn_softcap);
+  } else {
+    w.set_f32(a + "rope.freq_base", s.rope_theta);
+    if (s.rope_theta_swa > 0) w.set_f32(a + "rope.freq_base_swa", s.rope_theta_swa);
+  }
+  if (s.final_softcap > 0) w.set_f32(a + "final_logit_softcapping", s.final_softcap);
+  if (s.sliding_window > 0) w.set_u32(a + "attention.sliding_window", s.sliding_window);
+  if (s.swa_period > 0) w.set_u32(a + "attention.sliding_window_pattern", s.swa_period);
+}
+
+// Attention and FFN shapes of the llama-style architectures (llama, qwen2, qwen2moe, qwen3,
+// gemma2, gemma3).
 Status validate_llama_shape(const MakeModelSpec& s) {
   if (s.n_embd <= 0 || s.n_layer <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.n_ff <= 0 ||
       s.n_ctx <= 0)
     return Error{"--dim, --layers, --heads, --kv-heads, --ffn and --context must be > 0"};
   if (s.head_dim < 0) return Error{"--head-dim must be >= 0 (0: --dim / --heads)"};
-  if (s.head_dim != 0 && s.arch != "qwen3" && s.arch != "qwen3moe")
-    return Error{"--head-dim needs --arch qwen3 or qwen3moe"};
+  if (s.head_dim != 0 && s.arch != "qwen3" && s.arch != "qwen3moe" && !is_gemma(s))
+    return Error{"--head-dim needs --arch qwen3, qwen3moe, gemma2 or gemma3"};
   if (s.head_dim == 0 && s.n_embd % s.n_head != 0)
     return Error{"--dim must be a multiple of --heads"};
   if (s.n_head % s.n_head_kv != 0) return Error{"--heads must be a multiple of --kv-heads"};
@@ -308,6 +353,11 @@ void set_llama_keys(const MakeModelSpec& s, GgufWriter& w) {
   w.set_u32(a + "attention.head_count", s.n_head);
   w.set_u32(a + "attention.head_count_kv", s.n_head_kv);
   w.set_f32(a + "attention.layer_norm_rms_epsilon", s.norm_eps);
+  if (is_gemma(s)) {
+    set_gemma_keys(s, a, w);
+    set_rope_scaling_keys(s, a, w);
+    return;
+  }
   w.set_f32(a + "rope.freq_base", s.rope_theta);
   if (s.arch == "qwen3" || s.arch == "qwen3moe") {
     // As convert_hf_to_gguf.py: config.json's head_dim as key and value length, and no
@@ -378,7 +428,10 @@ void set_deepseek2_keys(const MakeModelSpec& s, GgufWriter& w) {
 
 void write_llama_tensors(const MakeModelSpec& s, int64_t n_vocab, TensorMaker& tm) {
   const int64_t d = s.n_embd, hd = s.head_len(), q = s.n_head * hd, kv = s.n_head_kv * hd;
-  tm.matrix("token_embd.weight", d, n_vocab, s.weight_type, 1.0f);
+  // Gemma scales embeddings by sqrt(d): std 1/sqrt(d) keeps them, and the tied logits, of order 1.
+  const bool gemma = is_gemma(s);
+  tm.matrix("token_embd.weight", d, n_vocab, s.weight_type,
+            gemma ? 1.0f / std::sqrt((float)d) : 1.0f);
   for (int32_t l = 0; l < s.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     tm.vector(p + "attn_norm.weight", d, 1.0f, 0.1f);
@@ -390,16 +443,19 @@ void write_llama_tensors(const MakeModelSpec& s, int64_t n_vocab, TensorMaker& t
       tm.vector(p + "attn_k.bias", kv, 0.0f, 0.1f);
       tm.vector(p + "attn_v.bias", kv, 0.0f, 0.1f);
     }
-    if (s.arch == "qwen3" || s.arch == "qwen3moe") {  // per-head norms, std 0.3: they matter
-      tm.vector(p + "attn_q_norm.weight", hd, 1.0f, 0.3f);
+    if (s.arch == "qwen3" || s.arch == "qwen3moe" || s.arch == "gemma3") {
+      tm.vector(p + "attn_q_norm.weight", hd, 1.0f, 0.3f);  // per-head, std 0.3: they matter
       tm.vector(p + "attn_k_norm.weight", hd, 1.0f, 0.3f);
     }
     tm.matrix(p + "attn_output.weight", q, d, s.weight_type);
+    // Gemma's norms as the converter stores them (HF's weight + 1): around 1.
+    if (gemma) tm.vector(p + "post_attention_norm.weight", d, 1.0f, 0.1f);
     tm.vector(p + "ffn_norm.weight", d, 1.0f, 0.1f);
     if (s.n_expert == 0) {
       tm.matrix(p + "ffn_gate.weight", d, s.n_ff, s.weight_type);
       tm.matrix(p + "ffn_up.weight", d, s.n_ff, s.weight_type);
       tm.matrix(p + "ffn_down.weight", s.n_ff, d, s.weight_type);
+      if (gemma) tm.vector(p + "post_ffw_norm.weight", d, 1.0f, 0.1f);
       continue;
     }
     // The router stays f32, as llama.cpp's quantizer leaves ffn_gate_inp; std 3/sqrt(d) spreads
@@ -516,8 +572,9 @@ Result<ExpertGating> parse_expert_gating(const std::string& name) {
 
 Status MakeModelSpec::validate() const {
   if (arch != "llama" && arch != "qwen2" && arch != "qwen2moe" && arch != "qwen3" &&
-      arch != "qwen3moe" && arch != "deepseek2")
-    return Error{"--arch must be llama, qwen2, qwen2moe, qwen3, qwen3moe or deepseek2"};
+      arch != "qwen3moe" && arch != "deepseek2" && arch != "gemma2" && arch != "gemma3")
+    return Error{
+        "--arch must be llama, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3 or deepseek2"};
   if (vocab_type != "spm" && vocab_type != "bpe") return Error{"--vocab-type must be spm or bpe"};
   if (weight_type == GgmlType::kQ8_K) return Error{"--weight-type q8_K is not a weight type"};
   if (rope_scaling != RopeScaling::kNone && rope_scale <= 0)
@@ -529,6 +586,12 @@ Status MakeModelSpec::validate() const {
   }
   if (arch == "qwen2moe") return validate_qwen2moe(*this);
   if (arch == "qwen3moe") return validate_qwen3moe(*this);
+  if (is_gemma(*this)) return validate_gemma(*this);
+  if (attn_softcap != 0 || final_softcap != 0 || rope_theta_swa != 0 || swa_period != 0) {
+    return Error{
+        "--attn-softcap, --final-softcap, --rope-theta-swa and --swa-period need --arch gemma2 "
+        "or gemma3"};
+  }
   KVW_RETURN_IF_ERROR(refuse_deepseek2_flags(*this));
   if (n_ff_shexp != 0) return Error{"--shared-expert-ffn needs --arch qwen2moe"};
   KVW_RETURN_IF_ERROR(validate_llama_shape(*this));
@@ -582,6 +645,33 @@ MakeModelSpec deepseek_tiny(bool v3) {
   s.rope_scale = 4.0f;
   s.rope_orig_ctx = 128;
   s.yarn_log_multiplier = 0.1f;
+  return s;
+}
+
+// Gemma-2-2B's structure ("gemma2-tiny": layers alternating local and global, heads longer than
+// dim / heads, GQA 2:1, soft-capping 50 / 30 as its config.json) or Gemma-3-1B's ("gemma3-tiny":
+// five local layers then a global one, MQA, Q/K norms, rope bases 1e6 / 1e4, no soft-capping),
+// at dim 128 with heads of 64 and a window of 16 so that short tests cross it.
+MakeModelSpec gemma_tiny(bool gemma3) {
+  MakeModelSpec s;
+  s.arch = gemma3 ? "gemma3" : "gemma2";
+  s.name = gemma3 ? "gemma3-tiny-random" : "gemma2-tiny-random";
+  s.n_embd = 128;
+  s.n_layer = gemma3 ? 6 : 4;
+  s.n_head = 4;
+  s.n_head_kv = gemma3 ? 1 : 2;
+  s.head_dim = 64;
+  s.n_ff = 256;
+  s.norm_eps = 1e-6f;
+  s.sliding_window = 16;
+  s.tied = true;
+  if (gemma3) {
+    s.rope_theta = 1000000.0f;
+    s.rope_theta_swa = 10000.0f;
+  } else {
+    s.attn_softcap = 50.0f;
+    s.final_softcap = 30.0f;
+  }
   return s;
 }
 
@@ -699,13 +789,14 @@ Result<MakeModelSpec> make_model_preset(const std::string& name) {
     s.n_ff_exp = 64;
     return s;
   }
+  if (name == "gemma2-tiny" || name == "gemma3-tiny") return gemma_tiny(name == "gemma3-tiny");
   if (name == "deepseek-v2-lite-tiny") return deepseek_tiny(false);
   if (name == "deepseek-v3-tiny") return deepseek_tiny(true);
   if (name == "deepseek-v2-lite") return deepseek_v2_lite();
   return Error{
       "unknown --preset '" + name +
       "' (expected tiny, tinyllama-1.1b, mixtral-tiny, mixtral-1b, qwen2moe-tiny, qwen3-tiny, "
-      "qwen3moe-tiny, "
+      "qwen3moe-tiny, gemma2-tiny, gemma3-tiny, "
       "deepseek-v2-lite-tiny, deepseek-v3-tiny or deepseek-v2-lite)"};
 }
 
@@ -718,6 +809,7 @@ Status make_model(const MakeModelSpec& s, const std::string& path) {
                     ? build_spm_vocab(words, s.n_vocab)
                     : build_bpe_vocab(words, qwen ? "qwen2" : "llama3", s.n_vocab);
   if (qwen || s.vocab_type == "bpe") vocab.chat_template = kChatMlTemplate;
+  if (is_gemma(s)) vocab.add_space_prefix = false;  // as the Gemma converters write
   const int64_t n_vocab = (int64_t)vocab.tokens.size();
 
   GgufWriter w(s.gguf_version);

@@ -26,15 +26,15 @@ Result<MlaLayout> parse_mla_layout(const std::string& name);        // error nam
 Result<ExpertGating> parse_expert_gating(const std::string& name);  // softmax|sigmoid, --gating
 
 struct MakeModelSpec {
-  std::string arch = "llama";  // llama, qwen2, qwen2moe, qwen3, qwen3moe or deepseek2
+  std::string arch = "llama";  // llama, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3, deepseek2
   std::string name = "kvwarden-random";
   int32_t n_embd = 64;
   int32_t n_layer = 2;
   int32_t n_head = 4;
   int32_t n_head_kv = 2;
-  int32_t head_dim = 0;       // qwen3(moe): key_length = value_length (0: n_embd / n_head)
-  int32_t n_ff = 256;         // dense FFN width; llama: each expert's width when n_expert > 0
-  int32_t n_expert = 0;       // llama: > 0 writes Mixtral-style ffn_*_exps layers
+  int32_t head_dim = 0;  // qwen3(moe), gemma2/3: key_length = value_length (0: n_embd / n_head)
+  int32_t n_ff = 256;    // dense FFN width; llama: each expert's width when n_expert > 0
+  int32_t n_expert = 0;  // llama: > 0 writes Mixtral-style ffn_*_exps layers
   int32_t n_expert_used = 0;  // experts per token (top-k)
   int32_t n_vocab = 0;        // pad the tokenizer to this size (0: as built)
   int32_t n_ctx = 512;
@@ -79,6 +79,14 @@ struct MakeModelSpec {
   bool probs_bias = false;           // exp_probs_b.bias: a selection-only bias (DeepSeek-V3)
   float yarn_log_multiplier = 0.0f;  // rope.scaling.yarn_log_multiplier (with yarn)
 
+  // gemma2 / gemma3 only (others refuse non-default values). Written as the converter writes
+  // them: gemma2 always carries both soft-capping keys and the window; gemma3 the final cap only
+  // when > 0, the window only when > 0, and rope.freq_base_swa when rope_theta_swa > 0.
+  float attn_softcap = 0.0f;    // gemma2: attn_logit_softcapping (> 0)
+  float final_softcap = 0.0f;   // final_logit_softcapping (gemma2: > 0; gemma3: 0 = absent)
+  float rope_theta_swa = 0.0f;  // rope.freq_base_swa; 0 = absent
+  int32_t swa_period = 0;       // attention.sliding_window_pattern; 0 = absent (2 / 6)
+
   Status validate() const;  // messages name the make-model flag
   int32_t head_len() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
 };
@@ -93,7 +101,11 @@ struct MakeModelSpec {
 // 8 experts of 64, top-2 with unrenormalised weights, a gated shared expert of 256),
 // "qwen3-tiny" (Qwen3-0.6B's structure at dim 128: heads of 64 so q is twice n_embd wide, GQA
 // 2:1, per-head Q/K norms, no biases, tied output), "qwen3moe-tiny" (Qwen3-30B-A3B's: that
-// attention with 16 experts of 64, top-4 renormalised, untied).
+// attention with 16 experts of 64, top-4 renormalised, untied), "gemma2-tiny" (Gemma-2-2B's
+// structure at dim 128: 4 layers alternating local (window 16) and global, heads of 64 over a
+// 128 embedding, GQA 2:1, soft-capping 50 / 30, tied) and "gemma3-tiny" (Gemma-3-1B's at dim
+// 128: 6 layers, five local of window 16 then one global, heads of 64, MQA, per-head Q/K norms,
+// global rope base 1e6 and local 1e4, tied).
 Result<MakeModelSpec> make_model_preset(const std::string& name);
 
 Status make_model(const MakeModelSpec& spec, const std::string& path);

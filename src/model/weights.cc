@@ -88,7 +88,7 @@ class Loader {
     lhs = std::move(_r.value());         \
   } while (0)
 
-// Multi-head attention tensors of layer `p` (llama, qwen2, qwen3).
+// Multi-head attention tensors of layer `p` (llama, qwen2, qwen3, gemma2, gemma3).
 Status load_attention(Loader& ld, const std::string& p, const ModelHParams& hp, LayerWeights& l) {
   const int64_t d = hp.n_embd, q = hp.q_dim(), kv = hp.kv_dim();
   KVW_ASSIGN(l.wq, ld.matrix(p + "attn_q.weight", d, q));
@@ -164,6 +164,10 @@ Result<ModelWeights> weights_from_gguf(const GgufFile& f, const ModelHParams& hp
     LayerWeights& l = w.layers[i];
     KVW_ASSIGN(l.attn_norm, ld.vector(p + "attn_norm.weight", d));
     KVW_ASSIGN(l.ffn_norm, ld.vector(p + "ffn_norm.weight", d));
+    if (hp.gemma.post_norms) {
+      KVW_ASSIGN(l.post_attn_norm, ld.vector(p + "post_attention_norm.weight", d));
+      KVW_ASSIGN(l.post_ffw_norm, ld.vector(p + "post_ffw_norm.weight", d));
+    }
     if (hp.mla.is_mla()) {
       KVW_RETURN_IF_ERROR(load_mla(ld, p, hp, l));
     } else {

@@ -48,6 +48,9 @@ struct LayerWeights {
   std::vector<float> q_norm, k_norm;  // qwen3: per-head RMSNorm weights [head_dim]; else empty
   std::vector<float> ffn_norm;        // [n_embd]
   WeightMatrix gate, up, down;        // dense layers: [n_ff x n_embd] x2, [n_embd x n_ff]
+  // gemma2/3: RMSNorm of the attention and FFN outputs before their residual adds [n_embd];
+  // empty otherwise.
+  std::vector<float> post_attn_norm, post_ffw_norm;
   // MoE layers (hp.is_moe_layer) instead of gate/up/down:
   WeightMatrix router;                // ffn_gate_inp [n_expert x n_embd]
   ExpertMatrices gate_exps, up_exps;  // n_expert x [n_ff_exp x n_embd]

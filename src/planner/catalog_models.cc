@@ -153,16 +153,42 @@ std::vector<ModelShape> build() {
     v.push_back(m);
   }
   // --- Gemma-2: even layers local (4096-token window), odd layers global; tied embeddings ---
-  for (bool big : {false, true}) {
-    ModelShape m =
-        big ? dense("gemma-2-27b", "google/gemma-2-27b", "gemma2", kLitgpt, 46, 4608, 32, 16, 128,
-                    36864, 256000, 8192)
-            : dense("gemma-2-9b", "google/gemma-2-9b", "gemma2", "facts: mlc-llm preset + litgpt",
-                    42, 3584, 16, 8, 256, 14336, 256000, 8192);
+  for (int size : {2, 9, 27}) {
+    ModelShape m = size == 27  ? dense("gemma-2-27b", "google/gemma-2-27b", "gemma2", kLitgpt, 46,
+                                       4608, 32, 16, 128, 36864, 256000, 8192)
+                   : size == 9 ? dense("gemma-2-9b", "google/gemma-2-9b", "gemma2",
+                                       "facts: mlc-llm preset + litgpt", 42, 3584, 16, 8, 256,
+                                       14336, 256000, 8192)
+                               : dense("gemma-2-2b", "google/gemma-2-2b", "gemma2", kLitgpt, 26,
+                                       2304, 8, 4, 256, 9216, 256000, 8192);
     m.tied_embeddings = true;
     m.sliding_window = 4096;
     m.window_pattern = WindowPattern::kEveryOther;
+    m.local_rope = true;
     v.push_back(m);
+  }
+  // --- Gemma-3 (text): five local layers then one global, per-head Q/K norms; tied ---
+  {
+    struct G3 {
+      const char* name;
+      const char* hf_id;
+      int64_t n_layer, n_embd, n_head, n_kv_head, head_dim, n_ff, window;
+    };
+    for (const G3& g :
+         {G3{"gemma-3-1b", "google/gemma-3-1b-it", 26, 1152, 4, 1, 256, 6912, 512},
+          G3{"gemma-3-4b", "google/gemma-3-4b-it", 34, 2560, 8, 4, 256, 10240, 1024},
+          G3{"gemma-3-12b", "google/gemma-3-12b-it", 48, 3840, 16, 8, 256, 15360, 1024},
+          G3{"gemma-3-27b", "google/gemma-3-27b-it", 62, 5376, 32, 16, 128, 21504, 1024}}) {
+      ModelShape m = dense(g.name, g.hf_id, "gemma3", kLitgpt, g.n_layer, g.n_embd, g.n_head,
+                           g.n_kv_head, g.head_dim, g.n_ff, 262144, 131072);
+      m.tied_embeddings = true;
+      m.qk_norm = true;
+      m.sliding_window = g.window;
+      m.window_pattern = WindowPattern::kPeriodic;
+      m.window_period = 6;
+      m.local_rope = true;
+      v.push_back(m);
+    }
   }
   v.push_back(dense("tinyllama-1.1b", "TinyLlama/TinyLlama-1.1B-Chat-v1.0", "llama",
                     "facts: mlc-llm preset + litgpt", 22, 2048, 32, 4, 64, 5632, 32000, 2048));

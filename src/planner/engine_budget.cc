@@ -82,9 +82,10 @@ uint64_t engine_workspace_bytes(const ModelShape& m, int64_t max_num_batched_tok
   // width or T x q_lora_rank, the largest), as Model::Model allocates them.
   const uint64_t ff_floats = std::max({T * (uint64_t)m.n_ff, A * (uint64_t)m.moe_ff,
                                        T * (uint64_t)shared_ff, T * (uint64_t)m.q_lora_rank});
+  // (the rope row twice when the windowed layers have their own rope).
   const uint64_t floats_per_token =
       (uint64_t)(m.n_embd + max_in + q_dim + std::max(kv_dim, cache_head) + kv_dim + m.n_embd +
-                 n_rot);
+                 (m.local_rope ? 2 : 1) * n_rot);
   const uint64_t scratch_floats =
       (uint64_t)n_threads * (uint64_t)kernels::attention_scratch_floats((int32_t)cache_head);
   // Router logits [T][E], router scratch [threads][2E], ids, weights, slots and tokens of each

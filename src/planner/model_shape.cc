@@ -16,6 +16,8 @@ int64_t ModelShape::window_of_layer(int64_t l) const {
       return sliding_window;
     case WindowPattern::kEveryOther:
       return l % 2 == 0 ? sliding_window : 0;
+    case WindowPattern::kPeriodic:
+      return window_period > 0 && l % window_period < window_period - 1 ? sliding_window : 0;
   }
   return 0;
 }

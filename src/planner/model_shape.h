@@ -19,6 +19,7 @@ enum class WindowPattern {
   kNone,        // every layer attends to the whole sequence
   kAll,         // every layer is windowed (Mistral-7B-v0.1)
   kEveryOther,  // even layers windowed, odd layers global (Gemma-2: layer 0 is local)
+  kPeriodic,    // layer l windowed when l % window_period < window_period - 1 (Gemma-3: 6)
 };
 
 // Extra facts only a GGUF file gives; they make kvwarden's own engine budget exact.
@@ -49,7 +50,7 @@ struct ModelShape {
   bool unconfirmed = false;  // some value not seen in a primary copy of this model's config
   std::string note;          // what is unconfirmed or approximated
   std::string arch;          // "llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mixtral",
-                             // "gemma2", "deepseek_v2", "deepseek_v3"
+                             // "gemma2", "gemma3", "deepseek_v2", "deepseek_v3"
 
   int64_t n_layer = 0;    // decoder layers (DeepSeek-V3's extra MTP layer is not counted)
   int64_t n_embd = 0;     // hidden_size
@@ -65,6 +66,10 @@ struct ModelShape {
 
   int64_t sliding_window = 0;  // tokens; 0 = none
   WindowPattern window_pattern = WindowPattern::kNone;
+  int64_t window_period = 0;  // kPeriodic: one global layer every window_period
+  // Windowed layers rotate with their own RoPE (Gemma-2/3): kvwarden's engine keeps a second
+  // cos/sin row per token in its workspace.
+  bool local_rope = false;
   // Hybrid stacks: when non-empty, one entry per layer overriding the pattern:
   // 0 = full attention, > 0 = sliding window of that many tokens, -1 = no KV cache (a linear
   // attention or recurrent layer, whose fixed state is not modelled here).

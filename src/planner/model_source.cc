@@ -62,6 +62,11 @@ Status read_windows(const json& j, const std::string& name, ModelShape& m) {
   if (m.sliding_window <= 0) return {};
   if (m.arch == "gemma2") {
     m.window_pattern = WindowPattern::kEveryOther;
+  } else if (m.arch == "gemma3" || m.arch == "gemma3_text") {
+    m.window_pattern = WindowPattern::kPeriodic;
+    auto period = get_int(j, "sliding_window_pattern", 6, name);
+    if (!period.ok()) return period.error();
+    m.window_period = *period;
   } else if (m.arch == "qwen2" || m.arch == "qwen3" || m.arch == "qwen3_moe") {
     // Qwen configs carry sliding_window but disable it unless use_sliding_window is true.
     if (get_bool(j, "use_sliding_window", false)) m.window_pattern = WindowPattern::kAll;
@@ -113,6 +118,8 @@ Result<ModelShape> shape_from_config_json(const std::string& json_text, const st
   KVW_ASSIGN_INT(shared_expert_ff, "shared_expert_intermediate_size", 0);
   if (m.is_mla() && m.v_head_dim > 0) m.head_dim = m.v_head_dim;
   KVW_RETURN_IF_ERROR(read_windows(j, name, m));
+  // kvwarden's gemma2/gemma3 engine keeps a second rope table for the windowed layers.
+  m.local_rope = m.sliding_window > 0 && (m.arch == "gemma2" || m.arch.starts_with("gemma3"));
   KVW_RETURN_IF_ERROR(m.validate());
   return m;
 }
@@ -152,7 +159,13 @@ Result<ModelShape> shape_from_gguf(const GgufFile& f) {
   if (hp->sliding_window > 0) {
     m.sliding_window = hp->sliding_window;
     m.window_pattern = WindowPattern::kAll;
+    if (hp->kv_window() == 0) {  // some layers global (gemma2, gemma3): the engine's per-layer map
+      m.window_pattern = WindowPattern::kNone;
+      for (int32_t l = 0; l < hp->n_layer; ++l) m.layer_window.push_back(hp->layer_window(l));
+    }
   }
+  m.local_rope = hp->has_rope_swa;
+  m.qk_norm = hp->qk_norm;
   GgufFacts g;
   g.n_rot = hp->rope.n_rot;
   std::map<std::string, int> type_counts;

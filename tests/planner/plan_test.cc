@@ -25,6 +25,10 @@ TEST(Params, MatchPublishedModelSizes) {
   EXPECT_NEAR(billions("llama-3-8b"), 8.03, 0.01);
   EXPECT_NEAR(billions("llama-3.1-405b"), 405.85, 0.1);
   EXPECT_NEAR(billions("gemma-2-9b"), 9.24, 0.01);
+  // Gemma-2-2B 2,614,341,888 and Gemma-3-1B 999,885,952 parameters (model cards; four norms
+  // per layer, gemma3 with per-head Q/K norms).
+  EXPECT_EQ(count_params(model("gemma-3-1b")).total(), 999885952u);
+  EXPECT_NEAR(billions("gemma-2-2b"), 2.614, 0.001);
   EXPECT_NEAR(billions("qwen2.5-7b"), 7.62, 0.01);
   EXPECT_NEAR(billions("tinyllama-1.1b"), 1.10, 0.01);
 }
@@ -217,7 +221,8 @@ TEST(Catalog, EveryEntryValidatesAndNamesItsSource) {
         "llama-2-7b",   "llama-2-13b",      "llama-2-70b",    "llama-3-8b",  "llama-3-70b",
         "llama-3.1-8b", "llama-3.1-70b",    "llama-3.1-405b", "qwen2.5-7b",  "qwen2.5-72b",
         "qwen3-8b",     "qwen3-32b",        "qwen3-30b-a3b",  "mistral-7b",  "mixtral-8x7b",
-        "gemma-2-9b",   "gemma-2-27b",      "tinyllama-1.1b"}) {
+        "gemma-2-9b",   "gemma-2-27b",      "tinyllama-1.1b", "gemma-2-2b",  "gemma-3-1b",
+        "gemma-3-4b",   "gemma-3-12b",      "gemma-3-27b"}) {
     EXPECT_NE(find_model(name), nullptr) << name;
   }
   for (const ModelShape& m : model_catalog()) {

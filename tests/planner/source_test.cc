@@ -259,6 +259,58 @@ TEST(EngineBudget, EqualsTheEnginesBuffersForQwen3Models) {
   expect_engine_matches(make(moe, "planner_qwen3moe_q8.gguf"), 48, 3);
 }
 
+TEST(EngineBudget, EqualsTheEnginesBuffersForGemmaModels) {
+  // gemma2-tiny: 4 layers alternating local (16-token window) and global, heads of 64 over a 128
+  // embedding, 2 KV heads; gemma3-tiny: 5 local layers then a global one, 1 KV head. Both keep
+  // a second rope row per token for the local layers (the workspace counts it).
+  MakeModelSpec g2 = *make_model_preset("gemma2-tiny");
+  const std::string g2_path = make(g2, "planner_gemma2_f32.gguf");
+  expect_engine_matches(g2_path, 64, 2);
+  g2.weight_type = GgmlType::kQ8_0;
+  expect_engine_matches(make(g2, "planner_gemma2_q8.gguf"), 40, 3);
+  MakeModelSpec g3 = *make_model_preset("gemma3-tiny");
+  const std::string g3_path = make(g3, "planner_gemma3_f32.gguf");
+  expect_engine_matches(g3_path, 64, 2);
+  g3.tied = false;
+  g3.weight_type = GgmlType::kQ8_0;
+  expect_engine_matches(make(g3, "planner_gemma3_q8.gguf"), 48, 3);
+
+  auto s2 = load_model_shape(g2_path);
+  ASSERT_TRUE(s2.ok()) << s2.message();
+  EXPECT_EQ(s2->arch, "gemma2");
+  EXPECT_TRUE(s2->local_rope);
+  for (int l = 0; l < 4; ++l) EXPECT_EQ(s2->window_of_layer(l), l % 2 == 0 ? 16 : 0) << l;
+  EXPECT_EQ(engine_window(*s2), 0);  // the global layers keep every block
+  // By hand: 4 layers x (K + V) x 2 KV heads x 64 x 2 B = 2048 B per token in f16.
+  EXPECT_EQ(engine_kv_bytes_per_token_layer(*s2, KvDtype::kF16) * 4, 2048u);
+  EXPECT_EQ(engine_blocks_per_seq(*s2, 512, 16), 32);
+  // The GPU plan caps the two local layers at their window (16 tokens: 2 blocks of 16).
+  const uint64_t layer = 2u * 2 * 64 * 2;
+  EXPECT_EQ(kv_bytes_per_sequence(*s2, KvDtype::kF16, 1, 0, 4, 512, 16),
+            2 * layer * 512 + 2 * layer * 32);
+
+  auto s3 = load_model_shape(g3_path);
+  ASSERT_TRUE(s3.ok()) << s3.message();
+  EXPECT_TRUE(s3->qk_norm);
+  for (int l = 0; l < 6; ++l) EXPECT_EQ(s3->window_of_layer(l), l == 5 ? 0 : 16) << l;
+  // 6 layers x (K + V) x 1 KV head x 64 x 2 B = 1536 B per token in f16.
+  EXPECT_EQ(engine_kv_bytes_per_token_layer(*s3, KvDtype::kF16) * 6, 1536u);
+}
+
+TEST(ModelSource, Gemma3ConfigHasFiveLocalLayersPerGlobalAndALocalRope) {
+  // The multimodal wrapper's text_config, as Gemma-3-4B's config.json nests it.
+  auto m = shape_from_config_json(
+      R"({"model_type": "gemma3", "text_config": {"model_type": "gemma3_text",
+      "hidden_size": 2560, "intermediate_size": 10240, "num_hidden_layers": 34,
+      "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+      "vocab_size": 262208, "max_position_embeddings": 131072, "sliding_window": 1024,
+      "sliding_window_pattern": 6}})",
+      "gemma3.json");
+  ASSERT_TRUE(m.ok()) << m.message();
+  for (int l = 0; l < 12; ++l) EXPECT_EQ(m->window_of_layer(l), l % 6 == 5 ? 0 : 1024) << l;
+  EXPECT_TRUE(m->local_rope);
+}
+
 TEST(EngineBudget, MoeDecodeReadsOnlyTheUsedExperts) {
   MakeModelSpec s = *make_model_preset("mixtral-tiny");  // 8 experts, 2 used
   s.n_embd = 128;

@@ -22,6 +22,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from deepseek2_ref import Deepseek2Ref  # noqa: E402
+from gemma_ref import GemmaRef  # noqa: E402
 from gguf_reader import GGML_TYPES  # noqa: E402
 from llama_ref import LlamaRef, SpmVocab  # noqa: E402
 
@@ -36,6 +37,9 @@ TOLERANCES = {
     # path: (max abs diff, min argmax agreement)   measured max abs diff
     "f32": (1e-3, 0.99),     # 1.4e-6 (tied 1.3e-5 with logit std 12; stories260K 6.2e-6)
     "kv_f16": (3e-3, 0.99),  # 1.2e-3 (f32 weights, f16 KV cache)
+    # gemma3 with f16 KV: 2.6e-3 worst over seeds 74-78 (f32 KV: 4e-6, so all f16 rounding of
+    # keys that the per-head norms keep of order one, through 6 layers).
+    "kv_f16_gemma": (8e-3, 0.99),
     "kv_bf16": (3e-2, 0.99),  # 7.7e-3 (bf16 KV cache: 8 mantissa bits)
     "kv_int8": (6e-2, 0.99),  # 2.8e-2 (int8 KV, one f32 scale per token and kv head)
     # MLA int8: one scale per token for the whole latent row (kv_lora_rank + rope dims, 80 here,
@@ -193,6 +197,42 @@ CASES.update({
                            weight_type="q8_0", lengths=(40, 90), seed=52, tol="q8_0"),
 })
 
+# gemma2 / gemma3 from make-model's presets: heads of 64 over a 128 embedding, window 16 so the
+# 120-token sequence crosses it. The presets keep the real soft-capping values (50 / 30), which
+# barely bend logits of order one; the cases lower them so that the caps measurably matter.
+# `features` are the reference switches that must each move the logits beyond the tolerance.
+_G2_FEATURES = ("use_embd_scale", "use_post_norms", "use_attn_softcap", "use_final_softcap",
+                "use_window", "use_gelu")
+_G3_FEATURES = ("use_embd_scale", "use_post_norms", "use_qk_norm", "use_window", "use_local_rope",
+                "use_gelu")
+_G2_CAPS = ("--attn-softcap", "2", "--final-softcap", "3")
+
+
+def _gemma_case(arch, features, flags=(), **kw):
+    c = dict(arch=arch, preset=arch + "-tiny", flags=tuple(flags), features=features,
+             n_vocab=768, weight_type="f32", kv_dtype="f32", seed=1, lengths=(1, 23, 120),
+             tol="f32", tied=True)
+    c.update(kw)
+    return c
+
+
+CASES.update({
+    "gemma2_f32": _gemma_case("gemma2", _G2_FEATURES, _G2_CAPS, seed=70),
+    "gemma2_kv_int8": _gemma_case("gemma2", _G2_FEATURES, _G2_CAPS, kv_dtype="int8",
+                                  lengths=(80, 9), seed=71, tol="kv_int8"),
+    # GeGLU instead of SwiGLU moves these logits ~0.7, under 5x q8_0's limit: the f32 and int8
+    # cases show the activation matters; this one checks the rest through the Q8_0 paths.
+    "gemma2_q8_0": _gemma_case("gemma2", tuple(f for f in _G2_FEATURES if f != "use_gelu"),
+                               _G2_CAPS, weight_type="q8_0", lengths=(40, 90), seed=72,
+                               tol="q8_0"),
+    "gemma3_f32": _gemma_case("gemma3", _G3_FEATURES, seed=73),
+    # Untied output, linear rope scaling on the global layer only, final soft-capping, f16 KV.
+    "gemma3_untied_scaled_kv_f16": _gemma_case(
+        "gemma3", _G3_FEATURES + ("use_final_softcap",),
+        ("--tied=false", "--rope-scaling", "linear", "--rope-scale", "4", "--final-softcap", "3"),
+        kv_dtype="f16", lengths=(80, 9), seed=74, tol="kv_f16_gemma", tied=False),
+})
+
 # The smallest routing margin (gap between the last chosen and first unchosen expert's
 # selection value, and between the last kept and first dropped group score) a case may have: a
 # narrower one is decided by rounding, not by the engine. Cases that round more route to all.
@@ -307,6 +347,55 @@ def check_qwen3_file(model, c):
     for name in ("blk.0.attn_q.weight",
                  "blk.0.ffn_down_exps.weight" if moe else "blk.0.ffn_down.weight"):
         expect(f"{name} type", GGML_TYPES[f.tensors[name].ggml_type][0], want_type)
+    if errors:
+        raise CaseFailure("generated model does not match the case:\n  " + "\n  ".join(errors))
+
+
+def check_gemma_file(model, c):
+    """The gemma file must carry what llama.cpp's gemma2/gemma3 loaders read."""
+    f, hp = model.file, model.hp
+    errors = []
+
+    def expect(what, got, want):
+        if got != want:
+            errors.append(f"{what}: file has {got!r}, case asked for {want!r}")
+
+    a = c["arch"] + "."
+    gemma2 = c["arch"] == "gemma2"
+    expect("architecture", f.get("general.architecture"), c["arch"])
+    expect("n_embd", hp.n_embd, 128)
+    expect("key_length", f.get(a + "attention.key_length"), 64)
+    expect("value_length", f.get(a + "attention.value_length"), 64)
+    expect("rope.dimension_count absent", f.get(a + "rope.dimension_count"), None)
+    expect("sliding_window", f.get(a + "attention.sliding_window"), 16)
+    expect("no space prefix", f.get("tokenizer.ggml.add_space_prefix"), False)
+    expect("output.weight", f.has_tensor("output.weight"), not c["tied"])
+    if gemma2:
+        expect("rope.freq_base absent (converter)", f.get(a + "rope.freq_base"), None)
+        expect("attn_logit_softcapping", f.get(a + "attn_logit_softcapping"), 2.0)
+        expect("final_logit_softcapping", f.get(a + "final_logit_softcapping"), 3.0)
+        expect("local layers", [hp.is_local(i) for i in range(hp.n_layer)],
+               [True, False, True, False])
+    else:
+        expect("rope.freq_base", f.get(a + "rope.freq_base"), 1e6)
+        expect("rope.freq_base_swa", f.get(a + "rope.freq_base_swa"), 1e4)
+        expect("local layers", [hp.is_local(i) for i in range(hp.n_layer)],
+               [True] * 5 + [False])
+        expect("attn_logit_softcapping absent", f.get(a + "attn_logit_softcapping"), None)
+    d, hd = 128, 64
+    want = {"attn_q.weight": [d, hp.n_head * hd], "attn_k.weight": [d, hp.n_head_kv * hd],
+            "attn_output.weight": [hp.n_head * hd, d], "post_attention_norm.weight": [d],
+            "ffn_norm.weight": [d], "post_ffw_norm.weight": [d]}
+    if not gemma2:
+        want.update({"attn_q_norm.weight": [hd], "attn_k_norm.weight": [hd]})
+    for il in range(hp.n_layer):
+        for k, shape in want.items():
+            name = f"blk.{il}.{k}"
+            got = list(f.tensors[name].shape) if f.has_tensor(name) else None
+            expect(f"{name} shape", got, shape)
+    want_type = _GGML_TYPE_BY_FLAG[c["weight_type"]]
+    expect("blk.0.attn_q type", GGML_TYPES[f.tensors["blk.0.attn_q.weight"].ggml_type][0],
+           want_type)
     if errors:
         raise CaseFailure("generated model does not match the case:\n  " + "\n  ".join(errors))
 
@@ -591,10 +680,30 @@ def _qwen3_features_matter(model, seqs, ours, max_abs):
     return gaps
 
 
+def _gemma_features_matter(model, seqs, ours, c, max_abs):
+    """Each of the case's gemma features, switched off in the reference, must move the logits by
+    > 100x the tolerance (5x on the rounding paths, as deepseek2)."""
+    hp = model.hp
+    factor = 100 if max_abs < 0.01 else 5
+    gaps = {}
+    for attr in c["features"]:
+        setattr(hp, attr, False)
+        try:
+            gaps[attr] = float(np.abs(ours - model.forward_batch(seqs)).max())
+        finally:
+            setattr(hp, attr, True)
+    weak = {k: v for k, v in gaps.items() if v < factor * max_abs}
+    if weak:
+        raise CaseFailure(f"features that barely change the logits: {weak}: case is vacuous")
+    return gaps
+
+
 def check_feature_matters(model, seqs, ours, c, max_abs):
     """With the case's feature switched off the reference must disagree with our logits, so a
     case cannot pass because its model happens to be insensitive to the feature."""
     hp = model.hp
+    if c["arch"] in ("gemma2", "gemma3"):
+        return _gemma_features_matter(model, seqs, ours, c, max_abs)
     if c["arch"] == "deepseek2":
         return _deepseek2_features_matter(model, seqs, ours, max_abs)
     if c["arch"] == "qwen2moe":
@@ -666,6 +775,12 @@ def run_case(kvw, name, workdir, threads):
         make_deepseek2_model(kvw, c, model_path)
         model = Deepseek2Ref(model_path)
         check_deepseek2_file(model, c)
+        kv_dtype = c["kv_dtype"]
+    elif c["arch"] in ("gemma2", "gemma3"):
+        model_path = os.path.join(workdir, "model.gguf")
+        make_preset_model(kvw, c, model_path)
+        model = GemmaRef(model_path)
+        check_gemma_file(model, c)
         kv_dtype = c["kv_dtype"]
     elif c["arch"] in ("qwen2moe", "qwen3", "qwen3moe"):
         model_path = os.path.join(workdir, "model.gguf")
