@@ -26,7 +26,7 @@ Result<MlaLayout> parse_mla_layout(const std::string& name);        // error nam
 Result<ExpertGating> parse_expert_gating(const std::string& name);  // softmax|sigmoid, --gating
 
 struct MakeModelSpec {
-  std::string arch = "llama";  // llama, qwen2, qwen2moe, qwen3, qwen3moe or deepseek2
+  std::string arch = "llama";  // llama, qwen2, qwen2moe, qwen3, qwen3moe, deepseek2 or phi3
   std::string name = "kvwarden-random";
   int32_t n_embd = 64;
   int32_t n_layer = 2;
@@ -79,6 +79,13 @@ struct MakeModelSpec {
   bool probs_bias = false;           // exp_probs_b.bias: a selection-only bias (DeepSeek-V3)
   float yarn_log_multiplier = 0.0f;  // rope.scaling.yarn_log_multiplier (with yarn)
 
+  // phi3 only (fused attn_qkv and gate+up ffn_up, NEOX rope, sliding_window always written).
+  // n_rot: rotated dims per head (0: the whole head; Phi-4-mini rotates 3/4). longrope: write
+  // rope_factors_long / _short and rope.scaling.attn_factor as convert_hf_to_gguf.py computes it
+  // from --context over --rope-orig-ctx (rope.scaling.original_context_length, always written).
+  int32_t n_rot = 0;
+  bool longrope = false;
+
   Status validate() const;  // messages name the make-model flag
   int32_t head_len() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
 };
@@ -93,7 +100,10 @@ struct MakeModelSpec {
 // 8 experts of 64, top-2 with unrenormalised weights, a gated shared expert of 256),
 // "qwen3-tiny" (Qwen3-0.6B's structure at dim 128: heads of 64 so q is twice n_embd wide, GQA
 // 2:1, per-head Q/K norms, no biases, tied output), "qwen3moe-tiny" (Qwen3-30B-A3B's: that
-// attention with 16 experts of 64, top-4 renormalised, untied).
+// attention with 16 experts of 64, top-4 renormalised, untied), "phi3-tiny" (Phi-3.5-mini's
+// at dim 128: MHA, fused QKV and gate/up, LongRoPE from an original context of 256 of 8192, a
+// window of twice the context as Phi-3.5's 262144, untied), "phi4-mini-tiny" (Phi-4-mini's:
+// GQA 3:1, 3/4 of each head rotated, LongRoPE, no window, tied, byte-level BPE).
 Result<MakeModelSpec> make_model_preset(const std::string& name);
 
 Status make_model(const MakeModelSpec& spec, const std::string& path);

@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import phi3_cases  # noqa: E402
 from deepseek2_ref import Deepseek2Ref  # noqa: E402
 from gguf_reader import GGML_TYPES  # noqa: E402
 from llama_ref import LlamaRef, SpmVocab  # noqa: E402
@@ -192,6 +193,8 @@ CASES.update({
     "qwen3_q8_0": _q3_case(dict(_Q3_TINY, tied=False), flags=("--tied=false",),
                            weight_type="q8_0", lengths=(40, 90), seed=52, tol="q8_0"),
 })
+
+CASES.update(phi3_cases.CASES)
 
 # The smallest routing margin (gap between the last chosen and first unchosen expert's
 # selection value, and between the last kept and first dropped group score) a case may have: a
@@ -464,7 +467,7 @@ def check_model_file(model, c):
         raise CaseFailure("generated model does not match the case:\n  " + "\n  ".join(errors))
 
 
-def run_logits(kvw, model_path, sequences, workdir, n_vocab, kv_dtype, threads):
+def run_logits(kvw, model_path, sequences, workdir, n_vocab, kv_dtype, threads, max_model_len=0):
     batch = os.path.join(workdir, "batch.json")
     out = os.path.join(workdir, "logits.bin")
     with open(batch, "w") as fh:
@@ -473,6 +476,8 @@ def run_logits(kvw, model_path, sequences, workdir, n_vocab, kv_dtype, threads):
         os.remove(out)
     cmd = [kvw, "logits", "--model", model_path, "--tokens-file", batch, "--out", out,
            "--threads", str(threads), "--kv-dtype", kv_dtype]
+    if max_model_len:
+        cmd += ["--max-model-len", str(max_model_len)]
     seconds = _run(cmd)
     raw = np.fromfile(out, dtype="<f4")
     n_tok = sum(len(s) for s in sequences)
@@ -591,10 +596,23 @@ def _qwen3_features_matter(model, seqs, ours, max_abs):
     return gaps
 
 
+def _phi3_features_matter(model, seqs, ours, c, max_abs):
+    """Each phi3 feature changed in the reference must move the logits by > 100x the tolerance
+    (5x on the rounding paths, as deepseek2)."""
+    factor = 100 if max_abs < 0.01 else 5
+    gaps = phi3_cases.feature_gaps(model, seqs, ours, c)
+    weak = {k: v for k, v in gaps.items() if v < factor * max_abs}
+    if weak:
+        raise CaseFailure(f"features that barely change the logits: {weak}: case is vacuous")
+    return gaps
+
+
 def check_feature_matters(model, seqs, ours, c, max_abs):
     """With the case's feature switched off the reference must disagree with our logits, so a
     case cannot pass because its model happens to be insensitive to the feature."""
     hp = model.hp
+    if c["arch"] == "phi3":
+        return _phi3_features_matter(model, seqs, ours, c, max_abs)
     if c["arch"] == "deepseek2":
         return _deepseek2_features_matter(model, seqs, ours, max_abs)
     if c["arch"] == "qwen2moe":
@@ -667,6 +685,15 @@ def run_case(kvw, name, workdir, threads):
         model = Deepseek2Ref(model_path)
         check_deepseek2_file(model, c)
         kv_dtype = c["kv_dtype"]
+    elif c["arch"] == "phi3":
+        model_path = os.path.join(workdir, "model.gguf")
+        make_preset_model(kvw, c, model_path)
+        model = LlamaRef(model_path)
+        model.hp.context_len = c["max_model_len"]
+        errors = phi3_cases.file_errors(model, c)
+        if errors:
+            raise CaseFailure("generated model does not match the case:\n  " + "\n  ".join(errors))
+        kv_dtype = c["kv_dtype"]
     elif c["arch"] in ("qwen2moe", "qwen3", "qwen3moe"):
         model_path = os.path.join(workdir, "model.gguf")
         make_preset_model(kvw, c, model_path)
@@ -684,7 +711,8 @@ def run_case(kvw, name, workdir, threads):
         seqs = [rng.integers(0, c["n_vocab"], size=n).tolist() for n in c["lengths"]]
     if c.get("same_model_as_kv_b"):
         check_same_model_as_kv_b(kvw, c, model, seqs, workdir)
-    ours, seconds = run_logits(kvw, model_path, seqs, workdir, model.n_vocab, kv_dtype, threads)
+    ours, seconds = run_logits(kvw, model_path, seqs, workdir, model.n_vocab, kv_dtype, threads,
+                               c.get("max_model_len", 0))
     ref = model.forward_batch(seqs)
     stats, failures = compare(ours, ref, c["tol"])
     if c.get("arch") in ("deepseek2", "qwen2moe", "qwen3moe"):
