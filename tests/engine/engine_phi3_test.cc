@@ -1,5 +1,5 @@
 // phi3 files in the engine (fused QKV and gate/up, LongRoPE, Phi-4-mini's partial rotary and tied
-// output): a request's greedy tokens are the same alone, beside six others,
+// output; f32 and Q5_0 weights): a request's greedy tokens are the same alone, beside six others,
 // with its prompt chunked into 16-token steps, from a prefix-cache hit, and preempted (recompute
 // and swap) under a tiny KV budget, with f16 and int8 KV. The engine sets the model up for
 // --max-model-len, which picks LongRoPE's factors.
@@ -134,6 +134,13 @@ TEST(EnginePhi4Mini, GreedyOutputIdenticalAloneBatchedChunkedPrefixHitPreemptedF
   const std::string model = write_preset("phi4-mini-tiny", 81);
   expect_same_tokens_everywhere(model, KvDtype::kF16);
   expect_same_tokens_everywhere(model, KvDtype::kInt8);
+}
+
+// Q5_0 (llama-quantize's fallback on rows that are not a multiple of 256; 128 here) goes
+// through the dequantising matmul with f32 activations: the same guarantees. Its logits against
+// the float64 reference: tests/reference phi3_q5_0 and llama_q5_0.
+TEST(EnginePhi3, Q5_0FileGreedyOutputIdenticalAloneBatchedChunkedPrefixHitPreempted) {
+  expect_same_tokens_everywhere(write_preset("phi3-tiny", 83, GgmlType::kQ5_0), KvDtype::kF16);
 }
 
 // --max-model-len reaches the model: at the original context (256) the short LongRoPE factors

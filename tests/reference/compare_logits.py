@@ -49,6 +49,9 @@ TOLERANCES = {
     "q4_k": (0.25, 0.99),    # 0.084
     "q5_k": (0.25, 0.99),    # 0.088
     "q6_k": (0.25, 0.99),    # 0.079
+    # Q5_0 (llama-quantize's fallback on rows that are not a multiple of 256): the engine
+    # multiplies dequantised rows by f32 activations, so only f32 rounding remains.
+    "q5_0": (1e-3, 0.99),
 }
 
 _BASE = dict(arch="llama", dim=128, layers=2, heads=4, kv_heads=4, ffn=256, n_vocab=768,
@@ -92,6 +95,9 @@ CASES = {
     "llama_q4_k": _case(weight_type="q4_k", seed=14, tol="q4_k", **_QUANT),
     "llama_q5_k": _case(weight_type="q5_k", seed=15, tol="q5_k", **_QUANT),
     "llama_q6_k": _case(weight_type="q6_k", seed=16, tol="q6_k", **_QUANT),
+    # Rows of 128 and 256 (not all multiples of 256): the Q5_0 llama-quantize falls back to.
+    "llama_q5_0": _case(weight_type="q5_0", heads=4, kv_heads=2, lengths=(40, 90), seed=19,
+                        tol="q5_0"),
     # Mixtral-style MoE: 8 experts, top-2, batched so experts see tokens of several sequences.
     "llama_moe_f32": _case(heads=4, kv_heads=2, experts=8, experts_used=2, layers=3,
                            lengths=(1, 23, 120), seed=17),
@@ -202,7 +208,7 @@ CASES.update(phi3_cases.CASES)
 ROUTING_MARGIN_MIN = {"f32": 1e-4, "f16": 1e-4, "bf16": 1e-3}
 
 _GGML_TYPE_BY_FLAG = {"f32": "F32", "f16": "F16", "bf16": "BF16", "q8_0": "Q8_0", "q4_0": "Q4_0",
-                      "q4_k": "Q4_K", "q5_k": "Q5_K", "q6_k": "Q6_K"}
+                      "q4_k": "Q4_K", "q5_k": "Q5_K", "q6_k": "Q6_K", "q5_0": "Q5_0"}
 
 
 class CaseFailure(Exception):

@@ -39,11 +39,14 @@ CASES = {
                                  lengths=(100, 7), seed=62, tol="kv_int8"),
     "phi3_q8_0": _case("phi3-tiny", _PHI3_TINY, weight_type="q8_0", lengths=(40, 90), seed=63,
                        tol="q8_0"),
+    # Every matrix Q5_0 (rows of 128: llama-quantize's fallback where K-quants cannot go).
+    "phi3_q5_0": _case("phi3-tiny", _PHI3_TINY, weight_type="q5_0", lengths=(40, 90), seed=65,
+                       tol="q5_0"),
     # Phi-4-mini: GQA, partial rotary, tied output.
     "phi4_mini_f32": _case("phi4-mini-tiny", _PHI4_MINI_TINY, seed=64),
 }
 
-_TYPE_BY_FLAG = {"f32": "F32", "f16": "F16", "q8_0": "Q8_0"}
+_TYPE_BY_FLAG = {"f32": "F32", "f16": "F16", "q8_0": "Q8_0", "q5_0": "Q5_0"}
 
 
 def file_errors(model, c):
