@@ -163,8 +163,10 @@ class Model {
 
 // The per-pair rope frequency divisors the model rotates with, as llama.cpp's get_rope_factors:
 // rope_freqs when the file has it; else LongRoPE's long factors when sequences may be longer
-// than the original context (max_model_len, 0: n_ctx_train, > rope.orig_ctx; llama.cpp compares
-// n_ctx_seq), the short ones otherwise. Empty: none.
+// than the original context (max_model_len, 0: n_ctx_train, > rope.orig_ctx), the short ones
+// otherwise. Empty: none. llama.cpp compares its n_ctx_seq: -c (divided by -np unless the KV
+// cache is unified) rounded up to a multiple of 256, so the two pick alike for the same
+// per-sequence context whenever the original context is a multiple of 256 (4096 on Phi-3/4).
 std::span<const float> rope_factors(const ModelWeights& w, const ModelHParams& hp,
                                     int64_t max_model_len);
 
