@@ -44,6 +44,7 @@ int run(GenerateFlags f) {
   auto rope = rope_override(f.rope);
   if (!rope.ok()) return fail(rope.message(), 2);
   opt.rope = *rope;
+  opt.max_model_len = f.ctx_size;  // 0: the trained context (phi3's LongRoPE factors)
   if (f.model.empty()) {
     f.model = find_default_model();
     if (f.model.empty()) {
@@ -162,7 +163,9 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--seed", s.seed, "Random seed (default: random, printed in the summary)");
   cmd->add_option("--stop", f->stop, "Stop when this text is generated (repeatable)");
   cmd->add_option("--threads,-t", f->threads, "Threads (0: all cores)")->capture_default_str();
-  cmd->add_option("--ctx-size,-c", f->ctx_size, "Context length (0: the model's)")
+  cmd->add_option("--ctx-size,-c", f->ctx_size,
+                  "Context length (0: the model's; phi3: past rope.scaling."
+                  "original_context_length LongRoPE's long factors apply)")
       ->capture_default_str();
   cmd->add_option("--batch-size,-b", f->batch_size, "Prompt tokens per forward pass")
       ->check(CLI::Range(1, 65536))

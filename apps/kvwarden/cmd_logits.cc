@@ -15,6 +15,7 @@ struct LogitsFlags {
   std::string model, tokens_file, out, kv_dtype = "f32";
   int threads = 0;
   int32_t block_size = 16;
+  int64_t max_model_len = 0;
 };
 
 Result<std::vector<std::vector<int32_t>>> read_batch(const std::string& path) {
@@ -52,6 +53,7 @@ int run(const LogitsFlags& f) {
   ModelOptions opt;
   opt.n_threads = f.threads;
   opt.max_batch_tokens = (int32_t)std::max<int64_t>(1, total);
+  opt.max_model_len = f.max_model_len;
   auto model = Model::load(f.model, opt);
   if (!model) {
     std::cerr << "kvwarden logits: " << model.message() << "\n";
@@ -101,6 +103,11 @@ void add_logits_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--block-size", f->block_size, "KV block size in tokens")
       ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  cmd->add_option("--max-model-len", f->max_model_len,
+                  "Context the model is set up for, as serve's flag (phi3: past the original "
+                  "context LongRoPE's long factors apply; 0: the trained context)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->callback([f, &exit_code] { exit_code = run(*f); });
 }

@@ -66,18 +66,19 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "make-model",
       "Write a GGUF model with seeded random weights (llama, qwen2, qwen2moe, qwen3, "
-      "qwen3moe, gemma2, gemma3 or deepseek2) and a tokenizer");
+      "qwen3moe, gemma2, gemma3, deepseek2 or phi3) and a tokenizer");
   auto f = std::make_shared<MakeModelFlags>();
   MakeModelSpec& s = f->spec;
   cmd->add_option("--out,-o", f->out, "Output GGUF path")->required();
   cmd->add_option("--preset", f->preset,
                   "Start from a named shape: tiny, tinyllama-1.1b, mixtral-tiny, mixtral-1b, "
-                  "qwen2moe-tiny, qwen3-tiny, qwen3moe-tiny, gemma2-tiny, gemma3-tiny, "
+                  "qwen2moe-tiny, qwen3-tiny, qwen3moe-tiny, gemma2-tiny, gemma3-tiny, phi3-tiny, "
+                  "phi4-mini-tiny, "
                   "deepseek-v2-lite-tiny, deepseek-v3-tiny, deepseek-v2-lite")
       ->capture_default_str();
   cmd->add_option(
       "--arch", s.arch,
-      "Architecture: llama, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3 or deepseek2 "
+      "Architecture: llama, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3, deepseek2 or phi3 "
       "(default llama)");
   cmd->add_option("--name", s.name, "general.name");
   cmd->add_option("--dim", s.n_embd, "Embedding width");
@@ -116,7 +117,13 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--rope-scaling", f->rope_scaling, "none, linear, ntk or yarn");
   cmd->add_option("--rope-scale", s.rope_scale, "Context extension factor for --rope-scaling");
   cmd->add_option("--rope-orig-ctx", s.rope_orig_ctx,
-                  "Original context for yarn (default --context)");
+                  "Original context for yarn, and phi3's rope.scaling.original_context_length "
+                  "(default --context)");
+  cmd->add_option("--rope-dim", s.n_rot,
+                  "phi3: rotated dims per head, rope.dimension_count (0: the whole head)");
+  cmd->add_flag("--longrope", s.longrope,
+                "phi3: write LongRoPE's rope_factors_long / _short and rope.scaling.attn_factor "
+                "(--longrope=false: neither)");
   cmd->add_option("--weight-type", f->weight_type,
                   "Type of every matrix: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, "
                   "q4_K, q5_K, q6_K "
@@ -160,6 +167,8 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
     if (given("--rope-theta")) spec.rope_theta = g.rope_theta;
     if (given("--rope-scale")) spec.rope_scale = g.rope_scale;
     if (given("--rope-orig-ctx")) spec.rope_orig_ctx = g.rope_orig_ctx;
+    if (given("--rope-dim")) spec.n_rot = g.n_rot;
+    if (given("--longrope")) spec.longrope = g.longrope;
     if (given("--tied")) spec.tied = g.tied;
     if (given("--vocab-type")) spec.vocab_type = g.vocab_type;
     if (given("--seed")) spec.seed = g.seed;

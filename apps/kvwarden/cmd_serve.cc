@@ -446,7 +446,9 @@ void add_serve_command(CLI::App& app, int& exit_code) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--max-model-len", f->max_model_len,
-                  "Prompt + output tokens per request (default: min(16384, the model's context))");
+                  "Prompt + output tokens per request (default: min(16384, the model's "
+                  "context); phi3: above rope.scaling.original_context_length LongRoPE's long "
+                  "factors apply, as llama.cpp's -c)");
   cmd->add_option("--swap-space", f->swap_space,
                   "Swap tier for preempted KV (bytes or 4G; default: none)");
   cmd->add_option("--swap-path", e.swap_path, "Swap file location (with --swap-space)");

@@ -130,6 +130,7 @@ Status Engine::init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file) {
   mo.max_batch_tokens = (int32_t)cfg.sched.max_num_batched_tokens;
   mo.activation_clamp = cfg.activation_clamp;
   mo.rope = cfg.rope;
+  mo.max_model_len = cfg.sched.max_model_len;  // phi3: LongRoPE long or short factors
   auto model = Model::load(std::move(file), mo);
   if (!model.ok()) return model.error();
   model_ = std::move(*model);

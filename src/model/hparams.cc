@@ -283,10 +283,10 @@ Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
   hp.arch = *arch;
   const bool gemma = hp.arch == "gemma2" || hp.arch == "gemma3";
   if (hp.arch != "llama" && hp.arch != "qwen2" && hp.arch != "qwen2moe" && hp.arch != "qwen3" &&
-      hp.arch != "qwen3moe" && hp.arch != "deepseek2" && !gemma) {
+      hp.arch != "qwen3moe" && hp.arch != "deepseek2" && hp.arch != "phi3" && !gemma) {
     return Error{f.path() + ": key 'general.architecture': '" + hp.arch +
                  "' is not supported (supported: llama, qwen2, qwen2moe, qwen3, qwen3moe, "
-                 "gemma2, gemma3, deepseek2)"};
+                 "gemma2, gemma3, deepseek2, phi3)"};
   }
   const bool qwen3 = hp.arch == "qwen3" || hp.arch == "qwen3moe";
   if (auto name = f.get_string("general.name")) hp.name = *name;
@@ -301,6 +301,9 @@ Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
   // Applied as written (every layer, key positions pos - w < j <= pos, llama.cpp's standard SWA
   // mask). llama.cpp's own llama graph never reads this key and attends to everything, so on
   // Mistral-7B-v0.1 (w 4096) greedy text differs from llama.cpp's only past 4096 tokens.
+  // phi3: llama.cpp reads it but switches it off (llama_model_phi3, "Phi SWA is currently
+  // disabled"); Hugging Face's Phi3 applies it, and so does kvwarden: Phi-3-mini-4k's 2047 makes
+  // text differ from llama.cpp's only once a sequence passes 2047 tokens.
   KVW_RETURN_IF_ERROR(read_int(f, a + "attention.sliding_window", hp.sliding_window, false));
   KVW_RETURN_IF_ERROR(read_float(f, a + "attention.layer_norm_rms_epsilon", hp.norm_eps));
   if (hp.n_head > 0) hp.head_dim = hp.n_embd / hp.n_head;
@@ -316,8 +319,9 @@ Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
     }
   }
 
-  hp.rope.style =
-      hp.arch == "qwen2" || hp.arch == "qwen2moe" || qwen3 ? RopeStyle::kNeox : RopeStyle::kNormal;
+  const bool phi3 = hp.arch == "phi3";
+  hp.rope.style = hp.arch == "qwen2" || hp.arch == "qwen2moe" || qwen3 || phi3 ? RopeStyle::kNeox
+                                                                               : RopeStyle::kNormal;
   hp.rope.n_rot = hp.head_dim;
   KVW_RETURN_IF_ERROR(read_int(f, a + "rope.dimension_count", hp.rope.n_rot, false));
   KVW_RETURN_IF_ERROR(read_float(f, a + "rope.freq_base", hp.rope.freq_base));
@@ -358,6 +362,8 @@ Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
   // qwen3 and qwen3moe always have them (llama.cpp requires both); the loader checks each layer.
   hp.qk_norm = qwen3;
   if (gemma) KVW_RETURN_IF_ERROR(read_gemma(f, a, hp));
+  // phi3 (llama.cpp's llama_model_phi3): ffn_up holds the gate rows then the up rows.
+  hp.gate_up_fused = phi3;
   // n_vocab from the embedding matrix: the tokenizer may list fewer entries than rows.
   if (const auto* emb = f.find_tensor("token_embd.weight"); emb && emb->shape.size() == 2) {
     hp.n_vocab = (int32_t)emb->shape[1];

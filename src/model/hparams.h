@@ -26,7 +26,7 @@ struct RopeParams {
   RopeScaling scaling = RopeScaling::kNone;
   float scale_factor = 1.0f;     // rope.scaling.factor (context extension factor, >= 1)
   int32_t orig_ctx = 0;          // rope.scaling.original_context_length (YaRN)
-  float attn_factor = 1.0f;      // rope.scaling.attn_factor (YaRN magnitude multiplier)
+  float attn_factor = 1.0f;      // rope.scaling.attn_factor: cos/sin magnitude (YaRN, LongRoPE)
   float yarn_beta_fast = 32.0f;  // YaRN ramp bounds, as in the paper and llama.cpp
   float yarn_beta_slow = 1.0f;
 };
@@ -87,7 +87,7 @@ struct GemmaParams {
 
 struct ModelHParams {
   std::string arch;  // general.architecture: llama, qwen2, qwen2moe, qwen3, qwen3moe, gemma2,
-                     // gemma3 or deepseek2
+                     // gemma3, deepseek2 or phi3
   std::string name;  // general.name, if any
   int32_t n_vocab = 0;
   int32_t n_embd = 0;          // embedding_length
@@ -109,6 +109,7 @@ struct ModelHParams {
   float norm_eps = 1e-5f;        // attention.layer_norm_rms_epsilon
   bool qkv_bias = false;         // qwen2: attn_{q,k,v}.bias present
   bool qk_norm = false;          // qwen3(moe): attn_{q,k}_norm, per head, before RoPE
+  bool gate_up_fused = false;    // phi3: ffn_up [2 n_ff x n_embd] = gate rows, then up rows
   bool tied_embeddings = false;  // no output.weight: logits use token_embd.weight
   RopeParams rope;
   // RoPE of the windowed layers when they have their own (gemma2: rope.freq_base_swa, else the

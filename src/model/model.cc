@@ -11,6 +11,17 @@
 namespace kvw {
 namespace {
 
+// ", LongRoPE long factors (max_model_len 8192 > original context 4096)" when the file has them.
+std::string longrope_note(const ModelWeights& w, const ModelHParams& hp, int64_t max_model_len) {
+  if (w.rope_long.empty() && w.rope_short.empty()) return "";
+  const int64_t ctx = max_model_len > 0 ? max_model_len : hp.n_ctx_train;
+  const bool is_long = rope_factors(w, hp, max_model_len).data() == w.rope_long.data();
+  return std::string(", LongRoPE ") + (is_long ? "long" : "short") + " factors (max_model_len " +
+         std::to_string(ctx) + (is_long ? " > " : " <= ") + "original context " +
+         std::to_string(hp.rope.orig_ctx) + ", attn_factor " + std::to_string(hp.rope.attn_factor) +
+         ")";
+}
+
 void apply_rope_override(const RopeOverride& o, RopeParams& r) {
   if (o.scaling) r.scaling = *o.scaling;
   if (o.scale_factor) r.scale_factor = *o.scale_factor;
@@ -20,6 +31,13 @@ void apply_rope_override(const RopeOverride& o, RopeParams& r) {
 }
 
 }  // namespace
+
+std::span<const float> rope_factors(const ModelWeights& w, const ModelHParams& hp,
+                                    int64_t max_model_len) {
+  if (!w.rope_freqs.empty()) return w.rope_freqs;
+  const int64_t ctx = max_model_len > 0 ? max_model_len : hp.n_ctx_train;
+  return ctx > hp.rope.orig_ctx ? w.rope_long : w.rope_short;
+}
 
 Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelOptions& opt) {
   if (opt.max_batch_tokens <= 0) return Error{"max batch tokens must be > 0"};
@@ -56,7 +74,7 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
     : file_(std::move(file)),
       hp_(std::move(hp)),
       w_(std::move(w)),
-      rope_(mla_rope_params(hp_), w_.rope_freqs),
+      rope_(mla_rope_params(hp_), rope_factors(w_, hp_, opt.max_model_len)),
       rope_swa_(hp_.has_rope_swa ? std::optional<RopeTable>(std::in_place, hp_.rope_swa,
                                                             std::span<const float>(w_.rope_freqs))
                                  : std::nullopt),
@@ -153,7 +171,8 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
                                     : std::string())
                    << ", vocab " << hp_.n_vocab << ", weights " << w_.total_bytes / (1 << 20)
                    << " MiB, workspace " << workspace_bytes_ / (1 << 20) << " MiB (" << max_tokens_
-                   << " tokens), rope " << rope_scaling_name(hp_.rope.scaling) << ", kernels "
+                   << " tokens), rope " << rope_scaling_name(hp_.rope.scaling)
+                   << longrope_note(w_, hp_, opt.max_model_len) << ", kernels "
                    << kernels::kernels().isa << " x" << pool_.num_threads();
 }
 

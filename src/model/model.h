@@ -41,6 +41,9 @@ struct ModelOptions {
   // Repack Q8_0/Q4_0 matrices at load for the packed GEMM (pack_matrices in model/weights.h).
   // false keeps the GGUF layout and the row-tiled matmul (benchmarks and tests compare both).
   bool pack_weights = true;
+  // The longest sequence this model will serve (--max-model-len; 0: the trained context, as
+  // llama.cpp's default n_ctx). Picks phi3's LongRoPE factors: see rope_factors below.
+  int64_t max_model_len = 0;
 };
 
 // One sequence's part of a batch.
@@ -161,6 +164,15 @@ class Model {
   std::vector<float> mla_row_;    // [n_threads][R] a dequantised attn_kv_b row
   std::vector<uint8_t> mla_act_;  // [H x T][act_row_bytes] quantised per-head inputs
 };
+
+// The per-pair rope frequency divisors the model rotates with, as llama.cpp's get_rope_factors:
+// rope_freqs when the file has it; else LongRoPE's long factors when sequences may be longer
+// than the original context (max_model_len, 0: n_ctx_train, > rope.orig_ctx), the short ones
+// otherwise. Empty: none. llama.cpp compares its n_ctx_seq: -c (divided by -np unless the KV
+// cache is unified) rounded up to a multiple of 256, so the two pick alike for the same
+// per-sequence context whenever the original context is a multiple of 256 (4096 on Phi-3/4).
+std::span<const float> rope_factors(const ModelWeights& w, const ModelHParams& hp,
+                                    int64_t max_model_len);
 
 // MLA (model/mla_forward.cc): the rope parameters the rotation uses (llama.cpp's deepseek2
 // cancels the YaRN magnitude there) and the attention score scale (DeepSeek's mscale^2 /

@@ -336,6 +336,46 @@ Status validate_deepseek2(const MakeModelSpec& s) {
   return {};
 }
 
+// phi3 (llama.cpp's llama_model_phi3): attn_output is [n_embd x n_embd], so heads are
+// n_embd / n_head long; dense SwiGLU only; LongRoPE instead of the rope scaling types.
+Status validate_phi3(const MakeModelSpec& s) {
+  KVW_RETURN_IF_ERROR(refuse_deepseek2_flags(s));
+  KVW_RETURN_IF_ERROR(validate_llama_shape(s));
+  if (s.n_expert != 0 || s.n_ff_shexp != 0)
+    return Error{"--experts needs another --arch than phi3"};
+  if (s.rope_scaling != RopeScaling::kNone)
+    return Error{"--rope-scaling: phi3 files carry LongRoPE factors instead (--longrope)"};
+  if (s.n_rot < 0 || s.n_rot % 2 != 0 || s.n_rot > s.head_len())
+    return Error{"--rope-dim must be even and at most the head length (0: the whole head)"};
+  if (s.rope_orig_ctx < 0 || s.rope_orig_ctx > s.n_ctx)
+    return Error{"--rope-orig-ctx must be between 0 (--context) and --context for --arch phi3"};
+  if (s.sliding_window < 0) return Error{"--sliding-window must be >= 0"};
+  return {};
+}
+
+// The keys convert_hf_to_gguf.py's Phi3MiniModel writes: rope.dimension_count from
+// partial_rotary_factor, original_context_length and sliding_window always (0: none), and
+// with LongRoPE factors the attention factor sqrt(1 + ln(s) / ln(orig)), s = context / orig.
+void set_phi3_keys(const MakeModelSpec& s, GgufWriter& w) {
+  const std::string a = "phi3.";
+  const int32_t orig = s.rope_orig_ctx > 0 ? s.rope_orig_ctx : s.n_ctx;
+  w.set_u32(a + "context_length", s.n_ctx);
+  w.set_u32(a + "rope.scaling.original_context_length", orig);
+  w.set_u32(a + "embedding_length", s.n_embd);
+  w.set_u32(a + "feed_forward_length", s.n_ff);
+  w.set_u32(a + "block_count", s.n_layer);
+  w.set_u32(a + "attention.head_count", s.n_head);
+  w.set_u32(a + "attention.head_count_kv", s.n_head_kv);
+  w.set_f32(a + "attention.layer_norm_rms_epsilon", s.norm_eps);
+  w.set_u32(a + "rope.dimension_count", s.n_rot > 0 ? s.n_rot : s.head_len());
+  w.set_f32(a + "rope.freq_base", s.rope_theta);
+  w.set_u32(a + "attention.sliding_window", s.sliding_window);
+  if (!s.longrope) return;
+  const double scale = (double)s.n_ctx / orig;
+  const double attn = scale > 1.0 ? std::sqrt(1.0 + std::log(scale) / std::log((double)orig)) : 1.0;
+  w.set_f32(a + "rope.scaling.attn_factor", (float)attn);
+}
+
 void set_rope_scaling_keys(const MakeModelSpec& s, const std::string& a, GgufWriter& w) {
   if (s.rope_scaling == RopeScaling::kNone) return;
   w.set_string(a + "rope.scaling.type", rope_scaling_name(s.rope_scaling));
@@ -552,6 +592,37 @@ void write_deepseek2_tensors(const MakeModelSpec& s, int64_t n_vocab, TensorMake
   if (!s.tied) tm.matrix("output.weight", d, n_vocab, s.weight_type);
 }
 
+// Phi-3's tensors: attn_qkv (q, then k, then v rows), ffn_up holding the gate rows then the up
+// rows (llama.cpp's swiglu: silu of the first half times the second), and LongRoPE's per-pair
+// divisors as f32 vectors. Short factors near 1, long ones growing to ~20 towards the low
+// frequencies, the profile of Phi-3.5-mini's (1.0 .. 1.2 and 1.0 .. ~60).
+void write_phi3_tensors(const MakeModelSpec& s, int64_t n_vocab, TensorMaker& tm) {
+  const int64_t d = s.n_embd, hd = s.head_len(), q = s.n_head * hd, kv = s.n_head_kv * hd;
+  const GgmlType t = s.weight_type;
+  if (s.longrope) {
+    const int64_t half = (s.n_rot > 0 ? s.n_rot : hd) / 2;
+    std::vector<float> shrt = tm.draw(half, 0.05f, 1.1f), lng = tm.draw(half, 0.1f, 1.0f);
+    for (int64_t i = 0; i < half; ++i) {
+      const float x = (float)i / (float)half;
+      lng[i] += 20.0f * x * x;
+    }
+    tm.put("rope_factors_long.weight", GgmlType::kF32, {half}, lng);
+    tm.put("rope_factors_short.weight", GgmlType::kF32, {half}, shrt);
+  }
+  tm.matrix("token_embd.weight", d, n_vocab, t, 1.0f);
+  for (int32_t l = 0; l < s.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    tm.vector(p + "attn_norm.weight", d, 1.0f, 0.1f);
+    tm.matrix(p + "attn_qkv.weight", d, q + 2 * kv, t);
+    tm.matrix(p + "attn_output.weight", q, d, t);
+    tm.vector(p + "ffn_norm.weight", d, 1.0f, 0.1f);
+    tm.matrix(p + "ffn_up.weight", d, 2 * (int64_t)s.n_ff, t);
+    tm.matrix(p + "ffn_down.weight", s.n_ff, d, t);
+  }
+  tm.vector("output_norm.weight", d, 1.0f, 0.1f);
+  if (!s.tied) tm.matrix("output.weight", d, n_vocab, t);
+}
+
 }  // namespace
 
 const char* mla_layout_name(MlaLayout layout) {
@@ -572,9 +643,20 @@ Result<ExpertGating> parse_expert_gating(const std::string& name) {
 
 Status MakeModelSpec::validate() const {
   if (arch != "llama" && arch != "qwen2" && arch != "qwen2moe" && arch != "qwen3" &&
-      arch != "qwen3moe" && arch != "deepseek2" && arch != "gemma2" && arch != "gemma3")
+      arch != "qwen3moe" && arch != "deepseek2" && arch != "gemma2" && arch != "gemma3" &&
+      arch != "phi3")
     return Error{
-        "--arch must be llama, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3 or deepseek2"};
+        "--arch must be llama, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3, deepseek2 or "
+        "phi3"};
+  if (arch != "phi3" && (n_rot != 0 || longrope))
+    return Error{"--rope-dim and --longrope need --arch phi3"};
+  if (!is_gemma(*this) &&
+      (attn_softcap != 0 || final_softcap != 0 || rope_theta_swa != 0 || swa_period != 0)) {
+    return Error{
+        "--attn-softcap, --final-softcap, --rope-theta-swa and --swa-period need --arch gemma2 "
+        "or gemma3"};
+  }
+  if (arch == "phi3") return validate_phi3(*this);
   if (vocab_type != "spm" && vocab_type != "bpe") return Error{"--vocab-type must be spm or bpe"};
   if (weight_type == GgmlType::kQ8_K) return Error{"--weight-type q8_K is not a weight type"};
   if (rope_scaling != RopeScaling::kNone && rope_scale <= 0)
@@ -587,11 +669,6 @@ Status MakeModelSpec::validate() const {
   if (arch == "qwen2moe") return validate_qwen2moe(*this);
   if (arch == "qwen3moe") return validate_qwen3moe(*this);
   if (is_gemma(*this)) return validate_gemma(*this);
-  if (attn_softcap != 0 || final_softcap != 0 || rope_theta_swa != 0 || swa_period != 0) {
-    return Error{
-        "--attn-softcap, --final-softcap, --rope-theta-swa and --swa-period need --arch gemma2 "
-        "or gemma3"};
-  }
   KVW_RETURN_IF_ERROR(refuse_deepseek2_flags(*this));
   if (n_ff_shexp != 0) return Error{"--shared-expert-ffn needs --arch qwen2moe"};
   KVW_RETURN_IF_ERROR(validate_llama_shape(*this));
@@ -790,13 +867,46 @@ Result<MakeModelSpec> make_model_preset(const std::string& name) {
     return s;
   }
   if (name == "gemma2-tiny" || name == "gemma3-tiny") return gemma_tiny(name == "gemma3-tiny");
+  if (name == "phi3-tiny") {
+    // Phi-3.5-mini's structure (MHA, heads of 96 = n_embd / n_head, fused QKV and gate/up,
+    // LongRoPE from 4096 of 131072 with sliding_window 262144, untied, SentencePiece) at dim 128:
+    // heads of 32, LongRoPE from 256 of 8192 (the same factor 32, attn_factor 1.27), window
+    // twice the context.
+    s.arch = "phi3";
+    s.name = "phi3-tiny-random";
+    s.n_embd = 128;
+    s.n_layer = 2;
+    s.n_head = 4;
+    s.n_head_kv = 4;
+    s.n_ff = 256;
+    s.n_ctx = 8192;
+    s.rope_orig_ctx = 256;
+    s.sliding_window = 16384;
+    s.longrope = true;
+    return s;
+  }
+  if (name == "phi4-mini-tiny") {
+    // Phi-4-mini's (GQA 3:1, heads of 128 with 96 rotated, LongRoPE from 4096 of 131072, tied,
+    // byte-level BPE) at dim 192: heads of 32 with 24 rotated.
+    s = *make_model_preset("phi3-tiny");
+    s.name = "phi4-mini-tiny-random";
+    s.n_embd = 192;
+    s.n_head = 6;
+    s.n_head_kv = 2;
+    s.n_rot = 24;
+    s.n_ff = 512;
+    s.sliding_window = 0;
+    s.tied = true;
+    s.vocab_type = "bpe";
+    return s;
+  }
   if (name == "deepseek-v2-lite-tiny") return deepseek_tiny(false);
   if (name == "deepseek-v3-tiny") return deepseek_tiny(true);
   if (name == "deepseek-v2-lite") return deepseek_v2_lite();
   return Error{
       "unknown --preset '" + name +
       "' (expected tiny, tinyllama-1.1b, mixtral-tiny, mixtral-1b, qwen2moe-tiny, qwen3-tiny, "
-      "qwen3moe-tiny, gemma2-tiny, gemma3-tiny, "
+      "qwen3moe-tiny, gemma2-tiny, gemma3-tiny, phi3-tiny, phi4-mini-tiny, "
       "deepseek-v2-lite-tiny, deepseek-v3-tiny or deepseek-v2-lite)"};
 }
 
@@ -805,9 +915,18 @@ Status make_model(const MakeModelSpec& s, const std::string& path) {
   std::vector<std::string> words(std::begin(kWords), std::end(kWords));
   const bool qwen =
       s.arch == "qwen2" || s.arch == "qwen2moe" || s.arch == "qwen3" || s.arch == "qwen3moe";
+  // Phi-3's SentencePiece vocabulary ends in added control tokens, <|endoftext|> (its eos) first;
+  // llama.cpp sets attributes on that token by name in any model named phi3, so it must exist.
+  const bool phi3_spm = s.arch == "phi3" && s.vocab_type == "spm";
   Vocab vocab = s.vocab_type == "spm"
-                    ? build_spm_vocab(words, s.n_vocab)
+                    ? build_spm_vocab(words, phi3_spm && s.n_vocab > 0 ? s.n_vocab - 1 : s.n_vocab)
                     : build_bpe_vocab(words, qwen ? "qwen2" : "llama3", s.n_vocab);
+  if (phi3_spm) {
+    vocab.eos_id = (int32_t)vocab.tokens.size();
+    vocab.tokens.push_back("<|endoftext|>");
+    vocab.scores.push_back(-1000.0f);  // as convert_hf_to_gguf.py scores added tokens
+    vocab.types.push_back(TokenType::kControl);
+  }
   if (qwen || s.vocab_type == "bpe") vocab.chat_template = kChatMlTemplate;
   if (is_gemma(s)) vocab.add_space_prefix = false;  // as the Gemma converters write
   const int64_t n_vocab = (int64_t)vocab.tokens.size();
@@ -815,9 +934,11 @@ Status make_model(const MakeModelSpec& s, const std::string& path) {
   GgufWriter w(s.gguf_version);
   w.set_string("general.architecture", s.arch);
   w.set_string("general.name", s.name);
-  const bool deepseek2 = s.arch == "deepseek2";
+  const bool deepseek2 = s.arch == "deepseek2", phi3 = s.arch == "phi3";
   if (deepseek2) {
     set_deepseek2_keys(s, w);
+  } else if (phi3) {
+    set_phi3_keys(s, w);
   } else {
     set_llama_keys(s, w);
   }
@@ -826,6 +947,8 @@ Status make_model(const MakeModelSpec& s, const std::string& path) {
   TensorMaker tm(w, s.seed);
   if (deepseek2) {
     write_deepseek2_tensors(s, n_vocab, tm);
+  } else if (phi3) {
+    write_phi3_tensors(s, n_vocab, tm);
   } else {
     write_llama_tensors(s, n_vocab, tm);
   }

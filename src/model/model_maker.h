@@ -26,7 +26,8 @@ Result<MlaLayout> parse_mla_layout(const std::string& name);        // error nam
 Result<ExpertGating> parse_expert_gating(const std::string& name);  // softmax|sigmoid, --gating
 
 struct MakeModelSpec {
-  std::string arch = "llama";  // llama, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3, deepseek2
+  std::string arch = "llama";  // llama, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3,
+                               // deepseek2 or phi3
   std::string name = "kvwarden-random";
   int32_t n_embd = 64;
   int32_t n_layer = 2;
@@ -87,6 +88,13 @@ struct MakeModelSpec {
   float rope_theta_swa = 0.0f;  // rope.freq_base_swa; 0 = absent
   int32_t swa_period = 0;       // attention.sliding_window_pattern; 0 = absent (2 / 6)
 
+  // phi3 only (fused attn_qkv and gate+up ffn_up, NEOX rope, sliding_window always written).
+  // n_rot: rotated dims per head (0: the whole head; Phi-4-mini rotates 3/4). longrope: write
+  // rope_factors_long / _short and rope.scaling.attn_factor as convert_hf_to_gguf.py computes it
+  // from --context over --rope-orig-ctx (rope.scaling.original_context_length, always written).
+  int32_t n_rot = 0;
+  bool longrope = false;
+
   Status validate() const;  // messages name the make-model flag
   int32_t head_len() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
 };
@@ -105,7 +113,10 @@ struct MakeModelSpec {
 // structure at dim 128: 4 layers alternating local (window 16) and global, heads of 64 over a
 // 128 embedding, GQA 2:1, soft-capping 50 / 30, tied) and "gemma3-tiny" (Gemma-3-1B's at dim
 // 128: 6 layers, five local of window 16 then one global, heads of 64, MQA, per-head Q/K norms,
-// global rope base 1e6 and local 1e4, tied).
+// global rope base 1e6 and local 1e4, tied), "phi3-tiny" (Phi-3.5-mini's
+// at dim 128: MHA, fused QKV and gate/up, LongRoPE from an original context of 256 of 8192, a
+// window of twice the context as Phi-3.5's 262144, untied), "phi4-mini-tiny" (Phi-4-mini's:
+// GQA 3:1, 3/4 of each head rotated, LongRoPE, no window, tied, byte-level BPE).
 Result<MakeModelSpec> make_model_preset(const std::string& name);
 
 Status make_model(const MakeModelSpec& spec, const std::string& path);

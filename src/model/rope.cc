@@ -26,6 +26,9 @@ RopeTable::RopeTable(const RopeParams& p, std::span<const float> freq_factors)
     // NTK-aware: stretch the base so the lowest frequency is interpolated by s, the highest kept.
     base *= std::pow(s, (double)n_rot_ / (n_rot_ - 2));
   }
+  // rope.scaling.attn_factor scales cos and sin whatever the scaling (llama.cpp passes it to
+  // every ggml_rope_ext); YaRN multiplies its own magnitude in below. LongRoPE (phi3) sets it.
+  mscale_ = p.attn_factor;
   inv_freq_.resize(half);
   ramp_.assign(half, 1.0);
   for (int32_t i = 0; i < half; ++i) {
@@ -47,7 +50,7 @@ RopeTable::RopeTable(const RopeParams& p, std::span<const float> freq_factors)
       const double y = (i - low) / std::max(0.001, high - low);
       ramp_[i] = 1.0 - std::clamp(y, 0.0, 1.0);
     }
-    mscale_ = p.attn_factor * (1.0 + 0.1 * std::log(s));
+    mscale_ *= 1.0 + 0.1 * std::log(s);
   }
 }
 

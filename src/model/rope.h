@@ -14,11 +14,13 @@ namespace kvw {
 
 class RopeTable {
  public:
-  // freq_factors: optional per-pair divisors (Llama-3.1 "rope_freqs.weight"), n_rot/2 entries.
+  // freq_factors: optional per-pair divisors (Llama-3.1 "rope_freqs.weight", phi3's LongRoPE
+  // rope_factors_long / _short), n_rot/2 entries.
   explicit RopeTable(const RopeParams& p, std::span<const float> freq_factors = {});
 
   int32_t n_rot() const { return n_rot_; }
-  // cs: [n_rot/2][2] = (cos, sin) of each pair's angle at `pos`, magnitude-scaled for YaRN.
+  // cs: [n_rot/2][2] = (cos, sin) of each pair's angle at `pos`, times attn_factor (and YaRN's
+  // magnitude).
   void cos_sin(int64_t pos, float* cs) const;
   // Rotates the first n_rot dims of each of n_heads heads of x [n_heads][head_dim] in place.
   void apply(float* x, int32_t n_heads, int32_t head_dim, const float* cs) const;
@@ -29,7 +31,7 @@ class RopeTable {
   std::vector<double> inv_freq_;  // [n_rot/2] angle per position for pair i (scaling applied)
   std::vector<double> ramp_;      // [n_rot/2] YaRN: weight of the extrapolated angle (1 = keep)
   double interp_ = 1.0;           // position multiplier for the interpolated angle (1/s)
-  double mscale_ = 1.0;           // YaRN magnitude scale applied to cos and sin
+  double mscale_ = 1.0;           // attn_factor (x YaRN's magnitude) applied to cos and sin
   bool yarn_ = false;
 };
 

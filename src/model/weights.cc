@@ -43,6 +43,8 @@ class Loader {
   }
 
   const void* data(const GgufTensorInfo* t) const { return f_.tensor_data(*t); }
+  bool has(const std::string& name) const { return f_.find_tensor(name) != nullptr; }
+  const std::string& path() const { return f_.path(); }
 
   // The tensor holding `name`, shape-checked against `shape` (errors give found and expected).
   Result<const GgufTensorInfo*> tensor(const std::string& name, const std::vector<int64_t>& shape) {
@@ -88,12 +90,35 @@ class Loader {
     lhs = std::move(_r.value());         \
   } while (0)
 
-// Multi-head attention tensors of layer `p` (llama, qwen2, qwen3, gemma2, gemma3).
+// Rows [first, first + n_rows) of `m`, a matrix of its own: the parts of a fused tensor are
+// contiguous row ranges, so they need no copy and compute exactly as separate tensors would.
+WeightMatrix row_range(const WeightMatrix& m, int64_t first, int64_t n_rows) {
+  WeightMatrix part = m;
+  part.data = static_cast<const uint8_t*>(m.data) + (uint64_t)first * m.row_bytes;
+  part.n_rows = n_rows;
+  return part;
+}
+
+// Multi-head attention tensors of layer `p` (llama, qwen2, qwen3, gemma2,
+// gemma3, phi3). Q, K and V come as
+// attn_q/k/v or as one attn_qkv of q + 2 kv rows (phi3's converter; llama.cpp takes either).
 Status load_attention(Loader& ld, const std::string& p, const ModelHParams& hp, LayerWeights& l) {
   const int64_t d = hp.n_embd, q = hp.q_dim(), kv = hp.kv_dim();
-  KVW_ASSIGN(l.wq, ld.matrix(p + "attn_q.weight", d, q));
-  KVW_ASSIGN(l.wk, ld.matrix(p + "attn_k.weight", d, kv));
-  KVW_ASSIGN(l.wv, ld.matrix(p + "attn_v.weight", d, kv));
+  if (ld.has(p + "attn_qkv.weight")) {
+    if (ld.has(p + "attn_qkv.bias")) {
+      return Error{ld.path() + ": tensor '" + p +
+                   "attn_qkv.bias': fused QKV biases are not supported"};
+    }
+    WeightMatrix qkv;
+    KVW_ASSIGN(qkv, ld.matrix(p + "attn_qkv.weight", d, q + 2 * kv));
+    l.wq = row_range(qkv, 0, q);
+    l.wk = row_range(qkv, q, kv);
+    l.wv = row_range(qkv, q + kv, kv);
+  } else {
+    KVW_ASSIGN(l.wq, ld.matrix(p + "attn_q.weight", d, q));
+    KVW_ASSIGN(l.wk, ld.matrix(p + "attn_k.weight", d, kv));
+    KVW_ASSIGN(l.wv, ld.matrix(p + "attn_v.weight", d, kv));
+  }
   KVW_ASSIGN(l.wo, ld.matrix(p + "attn_output.weight", q, d));
   KVW_ASSIGN(l.bq, ld.vector(p + "attn_q.bias", q, !hp.qkv_bias));
   KVW_ASSIGN(l.bk, ld.vector(p + "attn_k.bias", kv, !hp.qkv_bias));
@@ -158,6 +183,8 @@ Result<ModelWeights> weights_from_gguf(const GgufFile& f, const ModelHParams& hp
     KVW_ASSIGN(w.output, ld.matrix("output.weight", d, hp.n_vocab));
   }
   KVW_ASSIGN(w.rope_freqs, ld.vector("rope_freqs.weight", hp.rope.n_rot / 2, true));
+  KVW_ASSIGN(w.rope_long, ld.vector("rope_factors_long.weight", hp.rope.n_rot / 2, true));
+  KVW_ASSIGN(w.rope_short, ld.vector("rope_factors_short.weight", hp.rope.n_rot / 2, true));
   w.layers.resize(hp.n_layer);
   for (int32_t i = 0; i < hp.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
@@ -172,6 +199,14 @@ Result<ModelWeights> weights_from_gguf(const GgufFile& f, const ModelHParams& hp
       KVW_RETURN_IF_ERROR(load_mla(ld, p, hp, l));
     } else {
       KVW_RETURN_IF_ERROR(load_attention(ld, p, hp, l));
+    }
+    if (hp.gate_up_fused) {
+      WeightMatrix gate_up;
+      KVW_ASSIGN(gate_up, ld.matrix(p + "ffn_up.weight", d, 2 * ff));
+      l.gate = row_range(gate_up, 0, ff);
+      l.up = row_range(gate_up, ff, ff);
+      KVW_ASSIGN(l.down, ld.matrix(p + "ffn_down.weight", ff, d));
+      continue;
     }
     if (!hp.is_moe_layer(i)) {
       KVW_ASSIGN(l.gate, ld.matrix(p + "ffn_gate.weight", d, ff));

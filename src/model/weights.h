@@ -44,10 +44,12 @@ struct ExpertMatrices {
 struct LayerWeights {
   std::vector<float> attn_norm;       // [n_embd]
   WeightMatrix wq, wk, wv, wo;        // [q_dim x n_embd], [kv_dim x n_embd] x2, [n_embd x q_dim]
+                                      // (wq/wk/wv may be row ranges of one fused attn_qkv)
   std::vector<float> bq, bk, bv;      // qwen2 biases [q_dim], [kv_dim], [kv_dim]; empty otherwise
   std::vector<float> q_norm, k_norm;  // qwen3: per-head RMSNorm weights [head_dim]; else empty
   std::vector<float> ffn_norm;        // [n_embd]
   WeightMatrix gate, up, down;        // dense layers: [n_ff x n_embd] x2, [n_embd x n_ff]
+                                      // (phi3: gate and up are the halves of ffn_up)
   // gemma2/3: RMSNorm of the attention and FFN outputs before their residual adds [n_embd];
   // empty otherwise.
   std::vector<float> post_attn_norm, post_ffw_norm;
@@ -82,7 +84,10 @@ struct ModelWeights {
   std::vector<float> output_norm;  // [n_embd]
   WeightMatrix output;             // [n_vocab x n_embd]; == token_embd when tied
   std::vector<float> rope_freqs;   // [n_rot/2] optional per-pair frequency divisors
-  uint64_t total_bytes = 0;        // bytes of all tensors in the file
+  // phi3's LongRoPE divisors [n_rot/2] (optional): long for contexts past rope.orig_ctx, short
+  // within it (Model picks one; see rope_factors in model.h).
+  std::vector<float> rope_long, rope_short;
+  uint64_t total_bytes = 0;  // bytes of all tensors in the file
 };
 
 // Finds and shape-checks every tensor; errors name the file and tensor.

@@ -134,6 +134,38 @@ std::vector<ModelShape> build() {
     m.moe_ff = 768;
     v.push_back(m);
   }
+  // --- Phi-3 family (GGUF arch phi3; HF Phi3ForCausalLM: fused qkv_proj and gate_up_proj, the
+  // same KV as separate projections; LongRoPE changes no buffer size) ---
+  {
+    ModelShape m = dense("phi-3-mini", "microsoft/Phi-3-mini-4k-instruct", "phi3",
+                         "litgpt config.py (transcribed HF config.json) + keras-hub preset "
+                         "(3821079552 parameters)",
+                         32, 3072, 32, 32, 96, 8192, 32064, 4096);
+    m.sliding_window = 2047;
+    m.window_pattern = WindowPattern::kAll;
+    m.unconfirmed = true;
+    m.note =
+        "sliding_window 2047 is config.json's as recalled (litgpt transcribes a 2048 window); "
+        "llama.cpp switches Phi windows off, kvwarden and HF apply them";
+    v.push_back(m);
+  }
+  {
+    ModelShape m =
+        dense("phi-3.5-mini", "microsoft/Phi-3.5-mini-instruct", "phi3",
+              "litgpt config.py (transcribed HF config.json; max_position from the model card's "
+              "128K context)",
+              32, 3072, 32, 32, 96, 8192, 32064, 131072);
+    m.note = "LongRoPE from 4096; config.json's sliding_window 262144 exceeds the context: none";
+    v.push_back(m);
+  }
+  {
+    ModelShape m = dense("phi-4-mini", "microsoft/Phi-4-mini-instruct", "phi3",
+                         "public transcriptions of config.json (three independent repositories)",
+                         32, 3072, 24, 8, 128, 8192, 200064, 131072);
+    m.tied_embeddings = true;
+    m.note = "partial_rotary_factor 0.75 (96 of 128 dims rotated), LongRoPE from 4096";
+    v.push_back(m);
+  }
   // --- Mistral ---
   {
     ModelShape m =

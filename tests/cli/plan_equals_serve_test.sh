@@ -150,4 +150,23 @@ for g in gemma2 gemma3; do
   fi
   stop
 done
+# Phi-3 (fused attn_qkv and ffn_up, LongRoPE, window 16384 longer than the context): 2 layers x 2
+# (K, V) x 4 KV heads x 32 x 2 B = 1024 B per token. Phi-4-mini (GQA 6 / 2, tied): 512 B. With
+# curl, serve answers.
+for preset in phi3-tiny phi4-mini-tiny; do
+  "$KVW" make-model --out "$WORK/$preset.gguf" --preset $preset --seed 9 >"$WORK/make.out" 2>&1 ||
+    fail "make-model $preset: $(cat "$WORK/make.out")"
+  compare "$preset" "$WORK/$preset.gguf" 512
+  want=1024
+  [ $preset = phi4-mini-tiny ] && want=512
+  grep -qE "^  kv: $want B/token, " "$WORK/$preset.serve.table" ||
+    fail "$preset: kv row: $(grep kv: "$WORK/$preset.serve.table")"
+  if command -v curl >/dev/null; then
+    curl -sf "$URL/v1/completions" -H 'Content-Type: application/json' \
+      -d '{"prompt": "hello world", "max_tokens": 20, "ignore_eos": true}' >"$WORK/phi.json" ||
+      fail "$preset: completion failed"
+    grep -q '"finish_reason"' "$WORK/phi.json" || fail "$preset: no answer: $(cat "$WORK/phi.json")"
+  fi
+  stop
+done
 echo PASS

@@ -33,6 +33,36 @@ TEST(KvMath, GqaLlama3_8bIs131072BytesPerToken) {
   EXPECT_EQ(kv_bytes_per_token(m, KvDtype::kF32, 1), 262144u);
 }
 
+// Hand-checked per-token KV bytes (2 for K and V x layers x KV heads x head_dim x bytes) of the
+// phi3 and qwen3 catalogue entries.
+TEST(KvMath, Phi3FamilyBytesPerToken) {
+  // Phi-3-mini and Phi-3.5-mini: MHA, 32 KV heads of 96 (3072 / 32), 32 layers.
+  for (const char* name : {"phi-3-mini", "phi-3.5-mini"}) {
+    const ModelShape& m = model(name);
+    EXPECT_STREQ(m.attention_kind(), "MHA") << name;
+    EXPECT_EQ(kv_bytes_per_token(m, KvDtype::kF16, 1), 2u * 32 * 32 * 96 * 2) << name;
+    EXPECT_EQ(kv_bytes_per_token(m, KvDtype::kF16, 1), 393216u) << name;
+  }
+  // Phi-3-mini's 2047-token window caps a sequence's KV; Phi-3.5-mini's 128K context has none.
+  EXPECT_EQ(model("phi-3-mini").window_of_layer(0), 2047);
+  EXPECT_EQ(model("phi-3.5-mini").window_of_layer(0), 0);
+  // Phi-4-mini: GQA 24 / 8 heads of 128, 32 layers: a third of Phi-3-mini's.
+  const ModelShape& p4 = model("phi-4-mini");
+  EXPECT_STREQ(p4.attention_kind(), "GQA");
+  EXPECT_EQ(kv_bytes_per_token(p4, KvDtype::kF16, 1), 2u * 32 * 8 * 128 * 2);
+  EXPECT_EQ(kv_bytes_per_token(p4, KvDtype::kF16, 1), 131072u);
+  EXPECT_EQ(kv_bytes_per_token(p4, KvDtype::kInt8, 1), 32u * 2 * 8 * (128 + 4));
+}
+
+TEST(KvMath, Qwen3BytesPerToken) {
+  // Qwen3-8B: 36 layers, 8 KV heads of 128.
+  EXPECT_EQ(kv_bytes_per_token(model("qwen3-8b"), KvDtype::kBF16, 1), 2u * 36 * 8 * 128 * 2);
+  EXPECT_EQ(kv_bytes_per_token(model("qwen3-8b"), KvDtype::kBF16, 1), 147456u);
+  // Qwen3-30B-A3B: 48 layers, 4 KV heads of 128 (experts add no KV).
+  EXPECT_EQ(kv_bytes_per_token(model("qwen3-30b-a3b"), KvDtype::kBF16, 1), 2u * 48 * 4 * 128 * 2);
+  EXPECT_EQ(kv_bytes_per_token(model("qwen3-30b-a3b"), KvDtype::kBF16, 1), 98304u);
+}
+
 TEST(KvMath, MqaHasOneKvHead) {
   ModelShape m = model("llama-2-7b");
   m.name = "llama-2-7b-mqa";

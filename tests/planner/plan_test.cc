@@ -31,6 +31,15 @@ TEST(Params, MatchPublishedModelSizes) {
   EXPECT_NEAR(billions("gemma-2-2b"), 2.614, 0.001);
   EXPECT_NEAR(billions("qwen2.5-7b"), 7.62, 0.01);
   EXPECT_NEAR(billions("tinyllama-1.1b"), 1.10, 0.01);
+  EXPECT_NEAR(billions("qwen3-8b"), 8.19, 0.01);  // card: 8.2B
+  // Phi-3-mini: keras-hub's preset lists 3821079552 parameters; untied, MHA heads of 96.
+  EXPECT_EQ(count_params(model("phi-3-mini")).total(), 3821079552ull);
+  EXPECT_EQ(count_params(model("phi-3.5-mini")).total(), 3821079552ull);
+  // Phi-4-mini (card: 3.8B): tied 200064 x 3072 embedding counted once, GQA 24/8 heads of 128.
+  EXPECT_EQ(count_params(model("phi-4-mini")).total(),
+            200064ull * 3072 +
+                32ull * (2 * 3072 * 3072 + 2 * 3072 * 1024 + 3 * 3072 * 8192 + 2 * 3072) + 3072);
+  EXPECT_NEAR(billions("phi-4-mini"), 3.84, 0.01);
 }
 
 TEST(Params, MoeCountsEveryExpert) {
@@ -222,7 +231,8 @@ TEST(Catalog, EveryEntryValidatesAndNamesItsSource) {
         "llama-3.1-8b", "llama-3.1-70b",    "llama-3.1-405b", "qwen2.5-7b",  "qwen2.5-72b",
         "qwen3-8b",     "qwen3-32b",        "qwen3-30b-a3b",  "mistral-7b",  "mixtral-8x7b",
         "gemma-2-9b",   "gemma-2-27b",      "tinyllama-1.1b", "gemma-2-2b",  "gemma-3-1b",
-        "gemma-3-4b",   "gemma-3-12b",      "gemma-3-27b"}) {
+        "gemma-3-4b",   "gemma-3-12b",      "gemma-3-27b",    "phi-3-mini",  "phi-3.5-mini",
+        "phi-4-mini"}) {
     EXPECT_NE(find_model(name), nullptr) << name;
   }
   for (const ModelShape& m : model_catalog()) {

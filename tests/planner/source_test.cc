@@ -311,6 +311,29 @@ TEST(ModelSource, Gemma3ConfigHasFiveLocalLayersPerGlobalAndALocalRope) {
   EXPECT_TRUE(m->local_rope);
 }
 
+TEST(EngineBudget, EqualsTheEnginesBuffersForPhi3Models) {
+  // Fused attn_qkv and ffn_up (the engine reads row ranges of them), LongRoPE factor vectors,
+  // a window (16384) longer than the context; f32 and Q8_0; Phi-4-mini's GQA and tied output.
+  MakeModelSpec s = *make_model_preset("phi3-tiny");
+  const std::string f32 = make(s, "planner_phi3_f32.gguf");
+  expect_engine_matches(f32, 64, 2);
+  s.weight_type = GgmlType::kQ8_0;
+  expect_engine_matches(make(s, "planner_phi3_q8.gguf"), 40, 3);
+  const std::string phi4 = make(*make_model_preset("phi4-mini-tiny"), "planner_phi4_mini.gguf");
+  expect_engine_matches(phi4, 48, 2);
+  auto shape = load_model_shape(f32);
+  ASSERT_TRUE(shape.ok()) << shape.message();
+  EXPECT_EQ(shape->arch, "phi3");
+  EXPECT_EQ(shape->head_dim, 32);
+  // 2 layers x (K + V) x 4 KV heads x 32 x 2 B = 1024 B per token in f16.
+  EXPECT_EQ(kv_bytes_per_token(*shape, KvDtype::kF16, 1), 1024u);
+  auto shape4 = load_model_shape(phi4);
+  ASSERT_TRUE(shape4.ok()) << shape4.message();
+  // 2 layers x (K + V) x 2 KV heads x 32 x 2 B = 512 B per token; tied: no output matrix.
+  EXPECT_EQ(kv_bytes_per_token(*shape4, KvDtype::kF16, 1), 512u);
+  EXPECT_TRUE(shape4->tied_embeddings);
+}
+
 TEST(EngineBudget, MoeDecodeReadsOnlyTheUsedExperts) {
   MakeModelSpec s = *make_model_preset("mixtral-tiny");  // 8 experts, 2 used
   s.n_embd = 128;

@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import phi3_cases  # noqa: E402
 from deepseek2_ref import Deepseek2Ref  # noqa: E402
 from gemma_ref import GemmaRef  # noqa: E402
 from gguf_reader import GGML_TYPES  # noqa: E402
@@ -52,6 +53,9 @@ TOLERANCES = {
     "q4_k": (0.25, 0.99),    # 0.084
     "q5_k": (0.25, 0.99),    # 0.088
     "q6_k": (0.25, 0.99),    # 0.079
+    # Q5_0 (llama-quantize's fallback on rows that are not a multiple of 256): the engine
+    # multiplies dequantised rows by f32 activations, so only f32 rounding remains.
+    "q5_0": (1e-3, 0.99),
 }
 
 _BASE = dict(arch="llama", dim=128, layers=2, heads=4, kv_heads=4, ffn=256, n_vocab=768,
@@ -95,6 +99,9 @@ CASES = {
     "llama_q4_k": _case(weight_type="q4_k", seed=14, tol="q4_k", **_QUANT),
     "llama_q5_k": _case(weight_type="q5_k", seed=15, tol="q5_k", **_QUANT),
     "llama_q6_k": _case(weight_type="q6_k", seed=16, tol="q6_k", **_QUANT),
+    # Rows of 128 and 256 (not all multiples of 256): the Q5_0 llama-quantize falls back to.
+    "llama_q5_0": _case(weight_type="q5_0", heads=4, kv_heads=2, lengths=(40, 90), seed=19,
+                        tol="q5_0"),
     # Mixtral-style MoE: 8 experts, top-2, batched so experts see tokens of several sequences.
     "llama_moe_f32": _case(heads=4, kv_heads=2, experts=8, experts_used=2, layers=3,
                            lengths=(1, 23, 120), seed=17),
@@ -233,13 +240,15 @@ CASES.update({
         kv_dtype="f16", lengths=(80, 9), seed=74, tol="kv_f16_gemma", tied=False),
 })
 
+CASES.update(phi3_cases.CASES)
+
 # The smallest routing margin (gap between the last chosen and first unchosen expert's
 # selection value, and between the last kept and first dropped group score) a case may have: a
 # narrower one is decided by rounding, not by the engine. Cases that round more route to all.
 ROUTING_MARGIN_MIN = {"f32": 1e-4, "f16": 1e-4, "bf16": 1e-3}
 
 _GGML_TYPE_BY_FLAG = {"f32": "F32", "f16": "F16", "bf16": "BF16", "q8_0": "Q8_0", "q4_0": "Q4_0",
-                      "q4_k": "Q4_K", "q5_k": "Q5_K", "q6_k": "Q6_K"}
+                      "q4_k": "Q4_K", "q5_k": "Q5_K", "q6_k": "Q6_K", "q5_0": "Q5_0"}
 
 
 class CaseFailure(Exception):
@@ -553,7 +562,7 @@ def check_model_file(model, c):
         raise CaseFailure("generated model does not match the case:\n  " + "\n  ".join(errors))
 
 
-def run_logits(kvw, model_path, sequences, workdir, n_vocab, kv_dtype, threads):
+def run_logits(kvw, model_path, sequences, workdir, n_vocab, kv_dtype, threads, max_model_len=0):
     batch = os.path.join(workdir, "batch.json")
     out = os.path.join(workdir, "logits.bin")
     with open(batch, "w") as fh:
@@ -562,6 +571,8 @@ def run_logits(kvw, model_path, sequences, workdir, n_vocab, kv_dtype, threads):
         os.remove(out)
     cmd = [kvw, "logits", "--model", model_path, "--tokens-file", batch, "--out", out,
            "--threads", str(threads), "--kv-dtype", kv_dtype]
+    if max_model_len:
+        cmd += ["--max-model-len", str(max_model_len)]
     seconds = _run(cmd)
     raw = np.fromfile(out, dtype="<f4")
     n_tok = sum(len(s) for s in sequences)
@@ -698,12 +709,25 @@ def _gemma_features_matter(model, seqs, ours, c, max_abs):
     return gaps
 
 
+def _phi3_features_matter(model, seqs, ours, c, max_abs):
+    """Each phi3 feature changed in the reference must move the logits by > 100x the tolerance
+    (5x on the rounding paths, as deepseek2)."""
+    factor = 100 if max_abs < 0.01 else 5
+    gaps = phi3_cases.feature_gaps(model, seqs, ours, c)
+    weak = {k: v for k, v in gaps.items() if v < factor * max_abs}
+    if weak:
+        raise CaseFailure(f"features that barely change the logits: {weak}: case is vacuous")
+    return gaps
+
+
 def check_feature_matters(model, seqs, ours, c, max_abs):
     """With the case's feature switched off the reference must disagree with our logits, so a
     case cannot pass because its model happens to be insensitive to the feature."""
     hp = model.hp
     if c["arch"] in ("gemma2", "gemma3"):
         return _gemma_features_matter(model, seqs, ours, c, max_abs)
+    if c["arch"] == "phi3":
+        return _phi3_features_matter(model, seqs, ours, c, max_abs)
     if c["arch"] == "deepseek2":
         return _deepseek2_features_matter(model, seqs, ours, max_abs)
     if c["arch"] == "qwen2moe":
@@ -782,6 +806,15 @@ def run_case(kvw, name, workdir, threads):
         model = GemmaRef(model_path)
         check_gemma_file(model, c)
         kv_dtype = c["kv_dtype"]
+    elif c["arch"] == "phi3":
+        model_path = os.path.join(workdir, "model.gguf")
+        make_preset_model(kvw, c, model_path)
+        model = LlamaRef(model_path)
+        model.hp.context_len = c["max_model_len"]
+        errors = phi3_cases.file_errors(model, c)
+        if errors:
+            raise CaseFailure("generated model does not match the case:\n  " + "\n  ".join(errors))
+        kv_dtype = c["kv_dtype"]
     elif c["arch"] in ("qwen2moe", "qwen3", "qwen3moe"):
         model_path = os.path.join(workdir, "model.gguf")
         make_preset_model(kvw, c, model_path)
@@ -799,7 +832,8 @@ def run_case(kvw, name, workdir, threads):
         seqs = [rng.integers(0, c["n_vocab"], size=n).tolist() for n in c["lengths"]]
     if c.get("same_model_as_kv_b"):
         check_same_model_as_kv_b(kvw, c, model, seqs, workdir)
-    ours, seconds = run_logits(kvw, model_path, seqs, workdir, model.n_vocab, kv_dtype, threads)
+    ours, seconds = run_logits(kvw, model_path, seqs, workdir, model.n_vocab, kv_dtype, threads,
+                               c.get("max_model_len", 0))
     ref = model.forward_batch(seqs)
     stats, failures = compare(ours, ref, c["tol"])
     if c.get("arch") in ("deepseek2", "qwen2moe", "qwen3moe"):

@@ -26,6 +26,7 @@ GGML_TYPES = {
     0: ("F32", 1, 4),
     1: ("F16", 1, 2),
     2: ("Q4_0", 32, 18),
+    6: ("Q5_0", 32, 22),
     8: ("Q8_0", 32, 34),
     12: ("Q4_K", 256, 144),
     13: ("Q5_K", 256, 176),
@@ -166,6 +167,17 @@ def _deq_q4_0(b):
     return d * q
 
 
+def _deq_q5_0(b):
+    """ggml block_q5_0: fp16 d, 32 high bits qh (bit j is element j's fifth bit), 16 bytes of
+    nibbles (low nibbles elements 0..15, high nibbles 16..31); x = d * (q - 16)."""
+    d = _f16(b[:, 0:2])
+    qh = np.ascontiguousarray(b[:, 2:6]).view("<u4")  # (n, 1)
+    qs = b[:, 6:22]
+    low = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.int32)  # (n, 32)
+    high = ((qh >> np.arange(32, dtype=np.uint32)[None, :]) & 1).astype(np.int32)
+    return d * ((low | (high << 4)) - 16).astype(np.float32)
+
+
 def _deq_q8_0(b):
     d = _f16(b[:, 0:2])
     q = b[:, 2:34].view(np.int8)
@@ -230,7 +242,8 @@ def _deq_q6_k(b):
     return x.reshape(-1, 256)
 
 
-_BLOCK_DEQUANT = {2: _deq_q4_0, 8: _deq_q8_0, 12: _deq_q4_k, 13: _deq_q5_k, 14: _deq_q6_k}
+_BLOCK_DEQUANT = {2: _deq_q4_0, 6: _deq_q5_0, 8: _deq_q8_0, 12: _deq_q4_k, 13: _deq_q5_k,
+                  14: _deq_q6_k}
 
 
 def dequantize(raw, ggml_type, n_elements):

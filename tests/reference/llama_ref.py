@@ -1,7 +1,7 @@
 """Independent numpy reference of the Llama-family decoder ("llama", "qwen2", Mixtral-style
 mixture-of-experts llama files, "qwen2moe": Qwen1.5-MoE / Qwen2-57B-A14B, "qwen3": per-head
-Q/K RMSNorm with an explicit head length, and "qwen3moe": that attention with Mixtral's routing),
-float64 throughout.
+Q/K RMSNorm with an explicit head length, "qwen3moe": that attention with Mixtral's routing, and
+"phi3": Phi-3/3.5/4-mini's fused QKV and gate/up with LongRoPE), float64 throughout.
 
 Written from the architecture's mathematics, not from the C++ engine: the comparison tests trust
 it as the oracle. Also holds a tiny SentencePiece-style tokenizer (merge by score) and, run as a
@@ -20,7 +20,7 @@ from gguf_reader import GgufFile
 class Hparams:
     def __init__(self, f):
         arch = f.get("general.architecture")
-        if arch not in ("llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe"):
+        if arch not in ("llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "phi3"):
             raise ValueError(f"unsupported architecture {arch!r}")
         self.arch = arch
 
@@ -53,7 +53,19 @@ class Hparams:
         if legacy_linear is not None and self.rope_scaling == "none":
             self.rope_scaling, self.rope_scale = "linear", float(legacy_linear)
         # llama GGUFs store q/k permuted for adjacent-pair rotation; qwen2 keeps HF's half split.
-        self.rope_neox = arch in ("qwen2", "qwen2moe", "qwen3", "qwen3moe")
+        self.rope_neox = arch in ("qwen2", "qwen2moe", "qwen3", "qwen3moe", "phi3")
+        # phi3 (HF Phi3: Phi3LongRoPEScaledRotaryEmbedding, qkv_proj, gate_up_proj): LongRoPE
+        # divides pair i's frequency by long_factor[i] when the model is set up for more than
+        # original_max_position_embeddings tokens, else by short_factor[i] (context_len: the
+        # serving context, default context_length); cos and sin carry rope.scaling.attn_factor.
+        # Switches the comparison driver flips to show each matters: longrope "auto" | "long" |
+        # "short" | "none", use_attn_factor, and the fused tensors' parts exchanged (swap_kv:
+        # attn_qkv's K and V rows; swap_gate_up: ffn_up's halves).
+        self.context_len = int(meta("context_length", 0))
+        self.longrope = "auto"
+        self.use_attn_factor = True
+        self.swap_kv = False
+        self.swap_gate_up = False
         # Mixtral-style mixture of experts (HF MixtralSparseMoeBlock): softmax over the router
         # logits, the top expert_used_count experts, their probabilities renormalised to sum 1.
         self.n_expert = int(meta("expert_count", 0))
@@ -91,7 +103,9 @@ def rope_angles(hp, n_pos, rope_freqs=None):
     if rope_freqs is not None:
         theta = theta / rope_freqs[: d // 2].astype(np.float64)
     pos = np.arange(n_pos, dtype=np.float64)[:, None]
-    mscale = 1.0
+    # rope.scaling.attn_factor multiplies cos and sin under every scaling (llama.cpp's
+    # ggml_rope_ext); YaRN multiplies its own magnitude in.
+    mscale = hp.rope_attn_factor if getattr(hp, "use_attn_factor", True) else 1.0
     if scaling == "linear":
         angle = pos * theta[None, :] / s
     elif scaling == "yarn":
@@ -106,7 +120,7 @@ def rope_angles(hp, n_pos, rope_freqs=None):
         y = (i - low) / max(0.001, high - low)
         ramp = 1.0 - np.clip(y, 0.0, 1.0)
         angle = interp * (1.0 - ramp[None, :]) + extrap * ramp[None, :]
-        mscale = (1.0 + 0.1 * math.log(s)) * hp.rope_attn_factor
+        mscale *= 1.0 + 0.1 * math.log(s)
     elif scaling in ("none", "ntk"):
         angle = pos * theta[None, :]
     else:
@@ -163,6 +177,8 @@ class LlamaRef:
         if self.output is None:
             self.output = self.tok_embd  # tied embeddings
         self.rope_freqs = opt("rope_freqs.weight")
+        self.rope_long = opt("rope_factors_long.weight")
+        self.rope_short = opt("rope_factors_short.weight")
         # Smallest relative gap between the last chosen and the first unchosen router
         # probability of any token in the last forward_batch (inf: top-k never dropped one).
         self.min_routing_margin = math.inf
@@ -173,10 +189,16 @@ class LlamaRef:
                 if hp.n_expert > 0 else ("ffn_gate", "ffn_up", "ffn_down")
             if hp.qwen2moe:
                 ffn += ("ffn_gate_inp_shexp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
+            qkv = ("attn_qkv",) if f.has_tensor(p + "attn_qkv.weight") else (
+                "attn_q", "attn_k", "attn_v")
+            if hp.arch == "phi3":
+                ffn = ("ffn_up", "ffn_down")  # ffn_up: gate rows, then up rows
             layer = {k: w(p + k + ".weight") for k in (
-                "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm") + ffn}
+                "attn_norm", "attn_output", "ffn_norm") + qkv + ffn}
             for k in ("attn_q", "attn_k", "attn_v"):
                 layer[k + ".bias"] = opt(p + k + ".bias")
+            if f.has_tensor(p + "attn_qkv.bias"):
+                raise ValueError("fused QKV biases are not modelled")
             if hp.qk_norm:
                 layer["attn_q_norm"] = w(p + "attn_q_norm.weight")
                 layer["attn_k_norm"] = w(p + "attn_k_norm.weight")
@@ -197,13 +219,13 @@ class LlamaRef:
         tokens = np.asarray(tokens, dtype=np.int64)
         n = tokens.size
         hd, nh, nkv = hp.head_dim, hp.n_head, hp.n_head_kv
-        cos, sin = rope_tables(hp, n, self.rope_freqs)
+        cos, sin = rope_tables(hp, n, self.rope_factors())
         mask = self.attention_mask(n)
         kv_of_head = np.arange(nh) // (nh // nkv)
         x = self.tok_embd[tokens]
         for L in self.layers:
             h = rms_norm(x, L["attn_norm"], hp.rms_eps)
-            q, k, v = h @ L["attn_q"].T, h @ L["attn_k"].T, h @ L["attn_v"].T
+            q, k, v = self.qkv(L, h)
             if L["attn_q.bias"] is not None:
                 q, k, v = q + L["attn_q.bias"], k + L["attn_k.bias"], v + L["attn_v.bias"]
             q, k = q.reshape(n, nh, hd), k.reshape(n, nkv, hd)
@@ -225,10 +247,49 @@ class LlamaRef:
             if hp.n_expert > 0:
                 x = x + self.moe_ffn(L, h)
             else:
-                ff = silu(h @ L["ffn_gate"].T) * (h @ L["ffn_up"].T)
-                x = x + ff @ L["ffn_down"].T
+                gate, up = self.gate_up(L, h)
+                x = x + (silu(gate) * up) @ L["ffn_down"].T
         x = rms_norm(x, self.output_norm, hp.rms_eps)
         return x @ self.output.T
+
+    def rope_factors(self):
+        """Per-pair frequency divisors, as llama.cpp's get_rope_factors: rope_freqs, else the
+        LongRoPE set the context picks (long when context_len > original context), else None."""
+        hp = self.hp
+        if self.rope_freqs is not None:
+            return self.rope_freqs
+        mode = hp.longrope
+        if mode == "auto":
+            mode = "long" if hp.context_len > hp.rope_orig_ctx else "short"
+        return {"long": self.rope_long, "short": self.rope_short, "none": None}[mode]
+
+    def qkv(self, L, h):
+        """Q, K, V projections of h (T, n_embd): separate tensors, or the row blocks of attn_qkv
+        (q_dim rows, then kv_dim, then kv_dim)."""
+        hp = self.hp
+        if "attn_qkv" not in L:
+            return h @ L["attn_q"].T, h @ L["attn_k"].T, h @ L["attn_v"].T
+        nq, nkv = hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
+        W = L["attn_qkv"]
+        if W.shape[0] != nq + 2 * nkv:
+            raise ValueError(f"attn_qkv has {W.shape[0]} rows, expected {nq + 2 * nkv}")
+        wq, wk, wv = W[:nq], W[nq:nq + nkv], W[nq + nkv:]
+        if hp.swap_kv:
+            wk, wv = wv, wk
+        return h @ wq.T, h @ wk.T, h @ wv.T
+
+    def gate_up(self, L, h):
+        """SwiGLU's gate and up projections: ffn_gate and ffn_up, or phi3's ffn_up halves."""
+        if "ffn_gate" in L:
+            return h @ L["ffn_gate"].T, h @ L["ffn_up"].T
+        W = L["ffn_up"]
+        n_ff = L["ffn_down"].shape[1]
+        if W.shape[0] != 2 * n_ff:
+            raise ValueError(f"fused ffn_up has {W.shape[0]} rows, expected {2 * n_ff}")
+        gate, up = W[:n_ff], W[n_ff:]
+        if self.hp.swap_gate_up:
+            gate, up = up, gate
+        return h @ gate.T, h @ up.T
 
     def moe_ffn(self, L, h):
         """Sparse MoE block for h (T, n_embd); expert tensors are (E, rows, n_in). Mixtral: softmax

@@ -80,6 +80,18 @@ def scalar_q4_0(b):
     return y
 
 
+def scalar_q5_0(b):
+    d = _h(b, 0)
+    qh = b[2] | (b[3] << 8) | (b[4] << 16) | (b[5] << 24)
+    y = [0.0] * 32
+    for j in range(16):
+        xh_0 = ((qh >> j) << 4) & 0x10
+        xh_1 = (qh >> (j + 12)) & 0x10
+        y[j] = d * (((b[6 + j] & 0x0F) | xh_0) - 16)
+        y[j + 16] = d * (((b[6 + j] >> 4) | xh_1) - 16)
+    return y
+
+
 def scalar_q8_0(b):
     d = _h(b, 0)
     return [d * (x - 256 if x > 127 else x) for x in b[2:34]]
@@ -135,7 +147,7 @@ def random_blocks(rng, ggml_type, n_blocks):
     """Random block bytes whose fp16 scale fields are finite."""
     _, _, nbytes = gguf_reader.GGML_TYPES[ggml_type]
     raw = rng.integers(0, 256, size=(n_blocks, nbytes), dtype=np.uint8)
-    scale_offsets = {2: [0], 8: [0], 12: [0, 2], 13: [0, 2], 14: [208]}[ggml_type]
+    scale_offsets = {2: [0], 6: [0], 8: [0], 12: [0, 2], 13: [0, 2], 14: [208]}[ggml_type]
     for off in scale_offsets:
         halves = rng.uniform(-0.1, 0.1, size=n_blocks).astype("<f2")
         raw[:, off:off + 2] = halves.view(np.uint8).reshape(n_blocks, 2)
@@ -145,8 +157,8 @@ def random_blocks(rng, ggml_type, n_blocks):
 class DequantTest(unittest.TestCase):
     def test_vectorised_matches_scalar_loops(self):
         rng = np.random.default_rng(7)
-        scalar = {2: scalar_q4_0, 8: scalar_q8_0, 12: scalar_q4_k, 13: scalar_q5_k,
-                  14: scalar_q6_k}
+        scalar = {2: scalar_q4_0, 6: scalar_q5_0, 8: scalar_q8_0, 12: scalar_q4_k,
+                  13: scalar_q5_k, 14: scalar_q6_k}
         for ttype, fn in scalar.items():
             name, elems, _ = gguf_reader.GGML_TYPES[ttype]
             raw = random_blocks(rng, ttype, 5)
