@@ -1,5 +1,6 @@
-// kernels/x86/avx2_dequant.cc: matmul_dequant (kernels/dequant_matmul.cc) for Q4_1, Q5_0, Q5_1
-// and IQ4_NL in AVX2, bit for bit. Compiled with -mavx2 -mfma -mf16c -ffp-contract=off; every x86
+// kernels/x86/avx2_dequant.cc: matmul_dequant (kernels/dequant_matmul.cc) for Q4_1, Q5_0, Q5_1,
+// IQ4_NL, Q2_K, Q3_K, IQ4_XS and MXFP4 in AVX2, bit for bit (the last four unpacked 32 elements
+// at a time by x86/lowbit_unpack.h). Compiled with -mavx2 -mfma -mf16c -ffp-contract=off; every x86
 // table's matmul routes these types here.
 //
 // Why it is bit-identical to the scalar kernel: a weight is the same float expression
@@ -14,6 +15,7 @@
 
 #include "gguf/quant_blocks.h"
 #include "kernels/kernels_internal.h"
+#include "kernels/x86/lowbit_unpack.h"
 
 namespace kvw::kernels::avx2 {
 namespace {
@@ -72,6 +74,13 @@ inline void unpack(const uint8_t* row, int64_t b, __m256 w[4]) {
     const __m256 d = _mm256_set1_ps(half_to_float(blk.d));
     const __m256 m = _mm256_set1_ps(half_to_float(blk.m));
     for (int k = 0; k < 4; ++k) w[k] = _mm256_add_ps(_mm256_mul_ps(w[k], d), m);
+  } else if constexpr (x86::is_lowbit_type(T)) {
+    const x86::LowbitSubBlock s = x86::unpack_lowbit<T>(row, b);
+    to_floats_i8(s.q, w);
+    for (int k = 0; k < 4; ++k) {
+      w[k] = _mm256_mul_ps(w[k], _mm256_set1_ps(s.d[k / 2]));
+      if constexpr (T == GgmlType::kQ2_K) w[k] = _mm256_sub_ps(w[k], _mm256_set1_ps(s.m[k / 2]));
+    }
   } else {
     static_assert(T == GgmlType::kIQ4_NL);
     const auto& blk = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
@@ -102,10 +111,11 @@ void row_tile(const uint8_t* row, int64_t nb, const float* x, int64_t n_in, int6
   for (int t = 0; t < NT; ++t) {
     for (int k = 0; k < 4; ++k) acc[t][k] = _mm256_setzero_ps();
   }
-  constexpr int64_t kBlockBytes = T == GgmlType::kQ5_0   ? sizeof(BlockQ5_0)
-                                  : T == GgmlType::kQ4_1 ? sizeof(BlockQ4_1)
-                                  : T == GgmlType::kQ5_1 ? sizeof(BlockQ5_1)
-                                                         : sizeof(BlockIQ4_NL);
+  constexpr int64_t kBlockBytes = T == GgmlType::kQ5_0     ? sizeof(BlockQ5_0)
+                                  : T == GgmlType::kQ4_1   ? sizeof(BlockQ4_1)
+                                  : T == GgmlType::kQ5_1   ? sizeof(BlockQ5_1)
+                                  : T == GgmlType::kIQ4_NL ? sizeof(BlockIQ4_NL)
+                                                           : x86::lowbit_bytes_per_32<T>();
   for (int64_t b = 0; b < nb; ++b) {
     // One row is read a block at a time with a long dependent chain per block, so the core does
     // not run ahead far enough to overlap DRAM misses: decode spent ~55% of its time on the first
@@ -154,6 +164,14 @@ void matmul_dequant(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
       return rows<GgmlType::kQ5_1>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
     case GgmlType::kIQ4_NL:
       return rows<GgmlType::kIQ4_NL>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
+    case GgmlType::kQ2_K:
+      return rows<GgmlType::kQ2_K>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
+    case GgmlType::kQ3_K:
+      return rows<GgmlType::kQ3_K>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
+    case GgmlType::kIQ4_XS:
+      return rows<GgmlType::kIQ4_XS>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
+    case GgmlType::kMXFP4:
+      return rows<GgmlType::kMXFP4>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
     default:
       // The generic kernel CHECKs the type.
       return kvw::kernels::matmul_dequant(wtype, w, n_rows, n_in, x, n_tokens, y, ith, nth);

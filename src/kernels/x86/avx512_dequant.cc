@@ -1,6 +1,8 @@
-// kernels/x86/avx512_dequant.cc: matmul_dequant (kernels/dequant_matmul.cc) for Q4_1, Q5_0, Q5_1
-// and IQ4_NL in AVX-512, bit for bit. Compiled with the AVX-512 flags and -ffp-contract=off; the
-// avx512 and avx512vnni tables' matmul routes these types here (the AVX2 tables: avx2_dequant.cc).
+// kernels/x86/avx512_dequant.cc: matmul_dequant (kernels/dequant_matmul.cc) for Q4_1, Q5_0, Q5_1,
+// IQ4_NL, Q2_K, Q3_K, IQ4_XS and MXFP4 in AVX-512, bit for bit (the last four unpacked 32
+// elements at a time by x86/lowbit_unpack.h). Compiled with the AVX-512 flags and
+// -ffp-contract=off; the avx512 and avx512vnni tables' matmul routes these types here (the AVX2
+// tables: avx2_dequant.cc).
 //
 // Why it is bit-identical to the scalar kernel: a weight is the same float expression
 // (float(q - 16) * d, float(q) * d + m, d * level) with the fp16 scale converted exactly by F16C,
@@ -15,6 +17,7 @@
 
 #include "gguf/quant_blocks.h"
 #include "kernels/kernels_internal.h"
+#include "kernels/x86/lowbit_unpack.h"
 
 namespace kvw::kernels::avx512 {
 namespace {
@@ -64,6 +67,13 @@ inline void unpack(const uint8_t* row, int64_t b, __m512 w[2]) {
     const __m512 d = _mm512_set1_ps(half_to_float(blk.d));
     const __m512 m = _mm512_set1_ps(half_to_float(blk.m));
     for (int k = 0; k < 2; ++k) w[k] = _mm512_add_ps(_mm512_mul_ps(to_floats(q[k]), d), m);
+  } else if constexpr (x86::is_lowbit_type(T)) {
+    const x86::LowbitSubBlock s = x86::unpack_lowbit<T>(row, b);
+    const __m128i lv[2] = {_mm256_castsi256_si128(s.q), _mm256_extracti128_si256(s.q, 1)};
+    for (int k = 0; k < 2; ++k) {
+      w[k] = _mm512_mul_ps(to_floats(lv[k]), _mm512_set1_ps(s.d[k]));
+      if constexpr (T == GgmlType::kQ2_K) w[k] = _mm512_sub_ps(w[k], _mm512_set1_ps(s.m[k]));
+    }
   } else {
     static_assert(T == GgmlType::kIQ4_NL);
     const auto& blk = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
@@ -90,10 +100,11 @@ void row_tile(const uint8_t* row, int64_t nb, const float* x, int64_t n_in, int6
               int64_t n_rows, int64_t r, float* y) {
   __m512 acc[NT][2];
   for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
-  constexpr int64_t kBlockBytes = T == GgmlType::kQ5_0   ? sizeof(BlockQ5_0)
-                                  : T == GgmlType::kQ4_1 ? sizeof(BlockQ4_1)
-                                  : T == GgmlType::kQ5_1 ? sizeof(BlockQ5_1)
-                                                         : sizeof(BlockIQ4_NL);
+  constexpr int64_t kBlockBytes = T == GgmlType::kQ5_0     ? sizeof(BlockQ5_0)
+                                  : T == GgmlType::kQ4_1   ? sizeof(BlockQ4_1)
+                                  : T == GgmlType::kQ5_1   ? sizeof(BlockQ5_1)
+                                  : T == GgmlType::kIQ4_NL ? sizeof(BlockIQ4_NL)
+                                                           : x86::lowbit_bytes_per_32<T>();
   for (int64_t b = 0; b < nb; ++b) {
     // One row is read a block at a time with a long dependent chain per block, so the core does
     // not run ahead far enough to overlap DRAM misses: decode spent ~55% of its time on the first
@@ -150,6 +161,14 @@ void matmul_dequant(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
       return rows<GgmlType::kQ5_1>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
     case GgmlType::kIQ4_NL:
       return rows<GgmlType::kIQ4_NL>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
+    case GgmlType::kQ2_K:
+      return rows<GgmlType::kQ2_K>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
+    case GgmlType::kQ3_K:
+      return rows<GgmlType::kQ3_K>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
+    case GgmlType::kIQ4_XS:
+      return rows<GgmlType::kIQ4_XS>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
+    case GgmlType::kMXFP4:
+      return rows<GgmlType::kMXFP4>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
     default:
       // The generic kernel CHECKs the type.
       return kvw::kernels::matmul_dequant(wtype, w, n_rows, n_in, x, n_tokens, y, ith, nth);
