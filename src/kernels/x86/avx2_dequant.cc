@@ -74,13 +74,6 @@ inline void unpack(const uint8_t* row, int64_t b, __m256 w[4]) {
     const __m256 d = _mm256_set1_ps(half_to_float(blk.d));
     const __m256 m = _mm256_set1_ps(half_to_float(blk.m));
     for (int k = 0; k < 4; ++k) w[k] = _mm256_add_ps(_mm256_mul_ps(w[k], d), m);
-  } else if constexpr (x86::is_lowbit_type(T)) {
-    const x86::LowbitSubBlock s = x86::unpack_lowbit<T>(row, b);
-    to_floats_i8(s.q, w);
-    for (int k = 0; k < 4; ++k) {
-      w[k] = _mm256_mul_ps(w[k], _mm256_set1_ps(s.d[k / 2]));
-      if constexpr (T == GgmlType::kQ2_K) w[k] = _mm256_sub_ps(w[k], _mm256_set1_ps(s.m[k / 2]));
-    }
   } else {
     static_assert(T == GgmlType::kIQ4_NL);
     const auto& blk = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
@@ -116,6 +109,7 @@ void row_tile(const uint8_t* row, int64_t nb, const float* x, int64_t n_in, int6
                                   : T == GgmlType::kQ5_1   ? sizeof(BlockQ5_1)
                                   : T == GgmlType::kIQ4_NL ? sizeof(BlockIQ4_NL)
                                                            : x86::lowbit_bytes_per_32<T>();
+  [[maybe_unused]] x86::LowbitScales sc;  // Q2_K/Q3_K/IQ4_XS: the current super-block's
   for (int64_t b = 0; b < nb; ++b) {
     // One row is read a block at a time with a long dependent chain per block, so the core does
     // not run ahead far enough to overlap DRAM misses: decode spent ~55% of its time on the first
@@ -123,7 +117,24 @@ void row_tile(const uint8_t* row, int64_t nb, const float* x, int64_t n_in, int6
     _mm_prefetch(reinterpret_cast<const char*>(row) + b * kBlockBytes + kPrefetchBytes,
                  _MM_HINT_T0);
     __m256 w[4];
-    unpack<T>(row, b, w);
+    if constexpr (x86::is_superblock_lowbit(T)) {
+      const uint8_t* blk = row + b / 8 * x86::superblock_bytes<T>();
+      const int c = static_cast<int>(b % 8);
+      if (c == 0) x86::lowbit_scales<T>(blk, sc);
+      to_floats_i8(x86::lowbit_levels<T>(blk, c), w);
+      for (int k = 0; k < 4; ++k) {
+        w[k] = _mm256_mul_ps(w[k], _mm256_set1_ps(sc.d[2 * c + k / 2]));
+        if constexpr (T == GgmlType::kQ2_K) {
+          w[k] = _mm256_sub_ps(w[k], _mm256_set1_ps(sc.m[2 * c + k / 2]));
+        }
+      }
+    } else if constexpr (T == GgmlType::kMXFP4) {
+      float d;
+      to_floats_i8(x86::mxfp4_levels(row, b, &d), w);
+      for (int k = 0; k < 4; ++k) w[k] = _mm256_mul_ps(w[k], _mm256_set1_ps(d));
+    } else {
+      unpack<T>(row, b, w);
+    }
     for (int t = 0; t < NT; ++t) {
       const float* xt = x + (t0 + t) * n_in + b * 32;
       for (int k = 0; k < 4; ++k) {

@@ -67,13 +67,6 @@ inline void unpack(const uint8_t* row, int64_t b, __m512 w[2]) {
     const __m512 d = _mm512_set1_ps(half_to_float(blk.d));
     const __m512 m = _mm512_set1_ps(half_to_float(blk.m));
     for (int k = 0; k < 2; ++k) w[k] = _mm512_add_ps(_mm512_mul_ps(to_floats(q[k]), d), m);
-  } else if constexpr (x86::is_lowbit_type(T)) {
-    const x86::LowbitSubBlock s = x86::unpack_lowbit<T>(row, b);
-    const __m128i lv[2] = {_mm256_castsi256_si128(s.q), _mm256_extracti128_si256(s.q, 1)};
-    for (int k = 0; k < 2; ++k) {
-      w[k] = _mm512_mul_ps(to_floats(lv[k]), _mm512_set1_ps(s.d[k]));
-      if constexpr (T == GgmlType::kQ2_K) w[k] = _mm512_sub_ps(w[k], _mm512_set1_ps(s.m[k]));
-    }
   } else {
     static_assert(T == GgmlType::kIQ4_NL);
     const auto& blk = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
@@ -105,6 +98,7 @@ void row_tile(const uint8_t* row, int64_t nb, const float* x, int64_t n_in, int6
                                   : T == GgmlType::kQ5_1   ? sizeof(BlockQ5_1)
                                   : T == GgmlType::kIQ4_NL ? sizeof(BlockIQ4_NL)
                                                            : x86::lowbit_bytes_per_32<T>();
+  [[maybe_unused]] x86::LowbitScales sc;  // Q2_K/Q3_K/IQ4_XS: the current super-block's
   for (int64_t b = 0; b < nb; ++b) {
     // One row is read a block at a time with a long dependent chain per block, so the core does
     // not run ahead far enough to overlap DRAM misses: decode spent ~55% of its time on the first
@@ -112,7 +106,26 @@ void row_tile(const uint8_t* row, int64_t nb, const float* x, int64_t n_in, int6
     _mm_prefetch(reinterpret_cast<const char*>(row) + b * kBlockBytes + kPrefetchBytes,
                  _MM_HINT_T0);
     __m512 w[2];
-    unpack<T>(row, b, w);
+    if constexpr (x86::is_superblock_lowbit(T)) {
+      const uint8_t* blk = row + b / 8 * x86::superblock_bytes<T>();
+      const int c = static_cast<int>(b % 8);
+      if (c == 0) x86::lowbit_scales<T>(blk, sc);
+      const __m256i q = x86::lowbit_levels<T>(blk, c);
+      const __m128i lv[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
+      for (int k = 0; k < 2; ++k) {
+        w[k] = _mm512_mul_ps(to_floats(lv[k]), _mm512_set1_ps(sc.d[2 * c + k]));
+        if constexpr (T == GgmlType::kQ2_K) {
+          w[k] = _mm512_sub_ps(w[k], _mm512_set1_ps(sc.m[2 * c + k]));
+        }
+      }
+    } else if constexpr (T == GgmlType::kMXFP4) {
+      float d;
+      const __m256i q = x86::mxfp4_levels(row, b, &d);
+      const __m128i lv[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
+      for (int k = 0; k < 2; ++k) w[k] = _mm512_mul_ps(to_floats(lv[k]), _mm512_set1_ps(d));
+    } else {
+      unpack<T>(row, b, w);
+    }
     for (int t = 0; t < NT; ++t) {
       const float* xt = x + (t0 + t) * n_in + b * 32;
       acc[t][0] = _mm512_fmadd_ps(w[0], _mm512_loadu_ps(xt), acc[t][0]);
