@@ -12,8 +12,9 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 isas=(ref)
 flags=$(grep -o -w 'avx2\|avx512f\|avx512bw\|avx512vl\|fma\|f16c' /proc/cpuinfo | sort -u | tr '\n' ' ')
-case "$flags" in *avx2*) case "$flags" in *fma*) isas+=(avx2) ;; esac ;; esac
-case "$flags" in *avx512bw*avx512f*|*avx512f*avx512bw*) isas+=(avx512) ;; esac
+has() { case " $flags " in *" $1 "*) return 0 ;; esac; return 1; }
+has avx2 && has fma && has f16c && isas+=(avx2)
+has avx512f && has avx512bw && has avx512vl && has fma && has f16c && isas+=(avx512)
 
 for t in q2_K q3_K iq4_xs mxfp4; do
   # Rows of 256 (and head_dim 64 x 4 heads = 256): whole super-blocks for the K-quants.
