@@ -153,8 +153,9 @@ void bm_attention(benchmark::State& state, int64_t n_queries, int64_t depth) {
 }
 
 void register_all() {
-  const GgmlType types[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ8_0,
-                            GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+  const GgmlType types[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,   GgmlType::kQ8_0,
+                            GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K,   GgmlType::kQ6_K,
+                            GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kIQ4_XS, GgmlType::kMXFP4};
   const int64_t shapes[][2] = {{2048, 2048}, {5632, 2048}};
   for (GgmlType t : types) {
     for (const auto& s : shapes) {

@@ -126,8 +126,8 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
                 "(--longrope=false: neither)");
   cmd->add_option("--weight-type", f->weight_type,
                   "Type of every matrix: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, "
-                  "q4_K, q5_K, q6_K "
-                  "(default f32)");
+                  "mxfp4, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_xs (K-quants and iq4_xs need rows "
+                  "of a multiple of 256) (default f32)");
   cmd->add_flag("--tied", s.tied, "Tie output and embedding weights (no output.weight)");
   cmd->add_option("--vocab-type", s.vocab_type, "spm (SentencePiece-style) or bpe (byte-level)");
   cmd->add_option("--seed", s.seed, "Random seed");

@@ -263,7 +263,8 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--pp", a->pp, "Pipeline-parallel size (stages)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   cmd->add_option("--weight-dtype", a->weight_dtype,
-                  "f32, f16, bf16, fp8, int8, int4 (AWQ/GPTQ), q8_0, q4_0, q4_K, q5_K, q6_K "
+                  "f32, f16, bf16, fp8, int8, int4 (AWQ/GPTQ), or a GGUF type: q8_0, q4_0, "
+                  "q4_1, q5_0, q5_1, iq4_nl, mxfp4, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_xs "
                   "(default: the checkpoint's dtype; GGUF files use their exact tensor bytes)");
   cmd->add_option("--kv-cache-dtype", a->kv_dtype,
                   "auto (the model's activation dtype), f16, bf16, f32, fp8 or int8")

@@ -12,6 +12,7 @@ constexpr int kQK5_0 = 32;
 constexpr int kQK5_1 = 32;
 constexpr int kQK4_NL = 32;
 constexpr int kQK8_0 = 32;
+constexpr int kQKMxfp4 = 32;
 constexpr int kQK_K = 256;
 constexpr int kKScaleBytes = 12;
 
@@ -92,6 +93,50 @@ struct BlockQ6_K {
   uint16_t d;                 // fp16 super-block scale
 };
 static_assert(sizeof(BlockQ6_K) == 210);
+
+// Q2_K: 16 sub-blocks of 16; x = d * (sc & 15) * q - dmin * (sc >> 4), q in [0, 3].
+// Each 128-element half uses 32 qs bytes: element 32 * k + l of the half (k = 0..3) is
+// bits 2k..2k+1 of byte l; scales[2c] covers elements 32c..32c+15, scales[2c+1] the next 16.
+struct BlockQ2_K {
+  uint8_t scales[kQK_K / 16];  // low nibble: scale, high nibble: min (4 bits each)
+  uint8_t qs[kQK_K / 4];       // 2-bit quants
+  uint16_t d;                  // fp16 super-block scale for the scales
+  uint16_t dmin;               // fp16 super-block scale for the mins
+};
+static_assert(sizeof(BlockQ2_K) == 84);
+
+// Q3_K: 16 sub-blocks of 16; x = d * (s - 32) * (q - 4), q in [0, 7]: low 2 bits in qs as in
+// Q2_K, the third bit of element 32 * c + l is bit c of hmask[l] (c = 0..7). The 16 6-bit
+// scales s: low 4 bits of scale j in byte j (j < 8, low nibble) or byte j - 8 (high nibble),
+// top 2 bits at bits 2 * (j / 4) of byte 8 + j % 4.
+struct BlockQ3_K {
+  uint8_t hmask[kQK_K / 8];  // third bit of each quant
+  uint8_t qs[kQK_K / 4];     // low 2 bits
+  uint8_t scales[12];        // 6-bit scales, biased by 32
+  uint16_t d;                // fp16 super-block scale
+};
+static_assert(sizeof(BlockQ3_K) == 110);
+
+// IQ4_XS: 8 sub-blocks of 32; x = d * (ls - 32) * kIq4NlValues[q]. Sub-block b's 6-bit ls has
+// its low 4 bits in nibble b % 2 of scales_l[b / 2] and its top 2 in bits 2b of scales_h;
+// its 16 qs bytes hold elements j (low nibble) and j + 16 (high) as IQ4_NL does.
+struct BlockIQ4_XS {
+  uint16_t d;                    // fp16 super-block scale
+  uint16_t scales_h;             // top 2 bits of each sub-block scale
+  uint8_t scales_l[kQK_K / 64];  // low 4 bits, two sub-blocks per byte
+  uint8_t qs[kQK_K / 2];         // 4-bit indices into kIq4NlValues
+};
+static_assert(sizeof(BlockIQ4_XS) == 136);
+
+// MXFP4 (OCP microscaling FP4): x = 2^(e - 128) * kMxfp4Values[q]; nibbles as Q4_0.
+// The levels are twice the E2M1 values, hence the exponent bias of 128 rather than 127.
+struct BlockMXFP4 {
+  uint8_t e;                 // E8M0 shared exponent
+  uint8_t qs[kQKMxfp4 / 2];  // 4-bit E2M1 codes
+};
+static_assert(sizeof(BlockMXFP4) == 17);
+inline constexpr int8_t kMxfp4Values[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                            0, -1, -2, -3, -4, -6, -8, -12};
 
 // Q8_K: activation format for K-quant dot products.
 struct BlockQ8_K {

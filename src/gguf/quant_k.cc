@@ -14,17 +14,47 @@
 namespace kvw::quant {
 namespace {
 
-// round-to-nearest, clamped to [lo, hi]; NaN maps to lo so float->int stays defined.
+// Shared by Q4_K (nmax 15) and Q5_K (nmax 31): fills d, dmin, scales and the levels L.
+void quantize_k_scales(const float* x, int nmax, uint16_t* d, uint16_t* dmin, uint8_t* packed,
+                       uint8_t levels[kQK_K]) {
+  MinScaleFit fits[8];
+  float max_scale = 0.0f;
+  float max_min = 0.0f;
+  for (int j = 0; j < 8; ++j) {
+    fits[j] = fit_min_scale(x + 32 * j, 32, nmax);
+    max_scale = std::max(max_scale, fits[j].scale);
+    max_min = std::max(max_min, fits[j].min);
+  }
+  const float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
+  const float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
+  uint8_t ls[8];
+  uint8_t lm[8];
+  for (int j = 0; j < 8; ++j) {
+    ls[j] = static_cast<uint8_t>(clamp_round(inv_scale * fits[j].scale, 0, 63));
+    lm[j] = static_cast<uint8_t>(clamp_round(inv_min * fits[j].min, 0, 63));
+  }
+  pack_scale_min_k4(ls, lm, packed);
+  *d = f32_to_f16(max_scale / 63.0f);
+  *dmin = f32_to_f16(max_min / 63.0f);
+  const float d_stored = f16_to_f32(*d);
+  const float dmin_stored = f16_to_f32(*dmin);
+  for (int j = 0; j < 8; ++j) {
+    const float sc = d_stored * ls[j];
+    const float m = dmin_stored * lm[j];
+    for (int i = 0; i < 32; ++i) {
+      levels[32 * j + i] =
+          sc > 0.0f ? static_cast<uint8_t>(clamp_round((x[32 * j + i] + m) / sc, 0, nmax)) : 0;
+    }
+  }
+}
+
+}  // namespace
+
 int clamp_round(float v, int lo, int hi) {
   if (!(v >= static_cast<float>(lo))) return lo;
   if (v >= static_cast<float>(hi)) return hi;
   return static_cast<int>(std::nearbyint(v));
 }
-
-struct MinScaleFit {
-  float scale = 0.0f;  // x ~= scale * q - min
-  float min = 0.0f;    // >= 0
-};
 
 // Fits x[0..n) ~= scale * q - min with q in [0, nmax] and min >= 0 (ggml keeps the offset
 // non-positive so zero is always representable). Tries 21 rounding grids around the
@@ -76,43 +106,8 @@ MinScaleFit fit_min_scale(const float* x, int n, int nmax) {
   return best;
 }
 
-// Shared by Q4_K (nmax 15) and Q5_K (nmax 31): fills d, dmin, scales and the levels L.
-void quantize_k_scales(const float* x, int nmax, uint16_t* d, uint16_t* dmin, uint8_t* packed,
-                       uint8_t levels[kQK_K]) {
-  MinScaleFit fits[8];
-  float max_scale = 0.0f;
-  float max_min = 0.0f;
-  for (int j = 0; j < 8; ++j) {
-    fits[j] = fit_min_scale(x + 32 * j, 32, nmax);
-    max_scale = std::max(max_scale, fits[j].scale);
-    max_min = std::max(max_min, fits[j].min);
-  }
-  const float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
-  const float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
-  uint8_t ls[8];
-  uint8_t lm[8];
-  for (int j = 0; j < 8; ++j) {
-    ls[j] = static_cast<uint8_t>(clamp_round(inv_scale * fits[j].scale, 0, 63));
-    lm[j] = static_cast<uint8_t>(clamp_round(inv_min * fits[j].min, 0, 63));
-  }
-  pack_scale_min_k4(ls, lm, packed);
-  *d = f32_to_f16(max_scale / 63.0f);
-  *dmin = f32_to_f16(max_min / 63.0f);
-  const float d_stored = f16_to_f32(*d);
-  const float dmin_stored = f16_to_f32(*dmin);
-  for (int j = 0; j < 8; ++j) {
-    const float sc = d_stored * ls[j];
-    const float m = dmin_stored * lm[j];
-    for (int i = 0; i < 32; ++i) {
-      levels[32 * j + i] =
-          sc > 0.0f ? static_cast<uint8_t>(clamp_round((x[32 * j + i] + m) / sc, 0, nmax)) : 0;
-    }
-  }
-}
-
-// Fits x[0..16) ~= scale * q with q in [-32, 31]; returns the scale (may be negative, so the
-// largest-magnitude value can use level -32 like Q4_0 does).
-float fit_symmetric_scale(const float* x, int n) {
+// Q6_K calls it with lo = -32, Q3_K with lo = -4.
+float fit_symmetric_scale(const float* x, int n, int lo) {
   float amax = 0.0f;
   float max = 0.0f;
   for (int i = 0; i < n; ++i) {
@@ -122,13 +117,13 @@ float fit_symmetric_scale(const float* x, int n) {
     }
   }
   if (amax == 0.0f || !std::isfinite(amax)) return 0.0f;
-  float best_scale = max / -32.0f;
+  float best_scale = max / static_cast<float>(lo);
   float best_err = INFINITY;
   for (int step = -9; step <= 9; ++step) {
-    const float iscale = -(32.0f + 0.1f * step) / max;
+    const float iscale = -(static_cast<float>(-lo) + 0.1f * step) / max;
     float sum_xl = 0, sum_l2 = 0;
     for (int i = 0; i < n; ++i) {
-      const float l = static_cast<float>(clamp_round(iscale * x[i], -32, 31));
+      const float l = static_cast<float>(clamp_round(iscale * x[i], lo, -lo - 1));
       sum_xl += x[i] * l;
       sum_l2 += l * l;
     }
@@ -136,7 +131,7 @@ float fit_symmetric_scale(const float* x, int n) {
     const float scale = sum_xl / sum_l2;
     float err = 0.0f;
     for (int i = 0; i < n; ++i) {
-      const float diff = scale * clamp_round(x[i] / scale, -32, 31) - x[i];
+      const float diff = scale * clamp_round(x[i] / scale, lo, -lo - 1) - x[i];
       err += diff * diff;
     }
     if (err < best_err) {
@@ -146,8 +141,6 @@ float fit_symmetric_scale(const float* x, int n) {
   }
   return best_scale;
 }
-
-}  // namespace
 
 void get_scale_min_k4(int j, const uint8_t* q, uint8_t* scale, uint8_t* min) {
   if (j < 4) {
@@ -284,7 +277,7 @@ void quantize_q6_k(const float* x, BlockQ6_K* y, int64_t n) {
     float scales[16];
     float max_scale = 0.0f;  // signed scale of largest magnitude
     for (int j = 0; j < 16; ++j) {
-      scales[j] = fit_symmetric_scale(x + 16 * j, 16);
+      scales[j] = fit_symmetric_scale(x + 16 * j, 16, -32);
       if (std::fabs(scales[j]) > std::fabs(max_scale)) max_scale = scales[j];
     }
     // Like ggml: the largest scale maps to int8 -128, the rest clamp to [-128, 127].

@@ -56,11 +56,13 @@ float signed_amax(const float* x, int n) {
   return max;
 }
 
-int nearest_iq4_nl(float v) {
+}  // namespace
+
+int nearest_level(const int8_t* levels, float v) {
   int best = 0;
-  float best_err = std::fabs(v - kIq4NlValues[0]);
+  float best_err = std::fabs(v - levels[0]);
   for (int k = 1; k < 16; ++k) {
-    const float err = std::fabs(v - kIq4NlValues[k]);
+    const float err = std::fabs(v - levels[k]);
     if (err < best_err) {
       best_err = err;
       best = k;
@@ -68,8 +70,6 @@ int nearest_iq4_nl(float v) {
   }
   return best;
 }
-
-}  // namespace
 
 void dequantize_q4_1(const BlockQ4_1* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK4_1; ++i) {
@@ -188,7 +188,9 @@ void quantize_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t n) {
     double sum_xv = 0.0, sum_vv = 0.0;
     for (int j = 0; j < kQK4_NL; ++j) {
       const float v = xb[j] * id;
-      q[j] = (uint8_t)(std::isnan(v) ? 8 : nearest_iq4_nl(v));  // level 8 is 1, nearest to 0
+      q[j] =
+          (uint8_t)(std::isnan(v) ? 8
+                                  : nearest_level(kIq4NlValues, v));  // level 8 is 1, nearest to 0
       sum_xv += (double)xb[j] * kIq4NlValues[q[j]];
       sum_vv += (double)kIq4NlValues[q[j]] * kIq4NlValues[q[j]];
     }

@@ -23,7 +23,7 @@ struct TypeEntry {
   TypeTraits traits;
 };
 
-constexpr std::array<TypeEntry, 13> kTypes = {{
+constexpr std::array<TypeEntry, 17> kTypes = {{
     {GgmlType::kF32, {"f32", 1, 4}},
     {GgmlType::kF16, {"f16", 1, 2}},
     {GgmlType::kQ4_0, {"q4_0", kQK4_0, sizeof(BlockQ4_0)}},
@@ -31,12 +31,16 @@ constexpr std::array<TypeEntry, 13> kTypes = {{
     {GgmlType::kQ5_0, {"q5_0", kQK5_0, sizeof(BlockQ5_0)}},
     {GgmlType::kQ5_1, {"q5_1", kQK5_1, sizeof(BlockQ5_1)}},
     {GgmlType::kQ8_0, {"q8_0", kQK8_0, sizeof(BlockQ8_0)}},
+    {GgmlType::kQ2_K, {"q2_K", kQK_K, sizeof(BlockQ2_K)}},
+    {GgmlType::kQ3_K, {"q3_K", kQK_K, sizeof(BlockQ3_K)}},
     {GgmlType::kQ4_K, {"q4_K", kQK_K, sizeof(BlockQ4_K)}},
     {GgmlType::kQ5_K, {"q5_K", kQK_K, sizeof(BlockQ5_K)}},
     {GgmlType::kQ6_K, {"q6_K", kQK_K, sizeof(BlockQ6_K)}},
     {GgmlType::kQ8_K, {"q8_K", kQK_K, sizeof(BlockQ8_K)}},
     {GgmlType::kIQ4_NL, {"iq4_nl", kQK4_NL, sizeof(BlockIQ4_NL)}},
+    {GgmlType::kIQ4_XS, {"iq4_xs", kQK_K, sizeof(BlockIQ4_XS)}},
     {GgmlType::kBF16, {"bf16", 1, 2}},
+    {GgmlType::kMXFP4, {"mxfp4", kQKMxfp4, sizeof(BlockMXFP4)}},
 }};
 
 void dequantize_q4_0(const BlockQ4_0* x, float* y, int64_t n) {
@@ -165,6 +169,14 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
       return quant::dequantize_q5_1(static_cast<const BlockQ5_1*>(src), dst, n);
     case GgmlType::kIQ4_NL:
       return quant::dequantize_iq4_nl(static_cast<const BlockIQ4_NL*>(src), dst, n);
+    case GgmlType::kQ2_K:
+      return quant::dequantize_q2_k(static_cast<const BlockQ2_K*>(src), dst, n);
+    case GgmlType::kQ3_K:
+      return quant::dequantize_q3_k(static_cast<const BlockQ3_K*>(src), dst, n);
+    case GgmlType::kIQ4_XS:
+      return quant::dequantize_iq4_xs(static_cast<const BlockIQ4_XS*>(src), dst, n);
+    case GgmlType::kMXFP4:
+      return quant::dequantize_mxfp4(static_cast<const BlockMXFP4*>(src), dst, n);
     case GgmlType::kQ4_K:
       return quant::dequantize_q4_k(static_cast<const BlockQ4_K*>(src), dst, n);
     case GgmlType::kQ5_K:
@@ -203,6 +215,14 @@ void quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
       return quant::quantize_q5_1(src, static_cast<BlockQ5_1*>(dst), n);
     case GgmlType::kIQ4_NL:
       return quant::quantize_iq4_nl(src, static_cast<BlockIQ4_NL*>(dst), n);
+    case GgmlType::kQ2_K:
+      return quant::quantize_q2_k(src, static_cast<BlockQ2_K*>(dst), n);
+    case GgmlType::kQ3_K:
+      return quant::quantize_q3_k(src, static_cast<BlockQ3_K*>(dst), n);
+    case GgmlType::kIQ4_XS:
+      return quant::quantize_iq4_xs(src, static_cast<BlockIQ4_XS*>(dst), n);
+    case GgmlType::kMXFP4:
+      return quant::quantize_mxfp4(src, static_cast<BlockMXFP4*>(dst), n);
     case GgmlType::kQ4_K:
       return quant::quantize_q4_k(src, static_cast<BlockQ4_K*>(dst), n);
     case GgmlType::kQ5_K:

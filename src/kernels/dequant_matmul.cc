@@ -1,8 +1,8 @@
 // kernels/dequant_matmul.cc: matmul of the weight types that have no integer kernel (Q4_1, Q5_0,
-// Q5_1, IQ4_NL): each weight row is dequantised to f32 with gguf's reference conversion, a chunk
-// at a time, and dotted with the f32 activations. This is the ref table's kernel; the x86 tables
-// run x86/avx2_dequant.cc, the same arithmetic in SIMD, so the output is bit-identical across
-// tables as well as across token counts and thread counts.
+// Q5_1, IQ4_NL, Q2_K, Q3_K, IQ4_XS, MXFP4): each weight row is dequantised to f32 with gguf's
+// reference conversion, a chunk at a time, and dotted with the f32 activations. This is the ref
+// table's kernel; the x86 tables run x86/avx2_dequant.cc, the same arithmetic in SIMD, so the
+// output is bit-identical across tables as well as across token counts and thread counts.
 //
 // Arithmetic per (row, token): kLanes float accumulators, element i adds w_i * x_i to lane
 // i % kLanes as one fused multiply-add (std::fma: exactly rounded, so the SIMD kernels' FMA
@@ -10,10 +10,12 @@
 // lanes are then summed pairwise in a fixed tree. Tiling over tokens only changes how often a
 // chunk is dequantised, never the order of a row's sum.
 //
-// Why not an integer path like Q4_0's: these types only appear on the few tensors llama-quantize
-// could not give a K-quant (row lengths not a multiple of 256), and f32 activations need no
-// separate buffer in the model or the planner. Decode reads each row once (dequantising costs
-// about as much as the f32 dot); prefill dequantises a chunk once per kTileTokens tokens.
+// Why not an integer path like Q4_0's: the 32-element types only appear on the few tensors
+// llama-quantize could not give a K-quant (row lengths not a multiple of 256), and f32
+// activations need no separate buffer in the model or the planner. Q2_K/Q3_K/IQ4_XS/MXFP4
+// (whole files of them) take this path too for now: correctness first, an int8 path later. Decode
+// reads each row once (dequantising costs about as much as the f32 dot); prefill dequantises a
+// chunk once per kTileTokens tokens.
 #include <algorithm>
 #include <cmath>
 
@@ -39,8 +41,19 @@ float reduce_lanes(float* acc) {
 }  // namespace
 
 bool is_dequant_type(GgmlType wtype) {
-  return wtype == GgmlType::kQ4_1 || wtype == GgmlType::kQ5_0 || wtype == GgmlType::kQ5_1 ||
-         wtype == GgmlType::kIQ4_NL;
+  switch (wtype) {
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+    case GgmlType::kIQ4_NL:
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K:
+    case GgmlType::kIQ4_XS:
+    case GgmlType::kMXFP4:
+      return true;
+    default:
+      return false;
+  }
 }
 
 void matmul_dequant(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const float* x,

@@ -38,6 +38,10 @@ GgmlType act_type(GgmlType wtype) {
     case GgmlType::kQ5_0:
     case GgmlType::kQ5_1:
     case GgmlType::kIQ4_NL:
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K:
+    case GgmlType::kIQ4_XS:
+    case GgmlType::kMXFP4:
       return GgmlType::kF32;
     case GgmlType::kQ8_K:
       break;

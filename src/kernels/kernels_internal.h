@@ -38,10 +38,10 @@ struct MatmulGeometry {
 };
 MatmulGeometry matmul_geometry(GgmlType wtype, int64_t n_in);
 
-// Q4_1, Q5_0, Q5_1, IQ4_NL: f32 activations, weight rows dequantised a chunk at a time and
-// dotted in one fixed order (kernels/dequant_matmul.cc). Every table's matmul routes these types
-// to matmul_dequant (the x86 tables to avx2::matmul_dequant, the same arithmetic in SIMD), so
-// results are bit-identical across tables; packs() is false for them.
+// Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, IQ4_XS, MXFP4: f32 activations, weight rows dequantised a
+// chunk at a time and dotted in one fixed order (kernels/dequant_matmul.cc). Every table's matmul
+// routes these types to matmul_dequant (the x86 tables to avx2::matmul_dequant, the same arithmetic
+// in SIMD), so results are bit-identical across tables; packs() is false for them.
 bool is_dequant_type(GgmlType wtype);
 void matmul_dequant(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const float* x,
                     int64_t n_tokens, float* y, int ith, int nth);

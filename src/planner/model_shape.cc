@@ -86,7 +86,8 @@ Result<Dtype> parse_weight_dtype(const std::string& name) {
     return Dtype{std::string(tr.name), tr.block_elems, tr.block_bytes};
   }
   return Error{"unknown weight dtype '" + name +
-               "' (expected f32, f16, bf16, fp8, int8, int4, q8_0, q4_0, q4_K, q5_K or q6_K)"};
+               "' (expected f32, f16, bf16, fp8, int8, int4 or a GGUF type: q8_0, q4_0, q4_1, "
+               "q5_0, q5_1, iq4_nl, mxfp4, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_xs)"};
 }
 
 }  // namespace kvw::planner

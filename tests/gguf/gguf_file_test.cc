@@ -104,11 +104,12 @@ struct TestTensor {
 
 std::vector<TestTensor> all_tensor_types() {
   const std::pair<GgmlType, std::vector<int64_t>> specs[] = {
-      {GgmlType::kF32, {3}},      {GgmlType::kF16, {5, 3}},         {GgmlType::kBF16, {2, 2, 2}},
-      {GgmlType::kQ4_0, {64, 3}}, {GgmlType::kQ8_0, {32, 2, 1, 2}}, {GgmlType::kQ4_K, {256, 2}},
-      {GgmlType::kQ5_K, {512}},   {GgmlType::kQ6_K, {256, 3}},      {GgmlType::kQ8_K, {256}},
-      {GgmlType::kQ4_1, {96, 3}}, {GgmlType::kQ5_0, {896, 2}},      {GgmlType::kQ5_1, {32, 5}},
-      {GgmlType::kIQ4_NL, {288}},
+      {GgmlType::kF32, {3}},         {GgmlType::kF16, {5, 3}},         {GgmlType::kBF16, {2, 2, 2}},
+      {GgmlType::kQ4_0, {64, 3}},    {GgmlType::kQ8_0, {32, 2, 1, 2}}, {GgmlType::kQ4_K, {256, 2}},
+      {GgmlType::kQ5_K, {512}},      {GgmlType::kQ6_K, {256, 3}},      {GgmlType::kQ8_K, {256}},
+      {GgmlType::kQ4_1, {96, 3}},    {GgmlType::kQ5_0, {896, 2}},      {GgmlType::kQ5_1, {32, 5}},
+      {GgmlType::kIQ4_NL, {288}},    {GgmlType::kQ2_K, {256, 2}},      {GgmlType::kQ3_K, {768}},
+      {GgmlType::kIQ4_XS, {512, 3}}, {GgmlType::kMXFP4, {2880, 2}},
   };
   std::mt19937 rng(1);
   std::normal_distribution<float> dist;

@@ -248,8 +248,8 @@ TEST_F(Hostile, UnknownTensorType) {
   auto b = good_;
   poke<uint32_t>(b, info_of("blk.0.w") + 20, 99);
   expect_error(b, "tensor 'blk.0.w': unknown type 99");
-  poke<uint32_t>(b, info_of("blk.0.w") + 20, 10);  // Q2_K: a real ggml type, not supported yet
-  expect_error(b, "tensor 'blk.0.w': unknown type 10");
+  poke<uint32_t>(b, info_of("blk.0.w") + 20, 16);  // IQ2_XXS: a real ggml type, not supported
+  expect_error(b, "tensor 'blk.0.w': unknown type 16");
 }
 
 TEST_F(Hostile, BadTensorOffsets) {

@@ -31,7 +31,12 @@ int64_t n_in_for(GgmlType wtype) {
     case GgmlType::kQ5_0:
     case GgmlType::kQ5_1:
     case GgmlType::kIQ4_NL:
+    case GgmlType::kMXFP4:
       return 544;  // a 512-element dequantised chunk and a 32-element one
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K:
+    case GgmlType::kIQ4_XS:
+      return 768;  // a 512-element chunk and a 256-element one
     default:
       return 512;
   }

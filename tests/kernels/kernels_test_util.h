@@ -13,13 +13,15 @@
 
 namespace kvw::kernels::testing {
 
-inline const GgmlType kWeightTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,
-                                        GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K,
-                                        GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ4_1,
-                                        GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kIQ4_NL};
+inline const GgmlType kWeightTypes[] = {
+    GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,   GgmlType::kQ4_0,
+    GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K,   GgmlType::kQ6_K,
+    GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,   GgmlType::kIQ4_NL,
+    GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kIQ4_XS, GgmlType::kMXFP4};
 // The types every table routes to matmul_dequant (kernels/dequant_matmul.cc).
-inline const GgmlType kDequantTypes[] = {GgmlType::kQ5_0, GgmlType::kQ4_1, GgmlType::kQ5_1,
-                                         GgmlType::kIQ4_NL};
+inline const GgmlType kDequantTypes[] = {GgmlType::kQ5_0,   GgmlType::kQ4_1, GgmlType::kQ5_1,
+                                         GgmlType::kIQ4_NL, GgmlType::kQ2_K, GgmlType::kQ3_K,
+                                         GgmlType::kIQ4_XS, GgmlType::kMXFP4};
 
 inline std::string type_name(GgmlType t) {
   return std::string(type_traits(t).name);

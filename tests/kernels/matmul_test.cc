@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <span>
 
 #include "kernels/kernels_internal.h"
 #include "kernels_test_util.h"
@@ -143,12 +144,16 @@ TEST(KernelsMatmul, Q8_0HandlesAnOddNumberOfBlocks) {
   }
 }
 
-// Q4_1/Q5_0/Q5_1/IQ4_NL share one kernel across tables (matmul_dequant), so every table gives
-// the ref table's bits, at the row lengths llama-quantize gives these types (896: Qwen2.5-0.5B's
-// n_embd, 4864: its n_ff; neither a multiple of 256), whatever the thread count.
+// The dequantised types share one arithmetic across tables (matmul_dequant), so every table
+// gives the ref table's bits, whatever the thread count. 32-element types at the row lengths
+// llama-quantize gives them (896: Qwen2.5-0.5B's n_embd, 4864: its n_ff; neither a multiple of
+// 256); the 256-element ones at whole, half and odd multiples of the 512-element chunk.
 TEST(KernelsMatmul, DequantTypesAreBitIdenticalAcrossTablesAndThreads) {
-  const Shape shapes[] = {{35, 896, 5}, {17, 4864, 2}, {64, 288, 9}};
+  const Shape shapes32[] = {{35, 896, 5}, {17, 4864, 2}, {64, 288, 9}};
+  const Shape shapes256[] = {{35, 768, 5}, {17, 2816, 2}, {64, 256, 9}};
   for (GgmlType wtype : testing::kDequantTypes) {
+    const bool k256 = type_traits(wtype).block_elems == 256;
+    const std::span<const Shape> shapes = k256 ? std::span<const Shape>(shapes256) : shapes32;
     EXPECT_FALSE(kernels_ref().packs(wtype, 64, 896)) << testing::type_name(wtype);
     EXPECT_EQ(act_type(wtype), GgmlType::kF32);
     for (const Shape& s : shapes) {

@@ -86,7 +86,7 @@ TEST_P(ForwardTest, ThreadCountDoesNotChangeLogits) {
 
 INSTANTIATE_TEST_SUITE_P(WeightTypes, ForwardTest,
                          ::testing::Values("f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K",
-                                           "q6_K"));
+                                           "q6_K", "q2_K", "q3_K", "iq4_xs", "mxfp4"));
 
 TEST(Forward, ChunkedPrefillAndDecodeMatchOneShotPrefill) {
   const std::string path = make_test_model("chunk", spec_for("q8_0"));

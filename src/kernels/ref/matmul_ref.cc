@@ -198,6 +198,10 @@ float dot_row(GgmlType wtype, const uint8_t* w, const uint8_t* x, int64_t n) {
     case GgmlType::kQ5_0:
     case GgmlType::kQ5_1:
     case GgmlType::kIQ4_NL:
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K:
+    case GgmlType::kIQ4_XS:
+    case GgmlType::kMXFP4:
     case GgmlType::kQ8_K:
       break;
   }

@@ -1,5 +1,6 @@
-// kernels/x86/avx2_dequant.cc: matmul_dequant (kernels/dequant_matmul.cc) for Q4_1, Q5_0, Q5_1
-// and IQ4_NL in AVX2, bit for bit. Compiled with -mavx2 -mfma -mf16c -ffp-contract=off; every x86
+// kernels/x86/avx2_dequant.cc: matmul_dequant (kernels/dequant_matmul.cc) for Q4_1, Q5_0, Q5_1,
+// IQ4_NL, Q2_K, Q3_K, IQ4_XS and MXFP4 in AVX2, bit for bit (the last four unpacked 32 elements
+// at a time by x86/lowbit_unpack.h). Compiled with -mavx2 -mfma -mf16c -ffp-contract=off; every x86
 // table's matmul routes these types here.
 //
 // Why it is bit-identical to the scalar kernel: a weight is the same float expression
@@ -14,6 +15,7 @@
 
 #include "gguf/quant_blocks.h"
 #include "kernels/kernels_internal.h"
+#include "kernels/x86/lowbit_unpack.h"
 
 namespace kvw::kernels::avx2 {
 namespace {
@@ -102,10 +104,12 @@ void row_tile(const uint8_t* row, int64_t nb, const float* x, int64_t n_in, int6
   for (int t = 0; t < NT; ++t) {
     for (int k = 0; k < 4; ++k) acc[t][k] = _mm256_setzero_ps();
   }
-  constexpr int64_t kBlockBytes = T == GgmlType::kQ5_0   ? sizeof(BlockQ5_0)
-                                  : T == GgmlType::kQ4_1 ? sizeof(BlockQ4_1)
-                                  : T == GgmlType::kQ5_1 ? sizeof(BlockQ5_1)
-                                                         : sizeof(BlockIQ4_NL);
+  constexpr int64_t kBlockBytes = T == GgmlType::kQ5_0     ? sizeof(BlockQ5_0)
+                                  : T == GgmlType::kQ4_1   ? sizeof(BlockQ4_1)
+                                  : T == GgmlType::kQ5_1   ? sizeof(BlockQ5_1)
+                                  : T == GgmlType::kIQ4_NL ? sizeof(BlockIQ4_NL)
+                                                           : x86::lowbit_bytes_per_32<T>();
+  [[maybe_unused]] x86::LowbitScales sc;  // Q2_K/Q3_K/IQ4_XS: the current super-block's
   for (int64_t b = 0; b < nb; ++b) {
     // One row is read a block at a time with a long dependent chain per block, so the core does
     // not run ahead far enough to overlap DRAM misses: decode spent ~55% of its time on the first
@@ -113,7 +117,24 @@ void row_tile(const uint8_t* row, int64_t nb, const float* x, int64_t n_in, int6
     _mm_prefetch(reinterpret_cast<const char*>(row) + b * kBlockBytes + kPrefetchBytes,
                  _MM_HINT_T0);
     __m256 w[4];
-    unpack<T>(row, b, w);
+    if constexpr (x86::is_superblock_lowbit(T)) {
+      const uint8_t* blk = row + b / 8 * x86::superblock_bytes<T>();
+      const int c = static_cast<int>(b % 8);
+      if (c == 0) x86::lowbit_scales<T>(blk, sc);
+      to_floats_i8(x86::lowbit_levels<T>(blk, c), w);
+      for (int k = 0; k < 4; ++k) {
+        w[k] = _mm256_mul_ps(w[k], _mm256_set1_ps(sc.d[2 * c + k / 2]));
+        if constexpr (T == GgmlType::kQ2_K) {
+          w[k] = _mm256_sub_ps(w[k], _mm256_set1_ps(sc.m[2 * c + k / 2]));
+        }
+      }
+    } else if constexpr (T == GgmlType::kMXFP4) {
+      float d;
+      to_floats_i8(x86::mxfp4_levels(row, b, &d), w);
+      for (int k = 0; k < 4; ++k) w[k] = _mm256_mul_ps(w[k], _mm256_set1_ps(d));
+    } else {
+      unpack<T>(row, b, w);
+    }
     for (int t = 0; t < NT; ++t) {
       const float* xt = x + (t0 + t) * n_in + b * 32;
       for (int k = 0; k < 4; ++k) {
@@ -154,6 +175,14 @@ void matmul_dequant(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
       return rows<GgmlType::kQ5_1>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
     case GgmlType::kIQ4_NL:
       return rows<GgmlType::kIQ4_NL>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
+    case GgmlType::kQ2_K:
+      return rows<GgmlType::kQ2_K>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
+    case GgmlType::kQ3_K:
+      return rows<GgmlType::kQ3_K>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
+    case GgmlType::kIQ4_XS:
+      return rows<GgmlType::kIQ4_XS>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
+    case GgmlType::kMXFP4:
+      return rows<GgmlType::kMXFP4>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
     default:
       // The generic kernel CHECKs the type.
       return kvw::kernels::matmul_dequant(wtype, w, n_rows, n_in, x, n_tokens, y, ith, nth);

@@ -172,6 +172,10 @@ void matmul(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const v
     case GgmlType::kQ5_0:
     case GgmlType::kQ5_1:
     case GgmlType::kIQ4_NL:
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K:
+    case GgmlType::kIQ4_XS:
+    case GgmlType::kMXFP4:
       return matmul_dequant(wtype, w, n_rows, n_in, static_cast<const float*>(xq), n_tokens, y, ith,
                             nth);
     default:
