@@ -190,6 +190,7 @@ TEST(HttpServer, InlineAndPooledRoutesAnswerAndUnknownOnesAre404Or405) {
 TEST(HttpServer, ConnectionsOverTheLimitGet503AtOnce) {
   HttpServerConfig c = test_config();
   c.max_connections = 4;
+  c.max_probe_connections = 0;  // no allowance for probes beyond the limit either
   c.keep_alive_timeout_s = 30;
   HttpServer s(c, refuse);
   s.add_route("GET", "/ping",
