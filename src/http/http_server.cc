@@ -492,6 +492,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     stream_close_ = close_after || !keep_alive_;
     head_sent_ = false;
     stream_ended_ = false;
+    stream_pull_ = false;
     ++s_.active_streams;
     std::weak_ptr<Connection> weak = shared_from_this();
     stream_->start([weak, hub = s_.hub, pending = wake_pending_] {
@@ -561,6 +562,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (stream_chunked_) pending_ += "0\r\n\r\n";
       stream_ended_ = true;
     }
+    if (out.more && !stream_ended_) stream_pull_ = true;
     s_.stream_buffered += pending_.size() - before;
     // A slow consumer is a client that falls behind: bytes pile up behind a write it has not
     // finished taking. What one poll hands over while the client is keeping up is accepted
@@ -584,7 +586,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
       writing_off_ = 0;
       if (writing_.capacity() > (64u << 10)) writing_.shrink_to_fit();
       if (pending_.empty()) {
-        if (stream_ended_) finish_stream();
+        if (stream_ended_) return finish_stream();
+        if (stream_pull_) {  // the client took the last part: ask for the next
+          stream_pull_ = false;
+          net::post(sock_.get_executor(), [self = shared_from_this()] { self->pump(); });
+        }
         return;
       }
       writing_.swap(pending_);
@@ -733,6 +739,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool stream_chunked_ = true;
   bool stream_ended_ = false;
   bool stream_close_ = false;
+  bool stream_pull_ = false;  // the stream said `more`: poll again once everything is written
 };
 
 void HttpServer::Impl::accept() {
