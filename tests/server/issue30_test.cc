@@ -66,7 +66,7 @@ std::string exchange(int port, const std::string& raw, bool& closed) {
   return got;
 }
 
-TEST(ControlPlane, DebugRoutesNeedTheKeyWhenOneIsSet) {
+TEST(ServerControlPlane, DebugRoutesNeedTheKeyWhenOneIsSet) {
   KeyedServer s;
   Harness& h = *s.h;
   for (const char* path : {"/debug/kv", "/debug/stats", "/debug/trace", "/debug/memory_snapshot"}) {
@@ -93,7 +93,7 @@ TEST(ControlPlane, DebugRoutesNeedTheKeyWhenOneIsSet) {
 // chunked POST that sends nothing, once held request memory first come first served until
 // --body-timeout (an authorised completion waited 59.7 s). Now they are refused from their
 // headers and reserve nothing.
-TEST(ControlPlane, AuthorisedCompletionIsServedBesideBodyWithholdingStrangers) {
+TEST(ServerControlPlane, AuthorisedCompletionIsServedBesideBodyWithholdingStrangers) {
   ServerConfig cfg;
   cfg.http.body_timeout_s = 30;
   KeyedServer s(cfg);
@@ -138,7 +138,7 @@ TEST(ControlPlane, AuthorisedCompletionIsServedBesideBodyWithholdingStrangers) {
 
 // The issue's row: probes counted against --max-connections, so a connection flood made the
 // liveness probe fail. Probes have their own allowance beyond it.
-TEST(ControlPlane, HealthAnswersWhileMaxConnectionsAreHeld) {
+TEST(ServerControlPlane, HealthAnswersWhileMaxConnectionsAreHeld) {
   ServerConfig cfg;
   cfg.http.max_connections = 8;
   cfg.http.max_probe_connections = 2;
@@ -177,7 +177,7 @@ TEST(ControlPlane, HealthAnswersWhileMaxConnectionsAreHeld) {
 // the test-only EngineConfig::sample_fault_hook, for the request with max_tokens 13) ends that
 // request with a typed 503, counted by reason, its KV blocks freed; the three requests running
 // beside it complete, and the server serves the next one.
-TEST(RequestFaults, BadAllocInOneRequestsSamplingLeavesTheOthersCompleting) {
+TEST(ServerFaults, BadAllocInOneRequestsSamplingLeavesTheOthersCompleting) {
   Harness h({}, harness::small_model(), /*max_num_seqs=*/4, OverflowPolicy::kError, nullptr,
             [](EngineConfig& e) {
               e.sample_fault_hook = [](uint64_t, int32_t max_tokens) {
@@ -229,7 +229,7 @@ TEST(RequestFaults, BadAllocInOneRequestsSamplingLeavesTheOthersCompleting) {
 // Issue 30: bounds that need the model are refused with a 400 naming the parameter before any
 // work: a logit_bias id outside the vocabulary, and more chat messages than max_model_len
 // tokens could hold (each message is at least one token; 100k empty messages were rendered).
-TEST(RequestBounds, LogitBiasOutsideTheVocabularyAndTooManyMessagesAre400) {
+TEST(ServerBounds, LogitBiasOutsideTheVocabularyAndTooManyMessagesAre400) {
   Harness h;  // small model: max_model_len 512
   const int32_t n_vocab = h.engine->limits().n_vocab;
   auto r =
@@ -257,7 +257,7 @@ TEST(RequestBounds, LogitBiasOutsideTheVocabularyAndTooManyMessagesAre400) {
 // Issue 30, "no accepted answer is lost": a non-streamed answer far over --stream-buffer-bytes
 // (64 KiB) was dropped as a slow consumer after every token was generated (the client saw the
 // connection close with no status line). It now arrives whole.
-TEST(WholeAnswers, TwoThousandTokensWithLogprobsArriveWholeAndParse) {
+TEST(ServerWholeAnswers, TwoThousandTokensWithLogprobsArriveWholeAndParse) {
   Harness h({}, harness::long_model(), /*max_num_seqs=*/2);
   h.client->set_read_timeout(300);
   auto r = h.post("/v1/completions", {{"prompt", "Once upon a time"},
