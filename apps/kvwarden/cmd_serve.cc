@@ -42,7 +42,11 @@ struct ServeFlags {
   EngineConfig engine;
   std::string memory_budget, request_memory = "64MiB", swap_space, kv_dtype = "f16",
                              preemption_mode = "swap", overflow = "error", kv_reserve = "none",
-                             chat_template_file, diagnostics_dir, kv_events_json;
+                             chat_template_file, diagnostics_dir, kv_events_json,
+                             diagnostics_max_bytes = "64MiB";
+  double diagnostics_min_interval_s = 60;
+  uint32_t diagnostics_max_files = 64;
+  uint64_t diagnostics_max_bytes_value = 0;  // parsed from diagnostics_max_bytes
   kv_events::KvEventsConfig kv_events;
   size_t trace_capacity = 65536;
   bool no_prefix_caching = false;
@@ -90,6 +94,11 @@ Result<std::unique_ptr<GgufFile>> resolve(ServeFlags& f) {
     auto b = parse_size_flag("--request-memory", f.request_memory);
     if (!b.ok()) return b.error();
     f.server.http.request_memory_bytes = *b;
+  }
+  {
+    auto d = parse_size_flag("--diagnostics-max-bytes", f.diagnostics_max_bytes);
+    if (!d.ok()) return d.error();
+    f.diagnostics_max_bytes_value = *d;
   }
   if (!f.swap_space.empty()) {
     auto b = parse_size_flag("--swap-space", f.swap_space);
@@ -159,7 +168,8 @@ Result<std::unique_ptr<GgufFile>> resolve(ServeFlags& f) {
       nofile.rlim_cur = nofile.rlim_max;
       setrlimit(RLIMIT_NOFILE, &nofile);
     }
-    const uint64_t spare = 64;  // model file, swap file, epoll, logs
+    // Model file, swap file, epoll, logs, and the probe connections beyond the limit.
+    const uint64_t spare = 64 + h.max_probe_connections;
     if (nofile.rlim_cur != RLIM_INFINITY && h.max_connections + spare > nofile.rlim_cur) {
       if (!default_connections || nofile.rlim_cur < 2 * spare) {
         return Error{"--max-connections " + std::to_string(h.max_connections) +
@@ -193,6 +203,7 @@ nlohmann::json config_json(const ServeFlags& f) {
           {"io_threads", s.http.io_threads},
           {"http_threads", s.http.handler_threads},
           {"max_connections", s.http.max_connections},
+          {"max_probe_connections", s.http.max_probe_connections},
           {"request_memory_bytes", s.http.request_memory_bytes},
           {"stream_buffer_bytes", s.http.stream_buffer_bytes},
           {"max_body_bytes", s.http.max_body_bytes},
@@ -274,6 +285,9 @@ int run(ServeFlags f) {
       server::make_obs_config(f.engine, (*engine)->budget(),
                               {.model_name = (*srv)->model_name(),
                                .diagnostics_dir = f.diagnostics_dir,
+                               .diagnostics_min_interval_s = f.diagnostics_min_interval_s,
+                               .diagnostics_max_files = f.diagnostics_max_files,
+                               .diagnostics_max_bytes = f.diagnostics_max_bytes_value,
                                .trace_capacity = f.trace_capacity}));
   relay.connect(metrics->step_observer());
   bridge = std::make_unique<server::ObsBridge>(*metrics);
@@ -318,8 +332,9 @@ void add_serve_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   cmd->add_option("--api-key", h.api_key,
-                  "Require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize "
-                  "(default: $KVW_API_KEY; none: no auth)");
+                  "Require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize and "
+                  "/debug/* (compared in constant time, before any request memory is reserved; "
+                  "requests without it may send no body) (default: $KVW_API_KEY; none: no auth)");
   cmd->add_option("--served-model-name", s.served_model_name,
                   "Model name in the API (default: the model file name without .gguf)");
   cmd->add_option("--chat-template", f->chat_template_file,
@@ -338,13 +353,19 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-connections", h.max_connections,
                   "Open connections at most; beyond it 503 + Retry-After at once (default: "
                   "max(1024, 2 x (max-num-seqs + max-queue) + 512))");
+  cmd->add_option("--max-probe-connections", h.max_probe_connections,
+                  "Connections beyond --max-connections for /health, /ready and /metrics only "
+                  "(one request each), so a connection flood cannot fail the liveness probe")
+      ->capture_default_str();
   cmd->add_option("--request-memory", f->request_memory,
                   "Memory for request bodies, their parsed JSON and prompts before they reach "
                   "the engine (4 x body + 256 KiB each); when spent, bodies wait unread, then "
                   "get 503 (part of the budget table's request row)")
       ->capture_default_str();
   cmd->add_option("--stream-buffer-bytes", h.stream_buffer_bytes,
-                  "Unsent bytes one stream may hold; a client that reads slower is dropped")
+                  "Unsent bytes one stream may queue behind a write its client has not finished "
+                  "taking; a client that falls further behind is dropped (a whole non-streamed "
+                  "answer is always written to a client that reads it)")
       ->capture_default_str();
   cmd->add_option("--max-body-bytes", h.max_body_bytes, "Larger request bodies get 413")
       ->capture_default_str();
@@ -377,8 +398,19 @@ void add_serve_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   // Observability.
   cmd->add_option("--diagnostics-dir", f->diagnostics_dir,
-                  "Write diagnostics dumps (JSON) here on preemption storms, shedding, numerics "
+                  "Write diagnostics dumps (JSON) here on preemption storms, server faults and "
+                  "shedding (429/5xx; never client mistakes such as 400/401/404), numerics "
                   "errors and KV usage over 98% (default: none)");
+  cmd->add_option("--diagnostics-min-interval", f->diagnostics_min_interval_s,
+                  "Seconds between two dumps of the same trigger")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--diagnostics-max-files", f->diagnostics_max_files,
+                  "Dumps this process writes at most; later ones are skipped (logged once)")
+      ->capture_default_str();
+  cmd->add_option("--diagnostics-max-bytes", f->diagnostics_max_bytes,
+                  "Bytes of dumps this process writes at most, all files together")
+      ->capture_default_str();
   cmd->add_option("--trace-capacity", f->trace_capacity,
                   "Engine steps kept for /debug/trace (ring buffer)")
       ->check(CLI::PositiveNumber)

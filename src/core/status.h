@@ -20,6 +20,7 @@ enum class ErrorKind : uint8_t {
   kUnavailable,      // shutting down
   kNumerics,         // the numerics guard ended the request (NaN/Inf)
   kQueueTimeout,     // no output within its queue-wait limit (--max-queue-wait): retry later
+  kOutOfMemory,      // an allocation failed while serving this request: retry later
   kInternal,         // anything else
 };
 

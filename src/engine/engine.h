@@ -101,6 +101,7 @@ class Engine {
   Status plan_budget(const GgufFile& file);
   void run();
   void admit_pending();
+  void admit_one(PendingRequest& p);  // may throw (bad_alloc): admit_pending ends that request
   // Cancels every request that emitted no token by its first_token_deadline (queued or in
   // prefill); the scheduler frees its blocks at the next schedule() and the channel ends with
   // kError, ErrorKind::kQueueTimeout. O(live requests), only when a deadline may have passed.
@@ -115,7 +116,13 @@ class Engine {
     int64_t pos;  // position of the row's token (for the numerics guard's message)
     SampledToken token;
     bool finite;
+    const char* fault = nullptr;  // what() of an exception while sampling (static or owned)
+    std::string fault_text;       // owns the message when `fault` points at it
+    ErrorKind fault_kind = ErrorKind::kInternal;
   };
+  // Samples one row; exceptions are caught by the caller and end only this request.
+  void sample_one(SampleJob& job, int32_t n_vocab);
+  void fail_sample(SampleJob& job);
   void sample_rows(const SchedulerOutput& out);
   void publish_and_emit();
   void publish_snapshot_if_wanted();

@@ -61,6 +61,10 @@ struct EngineConfig {
   // events since the last call (kv/kv_events.h), oldest first; never with none. Must not block
   // (src/kv_events queues them for its publisher thread). Empty = events are not recorded.
   std::function<void(std::vector<KvCacheEvent>&&)> kv_event_sink;
+  // Tests only (fault injection, issue 30): called on a kernel thread before each request's
+  // token is sampled, with its id and max_tokens; what it throws ends that request as a fault
+  // would. Empty (the default) costs one branch per sampled row.
+  std::function<void(uint64_t request_id, int32_t max_tokens)> sample_fault_hook;
 
   Status validate() const;  // messages name the flag
 };

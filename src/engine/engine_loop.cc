@@ -1,6 +1,8 @@
 // The engine thread: drain -> schedule -> forward -> guard + sample -> update -> emit.
 #include <algorithm>
 #include <chrono>
+#include <exception>
+#include <new>
 #include <span>
 
 #include "core/check.h"
@@ -42,28 +44,45 @@ void Engine::admit_pending() {
   cancels_.clear();
   queue_->drain(pending_, cancels_);
   for (PendingRequest& p : pending_) {
-    const uint64_t id = p.request_id;
-    RequestInput in{.id = SeqId{id},
-                    .prompt = std::move(p.request.prompt),
-                    .max_tokens = p.request.max_tokens,
-                    .turn_starts = std::move(p.request.turn_starts)};
-    Status st = sched_->add_request(std::move(in));
-    if (!st.ok()) {
-      ++stats_.num_rejected;
+    // An allocation failure while admitting one request refuses that request only.
+    try {
+      admit_one(p);
+    } catch (const std::exception& e) {
+      const bool oom = dynamic_cast<const std::bad_alloc*>(&e) != nullptr;
+      sched_->cancel(SeqId{p.request_id});  // if it got that far
+      live_.erase(p.request_id);
+      ++stats_.num_request_faults;
       ++stats_.num_finished;
-      LOG(INFO, engine) << "request " << id << " rejected: " << st.message();
-      p.channel->finish(FinishReason::kError, st.message(), st.kind());
-      continue;
+      LOG(ERROR, engine) << "request " << p.request_id << ": admission failed: " << e.what();
+      p.channel->finish(FinishReason::kError, std::string("internal error: ") + e.what(),
+                        oom ? ErrorKind::kOutOfMemory : ErrorKind::kInternal);
     }
-    live_.emplace(id, Live{.channel = std::move(p.channel),
-                           .sampler = std::move(p.sampler),
-                           .ignore_eos = p.request.ignore_eos,
-                           .error = {},
-                           .next_event = {},
-                           .first_token_deadline = p.first_token_deadline});
-    next_deadline_ = std::min(next_deadline_, p.first_token_deadline);
   }
   for (uint64_t id : cancels_) sched_->cancel(SeqId{id});  // unknown or finished: ignored
+}
+
+void Engine::admit_one(PendingRequest& p) {
+  const uint64_t id = p.request_id;
+  RequestInput in{.id = SeqId{id},
+                  .prompt = std::move(p.request.prompt),
+                  .max_tokens = p.request.max_tokens,
+                  .turn_starts = std::move(p.request.turn_starts)};
+  Status st = sched_->add_request(std::move(in));
+  if (!st.ok()) {
+    ++stats_.num_rejected;
+    ++stats_.num_finished;
+    LOG(INFO, engine) << "request " << id << " rejected: " << st.message();
+    p.channel->finish(FinishReason::kError, st.message(), st.kind());
+    return;
+  }
+  // The channel is copied, not moved: if the insert throws, admit_pending still answers it.
+  live_.emplace(id, Live{.channel = p.channel,
+                         .sampler = std::move(p.sampler),
+                         .ignore_eos = p.request.ignore_eos,
+                         .error = {},
+                         .next_event = {},
+                         .first_token_deadline = p.first_token_deadline});
+  next_deadline_ = std::min(next_deadline_, p.first_token_deadline);
 }
 
 bool Engine::step() {
@@ -233,23 +252,28 @@ void Engine::sample_rows(const SchedulerOutput& out) {
   model_->run_on_threads([&](int ith, int nth) {
     for (size_t j = (size_t)ith; j < sample_jobs_.size(); j += (size_t)nth) {
       SampleJob& job = sample_jobs_[j];
-      job.finite = all_finite(job.row, n_vocab);
-      if (!job.finite) continue;
-      const Request* r = job.request;
-      job.token.token_id =
-          job.live->sampler->sample(job.row, r->token_ids, (size_t)r->num_output_tokens());
-      job.token.stop =
-          !job.live->ignore_eos && tokenizer_->is_end_of_generation(job.token.token_id);
-      if (job.live->sampler->num_logprobs() >= 0) {
-        ChannelEvent& ev = job.live->next_event;
-        compute_logprobs(job.row, n_vocab, job.token.token_id, job.live->sampler->num_logprobs(),
-                         &ev.logprob, &ev.top_logprobs);
+      // A fault while sampling one request (an allocation failure in its logprobs, say) ends
+      // that request; the step, the other requests and the process go on.
+      try {
+        sample_one(job, n_vocab);
+      } catch (const std::bad_alloc&) {
+        job.fault = "out of memory while sampling";
+        job.fault_kind = ErrorKind::kOutOfMemory;
+      } catch (const std::exception& e) {
+        job.fault_text = e.what();
+        job.fault = job.fault_text.c_str();
+        job.fault_kind = ErrorKind::kInternal;
+      } catch (...) {
+        job.fault = "unknown exception while sampling";
+        job.fault_kind = ErrorKind::kInternal;
       }
     }
   });
   for (size_t j = 0; j < sample_jobs_.size(); ++j) {
     SampleJob& job = sample_jobs_[j];
-    if (!job.finite) {
+    if (job.fault != nullptr) {
+      fail_sample(job);
+    } else if (!job.finite) {
       job.token.error = true;
       ++stats_.num_numerics_errors;
       job.live->error_kind = ErrorKind::kNumerics;
@@ -259,6 +283,31 @@ void Engine::sample_rows(const SchedulerOutput& out) {
     }
     sampled_.push_back(job.token);
   }
+}
+
+void Engine::sample_one(SampleJob& job, int32_t n_vocab) {
+  job.finite = all_finite(job.row, n_vocab);
+  if (!job.finite) return;
+  const Request* r = job.request;
+  if (cfg_.sample_fault_hook) cfg_.sample_fault_hook(index_of(job.token.seq_id), r->max_tokens);
+  job.token.token_id =
+      job.live->sampler->sample(job.row, r->token_ids, (size_t)r->num_output_tokens());
+  job.token.stop = !job.live->ignore_eos && tokenizer_->is_end_of_generation(job.token.token_id);
+  if (job.live->sampler->num_logprobs() >= 0) {
+    ChannelEvent& ev = job.live->next_event;
+    compute_logprobs(job.row, n_vocab, job.token.token_id, job.live->sampler->num_logprobs(),
+                     &ev.logprob, &ev.top_logprobs);
+  }
+}
+
+// The request ends with an error (update_from_output frees its blocks); its channel says why.
+void Engine::fail_sample(SampleJob& job) {
+  job.token.error = true;
+  ++stats_.num_request_faults;
+  job.live->error_kind = job.fault_kind;
+  job.live->error = std::string("internal error: ") + job.fault;
+  job.live->next_event = {};
+  LOG(ERROR, engine) << "request " << index_of(job.token.seq_id) << ": " << job.live->error;
 }
 
 void Engine::publish_and_emit() {

@@ -153,6 +153,7 @@ struct EngineStats {
   uint64_t num_steps = 0;             // steps that ran a forward
   uint64_t num_generated_tokens = 0;  // sampled tokens emitted to channels
   uint64_t num_numerics_errors = 0;   // requests ended by the NaN/Inf guard
+  uint64_t num_request_faults = 0;    // requests ended by an exception while serving them
   uint64_t num_rejected = 0;          // requests refused by the scheduler (bad input)
   uint64_t num_finished = 0;          // requests ended for any reason
   uint64_t num_queue_timeouts = 0;    // ended with no token within max_queue_wait_s

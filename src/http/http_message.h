@@ -57,6 +57,10 @@ struct StreamOutput {
   bool chunked = true;
   std::string data;  // body bytes (unframed)
   bool end = false;  // the body is complete
+  // Pull: the stream has more to give without waiting for anything. The transport polls again
+  // once everything handed over so far is written, so a large answer produced in parts holds
+  // one part at a time, paced by the client's reading (no wake() needed for these polls).
+  bool more = false;
 };
 
 // A response body produced over time. The transport calls start() once with a wake function;

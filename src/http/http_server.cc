@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <set>
 #include <thread>
@@ -19,6 +20,7 @@
 
 #include "core/log.h"
 #include "core/thread_name.h"
+#include "http/api_key.h"
 
 namespace kvw::http {
 namespace {
@@ -62,6 +64,14 @@ struct WakeHub {
 struct Route {
   Handler handler;
   RouteOptions opt;
+  bool takes_body = true;  // false for GET and HEAD routes
+};
+
+// What a connection may do, decided at accept from the counts then.
+enum class ConnKind {
+  kRegular,    // within max_connections
+  kProbeOnly,  // beyond it, within max_probe_connections: one probe request, then closed
+  kRejected,   // beyond both: 503 at once
 };
 
 }  // namespace
@@ -80,11 +90,13 @@ int refusal_status(Refusal r) {
     case Refusal::kBodyTimeout:
       return 408;
     case Refusal::kBodyTooLarge:
+    case Refusal::kBodyNotAllowed:
       return 413;
     case Refusal::kHeadersTooLarge:
       return 431;
     case Refusal::kTooManyConnections:
     case Refusal::kRequestMemory:
+    case Refusal::kOutOfMemory:
       return 503;
     case Refusal::kSlowConsumer:
     case Refusal::kInternal:
@@ -112,10 +124,14 @@ class Connection;
 
 struct HttpServer::Impl {
   Impl(HttpServerConfig c, RefusalHook r)
-      : cfg(std::move(c)), refuse(std::move(r)), request_memory(cfg.request_memory_bytes) {}
+      : cfg(std::move(c)),
+        refuse(std::move(r)),
+        api_key(cfg.api_key),
+        request_memory(cfg.request_memory_bytes) {}
 
   const HttpServerConfig cfg;
   RefusalHook refuse;
+  const ApiKey api_key;
   ByteBudget request_memory;
   std::map<std::string, std::map<std::string, Route>> routes;  // path -> method -> route
   std::shared_ptr<WakeHub> hub = std::make_shared<WakeHub>();
@@ -123,6 +139,8 @@ struct HttpServer::Impl {
   std::atomic<uint64_t> open_connections{0}, peak_connections{0}, active_streams{0},
       handlers_queued{0}, handlers_running{0}, accepted_total{0}, rejected_total{0}, slow_total{0},
       stream_buffered{0}, busy{0};
+  // Connections by kind (ConnKind), for the limits at accept.
+  std::atomic<uint64_t> regular_connections{0}, probe_connections{0};
 
   std::mutex conns_mu;
   std::unordered_set<Connection*> conns;  // live connections, for stop()
@@ -152,8 +170,14 @@ struct HttpServer::Impl {
 // shared_ptr to it; the last one to finish destroys it.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(HttpServer::Impl& s, tcp::socket sock, bool reject)
-      : s_(s), sock_(std::move(sock)), timer_(sock_.get_executor()), reject_(reject) {
+  Connection(HttpServer::Impl& s, tcp::socket sock, ConnKind kind)
+      : s_(s),
+        sock_(std::move(sock)),
+        timer_(sock_.get_executor()),
+        kind_(kind),
+        reject_(kind == ConnKind::kRejected) {
+    if (kind_ == ConnKind::kRegular) ++s_.regular_connections;
+    if (kind_ == ConnKind::kProbeOnly) ++s_.probe_connections;
     const uint64_t n = ++s_.open_connections;
     uint64_t peak = s_.peak_connections.load();
     while (n > peak && !s_.peak_connections.compare_exchange_weak(peak, n)) {
@@ -274,28 +298,35 @@ class Connection : public std::enable_shared_from_this<Connection> {
     const size_t q = target.find('?');
     req_.path = target.substr(0, q);
     if (q != std::string::npos) req_.query = target.substr(q + 1);
-    size_t n_fields = 0;
+    // Counted before anything is copied: a flood of fields costs no allocation.
+    const size_t n_fields = (size_t)std::distance(msg.begin(), msg.end());
+    body_pending_ = !parser_->is_done();
+    if (n_fields > s_.cfg.max_headers) return refuse(Refusal::kHeadersTooLarge);
     for (const auto& f : msg) {
       req_.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
-      ++n_fields;
     }
     req_.arrival_ns = steady_ns();
-    if (n_fields > s_.cfg.max_headers) return refuse(Refusal::kHeadersTooLarge);
-    keep_alive_ = msg.keep_alive() && ++num_requests_ < s_.cfg.keep_alive_max_count;
-    body_pending_ = !parser_->is_done();
+    // A probe-only connection serves one request (a flood cannot keep its allowance).
+    keep_alive_ = msg.keep_alive() && ++num_requests_ < s_.cfg.keep_alive_max_count &&
+                  kind_ == ConnKind::kRegular;
 
     bool known = false;
     route_ = s_.find(req_.method, req_.path, known);
+    if (kind_ == ConnKind::kProbeOnly && (route_ == nullptr || !route_->opt.probe)) {
+      return refuse(Refusal::kTooManyConnections);
+    }
+    // The key is checked from the headers, before anything is reserved for the request.
+    const bool authorised = s_.api_key.matches(req_.header("Authorization"));
     const bool needs_key =
         (route_ != nullptr && route_->opt.auth) ||
         (!s_.cfg.auth_prefix.empty() && req_.path.starts_with(s_.cfg.auth_prefix));
-    if (!s_.cfg.api_key.empty() && needs_key &&
-        req_.header("Authorization") != "Bearer " + s_.cfg.api_key) {
-      return refuse(Refusal::kUnauthorized);
-    }
+    if (needs_key && !authorised) return refuse(Refusal::kUnauthorized);
     if (route_ == nullptr) return refuse(known ? Refusal::kMethodNotAllowed : Refusal::kNotFound);
     uint64_t body_bytes = 0;
     if (body_pending_) {
+      // Only authorised requests to routes that read a body may reserve request memory for
+      // one: a stranger announcing 8 MiB on /health would otherwise hold it (issue 30).
+      if (!authorised || !route_->takes_body) return refuse(Refusal::kBodyNotAllowed);
       const auto announced = parser_->content_length();
       body_bytes = announced ? *announced : s_.cfg.max_body_bytes;  // chunked
       if (body_bytes > s_.cfg.max_body_bytes) return refuse(Refusal::kBodyTooLarge);
@@ -408,6 +439,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     HttpResponse res;
     try {
       route.handler(req, res);
+    } catch (const std::bad_alloc&) {
+      LOG(ERROR, http) << req.method << " " << req.path << ": handler ran out of memory";
+      res = s.refuse(Refusal::kOutOfMemory, req);
     } catch (const std::exception& e) {
       LOG(ERROR, http) << req.method << " " << req.path << ": handler threw: " << e.what();
       res = s.refuse(Refusal::kInternal, req);
@@ -458,6 +492,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     stream_close_ = close_after || !keep_alive_;
     head_sent_ = false;
     stream_ended_ = false;
+    stream_pull_ = false;
     ++s_.active_streams;
     std::weak_ptr<Connection> weak = shared_from_this();
     stream_->start([weak, hub = s_.hub, pending = wake_pending_] {
@@ -488,7 +523,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void pump() {
     if (phase_ != Phase::kStreaming || !stream_) return;
     StreamOutput out;
-    stream_->poll(out);
+    try {
+      stream_->poll(out);
+    } catch (const std::exception& e) {
+      // One answer failed (e.g. bad_alloc building its JSON): it ends, the server goes on.
+      LOG(ERROR, http) << req_.method << " " << req_.path << ": stream threw: " << e.what();
+      if (head_sent_) return close();  // mid-body: no status can be sent any more
+      end_stream();
+      const bool oom = dynamic_cast<const std::bad_alloc*>(&e) != nullptr;
+      return refuse(oom ? Refusal::kOutOfMemory : Refusal::kInternal);
+    }
     const size_t before = pending_.size();
     if (out.head && !head_sent_) {
       head_sent_ = true;
@@ -518,8 +562,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (stream_chunked_) pending_ += "0\r\n\r\n";
       stream_ended_ = true;
     }
+    if (out.more && !stream_ended_) stream_pull_ = true;
     s_.stream_buffered += pending_.size() - before;
-    if (pending_.size() + writing_.size() > s_.cfg.stream_buffer_bytes) {
+    // A slow consumer is a client that falls behind: bytes pile up behind a write it has not
+    // finished taking. What one poll hands over while the client is keeping up is accepted
+    // whatever its size (a whole non-streamed answer: 2,000 tokens with logprobs are ~0.5 MiB
+    // and were once dropped here, issue 30); a client that stops reading meets the write
+    // timeout, which counts time without progress.
+    if (write_in_flight_ && pending_.size() > s_.cfg.stream_buffer_bytes) {
       ++s_.slow_total;
       s_.refuse(Refusal::kSlowConsumer, req_);
       return close();
@@ -527,33 +577,49 @@ class Connection : public std::enable_shared_from_this<Connection> {
     flush();
   }
 
+  // Writes what is unsent, piece by piece as the socket takes it: the write timeout restarts
+  // on every piece, so it measures a client that stops reading, not the answer's size.
   void flush() {
     if (write_in_flight_) return;
-    if (pending_.empty()) {
-      if (stream_ended_) finish_stream();
-      return;
+    if (writing_off_ == writing_.size()) {
+      writing_.clear();
+      writing_off_ = 0;
+      if (writing_.capacity() > (64u << 10)) writing_.shrink_to_fit();
+      if (pending_.empty()) {
+        if (stream_ended_) return finish_stream();
+        if (stream_pull_) {  // the client took the last part: ask for the next
+          stream_pull_ = false;
+          net::post(sock_.get_executor(), [self = shared_from_this()] { self->pump(); });
+        }
+        return;
+      }
+      writing_.swap(pending_);
     }
-    writing_.swap(pending_);
-    pending_.clear();
     write_in_flight_ = true;
     arm(s_.cfg.write_timeout_s, [](Connection& c) {
       ++c.s_.slow_total;
       c.s_.refuse(Refusal::kSlowConsumer, c.req_);
       c.close();
     });
-    net::async_write(
-        sock_, net::buffer(writing_),
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_stream_written(ec); });
+    sock_.async_write_some(
+        net::buffer(writing_.data() + writing_off_, writing_.size() - writing_off_),
+        [self = shared_from_this()](beast::error_code ec, size_t n) {
+          self->on_stream_written(ec, n);
+        });
   }
 
-  void on_stream_written(beast::error_code ec) {
+  void on_stream_written(beast::error_code ec, size_t n) {
     write_in_flight_ = false;
-    s_.stream_buffered -= writing_.size();
-    writing_.clear();
-    if (phase_ != Phase::kStreaming) return;
+    if (phase_ != Phase::kStreaming) {  // closed meanwhile: end_stream left these bytes to us
+      s_.stream_buffered -= writing_.size() - writing_off_;
+      writing_.clear();
+      writing_off_ = 0;
+      return;
+    }
+    s_.stream_buffered -= n;
+    writing_off_ += n;
     disarm();
     if (ec) return close();
-    if (writing_.capacity() > (64u << 10)) writing_.shrink_to_fit();
     flush();
   }
 
@@ -571,9 +637,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (!stream_) return;
     stream_.reset();  // cancels what is unfinished (client gone)
     --s_.active_streams;
-    s_.stream_buffered -= pending_.size() + (write_in_flight_ ? 0 : writing_.size());
+    s_.stream_buffered -= pending_.size() + (write_in_flight_ ? 0 : writing_.size() - writing_off_);
     pending_.clear();
     pending_.shrink_to_fit();
+    if (!write_in_flight_) {
+      writing_.clear();
+      writing_.shrink_to_fit();
+      writing_off_ = 0;
+    }
   }
 
   // A request between its handler and the last byte of its answer: stop() lets these finish.
@@ -625,6 +696,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (phase_ == Phase::kClosed) return;
     if (phase_ == Phase::kMemoryWait) s_.request_memory.cancel(memory_ticket_);
     phase_ = Phase::kClosed;
+    if (kind_ == ConnKind::kRegular) --s_.regular_connections;
+    if (kind_ == ConnKind::kProbeOnly) --s_.probe_connections;
     ++timer_gen_;
     beast::error_code ec;
     timer_.cancel();
@@ -640,6 +713,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   HttpServer::Impl& s_;
   tcp::socket sock_;
   net::steady_timer timer_;
+  const ConnKind kind_;
   const bool reject_;
   Phase phase_ = Phase::kIdle;
   uint64_t timer_gen_ = 0;
@@ -659,11 +733,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<ResponseStream> stream_;
   std::shared_ptr<std::atomic<bool>> wake_pending_ = std::make_shared<std::atomic<bool>>(false);
   std::string pending_, writing_;
+  size_t writing_off_ = 0;  // bytes of writing_ already sent
   bool write_in_flight_ = false;
   bool head_sent_ = false;
   bool stream_chunked_ = true;
   bool stream_ended_ = false;
   bool stream_close_ = false;
+  bool stream_pull_ = false;  // the stream said `more`: poll again once everything is written
 };
 
 void HttpServer::Impl::accept() {
@@ -679,9 +755,14 @@ void HttpServer::Impl::accept() {
       return;
     }
     ++accepted_total;
-    const bool reject = open_connections.load() >= cfg.max_connections;
-    if (reject) ++rejected_total;
-    std::make_shared<Connection>(*this, std::move(sock), reject)->start();
+    // Probes get their own allowance beyond max_connections, so a connection flood cannot
+    // fail the liveness probe and get the process restarted.
+    const ConnKind kind = regular_connections.load() < cfg.max_connections ? ConnKind::kRegular
+                          : probe_connections.load() < cfg.max_probe_connections
+                              ? ConnKind::kProbeOnly
+                              : ConnKind::kRejected;
+    if (kind == ConnKind::kRejected) ++rejected_total;
+    std::make_shared<Connection>(*this, std::move(sock), kind)->start();
     accept();
   });
 }
@@ -695,7 +776,8 @@ HttpServer::~HttpServer() {
 
 void HttpServer::add_route(const std::string& method, const std::string& path, Handler handler,
                            RouteOptions opt) {
-  impl_->routes[path][method] = Route{std::move(handler), opt};
+  const bool takes_body = method != "GET" && method != "HEAD";
+  impl_->routes[path][method] = Route{std::move(handler), std::move(opt), takes_body};
 }
 
 Status HttpServer::start() {
@@ -723,7 +805,16 @@ Status HttpServer::start() {
   for (int i = 0; i < s.cfg.io_threads; ++i) {
     s.io_threads.emplace_back([&s, i] {
       set_thread_name("kvw-io-" + std::to_string(i));
-      s.ioc.run();
+      // An exception escaping a connection's handler ends that handler, not the thread (and
+      // the process): run() may be entered again after it throws.
+      while (true) {
+        try {
+          s.ioc.run();
+          return;
+        } catch (const std::exception& e) {
+          LOG(ERROR, http) << "I/O thread: a connection handler threw: " << e.what();
+        }
+      }
     });
   }
   return Status::ok_status();
@@ -784,6 +875,7 @@ HttpServerStats HttpServer::stats() const {
           .handlers_queued = s.handlers_queued.load(),
           .handlers_running = s.handlers_running.load(),
           .accepted_total = s.accepted_total.load(),
+          .probe_connections = s.probe_connections.load(),
           .rejected_connections_total = s.rejected_total.load(),
           .slow_consumers_total = s.slow_total.load(),
           .stream_buffered_bytes = s.stream_buffered.load(),

@@ -10,13 +10,21 @@
 //    (back-pressure) until memory comes back; past body_timeout_s the answer is 503;
 //  - a route's door check (RouteOptions::door) may answer from the request line and headers
 //    alone, before request memory is reserved or the body read (admission refusals);
-//  - past max_connections, a new connection gets 503 + Retry-After at once and is closed;
+//  - the API key (when set) is checked from the headers, in constant time, before anything is
+//    reserved; a request without it may not send a body at all (no route open without the key
+//    takes one), and routes registered for GET/HEAD take no body, so neither reserves request
+//    memory (413 from the headers);
+//  - past max_connections, up to max_probe_connections more are accepted for probe routes
+//    (RouteOptions::probe: /health, /ready, /metrics) only, one request each; past both, a new
+//    connection gets 503 + Retry-After at once and is closed;
 //  - handlers marked inline (probes, /metrics) run on the I/O thread; the rest run on a small
 //    handler pool (parsing, tokenising). A handler answers at once or returns a ResponseStream,
 //    which is polled on the connection's strand when it wakes the connection;
-//  - a stream whose unsent bytes exceed stream_buffer_bytes (a client that reads too slowly) or
-//    that accepts no bytes for write_timeout_s is dropped, so the engine never waits for a
-//    client and a slow client costs at most stream_buffer_bytes;
+//  - a stream whose client falls behind (more than stream_buffer_bytes queued behind a write it
+//    has not finished taking) or accepts no bytes for write_timeout_s is dropped, so the engine
+//    never waits for a client and a slow client costs at most stream_buffer_bytes beyond what
+//    one poll handed over (a whole non-streamed answer is written in full to a client that
+//    reads it, however large);
 //  - TCP_NODELAY on every connection (each SSE event leaves at once).
 // Thread safety: add_route and start from one controlling thread before serving; stop() from
 // that thread; stats() from any thread.
@@ -40,7 +48,8 @@ struct HttpServerConfig {
   int io_threads = 2;
   int handler_threads = 4;
   size_t max_connections = 2048;
-  int listen_backlog = 4096;  // capped by net.core.somaxconn
+  size_t max_probe_connections = 16;  // beyond max_connections, for probe routes only
+  int listen_backlog = 4096;          // capped by net.core.somaxconn
   double header_timeout_s = 10;
   double body_timeout_s = 60;  // headers complete -> body read (includes waiting for memory)
   double keep_alive_timeout_s = 5;
@@ -49,7 +58,7 @@ struct HttpServerConfig {
   size_t max_header_bytes = 32768;     // request line + headers
   size_t max_headers = 100;
   size_t max_body_bytes = 8u << 20;
-  size_t stream_buffer_bytes = 64u << 10;  // unsent bytes one stream may hold
+  size_t stream_buffer_bytes = 64u << 10;  // unsent bytes one stream may queue behind a write
   uint64_t request_memory_bytes = 64ull << 20;
   uint64_t reserve_per_body_byte = 4;  // body + parsed JSON + rendered prompt
   uint64_t reserve_fixed_bytes = 256u << 10;
@@ -73,11 +82,13 @@ enum class Refusal {
   kHeaderTimeout,       // 408: headers not complete in time
   kBodyTimeout,         // 408: body not complete in time
   kBodyTooLarge,        // 413
+  kBodyNotAllowed,      // 413: a body on a route that takes none, or without the API key
   kHeadersTooLarge,     // 431
   kTooManyConnections,  // 503 at accept
   kRequestMemory,       // 503: request memory stayed spent for body_timeout_s
   kSlowConsumer,        // stream dropped: over stream_buffer_bytes or write timeout (no answer)
   kInternal,            // 500: a handler threw
+  kOutOfMemory,         // 503: a handler ran out of memory (std::bad_alloc)
 };
 int refusal_status(Refusal r);
 
@@ -88,7 +99,8 @@ struct HttpServerStats {
   uint64_t handlers_queued = 0;  // requests waiting for a handler thread
   uint64_t handlers_running = 0;
   uint64_t accepted_total = 0;
-  uint64_t rejected_connections_total = 0;  // over max_connections
+  uint64_t probe_connections = 0;           // now: accepted beyond max_connections
+  uint64_t rejected_connections_total = 0;  // over max_connections (+ probe allowance)
   uint64_t slow_consumers_total = 0;
   uint64_t stream_buffered_bytes = 0;  // now: unsent bytes over all streams
   ByteBudgetStats request_memory;
@@ -106,6 +118,7 @@ using DoorCheck = std::function<std::optional<HttpResponse>(HttpRequest& req)>;
 struct RouteOptions {
   bool auth = false;         // needs the API key (paths under auth_prefix always do)
   bool inline_io = false;    // run on the I/O thread: must be quick and never block
+  bool probe = false;        // also served on connections beyond max_connections
   DoorCheck door = nullptr;  // none
 };
 

@@ -69,6 +69,49 @@ std::vector<DiagTrigger> DiagnosticsWriter::firing(double kv_usage) {
   return out;
 }
 
+bool DiagnosticsWriter::at_cap() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return files_written_ >= cfg_.max_files || bytes_written_ >= cfg_.max_bytes;
+}
+
+bool DiagnosticsWriter::reserve(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (files_written_ >= cfg_.max_files || bytes_written_ + bytes > cfg_.max_bytes) return false;
+  ++files_written_;
+  bytes_written_ += bytes;
+  return true;
+}
+
+void DiagnosticsWriter::skip(uint64_t n) {
+  uint64_t before = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    before = skipped_;
+    skipped_ += n;
+  }
+  // Once, not per skipped dump: the log must not become the flood.
+  if (before == 0) {
+    LOG(WARN, obs) << "diagnostics: cap reached (--diagnostics-max-files " << cfg_.max_files
+                   << ", --diagnostics-max-bytes " << cfg_.max_bytes
+                   << "); further dumps are skipped";
+  }
+}
+
+uint64_t DiagnosticsWriter::num_files_written() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return files_written_;
+}
+
+uint64_t DiagnosticsWriter::num_bytes_written() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_written_;
+}
+
+uint64_t DiagnosticsWriter::num_skipped() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return skipped_;
+}
+
 std::vector<std::string> DiagnosticsWriter::check(double kv_usage,
                                                   const std::function<nlohmann::json()>& collect) {
   const double now = clock_();
@@ -87,6 +130,10 @@ std::vector<std::string> DiagnosticsWriter::check(double kv_usage,
   }
   std::vector<std::string> paths;
   if (cfg_.dir.empty() || due.empty()) return paths;
+  if (at_cap()) {
+    skip(due.size());
+    return paths;
+  }
   std::error_code ec;
   std::filesystem::create_directories(cfg_.dir, ec);
   const nlohmann::json body = collect ? collect() : nlohmann::json::object();
@@ -100,8 +147,13 @@ std::vector<std::string> DiagnosticsWriter::check(double kv_usage,
     j["trigger"] = to_string(trigger);
     j["reason"] = reason;
     j["time_s"] = now;
+    const std::string text = j.dump(1) + "\n";
+    if (!reserve(text.size())) {
+      skip(1);
+      continue;
+    }
     std::ofstream f(path);
-    f << j.dump(1) << "\n";
+    f << text;
     f.close();
     if (!f) {
       LOG(ERROR, obs) << "diagnostics: cannot write " << path << " (" << reason << ")";

@@ -1,11 +1,14 @@
 // obs/diagnostics.h: writes a diagnostics dump (budget table, block map summary, queue, recent
 // trace, config: whatever `collect` returns, as JSON) to --diagnostics-dir when a trigger fires:
 //   preemption_storm  more than `preemption_storm_count` preemptions within `window_s`
-//   shedding          any request shed since the last check
+//   shedding          any request shed or failed by the server since the last check (429 and
+//                     5xx; client mistakes such as 400/401/404 are not recorded: see
+//                     record_shed's callers)
 //   numerics          any NaN/Inf event since the last check
 //   kv_usage_high     KV block usage above `kv_usage_threshold`
-// Each trigger writes at most one file per `min_interval_s` (a storm must not fill the disk);
-// every written file is logged with its path.
+// Each trigger writes at most one file per `min_interval_s`, and the process writes at most
+// `max_files` files and `max_bytes` bytes in all (a storm must not fill the disk); past either
+// cap dumps are skipped and counted. Every written file is logged with its path.
 // Thread safety: record_*() may be called from any thread (the engine thread records
 // preemptions); check() runs on one watcher thread, never the engine thread (it writes files).
 #pragma once
@@ -25,7 +28,9 @@ struct DiagnosticsConfig {
   uint32_t preemption_storm_count = 50;  // more than this many ...
   double window_s = 10.0;                // ... within this window
   double kv_usage_threshold = 0.98;
-  double min_interval_s = 60.0;  // per trigger
+  double min_interval_s = 60.0;      // per trigger (--diagnostics-min-interval)
+  uint32_t max_files = 64;           // per process (--diagnostics-max-files)
+  uint64_t max_bytes = 64ull << 20;  // per process, all files (--diagnostics-max-bytes)
 };
 
 enum class DiagTrigger { kPreemptionStorm, kShedding, kNumerics, kKvUsageHigh };
@@ -49,17 +54,28 @@ class DiagnosticsWriter {
   // Triggers that fire now, regardless of the rate limit (for tests and /debug/stats).
   std::vector<DiagTrigger> firing(double kv_usage);
 
+  uint64_t num_files_written() const;
+  uint64_t num_bytes_written() const;
+  uint64_t num_skipped() const;  // dumps not written because a cap was reached
+
  private:
   std::vector<std::pair<DiagTrigger, std::string>> firing_locked(double now, double kv_usage);
+  bool at_cap() const;
+  bool reserve(uint64_t bytes);  // counts a file of `bytes` when it fits both caps
+  void skip(uint64_t n);
 
   const DiagnosticsConfig cfg_;
   const Clock clock_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::deque<std::pair<double, uint32_t>> preemptions_;  // (time, count), within window_s
   uint64_t sheds_ = 0;                                   // since the last check
   uint64_t numerics_ = 0;                                // since the last check
   double last_written_[4] = {-1e300, -1e300, -1e300, -1e300};
   uint64_t seq_ = 0;
+  // Writes happen on the one watcher thread; mu_ guards these for the readers.
+  uint64_t files_written_ = 0;
+  uint64_t bytes_written_ = 0;
+  uint64_t skipped_ = 0;
 };
 
 }  // namespace kvw::obs

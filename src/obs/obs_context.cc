@@ -70,9 +70,9 @@ std::function<void(const StepObservation&)> ObservabilityContext::step_observer(
   };
 }
 
-void ObservabilityContext::observe_shed(std::string_view reason) {
+void ObservabilityContext::observe_shed(std::string_view reason, bool server_fault) {
   metrics_.observe_shed(reason);
-  diag_.record_shed();
+  if (server_fault) diag_.record_shed();
 }
 
 std::vector<std::string> ObservabilityContext::check_diagnostics() {

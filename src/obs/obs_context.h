@@ -66,7 +66,9 @@ class ObservabilityContext {
   // For EngineConfig::step_observer: histograms, trace ring, preemption-storm window.
   std::function<void(const StepObservation&)> step_observer();
   void observe_request(const RequestTiming& t) { metrics_.observe_request(t); }
-  void observe_shed(std::string_view reason);
+  // Counts a refused request under `reason`; `server_fault` (overload or a failure of ours, not
+  // a client's mistake) also feeds the diagnostics "shedding" trigger.
+  void observe_shed(std::string_view reason, bool server_fault = true);
 
   // Starts the thread that evaluates diagnostics triggers every watcher_period_ms (no-op when
   // no diagnostics dir is configured or it already runs). stop_watcher() joins it.

@@ -24,7 +24,7 @@ class ObservabilityContext;
 
 // Registers each GET route through `add_get(path, handler, inline_io)`; for kvwarden serve:
 //   register_observability_routes([&](const std::string& path, http::Handler h, bool io) {
-//     server->add_route("GET", path, std::move(h), false, io); }, obs);
+//     server->add_route("GET", path, std::move(h), {.inline_io = io}); }, obs);
 void register_observability_routes(
     const std::function<void(const std::string& path, http::Handler, bool inline_io)>& add_get,
     ObservabilityContext& ctx);

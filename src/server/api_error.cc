@@ -23,6 +23,7 @@ constexpr std::array<Row, (size_t)RefusalReason::kCount> kTable = {{
     {"not_found", {404, kInvalid, "not_found"}},
     {"method_not_allowed", {405, kInvalid, "method_not_allowed"}},
     {"body_too_large", {413, kInvalid, "payload_too_large"}},
+    {"body_not_allowed", {413, kInvalid, "body_not_allowed"}},
     {"header_timeout", {408, kInvalid, "request_timeout"}},
     {"body_timeout", {408, kInvalid, "request_timeout"}},
     {"headers_too_large", {431, kInvalid, "headers_too_large"}},
@@ -31,6 +32,7 @@ constexpr std::array<Row, (size_t)RefusalReason::kCount> kTable = {{
     {"request_memory", {503, kServer, "request_memory_exhausted"}},
     {"slow_consumer", {500, kServer, "slow_consumer"}},
     {"internal", {500, kServer, nullptr}},
+    {"out_of_memory", {503, kServer, "out_of_memory"}},
     {"numerics", {500, kServer, "numerics_error"}},
     {"queue_full", {429, kRate, "queue_full"}},
     {"queue_wait", {429, kRate, "queue_wait_exceeded"}},
@@ -49,6 +51,11 @@ const RefusalSpec& refusal_spec(RefusalReason r) {
   return kTable[r < RefusalReason::kCount ? (size_t)r : (size_t)RefusalReason::kInternal].spec;
 }
 
+bool is_server_fault(RefusalReason r) {
+  const int status = refusal_spec(r).status;
+  return (status == 429 || status >= 500) && r != RefusalReason::kSlowConsumer;
+}
+
 RefusalReason refusal_for(ErrorKind kind) {
   switch (kind) {
     case ErrorKind::kInvalidInput:
@@ -63,6 +70,8 @@ RefusalReason refusal_for(ErrorKind kind) {
       return RefusalReason::kNumerics;
     case ErrorKind::kQueueTimeout:
       return RefusalReason::kQueueTimeout;
+    case ErrorKind::kOutOfMemory:
+      return RefusalReason::kOutOfMemory;
     case ErrorKind::kInternal:
       break;
   }

@@ -24,6 +24,7 @@ enum class RefusalReason {
   kNotFound,            // 404 unknown path
   kMethodNotAllowed,    // 405
   kBodyTooLarge,        // 413
+  kBodyNotAllowed,      // 413: a body on a route that takes none, or without the API key
   kHeaderTimeout,       // 408: headers not complete within --header-timeout
   kBodyTimeout,         // 408: body not complete within --body-timeout
   kHeadersTooLarge,     // 431: more than the header count or byte limit
@@ -32,6 +33,7 @@ enum class RefusalReason {
   kRequestMemory,       // 503: request memory (--request-memory) stayed spent too long
   kSlowConsumer,        // 500: stream dropped, the client read too slowly (no answer possible)
   kInternal,            // 500: a handler or the engine failed
+  kOutOfMemory,         // 503: an allocation failed while serving the request
   kNumerics,            // 500: the numerics guard ended the request
   kQueueFull,           // 429: --max-queue or the engine's request queue
   kQueueWait,           // 429: predicted wait over --max-queue-wait
@@ -48,6 +50,9 @@ struct RefusalSpec {
   const char* code;  // default code; nullptr: null
 };
 const RefusalSpec& refusal_spec(RefusalReason r);
+// Overload or a failure of the server's own (429 and 5xx), not a client's mistake (4xx) nor a
+// client that reads too slowly: what diagnostics dumps are written for.
+bool is_server_fault(RefusalReason r);
 
 // The reason for an engine fault of this kind.
 RefusalReason refusal_for(ErrorKind kind);

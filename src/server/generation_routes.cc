@@ -76,6 +76,20 @@ void trim_to_context(const ServerState& st, std::vector<ChatMessage>& msgs) {
   msgs = std::move(kept);
 }
 
+// Bounds that need the model, checked before any tokenising: logit_bias ids inside the
+// vocabulary (so it holds at most n_vocab entries: keys are canonical, see openai_request.cc).
+std::optional<ApiError> check_generation_bounds(const ServerState& st, const GenParams& p) {
+  const int32_t n_vocab = st.limits().n_vocab;
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id >= n_vocab) {
+      return invalid_param("logit_bias", "logit_bias key '" + std::to_string(id) +
+                                             "' is outside the vocabulary [0, " +
+                                             std::to_string(n_vocab) + ")");
+    }
+  }
+  return std::nullopt;
+}
+
 // max_tokens per prompt, and the context check under --overflow error.
 std::optional<ApiError> fit_max_tokens(const ServerState& st, const GenParams& p, bool chat,
                                        PreparedPrompt& pp) {
@@ -263,6 +277,7 @@ void handle_completions(ServerState& st, HttpRequest& req, HttpResponse& res) {
     auto parsed = parse_completion_request(std::get<json>(body));
     if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(st, res, *e);
     CompletionRequest& cr = std::get<CompletionRequest>(parsed);
+    if (auto e = check_generation_bounds(st, cr.params)) return send_error(st, res, *e);
     Job job;
     job.params = cr.params;
     job.arrival_ns = arrival_ns;
@@ -313,6 +328,8 @@ void handle_chat_completions(ServerState& st, HttpRequest& req, HttpResponse& re
     body = json();  // the messages were copied out
     if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(st, res, *e);
     ChatRequest& cr = std::get<ChatRequest>(parsed);
+    if (auto e = check_generation_bounds(st, cr.params)) return send_error(st, res, *e);
+    if (auto e = bound_message_count(st, cr.messages)) return send_error(st, res, *e);
     size_t bytes = 0;
     for (const ChatMessage& m : cr.messages) bytes += m.content.size();
     if (auto e = prompt_bytes_over_context(st, bytes, true)) return send_error(st, res, *e);

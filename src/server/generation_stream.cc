@@ -7,45 +7,80 @@ namespace kvw::server {
 
 using nlohmann::json;
 
-json LogprobBuilder::build(const std::vector<TokenInfo>& tokens, size_t& text_offset) const {
+namespace {
+
+// Why 256: a token with top_logprobs 20 is ~0.6-1 KiB of JSON, so one part stays in the tens
+// to hundreds of KiB however long the answer.
+constexpr size_t kTokensPerPart = 256;
+
+json bytes_of(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back((int)c);
+  return b;
+}
+
+// A JSON array's text without its brackets ("" for an empty array).
+std::string array_items(const json& a) {
+  std::string s = dump_json(a);
+  return s.size() <= 2 ? std::string() : s.substr(1, s.size() - 2);
+}
+
+}  // namespace
+
+const char* LogprobBuilder::column_name(int col) const {
+  static constexpr const char* kCompletion[] = {"tokens", "token_logprobs", "top_logprobs",
+                                                "text_offset"};
+  return chat_ ? "content" : kCompletion[col];
+}
+
+json LogprobBuilder::column(std::span<const TokenInfo> tokens, int col, size_t& text_offset) const {
   auto piece = [&](int32_t id) { return tok_.token_bytes(id); };
-  auto bytes = [](const std::string& s) {
-    json b = json::array();
-    for (unsigned char c : s) b.push_back((int)c);
-    return b;
-  };
-  if (chat_) {
-    json content = json::array();
-    for (const TokenInfo& t : tokens) {
+  json out = json::array();
+  for (const TokenInfo& t : tokens) {
+    if (chat_) {
       const std::string p = piece(t.token_id);
       json top = json::array();
       for (const TokenLogprob& alt : t.top) {
         const std::string ap = piece(alt.token_id);
         top.push_back(
-            {{"token", to_valid_utf8(ap)}, {"logprob", alt.logprob}, {"bytes", bytes(ap)}});
+            {{"token", to_valid_utf8(ap)}, {"logprob", alt.logprob}, {"bytes", bytes_of(ap)}});
       }
-      content.push_back({{"token", to_valid_utf8(p)},
-                         {"logprob", t.logprob},
-                         {"bytes", bytes(p)},
-                         {"top_logprobs", std::move(top)}});
+      out.push_back({{"token", to_valid_utf8(p)},
+                     {"logprob", t.logprob},
+                     {"bytes", bytes_of(p)},
+                     {"top_logprobs", std::move(top)}});
+      continue;
     }
-    return {{"content", std::move(content)}};
+    switch (col) {
+      case 0:
+        out.push_back(to_valid_utf8(piece(t.token_id)));
+        break;
+      case 1:
+        out.push_back(t.logprob);
+        break;
+      case 2: {
+        json top = json::object();
+        for (const TokenLogprob& alt : t.top) top[to_valid_utf8(piece(alt.token_id))] = alt.logprob;
+        out.push_back(std::move(top));
+        break;
+      }
+      default:
+        out.push_back(text_offset);
+        text_offset += to_valid_utf8(piece(t.token_id)).size();
+        break;
+    }
   }
-  json toks = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
-  for (const TokenInfo& t : tokens) {
-    const std::string p = to_valid_utf8(piece(t.token_id));
-    toks.push_back(p);
-    lps.push_back(t.logprob);
-    json top = json::object();
-    for (const TokenLogprob& alt : t.top) top[to_valid_utf8(piece(alt.token_id))] = alt.logprob;
-    tops.push_back(std::move(top));
-    offs.push_back(text_offset);
-    text_offset += p.size();
+  return out;
+}
+
+json LogprobBuilder::build(std::span<const TokenInfo> tokens, size_t& text_offset) const {
+  json j = json::object();
+  for (int col = 0; col < num_columns(); ++col) {
+    size_t unused = 0;
+    const bool offsets = !chat_ && col == 3;
+    j[column_name(col)] = column(tokens, col, offsets ? text_offset : unused);
   }
-  return {{"tokens", std::move(toks)},
-          {"token_logprobs", std::move(lps)},
-          {"top_logprobs", std::move(tops)},
-          {"text_offset", std::move(offs)}};
+  return j;
 }
 
 GenerationStream::GenerationStream(ServerState& st, bool chat, const GenParams& params,
@@ -186,60 +221,117 @@ void GenerationStream::poll_streamed(http::StreamOutput& out) {
 
 void GenerationStream::finish() {
   done_ = true;
+  release_runners();
+}
+
+void GenerationStream::release_runners() {
   // The choices' bookkeeping (metrics, latency window, admission) happens before the last bytes
   // go out, so a client that reads the answer and then scrapes /metrics sees this request.
   runners_.clear();
 }
 
 void GenerationStream::poll_whole(http::StreamOutput& out) {
+  if (!whole_started_ && !start_whole(out)) return;
+  if (done_) return;  // the answer was an error
+  write_part(out.data);
+  if (part_.choice < whole_.size()) {
+    out.more = true;
+    return;
+  }
+  out.data += "],\"usage\":";
+  out.data += dump_json({{"prompt_tokens", prompt_tokens_},
+                         {"completion_tokens", completion_tokens_},
+                         {"total_tokens", prompt_tokens_ + completion_tokens_}});
+  out.data += "}";
+  out.end = true;
+  done_ = true;
+}
+
+// Once every choice has finished: the error of the first failed one (the whole answer), or the
+// status line and the JSON up to "choices":[.
+bool GenerationStream::start_whole(http::StreamOutput& out) {
   bool open = false;
   for (size_t i = 0; i < runners_.size(); ++i) {
     runners_[i]->poll(whole_[i]);
     open = open || !runners_[i]->finished();
   }
-  if (open) return;
+  if (open) return false;
+  whole_started_ = true;
   out.head = true;
-  out.chunked = false;
-  out.end = true;
   out.content_type = kJsonType;
-  json choices = json::array();
-  int64_t completion = 0;
-  for (size_t i = 0; i < runners_.size(); ++i) {
-    ChoiceRunner& r = *runners_[i];
-    ChoiceDelta& d = whole_[i];
-    if (!r.error().empty()) {
-      const ApiError e = choice_error(st_, r);
-      st_.refused(e.reason);
-      out.status = e.status;
-      if (e.retry_after_s > 0)
-        out.headers.emplace_back("Retry-After", std::to_string(e.retry_after_s));
-      out.data = e.to_json();
-      finish();
-      return;
-    }
-    completion += r.num_tokens();
-    json c = {{"index", i}};
+  for (const auto& r : runners_) {
+    if (r->error().empty()) continue;
+    const ApiError e = choice_error(st_, *r);
+    st_.refused(e.reason);
+    out.status = e.status;
+    out.chunked = false;
+    out.end = true;
+    if (e.retry_after_s > 0)
+      out.headers.emplace_back("Retry-After", std::to_string(e.retry_after_s));
+    out.data = e.to_json();
+    finish();
+    return true;
+  }
+  for (const auto& r : runners_) {
+    completion_tokens_ += r->num_tokens();
+    finish_reasons_.push_back(r->finish_reason());
+  }
+  release_runners();
+  out.status = 200;
+  out.chunked = true;  // its length is known only once the last part is made
+  std::string head = dump_json({{"id", id_},
+                                {"object", chat_ ? "chat.completion" : "text_completion"},
+                                {"created", created_},
+                                {"model", st_.model_name}});
+  head.pop_back();  // the closing brace: "choices" and "usage" follow
+  out.data = head + ",\"choices\":[";
+  return true;
+}
+
+// One part of the choices array: a choice's opening, or up to kTokensPerPart tokens of one of
+// its logprobs columns (and that column's or choice's closing).
+void GenerationStream::write_part(std::string& out) {
+  const size_t i = part_.choice;
+  ChoiceDelta& d = whole_[i];
+  auto next_choice = [&] {
+    whole_[i] = ChoiceDelta{};  // written: its memory goes now
+    part_ = WholePart{.choice = i + 1};
+  };
+  if (part_.column < 0) {
+    if (i > 0) out += ',';
+    json c = {{"index", i}, {"finish_reason", finish_reasons_[i]}};
     if (chat_) {
       c["message"] = {{"role", "assistant"}, {"content", d.text}};
     } else {
       c["text"] = d.text;
     }
-    size_t text_offset = 0;
-    c["logprobs"] = params_.logprobs >= 0 ? logprobs_.build(d.tokens, text_offset) : json();
-    c["finish_reason"] = r.finish_reason();
-    choices.push_back(std::move(c));
+    std::string opening = dump_json(c);
+    opening.pop_back();
+    out += opening;
+    out += ",\"logprobs\":";
+    if (params_.logprobs < 0) {
+      out += "null}";
+      return next_choice();
+    }
+    out += std::string("{\"") + logprobs_.column_name(0) + "\":[";
+    part_.column = 0;
+    return;
   }
-  out.status = 200;
-  out.data = dump_json({{"id", id_},
-                        {"object", chat_ ? "chat.completion" : "text_completion"},
-                        {"created", created_},
-                        {"model", st_.model_name},
-                        {"choices", std::move(choices)},
-                        {"usage",
-                         {{"prompt_tokens", prompt_tokens_},
-                          {"completion_tokens", completion},
-                          {"total_tokens", prompt_tokens_ + completion}}}});
-  finish();
+  const size_t end = std::min(d.tokens.size(), part_.token + kTokensPerPart);
+  const std::span<const TokenInfo> slice(d.tokens.data() + part_.token, end - part_.token);
+  const std::string items = array_items(logprobs_.column(slice, part_.column, part_.text_offset));
+  if (!items.empty() && part_.token > 0) out += ',';
+  out += items;
+  part_.token = end;
+  if (end < d.tokens.size()) return;
+  if (part_.column + 1 < logprobs_.num_columns()) {
+    ++part_.column;
+    part_.token = 0;
+    out += std::string("],\"") + logprobs_.column_name(part_.column) + "\":[";
+    return;
+  }
+  out += "]}}";
+  next_choice();
 }
 
 }  // namespace kvw::server

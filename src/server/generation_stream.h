@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,13 @@ class LogprobBuilder {
   LogprobBuilder(const Tokenizer& tok, bool chat) : tok_(tok), chat_(chat) {}
   // `text_offset`: where the first token's text starts in the choice (completions only);
   // advanced past these tokens.
-  nlohmann::json build(const std::vector<TokenInfo>& tokens, size_t& text_offset) const;
+  nlohmann::json build(std::span<const TokenInfo> tokens, size_t& text_offset) const;
+  // The object is one array per column, so a long answer can be written a slice at a time:
+  // chat has one ("content"), completions four ("tokens", "token_logprobs", "top_logprobs",
+  // "text_offset"; only the last reads and advances `text_offset`).
+  int num_columns() const { return chat_ ? 1 : 4; }
+  const char* column_name(int col) const;
+  nlohmann::json column(std::span<const TokenInfo> tokens, int col, size_t& text_offset) const;
 
  private:
   const Tokenizer& tok_;
@@ -31,7 +38,9 @@ class LogprobBuilder {
 // The answer to one generation request, produced as the engine emits tokens, on the
 // connection's strand (no thread waits for it). Streamed: `data: {chunk}\n\n` SSE events, then
 // the usage chunk (stream_options.include_usage) and `data: [DONE]`. Not streamed: one JSON body
-// once every choice has finished (or the error of the first failed choice).
+// once every choice has finished (or the error of the first failed choice), written in parts
+// of kTokensPerPart tokens' logprobs, each made when the client has taken the last (pull), so
+// n choices x thousands of tokens with logprobs never sit whole in memory as JSON.
 // Destroying it (client gone, too slow, server stop) cancels the unfinished choices.
 class GenerationStream final : public http::ResponseStream {
  public:
@@ -48,6 +57,9 @@ class GenerationStream final : public http::ResponseStream {
  private:
   void poll_streamed(http::StreamOutput& out);
   void poll_whole(http::StreamOutput& out);
+  bool start_whole(http::StreamOutput& out);  // false: not every choice has finished
+  void write_part(std::string& out);
+  void release_runners();
   void finish();
   void emit(size_t i, ChoiceDelta& d, std::string& out);
   void write_chunk(std::string& out, nlohmann::json choice);
@@ -67,6 +79,17 @@ class GenerationStream final : public http::ResponseStream {
   LogprobBuilder logprobs_;
   bool started_ = false;
   bool done_ = false;
+  // Not streamed, once every choice has finished: the part written next.
+  struct WholePart {
+    size_t choice = 0;
+    int column = -1;  // -1: the choice's opening (index, text, finish_reason)
+    size_t token = 0;
+    size_t text_offset = 0;
+  };
+  bool whole_started_ = false;
+  WholePart part_;
+  std::vector<std::string> finish_reasons_;  // [choices], kept when the runners go
+  int64_t completion_tokens_ = 0;
 };
 
 }  // namespace kvw::server

@@ -42,6 +42,11 @@ ApiError transport_refusal(const ServerConfig& c, http::Refusal r, const http::H
       return ApiError(
           RefusalReason::kBodyTooLarge,
           "request body over --max-body-bytes (" + std::to_string(h.max_body_bytes) + " bytes)");
+    case Refusal::kBodyNotAllowed:
+      return ApiError(RefusalReason::kBodyNotAllowed,
+                      req.method == "GET" || req.method == "HEAD"
+                          ? "a " + req.method + " request takes no body"
+                          : "a request body needs the API key (Authorization: Bearer ...)");
     case Refusal::kHeadersTooLarge:
       return ApiError(RefusalReason::kHeadersTooLarge,
                       "request headers over " + std::to_string(h.max_headers) + " fields or " +
@@ -59,6 +64,9 @@ ApiError transport_refusal(const ServerConfig& c, http::Refusal r, const http::H
     case Refusal::kSlowConsumer:
       return ApiError(RefusalReason::kSlowConsumer,
                       "client read too slowly (--stream-buffer-bytes)");
+    case Refusal::kOutOfMemory:
+      return ApiError(RefusalReason::kOutOfMemory, "out of memory while serving the request")
+          .with_retry_after(h.retry_after_s);
     case Refusal::kInternal:
       break;
   }
@@ -128,9 +136,8 @@ Server::~Server() {
 }
 
 void Server::add_route(const std::string& method, const std::string& path, http::Handler handler,
-                       bool require_auth, bool inline_io) {
-  http_->add_route(method, path, std::move(handler),
-                   {.auth = require_auth, .inline_io = inline_io});
+                       http::RouteOptions opt) {
+  http_->add_route(method, path, std::move(handler), std::move(opt));
 }
 
 void Server::install_routes() {
@@ -145,47 +152,43 @@ void Server::install_routes() {
   http_->add_route(
       "POST", "/v1/chat/completions",
       [&st](auto& req, auto& res) { handle_chat_completions(st, req, res); }, generation);
-  add_route(
-      "POST", "/tokenize", [&st](auto& req, auto& res) { handle_tokenize(st, req, res); }, true);
-  add_route(
-      "POST", "/detokenize", [&st](auto& req, auto& res) { handle_detokenize(st, req, res); },
-      true);
-  add_route(
-      "GET", "/v1/models",
-      [&st](HttpRequest&, HttpResponse& res) {
-        json m = {{"id", st.model_name},
-                  {"object", "model"},
-                  {"created", (int64_t)std::time(nullptr)},
-                  {"owned_by", "kvwarden"},
-                  {"root", st.model_name},
-                  {"max_model_len", st.limits().max_model_len}};
-        send_json(res, {{"object", "list"}, {"data", json::array({m})}});
-      },
-      true);
-  add_route(
-      "GET", "/health",
-      [](HttpRequest&, HttpResponse& res) {
-        send_json(res, {{"status", "ok"}});
-      },
-      false, /*inline_io=*/true);
-  add_route(
-      "GET", "/ready",
-      [&st](HttpRequest&, HttpResponse& res) {
-        const BreakerSnapshot b = st.breaker.snapshot();
-        const char* status = !st.ready.load()                     ? "loading"
-                             : st.draining.load()                 ? "draining"
-                             : b.state == BreakerState::kShedding ? "shedding"
-                                                                  : "ready";
-        const bool ok = std::string(status) == "ready";
-        if (!ok) res.set_header("Retry-After", std::to_string(st.admission.retry_after_s()));
-        send_json(res,
-                  {{"status", status},
-                   {"breaker", to_string(b.state)},
-                   {"kv_usage", b.kv_usage},
-                   {"p95_latency_s", b.p95_latency_s}},
-                  ok ? 200 : 503);
-      },
-      false, /*inline_io=*/true);
+  add_route("POST", "/tokenize", [&st](auto& req, auto& res) { handle_tokenize(st, req, res); },
+            {.auth = true});
+  add_route("POST", "/detokenize", [&st](auto& req, auto& res) { handle_detokenize(st, req, res); },
+            {.auth = true});
+  add_route("GET", "/v1/models",
+            [&st](HttpRequest&, HttpResponse& res) {
+              json m = {{"id", st.model_name},
+                        {"object", "model"},
+                        {"created", (int64_t)std::time(nullptr)},
+                        {"owned_by", "kvwarden"},
+                        {"root", st.model_name},
+                        {"max_model_len", st.limits().max_model_len}};
+              send_json(res, {{"object", "list"}, {"data", json::array({m})}});
+            },
+            {.auth = true});
+  add_route("GET", "/health",
+            [](HttpRequest&, HttpResponse& res) {
+              send_json(res, {{"status", "ok"}});
+            },
+            {.inline_io = true, .probe = true});
+  add_route("GET", "/ready",
+            [&st](HttpRequest&, HttpResponse& res) {
+              const BreakerSnapshot b = st.breaker.snapshot();
+              const char* status = !st.ready.load()                     ? "loading"
+                                   : st.draining.load()                 ? "draining"
+                                   : b.state == BreakerState::kShedding ? "shedding"
+                                                                        : "ready";
+              const bool ok = std::string(status) == "ready";
+              if (!ok) res.set_header("Retry-After", std::to_string(st.admission.retry_after_s()));
+              send_json(res,
+                        {{"status", status},
+                         {"breaker", to_string(b.state)},
+                         {"kv_usage", b.kv_usage},
+                         {"p95_latency_s", b.p95_latency_s}},
+                        ok ? 200 : 503);
+            },
+            {.inline_io = true, .probe = true});
 }
 
 Status Server::start() {

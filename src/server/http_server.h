@@ -41,11 +41,12 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   // The hook for other modules: registers `handler` for `method` and the exact `path`. With
-  // require_auth the --api-key check applies. inline_io handlers run on the I/O threads and
-  // must be quick and never block (probes, /metrics). The handler should answer errors with
+  // opt.auth the --api-key check applies. opt.inline_io handlers run on the I/O threads and
+  // must be quick and never block (probes, /metrics); opt.probe routes are also served on the
+  // connections allowed beyond --max-connections. The handler should answer errors with
   // OpenAI error JSON (see api_error.h). Before start() only.
   void add_route(const std::string& method, const std::string& path, http::Handler handler,
-                 bool require_auth = false, bool inline_io = false);
+                 http::RouteOptions opt = {});
 
   // Reports finished choices, refusals and breaker changes to `observer` (which must outlive
   // the Server). Before start() only.

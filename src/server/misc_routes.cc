@@ -57,6 +57,33 @@ std::string_view tokenizable_tail(const ServerState& st, std::string_view text) 
                                           (uint64_t)std::max<int64_t>(1, st.max_token_bytes));
 }
 
+std::optional<ApiError> bound_message_count(const ServerState& st,
+                                            std::vector<ChatMessage>& messages) {
+  const EngineLimits& lim = st.limits();
+  const auto most = (size_t)std::max<int64_t>(1, lim.max_model_len);
+  if (messages.size() <= most) return std::nullopt;
+  size_t num_system = 0;
+  for (const ChatMessage& m : messages) num_system += m.role == "system";
+  if (lim.overflow == OverflowPolicy::kError || num_system >= most) {
+    return invalid_param("messages", "too many messages: " + std::to_string(messages.size()) +
+                                         " (each is at least one token; this model's maximum "
+                                         "context length is " +
+                                         std::to_string(lim.max_model_len) + " tokens)");
+  }
+  size_t to_drop = messages.size() - most;
+  std::vector<ChatMessage> kept;
+  kept.reserve(most);
+  for (ChatMessage& m : messages) {
+    if (to_drop > 0 && m.role != "system") {
+      --to_drop;
+      continue;
+    }
+    kept.push_back(std::move(m));
+  }
+  messages = std::move(kept);
+  return std::nullopt;
+}
+
 void handle_tokenize(ServerState& st, HttpRequest& req, HttpResponse& res) {
   auto body = parse_body(req.body, dom_budget(req));
   if (auto* e = std::get_if<ApiError>(&body)) return send_error(st, res, *e);
@@ -86,6 +113,8 @@ void handle_tokenize(ServerState& st, HttpRequest& req, HttpResponse& res) {
   } else if (auto m = j.find("messages"); m != j.end()) {
     auto msgs = parse_messages(*m);
     if (auto* e = std::get_if<ApiError>(&msgs)) return send_error(st, res, *e);
+    auto& list = std::get<std::vector<ChatMessage>>(msgs);
+    if (auto e = bound_message_count(st, list)) return send_error(st, res, *e);
     size_t bytes = 0;
     for (const ChatMessage& cm : std::get<std::vector<ChatMessage>>(msgs))
       bytes += cm.content.size();

@@ -31,6 +31,9 @@ obs::ObsConfig make_obs_config(const EngineConfig& e, const planner::BudgetTable
   c.metrics.cache_dtype = std::string(kv_dtype_name(e.kv_dtype));
   c.metrics.enable_prefix_caching = e.enable_prefix_caching;
   c.diagnostics.dir = o.diagnostics_dir;
+  c.diagnostics.min_interval_s = o.diagnostics_min_interval_s;
+  c.diagnostics.max_files = o.diagnostics_max_files;
+  c.diagnostics.max_bytes = o.diagnostics_max_bytes;
   c.trace_capacity = o.trace_capacity;
   return c;
 }
@@ -48,7 +51,8 @@ void ObsBridge::on_choice_finished(const ChoiceTiming& t) {
 }
 
 void ObsBridge::on_refusal(RefusalReason reason) {
-  ctx_.observe_shed(to_string(reason));
+  // A stranger's 404s and 401s must not write dumps (issue 30): only the server's trouble does.
+  ctx_.observe_shed(to_string(reason), is_server_fault(reason));
 }
 
 void ObsBridge::on_breaker_change(BreakerState state) {
@@ -69,7 +73,12 @@ void wire_observability(Server& server, Engine& engine, obs::ObservabilityContex
   server.set_observer(&bridge);
   obs::register_observability_routes(
       [&server](const std::string& path, http::Handler h, bool inline_io) {
-        server.add_route("GET", path, std::move(h), /*require_auth=*/false, inline_io);
+        // /debug/* shows internal state (request ids, block maps, the config): it needs the
+        // key when one is set. /metrics is a probe: it answers beyond --max-connections.
+        server.add_route("GET", path, std::move(h),
+                         {.auth = path.starts_with("/debug/"),
+                          .inline_io = inline_io,
+                          .probe = path == "/metrics"});
       },
       ctx);
   ctx.start_watcher();

@@ -43,8 +43,11 @@ class StepRelay {
 
 struct ObsOptions {
   // (initialisers everywhere: designated initialisers may leave any field out without a warning)
-  std::string model_name = "kvwarden";  // the served model name (vllm:* model_name label)
-  std::string diagnostics_dir = "";     // --diagnostics-dir; empty: no dumps
+  std::string model_name = "kvwarden";           // the served model name (vllm:* model_name label)
+  std::string diagnostics_dir = "";              // --diagnostics-dir; empty: no dumps
+  double diagnostics_min_interval_s = 60;        // --diagnostics-min-interval, per trigger
+  uint32_t diagnostics_max_files = 64;           // --diagnostics-max-files, per process
+  uint64_t diagnostics_max_bytes = 64ull << 20;  // --diagnostics-max-bytes, per process
   size_t trace_capacity = 65536;
 };
 obs::ObsConfig make_obs_config(const EngineConfig& e, const planner::BudgetTable& budget,

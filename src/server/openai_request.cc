@@ -1,8 +1,6 @@
 #include "server/openai_request.h"
 
-#include <cerrno>
 #include <cmath>
-#include <cstdlib>
 
 #include "server/unsupported_fields.h"
 
@@ -75,8 +73,23 @@ std::optional<ApiError> read_stop(const json& body, std::vector<std::string>& ou
   return std::nullopt;
 }
 
-// OpenAI logit_bias: {"50256": -100, ...}; keys are token ids as strings, values in
-// [-100, 100]. Ids are checked against the vocabulary by the engine (submit()).
+// A token id written the one canonical way: decimal digits, no sign, space or leading zero.
+// Then distinct JSON keys are distinct ids ("1", "01" and " +001" cannot name one token
+// three times), so logit_bias holds at most n_vocab entries once ids are range-checked.
+std::optional<int32_t> canonical_token_id(const std::string& key) {
+  if (key.empty() || key.size() > 10 || (key.size() > 1 && key[0] == '0')) return std::nullopt;
+  int64_t id = 0;
+  for (char c : key) {
+    if (c < '0' || c > '9') return std::nullopt;
+    id = id * 10 + (c - '0');
+  }
+  if (id > INT32_MAX) return std::nullopt;
+  return (int32_t)id;
+}
+
+// OpenAI logit_bias: {"50256": -100, ...}; keys are token ids as canonical decimal strings,
+// values in [-100, 100]. Ids are checked against the vocabulary by the handler
+// (check_generation_bounds) before any work.
 std::optional<ApiError> read_logit_bias(const json& body,
                                         std::vector<std::pair<int32_t, float>>& out) {
   const json* v = field(body, "logit_bias");
@@ -85,17 +98,17 @@ std::optional<ApiError> read_logit_bias(const json& body,
     return invalid_param("logit_bias", "'logit_bias' must be an object of token id -> bias");
   }
   for (const auto& [key, bias] : v->items()) {
-    char* end = nullptr;
-    errno = 0;
-    const long id = std::strtol(key.c_str(), &end, 10);
-    if (key.empty() || *end != '\0' || errno != 0 || id < 0 || id > INT32_MAX) {
-      return invalid_param("logit_bias", "logit_bias key '" + key + "' is not a token id");
+    const std::optional<int32_t> id = canonical_token_id(key);
+    if (!id) {
+      return invalid_param("logit_bias", "logit_bias key '" + key +
+                                             "' is not a token id (decimal digits, no sign, "
+                                             "spaces or leading zeros)");
     }
     if (!bias.is_number() || !(bias.get<double>() >= -100 && bias.get<double>() <= 100)) {
       return invalid_param("logit_bias",
                            "logit_bias['" + key + "'] must be a number in [-100, 100]");
     }
-    out.emplace_back((int32_t)id, bias.get<float>());
+    out.emplace_back(*id, bias.get<float>());
   }
   return std::nullopt;
 }

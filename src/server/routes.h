@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "http/http_message.h"
 #include "server/api_error.h"
@@ -32,6 +33,12 @@ uint64_t dom_budget(const HttpRequest& req);
 // tokens still cover the context), so tokenising never costs more than O(max_model_len).
 std::optional<ApiError> prompt_bytes_over_context(const ServerState& st, size_t bytes, bool chat);
 std::string_view tokenizable_tail(const ServerState& st, std::string_view text);
+// Every chat message renders to at least one token, so more than max_model_len messages cannot
+// fit: under --overflow error that is a 400 naming 'messages', before anything is rendered;
+// under the other policies the oldest non-system messages are dropped down to max_model_len
+// (they would be cut anyway), so rendering stays O(max_model_len) messages.
+std::optional<ApiError> bound_message_count(const ServerState& st,
+                                            std::vector<ChatMessage>& messages);
 // The last `keep` bytes of `text` or fewer, starting at a UTF-8 character boundary.
 std::string_view tokenizable_tail_bytes(std::string_view text, uint64_t keep);
 

@@ -190,6 +190,7 @@ TEST(HttpServer, InlineAndPooledRoutesAnswerAndUnknownOnesAre404Or405) {
 TEST(HttpServer, ConnectionsOverTheLimitGet503AtOnce) {
   HttpServerConfig c = test_config();
   c.max_connections = 4;
+  c.max_probe_connections = 0;  // no allowance for probes beyond the limit either
   c.keep_alive_timeout_s = 30;
   HttpServer s(c, refuse);
   s.add_route("GET", "/ping",
@@ -368,6 +369,51 @@ TEST(HttpServer, SlowConsumerIsDroppedAtItsBufferLimitAndItsStreamDestroyed) {
   EXPECT_EQ(s.stats().active_streams, 0u);
   EXPECT_EQ(s.stats().stream_buffered_bytes, 0u);
   ::close(fd);
+}
+
+// A stream that makes its body in parts (StreamOutput::more), as a long non-streamed answer is.
+class PartStream : public ResponseStream {
+ public:
+  explicit PartStream(int parts) : left_(parts) {}
+  void start(std::function<void()>) override {}
+  void poll(StreamOutput& out) override {
+    if (!head_) {
+      head_ = true;
+      out.head = true;
+      out.content_type = "text/plain";
+    }
+    out.data = std::string(32 << 10, 'p');
+    out.end = --left_ == 0;
+    out.more = !out.end;
+  }
+
+ private:
+  int left_;
+  bool head_ = false;
+};
+
+// Issue 30: a large answer is written whole to a client that reads it, one part at a time: the
+// next part is made only when the client has taken the last, so a client that pauses holds one
+// part in the server, not the answer.
+TEST(HttpServer, PullStreamIsPolledAgainOnlyWhenItsLastPartIsWritten) {
+  HttpServer s(test_config(), refuse);
+  s.add_route("GET", "/parts", [](HttpRequest&, HttpResponse& res) {
+    res.stream = std::make_shared<PartStream>(128);
+  });
+  ASSERT_TRUE(s.start().ok());
+  const int fd = connect_to(s.port(), /*rcvbuf=*/4096);
+  send_all(fd, get("/parts"));
+  for (int k = 0; k < 200 && s.stats().active_streams < 1; ++k) std::this_thread::sleep_for(5ms);
+  std::this_thread::sleep_for(300ms);  // the client reads nothing yet: the kernel buffers fill
+  EXPECT_EQ(s.stats().active_streams, 1u);
+  EXPECT_LE(s.stats().stream_buffered_bytes, 2u * (32 << 10) + 64) << "more than a part queued";
+  const std::string r = read_until(fd, 20s, has_response_end);
+  ::close(fd);
+  EXPECT_EQ(status_of(r), 200) << r.substr(0, 200);
+  size_t body = 0;
+  for (size_t i = r.find("\r\n\r\n"); i < r.size(); ++i) body += r[i] == 'p';
+  EXPECT_EQ(body, 128u * (32 << 10)) << "the whole 4 MiB answer arrives";
+  EXPECT_EQ(s.stats().slow_consumers_total, 0u);
 }
 
 TEST(HttpServer, ExpectContinueGetsAnInterimAnswerBeforeTheBody) {

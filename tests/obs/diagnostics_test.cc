@@ -77,5 +77,34 @@ TEST(Diagnostics, NoDirectoryMeansNoFiles) {
   EXPECT_TRUE(w.check(1.0, nullptr).empty());
 }
 
+// Issue 30: a storm of faults stops at the file cap, and the byte cap skips what would pass it.
+TEST(Diagnostics, FilesAndBytesAreCappedPerProcess) {
+  double now = 0;
+  const std::string dir = test::temp_dir("diag_cap");
+  DiagnosticsWriter w(DiagnosticsConfig{.dir = dir, .min_interval_s = 1, .max_files = 3},
+                      [&] { return now; });
+  for (int i = 0; i < 10; ++i, now += 2) {
+    w.record_shed();
+    w.check(0.1, [] { return nlohmann::json{{"x", 1}}; });
+  }
+  EXPECT_EQ(w.num_files_written(), 3u);
+  EXPECT_EQ(w.num_skipped(), 7u);
+  size_t files = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir)) files += e.is_regular_file();
+  EXPECT_EQ(files, 3u);
+
+  const std::string dir2 = test::temp_dir("diag_bytes");
+  DiagnosticsWriter b(DiagnosticsConfig{.dir = dir2, .min_interval_s = 0, .max_bytes = 1000},
+                      [&] { return now; });
+  const auto big = [] { return nlohmann::json{{"pad", std::string(400, 'x')}}; };
+  for (int i = 0; i < 5; ++i) {
+    b.record_shed();
+    b.check(0.1, big);
+  }
+  EXPECT_EQ(b.num_files_written(), 2u);  // a third ~450-byte file would pass 1000 bytes
+  EXPECT_LE(b.num_bytes_written(), 1000u);
+  EXPECT_EQ(b.num_skipped(), 3u);
+}
+
 }  // namespace
 }  // namespace kvw::obs

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace kvw::server {
 namespace {
 
@@ -94,6 +96,24 @@ TEST(OpenAiRequest, AcceptedValuesMapToFields) {
   EXPECT_FLOAT_EQ(p.presence_penalty, 0.5f);
   EXPECT_FLOAT_EQ(p.frequency_penalty, -0.5f);
   EXPECT_EQ(p.logprobs, 3);
+}
+
+// Issue 30: "1", "01" and " +001" are distinct JSON keys for one token; only the canonical
+// spelling is a token id, so logit_bias cannot name a token twice.
+TEST(OpenAiRequest, LogitBiasKeysMustBeCanonicalTokenIds) {
+  auto ok = parse_completion_request(
+      json{{"prompt", "x"}, {"logit_bias", {{"0", -100}, {"50256", 5}, {"2147483647", 1}}}});
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(ok));
+  auto bias = std::get<CompletionRequest>(ok).params.logit_bias;
+  std::sort(bias.begin(), bias.end());
+  EXPECT_EQ(bias, (std::vector<std::pair<int32_t, float>>{{0, -100}, {50256, 5}, {INT32_MAX, 1}}));
+  for (const char* key : {"01", " 1", "+1", " +001", "-1", "1.0", "1e3", "", "0x10", "2147483648",
+                          "99999999999", "1 "}) {
+    const ApiError e =
+        error_of(parse_completion_request(json{{"prompt", "x"}, {"logit_bias", {{key, 1}}}}));
+    EXPECT_EQ(e.status, 400) << key;
+    EXPECT_EQ(e.param, "logit_bias") << key;
+  }
 }
 
 TEST(OpenAiRequest, ChatMessagesAndLogprobs) {

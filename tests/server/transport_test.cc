@@ -152,6 +152,9 @@ TEST(ServerTransport, EngineFaultKindsMapToOneStatusEach) {
             "context_length_exceeded");
   EXPECT_EQ(engine_error(Error{"x", ErrorKind::kInvalidInput}, 3).status, 400);
   EXPECT_EQ(engine_error(Error{"x", ErrorKind::kInternal}, 3).status, 500);
+  EXPECT_EQ(engine_error(Error{"x", ErrorKind::kOutOfMemory}, 3).status, 503);
+  EXPECT_EQ(engine_error(Error{"x", ErrorKind::kOutOfMemory}, 3).code, "out_of_memory");
+  EXPECT_EQ(engine_error(Error{"x", ErrorKind::kOutOfMemory}, 3).retry_after_s, 3);
   for (int r = 0; r < (int)RefusalReason::kCount; ++r) {
     const RefusalSpec& spec = refusal_spec(RefusalReason(r));
     EXPECT_TRUE(spec.status >= 400 && spec.status < 600) << to_string(RefusalReason(r));
