@@ -257,5 +257,28 @@ TEST_F(EngineSpecTest, BudgetTableShowsTheDraftLogitRows) {
   EXPECT_EQ(spec->budget().num_blocks, 64u);  // config_with_blocks planned with the rows
 }
 
+TEST(SpeculativeConfig, ParsesVllmsNgramJsonAndNamesTheFlagOnErrors) {
+  auto c = parse_speculative_config(
+      R"({"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":3,)"
+      R"("prompt_lookup_min":1})");
+  ASSERT_TRUE(c.ok()) << c.message();
+  EXPECT_TRUE(c->enabled);
+  EXPECT_EQ(c->num_speculative_tokens, 5);
+  EXPECT_EQ(c->prompt_lookup_max, 3);
+  EXPECT_EQ(c->prompt_lookup_min, 1);
+  // Only max: min follows it down (defaults 2 -> 1 here).
+  auto d = parse_speculative_config(R"({"method":"ngram","prompt_lookup_max":1})");
+  ASSERT_TRUE(d.ok()) << d.message();
+  EXPECT_EQ(d->prompt_lookup_min, 1);
+  for (const char* bad : {"not json", R"({"method":"eagle"})", R"({"num_speculative_tokens":4})",
+                          R"({"method":"ngram","num_speculative_tokens":0})",
+                          R"({"method":"ngram","prompt_lookup_min":5,"prompt_lookup_max":3})",
+                          R"({"method":"ngram","draft_tensor_parallel_size":1})"}) {
+    auto e = parse_speculative_config(bad);
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_NE(e.message().find("--speculative-config"), std::string::npos) << e.message();
+  }
+}
+
 }  // namespace
 }  // namespace kvw
