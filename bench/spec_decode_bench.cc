@@ -7,7 +7,7 @@
 //
 //   build/bench/spec_decode_bench [--model models/kvwarden-default.gguf] [--decode 256]
 //                                 [--threads 0] [--k 4] [--ngram-min 2] [--ngram-max 4]
-//                                 [--runs 3]
+//                                 [--runs 3] [--preset tinyllama-1.1b --weight-type q4_0]
 // Without --model the embedded default model (models/kvwarden-default.gguf, from the source
 // tree) is used. Greedy decoding; the best of --runs is reported (the machine is shared).
 #include <algorithm>
@@ -20,6 +20,8 @@
 
 #include "core/log.h"
 #include "engine/engine.h"
+#include "gguf/tensor_types.h"
+#include "model/model_maker.h"
 
 namespace kvw {
 namespace {
@@ -88,6 +90,7 @@ Result<Result1> run_once(const EngineConfig& cfg, const std::string& text, int n
 int main_impl(int argc, char** argv) {
   std::string model = std::string(KVW_SOURCE_DIR) + "/models/kvwarden-default.gguf";
   int n_decode = 256, threads = 0, k = 4, ngram_min = 2, ngram_max = 4, runs = 3;
+  std::string preset, weight_type = "q4_0";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i], v = argv[i + 1];
     if (f == "--model") {
@@ -104,9 +107,27 @@ int main_impl(int argc, char** argv) {
       ngram_max = std::atoi(v.c_str());
     } else if (f == "--runs") {
       runs = std::atoi(v.c_str());
+    } else if (f == "--preset") {
+      preset = v;
+    } else if (f == "--weight-type") {
+      weight_type = v;
     } else {
       std::fprintf(stderr, "unknown flag %s\n", f.c_str());
       return 2;
+    }
+  }
+  if (!preset.empty()) {  // a random-weight model of a real shape, e.g. tinyllama-1.1b
+    auto spec = make_model_preset(preset);
+    auto type = ggml_type_from_name(weight_type);
+    if (!spec.ok() || !type) {
+      std::fprintf(stderr, "bad --preset or --weight-type\n");
+      return 2;
+    }
+    spec->weight_type = *type;
+    model = "/tmp/spec_decode_bench_" + preset + ".gguf";
+    if (Status st = make_model(*spec, model); !st.ok()) {
+      std::fprintf(stderr, "%s\n", st.message().c_str());
+      return 1;
     }
   }
   set_log_level(LogLevel::kWarn);
