@@ -468,8 +468,8 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--spec-ngram", e.sched.spec.enabled,
                 "Speculative decoding with prompt-lookup drafts: the last n tokens are looked up "
                 "earlier in the prompt and output, the tokens that followed are verified in one "
-                "forward pass. Greedy requests (temperature 0, no penalties) only; output is "
-                "identical, faster when answers quote their input");
+                "forward pass. Greedy and seeded output is identical to decoding without it; "
+                "faster when answers quote their input");
   cmd->add_option("--spec-max-draft", e.sched.spec.num_speculative_tokens,
                   "--spec-ngram: draft tokens per step at most (adapts per sequence in "
                   "[1, this]); sizes max_seqs x this extra logit rows in the budget's reserve")

@@ -127,8 +127,8 @@ class Engine {
   void build_inputs(const SchedulerOutput& out);
   void sample_rows(const SchedulerOutput& out);
   void sample_job(SampleJob& job, int32_t n_vocab) const;
-  // Whether a request's tokens can be verified exactly by the sampler when drafted: greedy
-  // with no history-dependent penalty (logit_bias is fine); sampled requests do not speculate.
+  // Whether a request may carry drafts: speculation on and not opted out (greedy and sampled
+  // requests are verified exactly, see sample_job).
   bool can_speculate(const GenerationRequest& r) const;
   void publish_and_emit();
   void publish_snapshot_if_wanted();

@@ -10,11 +10,10 @@
 namespace kvw {
 
 bool Engine::can_speculate(const GenerationRequest& r) const {
-  const GenSampling& s = r.sampling;
-  // Greedy acceptance is exact only for an argmax that the accepted drafts cannot change: no
-  // temperature, and no penalty that reads the history (logit_bias does not).
-  return r.speculate && cfg_.sched.spec.enabled && s.temperature == 0.0f &&
-         s.repeat_penalty == 1.0f && s.presence_penalty == 0.0f && s.frequency_penalty == 0.0f;
+  // Greedy and sampled requests alike (sample_job): with a point-mass draft, Leviathan et al.'s
+  // rule "accept d with probability p(d), else draw from p without d" is the same as "draw
+  // x ~ p, keep d iff x == d, else emit x", which is what decoding one token at a time draws.
+  return r.speculate && cfg_.sched.spec.enabled;
 }
 
 void Engine::build_inputs(const SchedulerOutput& out) {
@@ -54,9 +53,18 @@ void Engine::sample_job(SampleJob& job, int32_t n_vocab) const {
   const Request* r = job.request;
   SeqSampler& sampler = *job.live->sampler;
   // Row i predicts the token after position pos + i, whose input was draft i - 1: it is valid
-  // only while every draft before it was accepted, so stop at the first mismatch. Only greedy
-  // requests draft (can_speculate), so the kept tokens are exactly what decoding one at a time
-  // would produce; the history (penalties only) is not read.
+  // only while every draft before it was accepted. Each row is sampled exactly as decoding one
+  // token at a time would sample it (same history, same draws from the request's generator, in
+  // the same order), and the draft is kept iff the sample equals it. For a point-mass draft q
+  // that is Leviathan et al.'s rule exactly: P(keep d) = p(d), and on rejection the sample is
+  // distributed as p without d, renormalised. So greedy and seeded outputs are identical to
+  // plain decoding, token for token.
+  thread_local std::vector<int32_t> history;  // token_ids + the drafts accepted so far
+  std::span<const int32_t> hist = r->token_ids;
+  if (job.num_rows > 1) {
+    history.assign(r->token_ids.begin(), r->token_ids.end());
+    hist = history;
+  }
   for (int32_t i = 0; i < job.num_rows; ++i) {
     float* row = job.row + (size_t)i * (size_t)n_vocab;
     if (!all_finite(row, n_vocab)) {
@@ -64,7 +72,7 @@ void Engine::sample_job(SampleJob& job, int32_t n_vocab) const {
       job.pos += i;
       return;
     }
-    const int32_t id = sampler.sample(row, r->token_ids, (size_t)r->num_output_tokens());
+    const int32_t id = sampler.sample(row, hist, (size_t)r->num_output_tokens() + (size_t)i);
     job.ids[(size_t)job.num_ids++] = id;
     if (sampler.num_logprobs() >= 0) {
       ChannelEvent& ev = job.live->next_events.emplace_back();
@@ -75,6 +83,10 @@ void Engine::sample_job(SampleJob& job, int32_t n_vocab) const {
       return;
     }
     if (i + 1 < job.num_rows && id != r->draft_ids[(size_t)i]) return;  // draft i rejected
+    if (i + 1 < job.num_rows) {
+      history.push_back(id);
+      hist = history;
+    }
   }
 }
 

@@ -244,6 +244,45 @@ TEST_F(EngineSpecTest, MaxTokensAndEosEndExactlyAsWithoutDrafts) {
   expect_all_free(*e);
 }
 
+TEST_F(EngineSpecTest, SampledSpeculationGivesTheSeededTokensOfPlainSampling) {
+  // Each row is sampled as plain decoding samples it (same history, same generator draws, same
+  // order) and a draft is kept iff the sample equals it: for a point-mass draft that is
+  // Leviathan et al.'s acceptance rule, and it makes seeded output identical, which implies the
+  // distribution at every position (first speculated one included) is the plain sampler's.
+  const int32_t nv = n_vocab();
+  std::vector<GenerationRequest> rs;
+  for (int seed = 0; seed < 24; ++seed) {
+    GenerationRequest r = greedy(repetitive_prompt(120 + seed % 4, 9, 5, nv), 40);
+    r.sampling.temperature = seed % 3 == 0 ? 1.0f : 0.05f;
+    r.sampling.top_k = seed % 2 == 0 ? 0 : 40;
+    r.sampling.top_p = seed % 4 == 1 ? 0.9f : 1.0f;
+    r.sampling.min_p = seed % 5 == 2 ? 0.05f : 0.0f;
+    r.sampling.frequency_penalty = seed % 6 == 3 ? 0.5f : 0.0f;
+    r.sampling.repeat_penalty = seed % 7 == 4 ? 1.1f : 1.0f;
+    r.sampling.seed = uint64_t(1000 + seed);
+    rs.push_back(r);
+  }
+  // Greedy with history penalties: a row's penalties must count the drafts accepted before it.
+  for (int i = 0; i < 8; ++i) {
+    GenerationRequest r = greedy(repetitive_prompt(130 + i, 9, 5, nv), 40);
+    r.sampling.frequency_penalty = i % 2 == 0 ? 0.4f : 0.0f;
+    r.sampling.presence_penalty = i % 4 == 1 ? 0.4f : 0.0f;
+    r.sampling.repeat_penalty = i % 2 == 1 ? 1.3f : 1.0f;
+    rs.push_back(r);
+  }
+  const auto want = plain_outputs(model_, rs);
+  auto e = make_engine(config_with_blocks(model_, 256, spec_on(4, 1)));
+  ASSERT_NE(e, nullptr);
+  auto got = run_batch(*e, rs);
+  for (size_t i = 0; i < rs.size(); ++i) EXPECT_EQ(got[i].tokens, want[i]) << "seed " << i;
+  const SpecCounters s = e->stats().spec;
+  std::cout << "sampled: draft tokens " << s.num_draft_tokens << ", accepted "
+            << s.num_accepted_tokens << "\n";
+  EXPECT_GT(s.num_accepted_tokens, 10u) << "few sampled drafts accepted: vacuous";
+  EXPECT_LT(s.num_accepted_tokens, s.num_draft_tokens);
+  expect_all_free(*e);
+}
+
 TEST_F(EngineSpecTest, BudgetTableShowsTheDraftLogitRows) {
   auto plain = make_engine(config_with_blocks(model_, 64));
   auto spec = make_engine(config_with_blocks(model_, 64, spec_on(4)));
