@@ -12,6 +12,7 @@
 #include "planner/memory_plan.h"
 #include "planner/model_source.h"
 #include "planner/plan_report.h"
+#include "sched/spec_config.h"
 
 namespace kvw::app {
 namespace {
@@ -39,6 +40,8 @@ struct PlanArgs {
   bool json = false;
   bool explain = false;
   bool engine = false;
+  bool spec_ngram = false;     // --engine: serve's --spec-ngram (draft logit rows)
+  int32_t spec_max_draft = 4;  // --engine: serve's --spec-max-draft
   bool list_models = false;
   bool list_gpus = false;
   RopeFlags rope;  // stretches the model's positions (the default --max-model-len)
@@ -193,6 +196,10 @@ int run_plan(const PlanArgs& a) {
       opt.weight_dtype = *parse_weight_dtype(a.weight_dtype.empty() ? "f32" : a.weight_dtype);
     opt.max_model_len = in->max_model_len;
     opt.max_num_seqs = a.concurrency;
+    // serve's default --spec-max-seqs (SpecConfig::max_seqs) rows of drafts per step.
+    opt.spec_draft_logit_rows =
+        SpecConfig{.enabled = a.spec_ngram, .num_speculative_tokens = a.spec_max_draft}
+            .max_draft_tokens_per_step();
     auto rm = parse_size("--request-memory", a.request_memory);
     if (!rm.ok()) {
       std::cerr << "kvwarden plan: " << rm.message() << "\n";
@@ -291,6 +298,10 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--engine", a->engine,
                 "Also print kvwarden's own CPU engine budget (weights + workspace + KV pool + "
                 "reserve) for --concurrency sequences of --max-model-len");
+  cmd->add_flag("--spec-ngram", a->spec_ngram,
+                "--engine: serve's --spec-ngram (the drafts' logit rows join the reserve)");
+  cmd->add_option("--spec-max-draft", a->spec_max_draft, "--engine: serve's --spec-max-draft")
+      ->capture_default_str();
   cmd->add_option("--request-memory", a->request_memory,
                   "--engine: serve's --request-memory (the request row also counts connections "
                   "and streams for --concurrency and --max-queue)")

@@ -43,7 +43,7 @@ struct ServeFlags {
   std::string memory_budget, request_memory = "64MiB", swap_space, kv_dtype = "f16",
                              preemption_mode = "swap", overflow = "error", kv_reserve = "none",
                              chat_template_file, diagnostics_dir, kv_events_json,
-                             diagnostics_max_bytes = "64MiB";
+                             diagnostics_max_bytes = "64MiB", speculative_config;
   double diagnostics_min_interval_s = 60;
   uint32_t diagnostics_max_files = 64;
   uint64_t diagnostics_max_bytes_value = 0;  // parsed from diagnostics_max_bytes
@@ -135,6 +135,11 @@ Result<std::unique_ptr<GgufFile>> resolve(ServeFlags& f) {
   auto rope = rope_override(f.rope);
   if (!rope.ok()) return rope.error();
   e.rope = *rope;
+  if (!f.speculative_config.empty()) {
+    auto sc = parse_speculative_config(f.speculative_config, e.sched.spec);
+    if (!sc.ok()) return sc.error();
+    e.sched.spec = *sc;
+  }
   auto file = GgufFile::open(e.model_path);
   if (!file.ok()) return file.error();
   if (f.max_model_len > 0) {
@@ -225,7 +230,14 @@ nlohmann::json config_json(const ServeFlags& f) {
           {"overflow", f.overflow},
           {"kv_reserve", f.kv_reserve},
           {"enable_prefix_caching", e.enable_prefix_caching},
-          {"kv_events_config", f.kv_events_json}};
+          {"kv_events_config", f.kv_events_json},
+          {"speculative_config",
+           e.sched.spec.enabled
+               ? nlohmann::json{{"method", "ngram"},
+                                {"num_speculative_tokens", e.sched.spec.num_speculative_tokens},
+                                {"prompt_lookup_max", e.sched.spec.prompt_lookup_max},
+                                {"prompt_lookup_min", e.sched.spec.prompt_lookup_min}}
+               : nlohmann::json(nullptr)}};
 }
 
 int run(ServeFlags f) {
@@ -497,6 +509,29 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--kv-reserve", f->kv_reserve, "KV admission reserve: none or p95")
       ->capture_default_str();
   cmd->add_flag("--no-prefix-caching", f->no_prefix_caching, "Disable prefix caching");
+  cmd->add_flag("--spec-ngram", e.sched.spec.enabled,
+                "Speculative decoding with prompt-lookup drafts: the last n tokens are looked up "
+                "earlier in the prompt and output, the tokens that followed are verified in one "
+                "forward pass. Greedy and seeded output is identical to decoding without it; "
+                "faster when answers quote their input");
+  cmd->add_option("--spec-max-draft", e.sched.spec.num_speculative_tokens,
+                  "--spec-ngram: draft tokens per step at most (adapts per sequence in "
+                  "[1, this]); sizes max_seqs x this extra logit rows in the budget's reserve")
+      ->capture_default_str();
+  cmd->add_option("--spec-ngram-max", e.sched.spec.prompt_lookup_max,
+                  "--spec-ngram: longest n-gram looked up")
+      ->capture_default_str();
+  cmd->add_option("--spec-ngram-min", e.sched.spec.prompt_lookup_min,
+                  "--spec-ngram: shortest n-gram looked up")
+      ->capture_default_str();
+  cmd->add_option("--spec-max-seqs", e.sched.spec.max_seqs,
+                  "--spec-ngram: sequences that carry drafts in one step at most")
+      ->capture_default_str();
+  cmd->add_option("--speculative-config", f->speculative_config,
+                  "vLLM's form of --spec-ngram: JSON with method \"ngram\", "
+                  "num_speculative_tokens, prompt_lookup_max, prompt_lookup_min. Example: "
+                  "'{\"method\":\"ngram\",\"num_speculative_tokens\":4,"
+                  "\"prompt_lookup_max\":4,\"prompt_lookup_min\":2}'");
   cmd->add_option("--kv-events-config", f->kv_events_json,
                   "Publish the prefix cache's KV events (BlockStored, BlockRemoved, "
                   "AllBlocksCleared) over ZeroMQ in vLLM's format, for prefix-aware routers "

@@ -43,8 +43,9 @@ Status Engine::plan_budget(const GgufFile& file) {
   auto shape = planner::shape_from_gguf(file);
   if (!shape.ok()) return shape.error();
   const int64_t n_vocab = shape->n_vocab;
+  const int64_t spec_rows = cfg_.sched.spec.max_draft_tokens_per_step();
   const int64_t logit_rows =
-      std::min<int64_t>(cfg_.sched.max_num_seqs, cfg_.sched.max_num_batched_tokens);
+      std::min<int64_t>(cfg_.sched.max_num_seqs, cfg_.sched.max_num_batched_tokens) + spec_rows;
   planner::EngineOptions opt;
   opt.max_num_batched_tokens = cfg_.sched.max_num_batched_tokens;
   opt.block_size = cfg_.block_size;
@@ -55,6 +56,7 @@ Status Engine::plan_budget(const GgufFile& file) {
   opt.max_model_len = cfg_.sched.max_model_len;
   opt.max_num_seqs = cfg_.sched.max_num_seqs;
   opt.reserve_bytes = cfg_.reserve_bytes;  // the planner adds the logits buffer to this row
+  opt.spec_draft_logit_rows = spec_rows;   // and the speculative drafts' rows
   opt.request_bytes = cfg_.request_bytes;
   opt.swap_staging_bytes = planner::swap_staging_bytes(cfg_.swap_bytes);
   auto table = planner::plan_engine_budget(*shape, opt);
@@ -171,7 +173,11 @@ Status Engine::init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file) {
                          .overflow = cfg.sched.overflow};
   queue_ = std::make_unique<RequestQueue>(cfg.request_queue_capacity);
   const int64_t rows = std::min<int64_t>(cfg.sched.max_num_seqs, cfg.sched.max_num_batched_tokens);
-  logits_.resize((size_t)(rows * model_->hparams().n_vocab));
+  // Speculative decodes need a row per draft too: the scheduler drafts at most
+  // max_draft_tokens_per_step tokens a step, sized here from the budget's reserve row.
+  const int64_t spec_rows = cfg.sched.spec.max_draft_tokens_per_step();
+  logits_.resize((size_t)((rows + spec_rows) * model_->hparams().n_vocab));
+  step_tokens_.reserve((size_t)(spec_rows + cfg.sched.spec.max_seqs));
   inputs_.reserve((size_t)rows);
   sampled_.reserve((size_t)rows);
   sample_jobs_.reserve((size_t)rows);

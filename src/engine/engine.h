@@ -7,6 +7,7 @@
 // engine thread touches them while it runs. submit/cancel/stats/shutdown are thread-safe.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -90,7 +91,8 @@ class Engine {
     bool ignore_eos = false;
     std::string error;  // set by the numerics guard, sent with kError
     ErrorKind error_kind = ErrorKind::kInternal;
-    ChannelEvent next_event;  // log-probabilities of the token sampled this step
+    // Log-probabilities of the tokens sampled this step (one, or 1..k+1 when speculating).
+    std::vector<ChannelEvent> next_events;
     // PendingRequest::first_token_deadline until the first token is emitted, then max().
     std::chrono::steady_clock::time_point first_token_deadline;
     bool timed_out = false;  // expire_overdue() cancelled it: its channel ends with kError
@@ -108,22 +110,32 @@ class Engine {
   void expire_overdue();
   void measure_rate(std::chrono::steady_clock::time_point step_start, int64_t num_tokens);
   bool step();  // false when nothing was scheduled
-  // One logit row to sample this step; sample_rows runs them on the model's threads.
+  // One sequence's logit rows to sample this step (one, or 1 + k for a speculative decode);
+  // sample_rows runs them on the model's threads (engine_sample.cc).
   struct SampleJob {
-    float* row;
+    float* row;  // [num_rows][n_vocab]
+    int32_t num_rows;
     Live* live;
     const Request* request;
-    int64_t pos;  // position of the row's token (for the numerics guard's message)
-    SampledToken token;
-    bool finite;
+    int64_t pos;  // position of the first row's token (for the numerics guard's message)
+    SeqId seq_id;
+    // Out: the tokens kept in order (accepted drafts, then the target's own token).
+    std::array<int32_t, kMaxSpecDraftTokens + 1> ids;
+    int32_t num_ids;
+    bool stop;    // ids' last is an end-of-generation token
+    bool finite;  // false: the row after ids was non-finite (the request ends with kError)
     const char* fault = nullptr;  // what() of an exception while sampling (static or owned)
     std::string fault_text;       // owns the message when `fault` points at it
     ErrorKind fault_kind = ErrorKind::kInternal;
   };
-  // Samples one row; exceptions are caught by the caller and end only this request.
-  void sample_one(SampleJob& job, int32_t n_vocab);
+  void build_inputs(const SchedulerOutput& out);
+  // Ends the job's request with its fault (update_from_output frees its blocks).
   void fail_sample(SampleJob& job);
   void sample_rows(const SchedulerOutput& out);
+  void sample_job(SampleJob& job, int32_t n_vocab) const;
+  // Whether a request may carry drafts: speculation on and not opted out (greedy and sampled
+  // requests are verified exactly, see sample_job).
+  bool can_speculate(const GenerationRequest& r) const;
   void publish_and_emit();
   void publish_snapshot_if_wanted();
   void observe_step(uint64_t step, std::chrono::steady_clock::time_point start,
@@ -155,13 +167,15 @@ class Engine {
   // request that emitted meanwhile leaves it early, which costs one scan).
   std::chrono::steady_clock::time_point next_deadline_ =
       std::chrono::steady_clock::time_point::max();
-  int64_t rate_window_tokens_ = 0;      // tokens computed in the current token_rate window
-  uint64_t rate_window_ns_ = 0;         // step time of the current token_rate window
-  bool rate_window_closed_ = false;     // a whole window was measured (else the partial one shows)
-  std::vector<float> logits_;           // [min(max_num_seqs, max_num_batched_tokens)][n_vocab] f32
+  int64_t rate_window_tokens_ = 0;   // tokens computed in the current token_rate window
+  uint64_t rate_window_ns_ = 0;      // step time of the current token_rate window
+  bool rate_window_closed_ = false;  // a whole window was measured (else the partial one shows)
+  // [min(max_num_seqs, max_num_batched_tokens) + spec max_draft_tokens_per_step][n_vocab] f32
+  std::vector<float> logits_;
   std::vector<SeqInput> inputs_;        // per-step batch, reused
   std::vector<SampledToken> sampled_;   // per-step samples, reused
   std::vector<SampleJob> sample_jobs_;  // per-step rows to sample, reused
+  std::vector<int32_t> step_tokens_;    // per-step speculative inputs: [last, d1..dk] per seq
   std::vector<PendingRequest> pending_;
   std::vector<uint64_t> cancels_;
   // Emitted at the end of the step, after the stats that reflect it are published.

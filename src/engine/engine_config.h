@@ -69,6 +69,12 @@ struct EngineConfig {
   Status validate() const;  // messages name the flag
 };
 
+// Parses vLLM's --speculative-config JSON ({"method": "ngram", "num_speculative_tokens": k,
+// "prompt_lookup_max": n, "prompt_lookup_min": m}) over `base` (fields not given keep their
+// values) and turns speculation on. Errors name the flag: not JSON, another method (draft
+// models), unknown keys, values out of range.
+Result<SpecConfig> parse_speculative_config(std::string_view text, SpecConfig base = {});
+
 // Parses --memory-budget: bytes ("8589934592"), with a binary suffix ("8G", "512MiB", "1.5GB"
 // = GiB), or a percentage ("75%") of min(machine memory, cgroup limit) given as
 // `machine_limit_bytes`. Errors name the flag and the text.

@@ -66,7 +66,8 @@ void Engine::admit_one(PendingRequest& p) {
   RequestInput in{.id = SeqId{id},
                   .prompt = std::move(p.request.prompt),
                   .max_tokens = p.request.max_tokens,
-                  .turn_starts = std::move(p.request.turn_starts)};
+                  .turn_starts = std::move(p.request.turn_starts),
+                  .speculate = can_speculate(p.request)};
   Status st = sched_->add_request(std::move(in));
   if (!st.ok()) {
     ++stats_.num_rejected;
@@ -80,7 +81,7 @@ void Engine::admit_one(PendingRequest& p) {
                          .sampler = std::move(p.sampler),
                          .ignore_eos = p.request.ignore_eos,
                          .error = {},
-                         .next_event = {},
+                         .next_events = {},
                          .first_token_deadline = p.first_token_deadline});
   next_deadline_ = std::min(next_deadline_, p.first_token_deadline);
 }
@@ -97,16 +98,7 @@ bool Engine::step() {
     publish_and_emit();
     return false;
   }
-  inputs_.clear();
-  for (const ScheduledSeq& s : out.scheduled) {
-    const Request* r = sched_->find(s.seq_id);
-    CHECK(r != nullptr) << "scheduled request " << index_of(s.seq_id) << " unknown";
-    inputs_.push_back(SeqInput{.tokens = std::span<const int32_t>(r->token_ids)
-                                             .subspan((size_t)s.start_pos, (size_t)s.num_tokens),
-                               .start_pos = s.start_pos,
-                               .block_table = as_indices(kv_->block_table(s.seq_id)),
-                               .all_logits = false});
-  }
+  build_inputs(out);
   CHECK((size_t)Model::num_logit_rows(inputs_) * model_->hparams().n_vocab <= logits_.size());
   t0 = std::chrono::steady_clock::now();
   // Inputs are validated at submit and block tables come from the KvManager, so a refusal here
@@ -122,16 +114,21 @@ bool Engine::step() {
   t0 = std::chrono::steady_clock::now();
   std::vector<FinishedRequest> done = sched_->update_from_output(out, sampled_);
   stats_.schedule_ns += elapsed_ns(t0);
-  for (const SampledToken& t : sampled_) {
+  // One event per kept token, in order (a speculative decode emits several, one by one).
+  size_t nth = 0;  // index of the token among its sequence's this step
+  for (size_t i = 0; i < sampled_.size(); ++i) {
+    const SampledToken& t = sampled_[i];
+    nth = i > 0 && sampled_[i - 1].seq_id == t.seq_id ? nth + 1 : 0;
     if (t.error) continue;
     const uint64_t id = index_of(t.seq_id);
     Live& live = live_.at(id);
-    ChannelEvent ev = std::move(live.next_event);
-    live.next_event = {};
+    ChannelEvent ev;
+    if (nth < live.next_events.size()) ev = std::move(live.next_events[nth]);
     live.first_token_deadline = std::chrono::steady_clock::time_point::max();  // produced
     ev.token_id = t.token_id;
     emit_tokens_.emplace_back(id, std::move(ev));
   }
+  for (const SampleJob& job : sample_jobs_) job.live->next_events.clear();
   for (const FinishedRequest& f : done) emit_finished_.push_back(f);
   ++stats_.num_steps;
   stats_.last_step_seqs = (uint32_t)out.scheduled.size();
@@ -231,85 +228,6 @@ void Engine::publish_snapshot_if_wanted() {
   snapshot_box_.publish(std::move(snap));
 }
 
-void Engine::sample_rows(const SchedulerOutput& out) {
-  const int32_t n_vocab = model_->hparams().n_vocab;
-  sampled_.clear();
-  sample_jobs_.clear();
-  // One logit row per scheduled sequence (all_logits is off), in batch order.
-  for (size_t i = 0; i < out.scheduled.size(); ++i) {
-    const ScheduledSeq& s = out.scheduled[i];
-    if (!s.needs_logits) continue;
-    sample_jobs_.push_back(SampleJob{
-        .row = logits_.data() + i * (size_t)n_vocab,
-        .live = &live_.at(index_of(s.seq_id)),
-        .request = sched_->find(s.seq_id),
-        .pos = s.start_pos + s.num_tokens - 1,
-        .token = SampledToken{.seq_id = s.seq_id, .token_id = 0, .stop = false, .error = false},
-        .finite = true});
-  }
-  // Rows are independent (each its own sampler, row and event), so the model's threads take
-  // them in turn; a row's result does not depend on which thread drew it.
-  model_->run_on_threads([&](int ith, int nth) {
-    for (size_t j = (size_t)ith; j < sample_jobs_.size(); j += (size_t)nth) {
-      SampleJob& job = sample_jobs_[j];
-      // A fault while sampling one request (an allocation failure in its logprobs, say) ends
-      // that request; the step, the other requests and the process go on.
-      try {
-        sample_one(job, n_vocab);
-      } catch (const std::bad_alloc&) {
-        job.fault = "out of memory while sampling";
-        job.fault_kind = ErrorKind::kOutOfMemory;
-      } catch (const std::exception& e) {
-        job.fault_text = e.what();
-        job.fault = job.fault_text.c_str();
-        job.fault_kind = ErrorKind::kInternal;
-      } catch (...) {
-        job.fault = "unknown exception while sampling";
-        job.fault_kind = ErrorKind::kInternal;
-      }
-    }
-  });
-  for (size_t j = 0; j < sample_jobs_.size(); ++j) {
-    SampleJob& job = sample_jobs_[j];
-    if (job.fault != nullptr) {
-      fail_sample(job);
-    } else if (!job.finite) {
-      job.token.error = true;
-      ++stats_.num_numerics_errors;
-      job.live->error_kind = ErrorKind::kNumerics;
-      job.live->error =
-          "numerics guard: non-finite logits (NaN/Inf) at position " + std::to_string(job.pos);
-      LOG(WARN, engine) << "request " << index_of(job.token.seq_id) << ": " << job.live->error;
-    }
-    sampled_.push_back(job.token);
-  }
-}
-
-void Engine::sample_one(SampleJob& job, int32_t n_vocab) {
-  job.finite = all_finite(job.row, n_vocab);
-  if (!job.finite) return;
-  const Request* r = job.request;
-  if (cfg_.sample_fault_hook) cfg_.sample_fault_hook(index_of(job.token.seq_id), r->max_tokens);
-  job.token.token_id =
-      job.live->sampler->sample(job.row, r->token_ids, (size_t)r->num_output_tokens());
-  job.token.stop = !job.live->ignore_eos && tokenizer_->is_end_of_generation(job.token.token_id);
-  if (job.live->sampler->num_logprobs() >= 0) {
-    ChannelEvent& ev = job.live->next_event;
-    compute_logprobs(job.row, n_vocab, job.token.token_id, job.live->sampler->num_logprobs(),
-                     &ev.logprob, &ev.top_logprobs);
-  }
-}
-
-// The request ends with an error (update_from_output frees its blocks); its channel says why.
-void Engine::fail_sample(SampleJob& job) {
-  job.token.error = true;
-  ++stats_.num_request_faults;
-  job.live->error_kind = job.fault_kind;
-  job.live->error = std::string("internal error: ") + job.fault;
-  job.live->next_event = {};
-  LOG(ERROR, engine) << "request " << index_of(job.token.seq_id) << ": " << job.live->error;
-}
-
 void Engine::publish_and_emit() {
   if (cfg_.kv_event_sink) {
     kv_->take_kv_events(kv_events_);
@@ -336,6 +254,7 @@ void Engine::publish_and_emit() {
     stats_.swap_in_bytes = swap->counters().bytes_in;
   }
   stats_.num_swapped = sched_->num_swapped();
+  stats_.spec = c.spec;
   stats_.prefix = kv_->prefix_counters();
   // KvManager::stats() walks every block: at most every 100 ms, so it costs nothing per step.
   const auto now = std::chrono::steady_clock::now();

@@ -21,6 +21,7 @@
 #include "kv/layout_stats.h"
 #include "kv/prefix_cache.h"
 #include "sched/request.h"
+#include "sched/spec_config.h"
 
 namespace kvw {
 
@@ -34,6 +35,9 @@ struct GenerationRequest {
   // or its prefill not done) is removed from the engine, its blocks freed, and ends with
   // kError, ErrorKind::kQueueTimeout. 0: no limit. Checked between steps (resolution: a step).
   double max_queue_wait_s = 0;
+  // Per-request opt-out of speculative decoding (when the engine runs with it on). Output is
+  // the same either way for greedy requests; only the speed differs.
+  bool speculate = true;
 };
 
 struct TokenLogprob {
@@ -175,6 +179,7 @@ struct EngineStats {
   uint64_t schedule_ns = 0;  // time inside Scheduler::schedule + update_from_output
   uint64_t forward_ns = 0;   // time inside Model::forward
   uint64_t sample_ns = 0;    // numerics guard + sampling
+  SpecCounters spec;         // speculative decoding (vllm:spec_decode_*)
 
   // For /metrics. Cumulative unless noted.
   uint64_t num_preemptions_swap = 0;       // preempted to the swap tier

@@ -48,6 +48,16 @@ uint32_t BlockLease::release_front(size_t n) {
   return freed;
 }
 
+void BlockLease::release_back(size_t n) {
+  CHECK(n <= blocks_.size()) << "release_back(" << n << ") of a lease of " << blocks_.size();
+  for (size_t i = 0; i < n; ++i) {
+    CHECK(blocks_.back() != kNullBlock) << "release_back reached a hole";
+    CHECK(pool_ != nullptr) << "lease with blocks but no pool";
+    pool_->free(std::span<const BlockId>(&blocks_.back(), 1));
+    blocks_.pop_back();
+  }
+}
+
 // ---- BlockPool ----
 
 BlockPool::BlockPool(uint32_t num_blocks, PrefixCache* cache)

@@ -66,6 +66,9 @@ class BlockLease {
   // place, so the indices of the later entries do not change. Returns how many references were
   // freed (holes already there are skipped). CHECKs n <= size().
   uint32_t release_front(size_t n);
+  // Frees the references of the last n entries (last first) and removes them. CHECKs
+  // n <= size() and that none of them is a hole.
+  void release_back(size_t n);
   // Defragmenter: the reference at index i now names block b (the pool moved the state).
   void replace(size_t i, BlockId b) { blocks_[i] = b; }
   // Frees every block, last first; the lease is empty afterwards.

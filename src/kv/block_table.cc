@@ -44,6 +44,15 @@ void BlockTable::append(BlockLease&& blocks, int64_t num_new_tokens) {
       << "table has " << num_blocks() << " blocks for " << num_tokens_ << " tokens";
 }
 
+void BlockTable::truncate(int64_t n) {
+  CHECK(n >= num_computed_ && n <= num_tokens_)
+      << "truncate to " << n << " of " << num_tokens_ << " slots, " << num_computed_ << " computed";
+  const size_t keep = static_cast<size_t>((n + block_size_ - 1) / block_size_);
+  CHECK(keep >= hashes_.size() && keep >= num_holes_) << "truncate into hashed blocks or holes";
+  lease_.release_back(num_blocks() - keep);
+  num_tokens_ = n;
+}
+
 void BlockTable::append_cached(BlockLease&& blocks, std::span<const uint64_t> hashes) {
   CHECK(blocks.size() == hashes.size()) << "hit blocks vs hashes";
   CHECK(num_tokens_ == num_computed_ && num_tokens_ % block_size_ == 0 &&

@@ -66,6 +66,10 @@ class BlockTable {
   // Returns the references released.
   uint32_t release_leading(size_t n);
   void set_num_computed(int64_t n, uint64_t step);
+  // Gives back reserved slots: num_tokens becomes n (num_computed <= n <= num_tokens) and the
+  // blocks wholly beyond it are freed, last first. They hold no computed token, so none is
+  // hashed. Speculative decoding drops the slots of rejected drafts with it.
+  void truncate(int64_t n);
   void push_hash(uint64_t h) { hashes_.push_back(h); }
   void replace_block(size_t i, BlockId b) { lease_.replace(i, b); }
   // Number of maximal runs of consecutive block ids among the live blocks (1 for a fully

@@ -169,6 +169,10 @@ AllocStatus KvManager::allocate_slots(SeqId seq, int64_t num_new_tokens) {
   return AllocStatus::kOk;
 }
 
+void KvManager::truncate_slots(SeqId seq, int64_t num_tokens) {
+  table(seq).truncate(num_tokens);
+}
+
 void KvManager::commit_computed(SeqId seq, std::span<const int32_t> tokens, int64_t num_computed,
                                 std::span<const uint64_t> prompt_hashes) {
   BlockTable& t = table(seq);

@@ -117,6 +117,10 @@ class KvManager {
   // Would allocate_slots(seq, num_new_tokens) succeed? (no watermark: running sequences may
   // use the spare blocks).
   bool can_allocate(SeqId seq, int64_t num_new_tokens) const;
+  // Blocks allocate_slots(seq, num_new_tokens) would take.
+  uint32_t num_blocks_needed(SeqId seq, int64_t num_new_tokens) const {
+    return table(seq).num_blocks_needed(num_new_tokens);
+  }
 
   // ---- state changes ----
 
@@ -141,6 +145,16 @@ class KvManager {
   // stays cached until evicted).
   void commit_computed(SeqId seq, std::span<const int32_t> tokens, int64_t num_computed,
                        std::span<const uint64_t> prompt_hashes = {});
+
+  // Gives back reserved, uncomputed slots: the sequence's slot count becomes num_tokens
+  // (num_computed <= num_tokens <= current count) and blocks wholly beyond it are freed, last
+  // first, to the head of the free queue (they were never hashed, so nothing beyond the
+  // computed tokens can reach the prefix cache). Speculative decoding rolls back the slots of
+  // rejected drafts with it:
+  //   slots [0, 37) for 1 + 4 drafts at 32, 1 accepted -> truncate_slots(s, 34): block 2
+  //   (32..47) keeps 34..36's stale KV (overwritten before it is computed), nothing freed;
+  //   slots [0, 50), truncate_slots(s, 46) -> block 3 (48..63) is freed.
+  void truncate_slots(SeqId seq, int64_t num_tokens);
 
   // n > 1 sampling: `child` (new id) shares the parent's fully computed blocks (ref_count++)
   // and gets private copies of the rest (the partial last block): KvStorage::copy_block when

@@ -229,6 +229,17 @@ void ServingMetrics::init_vllm() {
              std::to_string(cfg_.swap_space_bytes)})
       .set(1);
   v_preemptions_ = &r.counter("vllm:num_preemptions_total", "Cumulative preemptions.", ml).with(m);
+  v_spec_drafts_ =
+      &r.counter("vllm:spec_decode_num_drafts_total", "Number of spec decoding drafts.", ml)
+           .with(m);
+  v_spec_draft_tokens_ =
+      &r.counter("vllm:spec_decode_num_draft_tokens_total", "Number of draft tokens.", ml).with(m);
+  v_spec_accepted_ =
+      &r.counter("vllm:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.", ml)
+           .with(m);
+  v_spec_per_pos_family_ =
+      &r.counter("vllm:spec_decode_num_accepted_tokens_per_pos_total",
+                 "Accepted tokens per draft position.", {"model_name", "position"});
   v_prefix_queries_ =
       &r.counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in tokens.", ml).with(m);
   v_prefix_hits_ =
@@ -298,6 +309,17 @@ void ServingMetrics::update_engine(const EngineStats& s) {
   v_waiting_->set(double(s.num_waiting));
   v_swapped_->set(double(s.num_swapped));
   v_preemptions_->set_total(double(s.num_preemptions));
+  v_spec_drafts_->set_total(double(s.spec.num_drafts));
+  v_spec_draft_tokens_->set_total(double(s.spec.num_draft_tokens));
+  v_spec_accepted_->set_total(double(s.spec.num_accepted_tokens));
+  for (size_t i = 0; i < v_spec_per_pos_.size(); ++i) {
+    const uint64_t n = s.spec.num_accepted_tokens_per_pos[i];
+    if (n == 0 && v_spec_per_pos_[i] == nullptr) continue;
+    if (v_spec_per_pos_[i] == nullptr) {
+      v_spec_per_pos_[i] = &v_spec_per_pos_family_->with({cfg_.model_name, std::to_string(i)});
+    }
+    v_spec_per_pos_[i]->set_total(double(n));
+  }
   v_prefix_queries_->set_total(double(s.prefix.num_query_tokens));
   v_prefix_hits_->set_total(double(s.prefix.num_hit_tokens));
   v_gen_->set_total(double(s.num_generated_tokens));

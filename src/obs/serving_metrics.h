@@ -11,6 +11,7 @@
 // family mutex only the first time a label value is seen per call site).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -126,6 +127,11 @@ class ServingMetrics {
   Gauge *v_kv_usage_, *v_gpu_usage_, *v_running_, *v_waiting_, *v_swapped_;
   Counter *v_preemptions_, *v_prefix_queries_, *v_prefix_hits_, *v_prompt_, *v_gen_;
   Counter* v_success_[3];  // stop, length, abort
+  // Speculative decoding (vLLM's spec_decode_* names); per-position children are made on
+  // first use, so a server without speculation exports no per-position series.
+  Counter *v_spec_drafts_, *v_spec_draft_tokens_, *v_spec_accepted_;
+  Family<Counter>* v_spec_per_pos_family_ = nullptr;
+  std::array<Counter*, kMaxSpecDraftTokens> v_spec_per_pos_{};
   Histogram *v_ttft_, *v_tpot_, *v_itl_, *v_e2e_, *v_queue_;
 };
 

@@ -34,6 +34,9 @@ struct EngineOptions {
   uint64_t request_bytes = 0;
   // The swap tier's staging buffers (--swap-space > 0): its bound on bytes in flight.
   uint64_t swap_staging_bytes = 0;
+  // Speculative decoding: extra logit rows for the drafts one step may verify (SpecConfig::
+  // max_draft_tokens_per_step), f32 x n_vocab each, added to the reserve row.
+  int64_t spec_draft_logit_rows = 0;
 };
 
 // Staging the swap tier allocates for `swap_bytes` of swap (0: no tier): its bound on bytes in
@@ -76,6 +79,7 @@ struct BudgetTable {
   uint64_t request_bytes = 0;       // the HTTP front door (request_row_bytes)
   uint64_t swap_staging_bytes = 0;  // the swap tier's copies in flight
   uint64_t total_bytes = 0;         // the six above
+  uint64_t spec_logits_bytes = 0;   // part of reserve: the speculative drafts' logit rows
   uint64_t kv_bytes_per_token = 0;  // all layers
   uint64_t kv_bytes_per_block = 0;
   uint64_t num_blocks = 0;

@@ -43,6 +43,9 @@ struct RequestInput {
   // Chat turn start offsets into `prompt` (ascending, first == 0; turn 0 is the system prompt).
   // Needed only by the sliding-window overflow policy.
   std::vector<int64_t> turn_starts;
+  // May carry prompt-lookup drafts when SchedConfig::spec is on (the engine clears it for
+  // requests whose sampling it cannot verify exactly, and on per-request opt-out).
+  bool speculate = false;
 };
 
 struct Request {
@@ -66,6 +69,10 @@ struct Request {
   int64_t num_computed_tokens = 0;
   int32_t num_preemptions = 0;
   bool cancel_requested = false;
+  // Speculative decoding (sched/scheduler_spec.cc).
+  bool speculate = false;
+  int32_t num_spec_tokens = 0;     // adaptive draft length for the next step, [1, k max]
+  std::vector<int32_t> draft_ids;  // this step's drafts: positions num_tokens() .. + size
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

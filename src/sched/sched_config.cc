@@ -32,6 +32,19 @@ Status SchedConfig::validate() const {
   }
   if (kv_reserve_min_samples < 1) return Error{"kv_reserve_min_samples must be >= 1"};
   if (protect_after_preemptions < 1) return Error{"protect_after_preemptions must be >= 1"};
+  return spec.validate();
+}
+
+Status SpecConfig::validate() const {
+  if (!enabled) return Status::ok_status();
+  if (num_speculative_tokens < 1 || num_speculative_tokens > kMaxSpecDraftTokens) {
+    return Error{"--spec-max-draft (num_speculative_tokens) must be in [1, " +
+                 std::to_string(kMaxSpecDraftTokens) + "]"};
+  }
+  if (prompt_lookup_min < 1 || prompt_lookup_max < prompt_lookup_min) {
+    return Error{"--spec-ngram-min (prompt_lookup_min) must be >= 1 and <= --spec-ngram-max"};
+  }
+  if (max_seqs < 1) return Error{"spec max_seqs must be >= 1"};
   return Status::ok_status();
 }
 

@@ -8,6 +8,7 @@
 
 #include "core/status.h"
 #include "sched/context_overflow.h"
+#include "sched/spec_config.h"
 
 namespace kvw {
 
@@ -39,6 +40,8 @@ struct SchedConfig {
   // victim only when no unprotected request is left, it sorts ahead in the waiting queue, and it
   // is re-admitted only when the blocks to finish it (prompt + max_tokens) are free too.
   int32_t protect_after_preemptions = 2;
+  // Speculative decoding with prompt-lookup drafts (off by default).
+  SpecConfig spec;
 
   Status validate() const;
 };

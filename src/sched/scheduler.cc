@@ -73,6 +73,9 @@ SchedulerOutput Scheduler::schedule() {
   // After the running requests' room is settled (as an admission would be), so a read-back that
   // landed is never the victim of this step's growth; its blocks were reserved all along.
   complete_swap_ins(out);
+  // After every decode and prefill chunk of a running request has its room: drafts take only
+  // budget and free blocks nobody scheduled needs.
+  schedule_drafts(out);
   schedule_waiting(out);
   build_output(out);
   awaiting_update_ = !out.scheduled.empty();
@@ -269,23 +272,17 @@ std::vector<FinishedRequest> Scheduler::update_from_output(const SchedulerOutput
     CHECK(it != requests_.end()) << "scheduled sequence " << index_of(s.seq_id) << " unknown";
     Request* r = it->second.get();
     CHECK(r->state == RequestState::kRunning && r->num_computed_tokens == s.start_pos);
-    r->num_computed_tokens += s.num_tokens;
-    kv_->commit_computed(r->id, r->token_ids, r->num_computed_tokens, r->prompt_hashes);
-    if (!s.needs_logits) continue;
-    CHECK(next_sample < sampled.size()) << "missing sampled token for " << index_of(s.seq_id);
-    const SampledToken& t = sampled[next_sample++];
-    CHECK(t.seq_id == s.seq_id) << "sampled tokens out of order";
-    FinishReason reason = FinishReason::kNone;
-    if (t.error) {
-      reason = FinishReason::kError;
-    } else {
-      r->token_ids.push_back(t.token_id);
-      if (t.stop) {
-        reason = FinishReason::kStop;
-      } else if (r->num_output_tokens() >= r->max_tokens || r->num_tokens() >= max_len_) {
-        reason = FinishReason::kLength;
+    // This sequence's sampled tokens: one, or 1..k+1 for a speculative decode.
+    size_t n = 0;
+    if (s.needs_logits) {
+      while (next_sample + n < sampled.size() && sampled[next_sample + n].seq_id == s.seq_id &&
+             n < size_t(s.num_draft_tokens) + 1) {
+        ++n;
       }
+      CHECK(n >= 1) << "missing sampled token for " << index_of(s.seq_id);
     }
+    const FinishReason reason = apply_sampled(r, s, sampled.subspan(next_sample, n));
+    next_sample += n;
     if (reason == FinishReason::kNone) continue;
     remove_running(r);
     finish(r, reason);

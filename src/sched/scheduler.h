@@ -10,7 +10,10 @@
 //   schedule_running()      decodes of running requests first (1 token each), then the next
 //                           chunk of running prefills; preempt_until_fits() makes room by
 //                           preempting the newest unprotected request (never the oldest, so
-//                           nothing starves): swap_out when the tier has room, else recompute
+//                           nothing starves): swap_out when the tier has room, else recompute;
+//                           then drafts (schedule_drafts, spec on): decodes of speculating
+//                           requests grow by k prompt-lookup tokens where budget and free
+//                           blocks allow (drafts never preempt or evict anything)
 //   schedule_waiting()      admissions (swapped-in, recomputed or new), FCFS with repeatedly
 //                           preempted requests first, while the budget, max_num_seqs and the
 //                           blocks above the watermark (+ p95 reservation) allow
@@ -36,12 +39,17 @@ namespace kvw {
 
 // One sequence in the step's batch: compute tokens [start_pos, start_pos + num_tokens) of the
 // request's token_ids; its KV slots are already allocated in block_table(seq_id).
+// A speculative decode (num_draft_tokens = k > 0) computes the last token followed by the k
+// tokens of Request::draft_ids (num_tokens = 1 + k) and needs logits at every position:
+//   positions  start_pos   +1   +2  ...  +k
+//   tokens     last        d1   d2  ...  dk      -> logits rows 0..k verify d1..dk, + 1 more
 struct ScheduledSeq {
   SeqId seq_id{0};
   int64_t start_pos = 0;
   int64_t num_tokens = 0;
-  bool needs_logits = false;  // the span ends the known tokens: sample the next one
-  bool is_prefill = false;    // false: a decode (exactly one token)
+  bool needs_logits = false;     // the span ends the known tokens: sample the next one
+  bool is_prefill = false;       // false: a decode (one token, plus its drafts)
+  int32_t num_draft_tokens = 0;  // k drafts after the decode token (logits for each)
 };
 
 struct FinishedRequest {
@@ -59,7 +67,9 @@ struct SchedulerOutput {
   bool empty() const { return scheduled.empty(); }
 };
 
-// The engine's result for one ScheduledSeq with needs_logits, in the same order.
+// The engine's result for one ScheduledSeq with needs_logits, in the same order. A speculative
+// decode with k drafts gets 1..k+1 consecutive entries: the accepted drafts, then the target's
+// own token after them; a stop or error entry ends the run (nothing after it).
 struct SampledToken {
   SeqId seq_id{0};
   int32_t token_id = 0;
@@ -81,6 +91,7 @@ struct SchedCounters {
   uint64_t num_rejected = 0;             // add_request errors
   uint64_t num_truncated = 0;            // prompts shortened by the overflow policy
   std::array<uint64_t, 5> num_finished{};  // indexed by FinishReason
+  SpecCounters spec;
   uint64_t finished(FinishReason r) const { return num_finished[static_cast<size_t>(r)]; }
 };
 
@@ -148,6 +159,13 @@ class Scheduler {
   void complete_swap_ins(SchedulerOutput& out);
   void schedule_running(SchedulerOutput& out);
   void schedule_one_running(Request* r, int64_t num_new, SchedulerOutput& out);
+  // scheduler_spec.cc: adds prompt-lookup drafts to this step's decodes, then, after sampling,
+  // applies one sequence's sampled tokens in order (per-token stop and length checks), rolls
+  // back the slots of rejected drafts and adapts the draft length. Returns how it ended.
+  void schedule_drafts(SchedulerOutput& out);
+  int32_t draft_length_cap(const Request* r) const;
+  FinishReason apply_sampled(Request* r, const ScheduledSeq& s, std::span<const SampledToken> toks);
+  void account_drafts(Request* r, int32_t num_drafts, std::span<const SampledToken> toks);
   bool preempt_until_fits(Request* r, int64_t num_new, SchedulerOutput& out);
   Request* pick_victim(Request* r) const;
   void preempt(Request* victim, SchedulerOutput& out);
@@ -197,6 +215,7 @@ class Scheduler {
   bool preempted_this_step_ = false;
   std::unordered_map<SeqId, size_t> scheduled_index_;  // seq -> index in out.scheduled
   std::vector<Request*> pass_;  // snapshot of running_ walked by one pass of schedule_running
+  std::vector<int32_t> draft_;  // proposer scratch
 };
 
 }  // namespace kvw

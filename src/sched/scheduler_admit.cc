@@ -30,6 +30,8 @@ Status Scheduler::add_request(RequestInput input) {
   r->num_prompt_tokens = r->num_tokens();
   r->max_tokens = input.max_tokens;
   r->turn_starts = std::move(fitted->turn_starts);
+  r->speculate = input.speculate && cfg_.spec.enabled;
+  r->num_spec_tokens = cfg_.spec.num_speculative_tokens;  // start long; shrinks on rejection
   r->num_dropped_prompt_tokens = fitted->num_dropped_tokens;
   if (kv_->config().enable_prefix_caching) {
     hash_full_blocks(r->prompt(), kv_->block_size(), 0, kPrefixHashSeed, r->prompt_hashes);

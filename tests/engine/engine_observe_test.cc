@@ -164,7 +164,9 @@ TEST(EngineObserve, KvSnapshotShowsTheRunningRequestsBlocks) {
   ASSERT_NE(e, nullptr);
   GenerationRequest r;
   r.prompt = prompt(11, 50, e->model().hparams().n_vocab);
-  r.max_tokens = 200;
+  // Long enough that the request still runs when the snapshot is taken even if this thread
+  // waits for a core meanwhile (200 tokens once finished first under a loaded ctest -j2).
+  r.max_tokens = 450;
   r.ignore_eos = true;
   auto ch = e->submit(r);
   ASSERT_TRUE(ch.ok());

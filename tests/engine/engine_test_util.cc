@@ -42,8 +42,10 @@ std::string poisoned_model_path(const std::string& src, int32_t token, float val
   return path;
 }
 
-EngineConfig config_with_blocks(const std::string& model, uint32_t num_blocks) {
+EngineConfig config_with_blocks(const std::string& model, uint32_t num_blocks,
+                                const SpecConfig& spec) {
   EngineConfig cfg;
+  cfg.sched.spec = spec;
   cfg.model_path = model;
   cfg.n_threads = 1;
   cfg.reserve_bytes = 1 << 20;

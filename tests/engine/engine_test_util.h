@@ -16,7 +16,9 @@ std::string tiny_model_path(uint64_t seed = 1);
 // Copy of `src` whose token_embd row `token` is set to `value` (f32 models only).
 std::string poisoned_model_path(const std::string& src, int32_t token, float value);
 // Config over `model` whose budget leaves exactly `num_blocks` KV blocks.
-EngineConfig config_with_blocks(const std::string& model, uint32_t num_blocks);
+// `spec`: speculative decoding settings, planned with (its logit rows are a budget row).
+EngineConfig config_with_blocks(const std::string& model, uint32_t num_blocks,
+                                const SpecConfig& spec = {});
 // Distinct prompts of `len` tokens from the non-special range of the vocabulary.
 std::vector<int32_t> prompt(uint64_t seed, int len, int32_t n_vocab);
 

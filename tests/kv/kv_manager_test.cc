@@ -307,3 +307,36 @@ TEST(KvManagerConfig, ValidateRejectsBadValues) {
 
 }  // namespace
 }  // namespace kvw
+
+namespace kvw {
+namespace {
+
+// Speculative decoding's rollback: reserved slots beyond the verified tokens are given back,
+// whole blocks beyond them freed to the head of the free queue (reused first), and the prefix
+// cache holds only blocks whose every token was committed.
+TEST_F(KvManagerTest, TruncateSlotsFreesWholeBlocksBeyondAndHashesNothingUnverified) {
+  const SeqId s{1};
+  const std::vector<int32_t> t = iota_tokens(30, 100);
+  kv_.add_sequence(s, t);
+  ASSERT_EQ(kv_.allocate_slots(s, 30), AllocStatus::kOk);
+  kv_.commit_computed(s, t, 30);
+  // Decode token at 30 plus 5 drafts: slots to 36, a third block.
+  ASSERT_EQ(kv_.allocate_slots(s, 6), AllocStatus::kOk);
+  EXPECT_EQ(ids(kv_.block_table(s)), (V{0, 1, 2}));
+  kv_.truncate_slots(s, 31);  // only the decode token's KV is verified
+  kv_.check_invariants();
+  EXPECT_EQ(kv_.num_tokens(s), 31);
+  EXPECT_EQ(ids(kv_.block_table(s)), (V{0, 1}));
+  EXPECT_EQ(kv_.pool().num_free_blocks(), kBlocks - 2);
+  // The freed block is the next one handed out.
+  ASSERT_EQ(kv_.allocate_slots(s, 2), AllocStatus::kOk);
+  EXPECT_EQ(ids(kv_.block_table(s)), (V{0, 1, 2}));
+  kv_.truncate_slots(s, 31);
+  kv_.free_sequence(s);
+  kv_.check_invariants();
+  EXPECT_EQ(kv_.num_allocatable_blocks(), kBlocks);
+  EXPECT_EQ(kv_.stats().num_cached_blocks, 1u);  // block 0 only: block 1 never filled
+}
+
+}  // namespace
+}  // namespace kvw

@@ -100,8 +100,8 @@ TEST(DeployKubernetes, ManifestsAgreeWithEachOtherAndTheImage) {
   KVW_REQUIRE_TOOL(test::run_command(std::string(py) + " -c 'import yaml'", nullptr) == 0,
                    "python3-yaml");
   std::string out;
-  EXPECT_EQ(test::run_command(std::string(py) + " " + KVW_TEST_DIR +
-                                  "/deploy_manifests_check.py " + kDeploy + "/..",
+  EXPECT_EQ(test::run_command(std::string(py) + " " + KVW_TEST_DIR + "/deploy_manifests_check.py " +
+                                  kDeploy + "/..",
                               &out),
             0)
       << out;

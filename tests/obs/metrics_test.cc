@@ -213,6 +213,13 @@ TEST(ServingMetrics, ExportsEngineFiguresInBaseUnits) {
   EXPECT_EQ(value_of(p, "vllm:num_requests_swapped"), 2);
   EXPECT_EQ(value_of(p, "vllm:num_preemptions_total"), 9);
   EXPECT_EQ(value_of(p, "vllm:prefix_cache_queries_total"), 1000);
+  EXPECT_EQ(value_of(p, "vllm:spec_decode_num_drafts_total"), 40);
+  EXPECT_EQ(value_of(p, "vllm:spec_decode_num_draft_tokens_total"), 130);
+  EXPECT_EQ(value_of(p, "vllm:spec_decode_num_accepted_tokens_total"), 70);
+  EXPECT_EQ(value_of(p, "vllm:spec_decode_num_accepted_tokens_per_pos_total", {{"position", "0"}}),
+            38);
+  EXPECT_EQ(value_of(p, "vllm:spec_decode_num_accepted_tokens_per_pos_total", {{"position", "1"}}),
+            32);
   EXPECT_EQ(value_of(p, "vllm:request_success_total", {{"finished_reason", "length"}}), 1);
   EXPECT_EQ(
       value_of(p, "vllm:cache_config_info", {{"num_gpu_blocks", "300"}, {"block_size", "16"}}), 1);

@@ -81,6 +81,11 @@ EngineStats make_stats() {
   EngineStats s;
   s.num_steps = 77;
   s.num_generated_tokens = 4321;
+  s.spec.num_drafts = 40;
+  s.spec.num_draft_tokens = 130;
+  s.spec.num_accepted_tokens = 70;
+  s.spec.num_accepted_tokens_per_pos[0] = 38;
+  s.spec.num_accepted_tokens_per_pos[1] = 32;
   s.num_numerics_errors = 2;
   s.num_preemptions = 9;
   s.num_preemptions_swap = 4;
