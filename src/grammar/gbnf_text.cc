@@ -26,8 +26,8 @@ std::string_view json_common_gbnf() {
   return R"(ws ::= "" | " " | "\n" " "{0,8}
 string ::= "\"" char* "\""
 char ::= [^"\\\x00-\x1f] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})
-integer ::= "-"? ("0" | [1-9] [0-9]*)
-number ::= integer ("." [0-9]+)? ([eE] [-+]? [0-9]+)?
+integer ::= "-"? ("0" | [1-9] [0-9]{0,15})
+number ::= integer ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,2})?
 boolean ::= "true" | "false"
 null ::= "null"
 value ::= object | array | string | number | boolean | null

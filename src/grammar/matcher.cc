@@ -5,6 +5,17 @@
 namespace kvw::grammar {
 namespace {
 
+// Smallest code point a character with n continuation bytes may encode (shorter is overlong).
+constexpr uint32_t kMinCodePoint[4] = {0, 0x80, 0x800, 0x10000};
+
+// The code points [lo, hi] a partial character can still become, clipped to valid ones.
+bool partial_range(uint32_t bits, uint8_t rem, uint8_t len, uint32_t* lo, uint32_t* hi) {
+  *lo = std::max(bits << (6 * rem), kMinCodePoint[len]);
+  *hi = std::min(((bits + 1) << (6 * rem)) - 1, 0x10FFFFu);
+  // A prefix that can only end as a surrogate (ED A0..ED BF) is dead: reject it now.
+  return *lo <= *hi && !(*lo >= 0xD800 && *hi <= 0xDFFF);
+}
+
 uint64_t mix(uint64_t h, uint32_t pos) {
   h ^= pos + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
   return h * 0xff51afd7ed558ccdULL;
@@ -63,21 +74,24 @@ bool Matcher::advance(const MatchState& in, uint8_t b, MatchState* out) {
       v = b & 0x07, n = 3;
     else
       return false;  // continuation byte, overlong lead or out of Unicode
-    if (!any_top_intersects(in, v << (6 * n), ((v + 1) << (6 * n)) - 1)) return false;
+    uint32_t lo, hi;
+    if (!partial_range(v, n, n, &lo, &hi) || !any_top_intersects(in, lo, hi)) return false;
     *out = in;
     out->cp = v;
-    out->need = n;
+    out->need = out->len = n;
     return true;
   }
   if ((b & 0xC0) != 0x80) return false;
   const uint32_t v = (in.cp << 6) | (b & 0x3F);
   if (in.need == 1) {
+    if (v < kMinCodePoint[in.len] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return false;
     MatchState base = in;
     base.need = 0;
     return step_code_point(base, v, out);
   }
   const uint8_t rem = in.need - 1;
-  if (!any_top_intersects(in, v << (6 * rem), ((v + 1) << (6 * rem)) - 1)) return false;
+  uint32_t lo, hi;
+  if (!partial_range(v, rem, in.len, &lo, &hi) || !any_top_intersects(in, lo, hi)) return false;
   *out = in;
   out->cp = v;
   out->need = rem;
@@ -106,7 +120,7 @@ bool Matcher::step_code_point(const MatchState& in, uint32_t cp, MatchState* out
   out->begin = begin;
   out->end = (uint32_t)sets_.size();
   out->cp = 0;
-  out->need = 0;
+  out->need = out->len = 0;
   return out->end > out->begin;
 }
 
@@ -190,7 +204,7 @@ void Matcher::compact(const MatchState& s) {
   sets_ = std::move(sets);
   nodes_.reserve(256);
   sets_.reserve(256);
-  state_ = {0, (uint32_t)sets_.size(), s.cp, s.need};
+  state_ = {0, (uint32_t)sets_.size(), s.cp, s.need, s.len};
 }
 
 }  // namespace kvw::grammar

@@ -21,6 +21,7 @@ struct MatchState {
   uint32_t begin = 0, end = 0;
   uint32_t cp = 0;   // bits of the partial code point so far
   uint8_t need = 0;  // continuation bytes still expected (0 = on a character boundary)
+  uint8_t len = 0;   // continuation bytes of the whole character (overlong checks)
 };
 
 class Matcher {

@@ -56,6 +56,15 @@ TEST(Matcher, RejectsInvalidUtf8AndPrunesLeadBytes) {
   EXPECT_FALSE(m.can_end());             // mid-character
   EXPECT_TRUE(m.accept_bytes("\xA9"));
   EXPECT_TRUE(m.can_end());
+  // Overlong encodings of ASCII and surrogates are never characters.
+  EXPECT_FALSE(m.accept_bytes("\xF0\x80\x80\xB9"));
+  EXPECT_FALSE(m.accept_bytes("\xE0\x81\xA1"));
+  EXPECT_FALSE(m.accept_bytes("\xC1\xA1"));
+  Matcher any(parse_gbnf("root ::= .*").value());
+  EXPECT_FALSE(any.accept_bytes("\xED\xA0\x80"));      // U+D800
+  EXPECT_FALSE(any.accept_bytes("\xED\xA0"));          // can only become a surrogate: dead now
+  EXPECT_FALSE(any.accept_bytes("\xF4\x90\x80\x80"));  // over U+10FFFF
+  EXPECT_TRUE(any.accept_bytes("\xF4\x8F\xBF\xBF"));
 }
 
 TEST(Matcher, RejectionLeavesStateUnchanged) {
