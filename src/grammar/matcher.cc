@@ -39,6 +39,42 @@ bool Matcher::can_end(const MatchState& s) const {
   return false;
 }
 
+bool Matcher::same_content(const MatchState& a, const MatchState& b) const {
+  if (a.end - a.begin != b.end - b.begin || a.need != b.need || a.cp != b.cp) return false;
+  for (uint32_t i = a.begin; i < a.end; ++i) {  // sets are de-duplicated: containment suffices
+    const uint32_t x = sets_[i];
+    bool found = false;
+    for (uint32_t j = b.begin; j < b.end && !found; ++j) {
+      const uint32_t y = sets_[j];
+      if (x == kAccept || y == kAccept) {
+        found = x == y;
+      } else {
+        found = nodes_[x].hash == nodes_[y].hash && nodes_[x].pos == nodes_[y].pos &&
+                same_stack(nodes_[x].parent, nodes_[y].parent);
+      }
+    }
+    if (!found) return false;
+  }
+  return true;
+}
+
+void Matcher::state_key(std::string* key) const {
+  std::vector<std::string> stacks;
+  for (uint32_t i = state_.begin; i < state_.end; ++i) {
+    std::string s;
+    for (uint32_t id = sets_[i]; id != kNone && id != kAccept; id = nodes_[id].parent) {
+      s.append(reinterpret_cast<const char*>(&nodes_[id].pos), 4);
+    }
+    stacks.push_back(sets_[i] == kAccept ? std::string("A") : std::move(s));
+  }
+  std::sort(stacks.begin(), stacks.end());
+  key->clear();
+  for (const auto& s : stacks) key->append(s).push_back('|');
+  key->append(reinterpret_cast<const char*>(&state_.cp), 4);
+  key->push_back((char)state_.need);
+  key->push_back((char)state_.len);
+}
+
 bool Matcher::is_finished() const {
   for (uint32_t i = state_.begin; i < state_.end; ++i) {
     if (sets_[i] != kAccept) return false;

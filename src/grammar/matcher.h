@@ -40,6 +40,10 @@ class Matcher {
   // No more bytes can be accepted (only the end remains).
   bool is_finished() const;
   uint32_t num_stacks() const { return state_.end - state_.begin; }
+  // Same stacks (as a set) and the same partial character: equal futures.
+  bool same_content(const MatchState& a, const MatchState& b) const;
+  // The committed state's content (stacks sorted), equal for equal states: a cache key.
+  void state_key(std::string* key) const;
   bool overflowed() const { return overflowed_; }
   const Grammar& grammar() const { return *g_; }
 
