@@ -257,6 +257,11 @@ void Engine::sample_rows(const SchedulerOutput& out) {
           "numerics guard: non-finite logits (NaN/Inf) at position " + std::to_string(job.pos);
       LOG(WARN, engine) << "request " << index_of(job.token.seq_id) << ": " << job.live->error;
     }
+    if (job.finite && !job.live->sampler->constraint_error().empty()) {
+      job.token.error = true;
+      job.live->error_kind = ErrorKind::kInternal;
+      job.live->error = job.live->sampler->constraint_error();
+    }
     sampled_.push_back(job.token);
   }
 }
