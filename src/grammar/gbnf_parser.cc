@@ -147,7 +147,10 @@ class Parser {
     }
     if (c == '(') {
       ++pos_;
+      if (++group_depth_ > kMaxGroupDepth)
+        fail("groups nested deeper than " + std::to_string(kMaxGroupDepth));
       Alts inner = parse_alternates(true);
+      --group_depth_;
       skip_space();
       if (pos_ >= s_.size() || s_[pos_] != ')') fail("expected ')'");
       ++pos_;
@@ -312,6 +315,10 @@ class Parser {
   }
 
   Grammar finish() {
+    if (names_.size() > kMaxRules) {
+      throw ParseError{"grammar has " + std::to_string(names_.size()) +
+                       " rules after lowering, over the limit of " + std::to_string(kMaxRules)};
+    }
     Grammar g;
     for (size_t r = 0; r < names_.size(); ++r) {
       if (!defined_[r])
@@ -334,6 +341,7 @@ class Parser {
   std::string_view s_;
   size_t pos_ = 0;
   uint64_t max_elems_ = 0;
+  int group_depth_ = 0;
   uint64_t repeat_elems_ = 0;
   std::map<std::string, uint32_t> ids_;
   std::vector<std::string> names_;

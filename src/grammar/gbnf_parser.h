@@ -15,10 +15,15 @@
 namespace kvw::grammar {
 
 inline constexpr uint32_t kMaxRepeat = 4096;  // largest m or n in x{m,n}
+inline constexpr int kMaxGroupDepth = 64;     // nested ( ) in GBNF and regex (parser recursion)
+inline constexpr uint32_t kMaxRules = 20000;  // rules after lowering (validate() is O(rules^2))
 
 // Errors (kInvalidInput): syntax ("line 3, column 7: expected '::='"), undefined or missing
-// `root` rule, left recursion, a rule that can never finish, and a compiled form larger than
-// `max_bytes` (the message names the size and the limit).
+// `root` rule, left recursion, a rule that can never finish, groups nested deeper than
+// kMaxGroupDepth, more than kMaxRules rules, rules nested more than Grammar::kMaxLeftDepth deep
+// without consuming input, and a compiled form larger than `max_bytes` (the message names the
+// size and the limit). Recursion in the parser and the matcher is bounded by these limits, so
+// untrusted text cannot overflow the stack.
 Result<std::shared_ptr<const Grammar>> parse_gbnf(std::string_view text,
                                                   size_t max_bytes = SIZE_MAX);
 

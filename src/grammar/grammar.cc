@@ -57,9 +57,14 @@ namespace {
 // Fixed point: a rule is nullable when some alternative is all nullable refs.
 std::vector<bool> nullable_rules(const Grammar& g) {
   std::vector<bool> nullable(g.rules.size(), false);
+  bool forward = false;
   for (bool changed = true; changed;) {
     changed = false;
-    for (size_t r = 0; r < g.rules.size(); ++r) {
+    // Sweeps alternate direction: rule chains (as the lowering writes them) settle in one or
+    // two sweeps whichever way they point.
+    forward = !forward;
+    for (size_t k = 0; k < g.rules.size(); ++k) {
+      const size_t r = forward ? k : g.rules.size() - 1 - k;
       if (nullable[r]) continue;
       for (uint32_t a : g.rules[r].alts) {
         uint32_t p = a;
@@ -77,9 +82,12 @@ std::vector<bool> nullable_rules(const Grammar& g) {
 // Fixed point: a rule is productive when some alternative derives a finite string.
 std::vector<bool> productive_rules(const Grammar& g) {
   std::vector<bool> prod(g.rules.size(), false);
+  bool forward = false;
   for (bool changed = true; changed;) {
     changed = false;
-    for (size_t r = 0; r < g.rules.size(); ++r) {
+    forward = !forward;
+    for (size_t k = 0; k < g.rules.size(); ++k) {
+      const size_t r = forward ? k : g.rules.size() - 1 - k;
       if (prod[r]) continue;
       for (uint32_t a : g.rules[r].alts) {
         uint32_t p = a;
@@ -116,6 +124,7 @@ Status Grammar::validate() const {
   }
   // DFS with colours finds a cycle in the left graph.
   std::vector<uint8_t> colour(rules.size(), 0);  // 0 new, 1 on stack, 2 done
+  std::vector<uint32_t> left_depth(rules.size(), 1);
   std::vector<std::pair<uint32_t, size_t>> stack;
   for (uint32_t s = 0; s < rules.size(); ++s) {
     if (colour[s]) continue;
@@ -125,6 +134,11 @@ Status Grammar::validate() const {
       auto& [r, i] = stack.back();
       if (i == left[r].size()) {
         colour[r] = 2;
+        for (uint32_t c : left[r]) left_depth[r] = std::max(left_depth[r], left_depth[c] + 1);
+        if (left_depth[r] > kMaxLeftDepth) {
+          return Error{"grammar rule '" + rules[r].name + "' nests more than " +
+                       std::to_string(kMaxLeftDepth) + " rules deep without consuming input"};
+        }
         stack.pop_back();
         continue;
       }

@@ -45,6 +45,9 @@ struct Rule {
 };
 
 struct Grammar {
+  // Longest chain of rules entered without consuming input: bounds Matcher::expand's recursion.
+  static constexpr uint32_t kMaxLeftDepth = 512;
+
   std::vector<Elem> elems;  // [all alternatives], each terminated by kEnd
   std::vector<Rule> rules;
   std::vector<CharClass> char_classes;
@@ -52,8 +55,9 @@ struct Grammar {
 
   // Bytes the compiled form occupies (what the memory limit is checked against).
   size_t size_bytes() const;
-  // Refuses left recursion (a rule that can reach itself without consuming input) and rules
-  // that can never finish. Errors name the rule.
+  // Refuses left recursion (a rule that can reach itself without consuming input), rules that
+  // can never finish, and chains of rules nested deeper than kMaxLeftDepth without consuming
+  // input. Errors name the rule.
   Status validate() const;
 };
 

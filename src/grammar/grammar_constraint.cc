@@ -165,6 +165,11 @@ Status GrammarConstraint::accept(int32_t token) {
   if (!matcher_.accept_bytes(bytes)) {
     return Error{"token " + std::to_string(token) + " is not allowed by the grammar here"};
   }
+  if (matcher_.overflowed()) {
+    return Error{"the grammar is too ambiguous to follow (over " +
+                 std::to_string(Matcher::kMaxStacks) + " live alternatives or " +
+                 std::to_string(Matcher::kMaxExpandSteps) + " expansion steps)"};
+  }
   strip_space_ = false;
   return Status::ok_status();
 }

@@ -100,7 +100,7 @@ class Translator {
 
   std::string rule_body(const Json& s, const std::string& path, std::string_view hint, int depth) {
     check_exclusive(s, path);
-    if (s.contains("$ref")) return ref_rule(s, path);
+    if (s.contains("$ref")) return ref_rule(s, path, depth);
     if (s.contains("const")) return gbnf_literal(s["const"].dump());
     if (s.contains("enum")) {
       const Json& e = s["enum"];
@@ -239,7 +239,7 @@ class Translator {
     return add_rule(hint, "\"{\" ws " + (first[0].empty() ? "" : first[0] + " ") + "ws \"}\"");
   }
 
-  std::string ref_rule(const Json& s, const std::string& path) {
+  std::string ref_rule(const Json& s, const std::string& path, int depth) {
     if (!s["$ref"].is_string()) fail("'$ref' at " + path + " must be a string");
     const std::string ref = s["$ref"].get<std::string>();
     auto it = refs_.find(ref);
@@ -260,7 +260,8 @@ class Translator {
     refs_[ref] = rule;
     const size_t slot = rules_.size();
     rules_.emplace_back(rule, "");
-    rules_[slot].second = rule_for(root_[key][name], ref, name, 1);
+    rules_[slot].second =
+        rule_for(root_[key][name], ref, name, depth + 1);  // a chain of refs nests
     return rule;
   }
 

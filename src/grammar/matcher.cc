@@ -162,31 +162,37 @@ bool Matcher::step_code_point(const MatchState& in, uint32_t cp, MatchState* out
 
 // Pushes every stack reachable from `pos` (with `parent` below it) without consuming input,
 // into the set that starts at set_begin. Terminates because validate() refused left recursion.
+// An explicit work list, not recursion: a run of nullable rules (x?{4096} repeated) would
+// otherwise nest a frame per rule; kMaxExpandSteps bounds the work one step may do.
 void Matcher::expand(uint32_t pos, uint32_t parent, uint32_t set_begin) {
-  for (;;) {
-    const Elem e = elems_[pos];
-    if (e.op == Op::kChars) {
-      add_stack(pos, parent, set_begin);
+  work_.clear();
+  work_.push_back({pos, parent});
+  for (uint32_t steps = 0; !work_.empty(); ++steps) {
+    if (steps == kMaxExpandSteps) {
+      overflowed_ = true;
       return;
     }
-    if (e.op == Op::kEnd) {
-      if (parent == kNone) {
-        if (std::find(sets_.begin() + set_begin, sets_.end(), kAccept) == sets_.end())
-          sets_.push_back(kAccept);
-        return;
+    auto [p, par] = work_.back();
+    work_.pop_back();
+    const Elem e = elems_[p];
+    if (e.op == Op::kChars) {
+      add_stack(p, par, set_begin);
+    } else if (e.op == Op::kEnd) {
+      if (par != kNone) {
+        work_.push_back({nodes_[par].pos, nodes_[par].parent});  // return to the caller
+      } else if (std::find(sets_.begin() + set_begin, sets_.end(), kAccept) == sets_.end()) {
+        sets_.push_back(kAccept);
       }
-      pos = nodes_[parent].pos;  // return to the caller
-      parent = nodes_[parent].parent;
-      continue;
+    } else {
+      // A reference in tail position returns straight to our caller: no node, no stack growth.
+      uint32_t ret = par;
+      if (elems_[p + 1].op != Op::kEnd) {
+        ret = (uint32_t)nodes_.size();
+        nodes_.push_back({p + 1, par, mix(par == kNone ? 0 : nodes_[par].hash, p + 1)});
+      }
+      const auto& alts = g_->rules[e.arg].alts;
+      for (auto it = alts.rbegin(); it != alts.rend(); ++it) work_.push_back({*it, ret});
     }
-    // A reference in tail position returns straight to our caller: no node, no stack growth.
-    uint32_t ret = parent;
-    if (elems_[pos + 1].op != Op::kEnd) {
-      ret = (uint32_t)nodes_.size();
-      nodes_.push_back({pos + 1, parent, mix(parent == kNone ? 0 : nodes_[parent].hash, pos + 1)});
-    }
-    for (uint32_t alt : g_->rules[e.arg].alts) expand(alt, ret, set_begin);
-    return;
   }
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "grammar/grammar.h"
@@ -29,6 +30,8 @@ class Matcher {
   // Above this many live stacks (an ambiguous grammar) further alternatives are dropped and
   // overflowed() turns true; JSON-schema grammars stay under ~10.
   static constexpr uint32_t kMaxStacks = 512;
+  // Work one expansion may do (grammar positions visited); past it overflowed() turns true.
+  static constexpr uint32_t kMaxExpandSteps = 1u << 16;
 
   explicit Matcher(std::shared_ptr<const Grammar> g);
 
@@ -85,6 +88,7 @@ class Matcher {
   std::vector<uint32_t> sets_;  // [stacks] node ids (or kAccept) of every state's set
   MatchState state_;
   bool overflowed_ = false;
+  std::vector<std::pair<uint32_t, uint32_t>> work_;  // expand()'s (pos, parent) work list
 };
 
 }  // namespace kvw::grammar

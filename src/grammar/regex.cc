@@ -94,9 +94,12 @@ class RegexTranslator {
             fail("lookaround and inline flags are not supported");
           }
         }
+        if (++depth_ > kMaxGroupDepth)
+          fail("groups nested deeper than " + std::to_string(kMaxGroupDepth));
         std::string inner = alternation();
         if (!more() || peek() != ')') fail("missing ')'");
         ++pos_;
+        --depth_;
         return "(" + inner + ")";
       }
       case '[':
@@ -208,6 +211,7 @@ class RegexTranslator {
 
   std::string_view re_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -57,6 +57,22 @@ TEST(GbnfParser, RefusesRulesThatCanNeverFinish) {
   EXPECT_NE(parse_error("root ::= \"a\" root").find("can never finish"), std::string::npos);
 }
 
+// Untrusted text must not be able to overflow the stack of the parser or the matcher.
+TEST(GbnfParser, RefusesDeepNestingInsteadOfRecursingWithoutBound) {
+  const std::string deep =
+      "root ::= " + std::string(100000, '(') + "\"a\"" + std::string(100000, ')');
+  EXPECT_NE(parse_error(deep.c_str()).find("nested deeper than 64"), std::string::npos);
+  std::string chain = "root ::= r0\n";
+  for (int i = 0; i < 2000; ++i)
+    chain += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + " \"x\"\n";
+  chain += "r2000 ::= \"y\"\n";
+  EXPECT_NE(parse_error(chain.c_str()).find("rules deep without consuming input"),
+            std::string::npos);
+  std::string many = "root ::= \"a\"\n";
+  for (int i = 0; i < 25000; ++i) many += "q" + std::to_string(i) + " ::= \"a\"\n";
+  EXPECT_NE(parse_error(many.c_str()).find("over the limit of 20000"), std::string::npos);
+}
+
 TEST(GbnfParser, RefusesGrammarsOverTheSizeLimit) {
   auto small = parse_gbnf("root ::= \"a\"", 64);
   ASSERT_FALSE(small.ok());

@@ -108,6 +108,20 @@ TEST(JsonSchema, RefusesUnsupportedKeywordsNamingThemAndWhere) {
   EXPECT_EQ(error_of("{not json"), "JSON schema is not valid JSON");
 }
 
+TEST(JsonSchema, RefusesDeepNestingIncludingChainsOfRefs) {
+  std::string defs;
+  for (int i = 0; i < 100; ++i) {
+    defs += (i ? "," : "") + ("\"d" + std::to_string(i) + "\":{\"$ref\":\"#/$defs/d" +
+                              std::to_string(i + 1) + "\"}");
+  }
+  const std::string chain =
+      R"({"$defs":{)" + defs + R"(,"d100":{"type":"integer"}},"$ref":"#/$defs/d0"})";
+  EXPECT_NE(error_of(chain.c_str()).find("nesting deeper than 64"), std::string::npos);
+  std::string nested = "{}";
+  for (int i = 0; i < 100; ++i) nested = R"({"type":"array","items":)" + nested + "}";
+  EXPECT_NE(error_of(nested.c_str()).find("nesting deeper than 64"), std::string::npos);
+}
+
 TEST(JsonSchema, RefusesSchemasOverTheCompiledSizeLimit) {
   std::string props;
   for (int i = 0; i < 200; ++i)

@@ -100,6 +100,20 @@ TEST(Matcher, LongRepetitionKeepsStacksAndArenaSmall) {
   EXPECT_TRUE(m.can_end());
 }
 
+// Nested runs of nullable rules: bounded work and no recursion, refused as ambiguous.
+TEST(Matcher, NullableRunsAreBoundedNotRecursive) {
+  auto g = parse_gbnf("root ::= ((\"a\"?){4096}){4096} \"b\"");
+  ASSERT_TRUE(g.ok()) << g.message();
+  Matcher m(g.value());
+  EXPECT_TRUE(m.overflowed());
+  auto fine = parse_gbnf("root ::= (\"a\"?){200} \"b\"");
+  ASSERT_TRUE(fine.ok());
+  Matcher f(fine.value());
+  EXPECT_FALSE(f.overflowed());
+  EXPECT_TRUE(f.accept_bytes("aaab"));
+  EXPECT_TRUE(f.can_end());
+}
+
 TEST(Matcher, AmbiguousGrammarDeduplicatesStacks) {
   auto g = parse_gbnf("root ::= (\"a\" | \"a\" | [a])*");
   ASSERT_TRUE(g.ok());

@@ -52,6 +52,8 @@ TEST(Regex, RefusesUnsupportedConstructsNamingThem) {
   EXPECT_NE(error_of("a^b").find("anchors"), std::string::npos);
   EXPECT_NE(error_of("[abc").find("unterminated character class"), std::string::npos);
   EXPECT_NE(error_of("a{2,1}").find("n < m"), std::string::npos);
+  EXPECT_NE(error_of(std::string(10000, '(') + std::string(10000, ')')).find("nested deeper"),
+            std::string::npos);
 }
 
 TEST(Choice, ExactlyOneOfTheStrings) {
