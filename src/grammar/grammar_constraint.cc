@@ -138,6 +138,14 @@ void GrammarConstraint::mask(float* logits) {
   if (!any && !trie_->eog_ids().empty()) logits[trie_->eog_ids()[0]] = 0.0f;
 }
 
+size_t GrammarConstraint::memory_bytes() const {
+  size_t n = sizeof(*this) + matcher_.arena_bytes() + mask_cache_bytes() + bits_.capacity() * 8;
+  n += states_.capacity() * sizeof(MatchState) + marks_.capacity() * sizeof(Matcher::Mark);
+  n += root_like_.capacity() + cp_memo_.size() * 16;
+  for (const auto& k : cache_order_) n += 2 * k.capacity();  // key in the map and the FIFO
+  return n;
+}
+
 Status GrammarConstraint::accept_text(std::string_view text) {
   if (ended_) return Error{"the grammar has already ended"};
   if (!matcher_.accept_bytes(text)) return Error{"text is not allowed by the grammar here"};

@@ -48,6 +48,10 @@ class GrammarConstraint {
   bool can_end() const { return matcher_.can_end(); }
   const Matcher& matcher() const { return matcher_; }
   size_t mask_cache_bytes() const { return cache_.size() * bits_.size() * 8; }
+  // Bytes this sequence holds now: matcher arenas, mask cache and walk scratch (the Grammar and
+  // TokenTrie are shared and counted once by their owner). Upper bound to reserve per sequence:
+  // (max_cached_masks + 1) * n_vocab / 8 + the arenas (a few KiB for JSON-schema grammars).
+  size_t memory_bytes() const;
   uint64_t num_cache_hits() const { return num_cache_hits_; }
 
  private:

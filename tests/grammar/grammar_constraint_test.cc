@@ -70,6 +70,9 @@ TEST(GrammarConstraint, MaskEqualsPerTokenOracleOnTheRealVocabulary) {
   }
   EXPECT_TRUE(c.can_end());
   EXPECT_TRUE(c.done());
+  // 16 cached masks of 4096 bits at most, plus small arenas.
+  EXPECT_LE(c.mask_cache_bytes(), 16u * 512);
+  EXPECT_LT(c.memory_bytes(), 64u * 1024);
 }
 
 TEST(GrammarConstraint, EosOnlyWhereTheGrammarMayEnd) {
