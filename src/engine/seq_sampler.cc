@@ -36,7 +36,7 @@ Result<std::unique_ptr<SeqSampler>> SeqSampler::create(const GenSampling& s, int
     out->constraint_ = std::make_unique<grammar::GrammarConstraint>(
         s.constraint.grammar, s.constraint.trie, s.constraint.strip_leading_space,
         s.constraint.max_cached_masks);
-    out->masked_.resize((size_t)n_vocab);
+    out->n_vocab_ = n_vocab;
   }
   return out;
 }
@@ -47,9 +47,12 @@ SeqSampler::~SeqSampler() = default;
 int32_t SeqSampler::sample(float* logits, std::span<const int32_t> history, size_t num_generated) {
   const auto generated = history.last(std::min(num_generated, history.size()));
   if (!constraint_) return sampler_->sample(logits, history, generated);
-  std::copy(logits, logits + masked_.size(), masked_.begin());
-  constraint_->mask(masked_.data());
-  const int32_t token = sampler_->sample(masked_.data(), history, generated);
+  // Per engine thread, not per sequence: n_vocab floats (600 KB at 152k) for every live
+  // constrained request would be a large share of its memory.
+  thread_local std::vector<float> masked;
+  masked.assign(logits, logits + n_vocab_);
+  constraint_->mask(masked.data());
+  const int32_t token = sampler_->sample(masked.data(), history, generated);
   const Status st = constraint_->accept(token);
   if (!st.ok() && constraint_error_.empty()) constraint_error_ = "grammar: " + st.message();
   return token;

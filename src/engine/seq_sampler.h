@@ -42,7 +42,7 @@ class SeqSampler {
   std::unique_ptr<Sampler> sampler_;
   int32_t num_logprobs_ = -1;
   std::unique_ptr<grammar::GrammarConstraint> constraint_;  // null = unconstrained
-  std::vector<float> masked_;                               // [n_vocab] masked copy of the row
+  int32_t n_vocab_ = 0;  // set with a constraint (the masked copy is per-thread scratch)
   std::string constraint_error_;
 };
 
