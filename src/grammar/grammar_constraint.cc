@@ -59,7 +59,13 @@ void GrammarConstraint::walk_trie(std::vector<uint64_t>* bits) {
   bmp_memo.assign(0x10000, kUnknown);
   cp_memo_.clear();
   const uint32_t n = (uint32_t)nodes.size();
+  const uint64_t steps_at_start = matcher_.num_expand_steps();
   for (uint32_t i = 0; i < n;) {
+    // An ambiguous grammar can make every node costly: stop the walk (accept() then fails).
+    if (matcher_.overflowed() || matcher_.num_expand_steps() - steps_at_start > kMaxWalkSteps) {
+      matcher_.set_overflowed();
+      break;
+    }
     const TokenTrie::Node& nd = nodes[i];
     const uint16_t d = nd.depth;
     const MatchState& prev = states_[d - 1];
@@ -138,6 +144,13 @@ void GrammarConstraint::mask(float* logits) {
   if (!any && !trie_->eog_ids().empty()) logits[trie_->eog_ids()[0]] = 0.0f;
 }
 
+Error GrammarConstraint::overflow_error() {
+  return Error{"the grammar is too ambiguous to follow (over " +
+               std::to_string(Matcher::kMaxStacks) + " live alternatives, or over " +
+               std::to_string(Matcher::kMaxExpandSteps) + " expansion steps per character or " +
+               std::to_string(kMaxWalkSteps) + " per token mask)"};
+}
+
 size_t GrammarConstraint::memory_bytes() const {
   size_t n = sizeof(*this) + matcher_.arena_bytes() + mask_cache_bytes() + bits_.capacity() * 8;
   n += states_.capacity() * sizeof(MatchState) + marks_.capacity() * sizeof(Matcher::Mark);
@@ -154,6 +167,7 @@ Status GrammarConstraint::accept_text(std::string_view text) {
 }
 
 Status GrammarConstraint::accept(int32_t token) {
+  if (matcher_.overflowed()) return overflow_error();
   if (token < 0 || token >= trie_->n_vocab()) {
     return Error{"token " + std::to_string(token) + " is out of the vocabulary"};
   }
@@ -173,11 +187,7 @@ Status GrammarConstraint::accept(int32_t token) {
   if (!matcher_.accept_bytes(bytes)) {
     return Error{"token " + std::to_string(token) + " is not allowed by the grammar here"};
   }
-  if (matcher_.overflowed()) {
-    return Error{"the grammar is too ambiguous to follow (over " +
-                 std::to_string(Matcher::kMaxStacks) + " live alternatives or " +
-                 std::to_string(Matcher::kMaxExpandSteps) + " expansion steps)"};
-  }
+  if (matcher_.overflowed()) return overflow_error();
   strip_space_ = false;
   return Status::ok_status();
 }

@@ -23,6 +23,9 @@ namespace kvw::grammar {
 
 class GrammarConstraint {
  public:
+  // Matcher work one mask may do (~100 ms); a grammar that needs more is refused by accept().
+  static constexpr uint64_t kMaxWalkSteps = 1ull << 24;
+
   // strip_leading_space: the first generated token's leading space is not part of the text
   // (SPM vocabularies with add_space_prefix: Tokenizer::strips_leading_space(), as the
   // server's StreamDecoder strips it), so the grammar does not see it.
@@ -39,7 +42,8 @@ class GrammarConstraint {
   // Allowed tokens as a bitset: bit i of (*bits)[i / 64] (resized to n_vocab bits).
   void fill_allowed(std::vector<uint64_t>* bits);
   // Advances the grammar by `token`. Errors: a token the grammar does not allow here (the
-  // grammar state is unchanged), an end-of-generation token before the grammar may end.
+  // grammar state is unchanged), an end-of-generation token before the grammar may end, and a
+  // grammar too ambiguous to follow within the work limits (Matcher::overflowed()).
   Status accept(int32_t token);
   // Advances by raw text (a forced prefix; benchmarks and tests that set up a state).
   Status accept_text(std::string_view text);
@@ -70,6 +74,7 @@ class GrammarConstraint {
   std::deque<std::string> cache_order_;  // FIFO eviction
   uint64_t num_cache_hits_ = 0;
   void walk_trie(std::vector<uint64_t>* bits);
+  static Error overflow_error();
 };
 
 }  // namespace kvw::grammar

@@ -144,6 +144,7 @@ bool Matcher::any_top_intersects(const MatchState& s, uint32_t lo, uint32_t hi) 
 }
 
 bool Matcher::step_code_point(const MatchState& in, uint32_t cp, MatchState* out) {
+  budget_ = kMaxExpandSteps;
   const uint32_t begin = (uint32_t)sets_.size();
   const auto& classes = g_->char_classes;
   for (uint32_t i = in.begin; i < in.end; ++i) {
@@ -163,15 +164,18 @@ bool Matcher::step_code_point(const MatchState& in, uint32_t cp, MatchState* out
 // Pushes every stack reachable from `pos` (with `parent` below it) without consuming input,
 // into the set that starts at set_begin. Terminates because validate() refused left recursion.
 // An explicit work list, not recursion: a run of nullable rules (x?{4096} repeated) would
-// otherwise nest a frame per rule; kMaxExpandSteps bounds the work one step may do.
+// otherwise nest a frame per rule; kMaxExpandSteps bounds the work of one step (all of its
+// expansions together: (("a"?){64}){64} once cost 512 stacks x 4096 paths per byte).
 void Matcher::expand(uint32_t pos, uint32_t parent, uint32_t set_begin) {
   work_.clear();
   work_.push_back({pos, parent});
-  for (uint32_t steps = 0; !work_.empty(); ++steps) {
-    if (steps == kMaxExpandSteps) {
+  while (!work_.empty()) {
+    if (budget_ == 0) {
       overflowed_ = true;
       return;
     }
+    --budget_;
+    ++num_expand_steps_;
     auto [p, par] = work_.back();
     work_.pop_back();
     const Elem e = elems_[p];

@@ -30,8 +30,9 @@ class Matcher {
   // Above this many live stacks (an ambiguous grammar) further alternatives are dropped and
   // overflowed() turns true; JSON-schema grammars stay under ~10.
   static constexpr uint32_t kMaxStacks = 512;
-  // Work one expansion may do (grammar positions visited); past it overflowed() turns true.
-  static constexpr uint32_t kMaxExpandSteps = 1u << 16;
+  // Work one step (one code point) may do, in grammar positions visited; past it the step is
+  // cut short and overflowed() turns true. JSON-schema grammars take tens.
+  static constexpr uint32_t kMaxExpandSteps = 1u << 14;
 
   explicit Matcher(std::shared_ptr<const Grammar> g);
 
@@ -48,6 +49,8 @@ class Matcher {
   // The committed state's content (stacks sorted), equal for equal states: a cache key.
   void state_key(std::string* key) const;
   bool overflowed() const { return overflowed_; }
+  void set_overflowed() { overflowed_ = true; }
+  uint64_t num_expand_steps() const { return num_expand_steps_; }  // since construction
   const Grammar& grammar() const { return *g_; }
 
   // Trie-walk interface: advance any state by one byte (appending to the arenas), and undo
@@ -88,6 +91,8 @@ class Matcher {
   std::vector<uint32_t> sets_;  // [stacks] node ids (or kAccept) of every state's set
   MatchState state_;
   bool overflowed_ = false;
+  uint32_t budget_ = kMaxExpandSteps;  // left for the current step
+  uint64_t num_expand_steps_ = 0;
   std::vector<std::pair<uint32_t, uint32_t>> work_;  // expand()'s (pos, parent) work list
 };
 
