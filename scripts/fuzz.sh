@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${FUZZ_SECONDS:-30}
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(gguf tokenizer openai_request chat_template)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(gguf tokenizer openai_request chat_template grammar)
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
   -DKVW_FUZZ=ON -DKVW_BUILD_TESTS=OFF -DKVW_BUILD_APPS=OFF -DKVW_BUILD_BENCH=OFF >/dev/null
 cmake --build build-fuzz -j"$(nproc)" --target "${TARGETS[@]/%/_fuzz}"

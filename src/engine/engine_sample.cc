@@ -143,6 +143,15 @@ void Engine::sample_rows(const SchedulerOutput& out) {
       fail_sample(job);
       continue;
     }
+    if (job.finite && !job.live->sampler->constraint_error().empty()) {
+      // The grammar left no token the vocabulary can spell: the request ends with that.
+      job.live->error_kind = ErrorKind::kInternal;
+      job.live->error = job.live->sampler->constraint_error();
+      job.live->next_events.clear();
+      sampled_.push_back(
+          SampledToken{.seq_id = job.seq_id, .token_id = 0, .stop = false, .error = true});
+      continue;
+    }
     for (int32_t i = 0; i < job.num_ids; ++i) {
       sampled_.push_back(SampledToken{.seq_id = job.seq_id,
                                       .token_id = job.ids[(size_t)i],

@@ -3,11 +3,28 @@
 // type; the scheduler never sees sampling (it works with token counts only).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
 namespace kvw {
+
+namespace grammar {
+struct Grammar;
+class TokenTrie;
+}  // namespace grammar
+
+// Constrained decoding (issue 31): the grammar every sampled token must follow; null = off.
+// shared_ptr: both parts are immutable and shared (the grammar by the request's n choices, the
+// trie by every request on this tokenizer); each sequence keeps its own matcher in SeqSampler.
+struct GenConstraint {
+  std::shared_ptr<const grammar::Grammar> grammar;
+  std::shared_ptr<const grammar::TokenTrie> trie;  // TokenTrie::from_tokenizer, n_vocab tokens
+  bool strip_leading_space = false;                // Tokenizer::strips_leading_space()
+  size_t max_cached_masks = 16;                    // mask cache entries, n_vocab / 8 B each
+};
 
 inline constexpr int32_t kMaxLogprobs = 20;  // OpenAI's top_logprobs limit
 
@@ -30,6 +47,7 @@ struct GenSampling {
   // OpenAI logit_bias: (token id, bias in [-100, 100]) added to that token's logit before
   // penalties and sampling. Ids must be in [0, n_vocab).
   std::vector<std::pair<int32_t, float>> logit_bias = {};
+  GenConstraint constraint = {};
 };
 
 }  // namespace kvw

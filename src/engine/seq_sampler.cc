@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "grammar/grammar_constraint.h"
 #include "model/sampling.h"
 #include "model/sampling_rows.h"
 
@@ -27,6 +28,16 @@ Result<std::unique_ptr<SeqSampler>> SeqSampler::create(const GenSampling& s, int
   }
   auto out = std::make_unique<SeqSampler>(std::make_unique<Sampler>(p, n_vocab));
   out->num_logprobs_ = s.logprobs;
+  if (s.constraint.grammar) {
+    if (!s.constraint.trie || s.constraint.trie->n_vocab() != n_vocab) {
+      return Error{"grammar constraint: the token trie does not match the vocabulary",
+                   ErrorKind::kInternal};
+    }
+    out->constraint_ = std::make_unique<grammar::GrammarConstraint>(
+        s.constraint.grammar, s.constraint.trie, s.constraint.strip_leading_space,
+        s.constraint.max_cached_masks);
+    out->n_vocab_ = n_vocab;
+  }
   return out;
 }
 
@@ -34,7 +45,17 @@ SeqSampler::SeqSampler(std::unique_ptr<Sampler> s) : sampler_(std::move(s)) {}
 SeqSampler::~SeqSampler() = default;
 
 int32_t SeqSampler::sample(float* logits, std::span<const int32_t> history, size_t num_generated) {
-  return sampler_->sample(logits, history, history.last(std::min(num_generated, history.size())));
+  const auto generated = history.last(std::min(num_generated, history.size()));
+  if (!constraint_) return sampler_->sample(logits, history, generated);
+  // Per engine thread, not per sequence: n_vocab floats (600 KB at 152k) for every live
+  // constrained request would be a large share of its memory.
+  thread_local std::vector<float> masked;
+  masked.assign(logits, logits + n_vocab_);
+  constraint_->mask(masked.data());
+  const int32_t token = sampler_->sample(masked.data(), history, generated);
+  const Status st = constraint_->accept(token);
+  if (!st.ok() && constraint_error_.empty()) constraint_error_ = "grammar: " + st.message();
+  return token;
 }
 
 void compute_logprobs(const float* logits, int32_t n_vocab, int32_t token, int32_t k,

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
@@ -16,22 +17,33 @@
 namespace kvw {
 
 class Sampler;
+namespace grammar {
+class GrammarConstraint;
+}
 
 class SeqSampler {
  public:
-  // Errors: sampling values out of range (the message names the field).
+  // Errors: sampling values out of range (the message names the field); a constraint whose
+  // trie does not cover n_vocab.
   static Result<std::unique_ptr<SeqSampler>> create(const GenSampling& s, int32_t n_vocab);
   explicit SeqSampler(std::unique_ptr<Sampler> s);  // use create()
   ~SeqSampler();
   // logits: [n_vocab], all finite (adjusted in place during the call, restored before it
   // returns). history: prompt + generated tokens, of which the last num_generated were generated
-  // (presence/frequency penalties).
+  // (presence/frequency penalties). With a constraint, the sampler draws from a masked copy of
+  // the row (so logprobs still see the raw row) and the grammar then accepts the token.
   int32_t sample(float* logits, std::span<const int32_t> history, size_t num_generated);
+  // Non-empty once the grammar refused a sampled token (only when no token could follow: the
+  // vocabulary cannot spell the grammar); the engine ends the request with it.
+  const std::string& constraint_error() const { return constraint_error_; }
   int32_t num_logprobs() const { return num_logprobs_; }  // GenSampling::logprobs
 
  private:
   std::unique_ptr<Sampler> sampler_;
   int32_t num_logprobs_ = -1;
+  std::unique_ptr<grammar::GrammarConstraint> constraint_;  // null = unconstrained
+  int32_t n_vocab_ = 0;  // set with a constraint (the masked copy is per-thread scratch)
+  std::string constraint_error_;
 };
 
 // log-softmax of the raw row at `token` and the `k` most likely tokens (best first, ties by

@@ -1,0 +1,80 @@
+// grammar/grammar_constraint.h: one sequence's constrained decoding: which tokens the grammar
+// allows next (mask), and the grammar state advanced by the sampled token (accept).
+// mask() walks the shared TokenTrie with the Matcher, pruning a subtree at its first rejected
+// byte, so the cost follows the allowed prefixes, not n_vocab separate token tests.
+// End-of-generation tokens are allowed only where the grammar may end.
+// Owner: one sequence (engine thread); not thread-safe. Grammar and TokenTrie are shared.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+#include "grammar/token_trie.h"
+
+namespace kvw::grammar {
+
+class GrammarConstraint {
+ public:
+  // Matcher work one mask may do (~100 ms); a grammar that needs more is refused by accept().
+  static constexpr uint64_t kMaxWalkSteps = 1ull << 24;
+
+  // strip_leading_space: the first generated token's leading space is not part of the text
+  // (SPM vocabularies with add_space_prefix: Tokenizer::strips_leading_space(), as the
+  // server's StreamDecoder strips it), so the grammar does not see it.
+  // max_cached_masks: allowed-token bitsets kept per exact matcher state (n_vocab / 8 bytes
+  // each; 0 = off). Inside a string or a number the state repeats token after token, so a hit
+  // replaces the trie walk (~14 ms at 152k tokens) by a copy; mask_cache_bytes() reports it.
+  GrammarConstraint(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenTrie> trie,
+                    bool strip_leading_space = false, size_t max_cached_masks = 16);
+
+  // logits[n_vocab]: every token the grammar does not allow next becomes -inf. Never leaves
+  // the row all -inf: if no token fits (a vocabulary that cannot spell the grammar) the EOS
+  // stays allowed, and accept() of it then reports the error.
+  void mask(float* logits);
+  // Allowed tokens as a bitset: bit i of (*bits)[i / 64] (resized to n_vocab bits).
+  void fill_allowed(std::vector<uint64_t>* bits);
+  // Advances the grammar by `token`. Errors: a token the grammar does not allow here (the
+  // grammar state is unchanged), an end-of-generation token before the grammar may end, and a
+  // grammar too ambiguous to follow within the work limits (Matcher::overflowed()).
+  Status accept(int32_t token);
+  // Advances by raw text (a forced prefix; benchmarks and tests that set up a state).
+  Status accept_text(std::string_view text);
+  // The grammar has ended (an EOS was accepted) or can accept nothing more but its end.
+  bool done() const { return ended_ || matcher_.is_finished(); }
+  bool can_end() const { return matcher_.can_end(); }
+  const Matcher& matcher() const { return matcher_; }
+  size_t mask_cache_bytes() const { return cache_.size() * bits_.size() * 8; }
+  // Bytes this sequence holds now: matcher arenas, mask cache and walk scratch (the Grammar and
+  // TokenTrie are shared and counted once by their owner). Upper bound to reserve per sequence:
+  // (max_cached_masks + 1) * n_vocab / 8 + the arenas (a few KiB for JSON-schema grammars).
+  size_t memory_bytes() const;
+  uint64_t num_cache_hits() const { return num_cache_hits_; }
+
+ private:
+  std::shared_ptr<const TokenTrie> trie_;
+  Matcher matcher_;
+  bool strip_space_ = false;  // until the first token is accepted
+  bool ended_ = false;
+  std::vector<MatchState> states_;  // [max_depth + 1] walk scratch
+  std::vector<Matcher::Mark> marks_;
+  std::vector<uint8_t> root_like_;                 // [max_depth + 1]
+  std::unordered_map<uint32_t, uint8_t> cp_memo_;  // code point -> self-loop memo (walk scratch)
+  std::vector<uint64_t> bits_;
+  // Exact-state mask cache: key = the committed state (sorted stacks, partial UTF-8, strip flag).
+  size_t max_cached_ = 0;
+  std::unordered_map<std::string, std::vector<uint64_t>> cache_;
+  std::deque<std::string> cache_order_;  // FIFO eviction
+  uint64_t num_cache_hits_ = 0;
+  void walk_trie(std::vector<uint64_t>* bits);
+  static Error overflow_error();
+};
+
+}  // namespace kvw::grammar

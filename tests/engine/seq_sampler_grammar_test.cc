@@ -1,0 +1,107 @@
+// SeqSampler with a grammar constraint (issue 31): the engine-side hook masks a copy of the row,
+// samples, and advances the grammar, leaving the raw row for logprobs.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <regex>
+
+#include "engine/seq_sampler.h"
+#include "gguf/gguf_file.h"
+#include "grammar/regex.h"
+#include "grammar/token_trie.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvw {
+namespace {
+
+std::unique_ptr<Tokenizer> load_tokenizer() {
+  auto f = GgufFile::open(KVW_DEFAULT_MODEL_PATH);
+  EXPECT_TRUE(f.ok());
+  auto t = Tokenizer::from_gguf(*f.value());
+  EXPECT_TRUE(t.ok());
+  return std::move(t.value());
+}
+
+TEST(SeqSamplerGrammar, SampledTokensFollowTheGrammarAndTheRowIsRestored) {
+  const auto tok = load_tokenizer();
+  const auto trie = grammar::TokenTrie::from_tokenizer(*tok);
+  const std::vector<std::string> choices = {"yes", "no", "the house of Judah"};
+  for (float temperature : {0.0f, 1.0f}) {
+    for (uint64_t seed = 0; seed < 8; ++seed) {
+      GenSampling s;
+      s.temperature = temperature;
+      s.seed = seed;
+      s.constraint = {.grammar = grammar::compile_choice(choices).value(),
+                      .trie = trie,
+                      .strip_leading_space = tok->strips_leading_space()};
+      auto sampler = SeqSampler::create(s, tok->n_vocab());
+      ASSERT_TRUE(sampler.ok()) << sampler.message();
+      std::mt19937 rng((uint32_t)seed);
+      std::normal_distribution<float> normal;
+      std::vector<int32_t> history = {tok->bos_id()}, out;
+      std::vector<float> row(tok->n_vocab());
+      for (int step = 0; step < 32; ++step) {
+        for (float& x : row) x = normal(rng);
+        const std::vector<float> raw = row;
+        const int32_t t = sampler.value()->sample(row.data(), history, out.size());
+        ASSERT_EQ(row, raw);  // logprobs read the raw row
+        ASSERT_EQ(sampler.value()->constraint_error(), "");
+        if (tok->is_end_of_generation(t)) break;
+        out.push_back(t);
+        history.push_back(t);
+      }
+      const std::string text = tok->decode(out);
+      EXPECT_NE(std::find(choices.begin(), choices.end(), text), choices.end()) << text;
+    }
+  }
+}
+
+// top_k, top_p, min_p and penalties see -inf for every masked token (often more masked tokens
+// than k): the draw must still be an allowed token.
+TEST(SeqSamplerGrammar, TruncationAndPenaltiesNeverPickAMaskedToken) {
+  const auto tok = load_tokenizer();
+  const auto trie = grammar::TokenTrie::from_tokenizer(*tok);
+  auto g = grammar::compile_regex(R"([0-9]{3}(-[a-z]{2})?)").value();
+  std::vector<GenSampling> configs(4);
+  configs[0].top_k = 40, configs[0].temperature = 0.8f;
+  configs[1].top_p = 0.5f, configs[1].temperature = 1.0f;
+  configs[2].min_p = 0.2f, configs[2].temperature = 1.5f;
+  configs[3].temperature = 1.0f, configs[3].repeat_penalty = 1.3f,
+  configs[3].presence_penalty = 1.0f, configs[3].frequency_penalty = 1.0f;
+  const std::regex oracle("[0-9]{3}(-[a-z]{2})?");
+  for (GenSampling s : configs) {
+    for (uint64_t seed = 0; seed < 6; ++seed) {
+      s.seed = seed;
+      s.constraint = {
+          .grammar = g, .trie = trie, .strip_leading_space = tok->strips_leading_space()};
+      auto sampler = SeqSampler::create(s, tok->n_vocab());
+      ASSERT_TRUE(sampler.ok()) << sampler.message();
+      std::mt19937 rng((uint32_t)seed);
+      std::normal_distribution<float> normal(0.0f, 3.0f);
+      std::vector<int32_t> history = {tok->bos_id()}, out;
+      std::vector<float> row(tok->n_vocab());
+      bool ended = false;
+      for (int step = 0; step < 32 && !ended; ++step) {
+        for (float& x : row) x = normal(rng);
+        const int32_t t = sampler.value()->sample(row.data(), history, out.size());
+        ASSERT_EQ(sampler.value()->constraint_error(), "") << "seed " << seed;
+        ended = tok->is_end_of_generation(t);
+        if (!ended) out.push_back(t), history.push_back(t);
+      }
+      ASSERT_TRUE(ended);
+      EXPECT_TRUE(std::regex_match(tok->decode(out), oracle)) << tok->decode(out);
+    }
+  }
+}
+
+TEST(SeqSamplerGrammar, RefusesATrieOfAnotherVocabulary) {
+  GenSampling s;
+  s.constraint.grammar = grammar::compile_regex("a").value();
+  s.constraint.trie = std::make_shared<const grammar::TokenTrie>(std::vector<std::string>{"", "a"},
+                                                                 std::vector<int32_t>{0});
+  EXPECT_FALSE(SeqSampler::create(s, 4096).ok());
+  EXPECT_TRUE(SeqSampler::create(s, 2).ok());
+}
+
+}  // namespace
+}  // namespace kvw

@@ -1,0 +1,118 @@
+#include "grammar/grammar_constraint.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "grammar/gbnf_parser.h"
+#include "grammar/json_schema.h"
+#include "test_vocab.h"
+
+namespace kvw::grammar {
+namespace {
+
+bool bit(const std::vector<uint64_t>& b, int32_t i) {
+  return (b[i >> 6] >> (i & 63)) & 1;
+}
+
+// The oracle: a token is allowed when a copy of the matcher accepts its bytes one by one.
+void expect_mask_matches_oracle(GrammarConstraint& c, const TokenTrie& trie, bool strip_space) {
+  std::vector<uint64_t> bits;
+  c.fill_allowed(&bits);
+  int32_t num_allowed = 0;
+  for (int32_t id = 0; id < trie.n_vocab(); ++id) {
+    bool want;
+    if (trie.is_eog(id)) {
+      want = c.can_end();
+    } else {
+      std::string_view bytes = trie.token_bytes(id);
+      if (strip_space && !bytes.empty() && bytes[0] == ' ') bytes.remove_prefix(1);
+      Matcher copy = c.matcher();
+      want = !trie.token_bytes(id).empty() && copy.accept_bytes(bytes);
+    }
+    ASSERT_EQ(bit(bits, id), want) << "token " << id << " '" << trie.token_bytes(id) << "'";
+    num_allowed += want;
+  }
+  EXPECT_GT(num_allowed, 0);
+}
+
+TEST(TokenTrie, HoldsEveryPlainTokenOnceAndSkipsSpecials) {
+  TokenTrie trie({"a", "ab", "", "b", "ab", "abc"}, {2});
+  EXPECT_EQ(trie.token_ids().size(), 5u);
+  EXPECT_EQ(trie.nodes().size(), 4u);  // a, ab, abc, b
+  EXPECT_EQ(trie.nodes()[0].skip, 3u);
+  EXPECT_EQ(trie.max_depth(), 3);
+  EXPECT_TRUE(trie.is_eog(2));
+  const auto& real = *default_trie();
+  EXPECT_EQ(real.n_vocab(), 4096);
+  EXPECT_TRUE(real.is_eog(default_tokenizer().eos_id()));
+  EXPECT_EQ(real.token_bytes(1), "");  // BOS: never allowed
+}
+
+TEST(GrammarConstraint, MaskEqualsPerTokenOracleOnTheRealVocabulary) {
+  auto g = compile_json_schema(std::string_view(R"({"type":"object","properties":{
+      "name":{"type":"string"},"tags":{"type":"array","items":{"enum":["a","bc"]}},
+      "n":{"type":"number"}},"required":["name"]})"));
+  ASSERT_TRUE(g.ok()) << g.message();
+  auto trie = default_trie();
+  const Tokenizer& tok = default_tokenizer();
+  GrammarConstraint c(g.value(), trie, tok.strips_leading_space());
+  expect_mask_matches_oracle(c, *trie, tok.strips_leading_space());
+  // Walk a fixed document token by token (as the tokenizer splits it), checking every state.
+  const std::string doc = R"({"name": "Israel \u00e9", "tags": ["bc","a"], "n": -1.5e3})";
+  const auto ids = tok.encode(doc, false, false);
+  bool strip = tok.strips_leading_space();
+  for (int32_t id : ids) {
+    ASSERT_TRUE(c.accept(id).ok()) << "token " << id << " '" << trie->token_bytes(id) << "'";
+    strip = false;
+    expect_mask_matches_oracle(c, *trie, strip);
+  }
+  EXPECT_TRUE(c.can_end());
+  EXPECT_TRUE(c.done());
+  // 16 cached masks of 4096 bits at most, plus small arenas.
+  EXPECT_LE(c.mask_cache_bytes(), 16u * 512);
+  EXPECT_LT(c.memory_bytes(), 64u * 1024);
+}
+
+TEST(GrammarConstraint, EosOnlyWhereTheGrammarMayEnd) {
+  auto g = parse_gbnf("root ::= \"ab\"+");
+  ASSERT_TRUE(g.ok());
+  TokenTrie trie({"<eos>", "a", "b", "ab", "abab", "c"}, {0});
+  auto shared = std::make_shared<const TokenTrie>(trie);
+  GrammarConstraint c(g.value(), shared);
+  std::vector<float> logits(6, 0.0f);
+  c.mask(logits.data());
+  EXPECT_TRUE(std::isinf(logits[0]));
+  EXPECT_FALSE(std::isinf(logits[1]));
+  EXPECT_TRUE(std::isinf(logits[2]));
+  EXPECT_FALSE(std::isinf(logits[4]));
+  EXPECT_TRUE(std::isinf(logits[5]));
+  EXPECT_FALSE(c.accept(0).ok());  // EOS before the grammar may end
+  EXPECT_FALSE(c.accept(2).ok());  // "b" first
+  ASSERT_TRUE(c.accept(1).ok());
+  ASSERT_TRUE(c.accept(2).ok());
+  std::fill(logits.begin(), logits.end(), 0.0f);
+  c.mask(logits.data());
+  EXPECT_FALSE(std::isinf(logits[0]));
+  EXPECT_FALSE(c.done());
+  ASSERT_TRUE(c.accept(0).ok());
+  EXPECT_TRUE(c.done());
+}
+
+TEST(GrammarConstraint, StripsTheFirstTokensLeadingSpaceOnly) {
+  auto g = parse_gbnf("root ::= \"{\" \" \"? \"}\"");
+  ASSERT_TRUE(g.ok());
+  auto trie = std::make_shared<const TokenTrie>(
+      std::vector<std::string>{"</s>", " {", "{", " }", "}"}, std::vector<int32_t>{0});
+  GrammarConstraint c(g.value(), trie, /*strip_leading_space=*/true);
+  std::vector<uint64_t> bits;
+  c.fill_allowed(&bits);
+  EXPECT_EQ(bits[0], 0b00110u);  // " {" and "{"
+  ASSERT_TRUE(c.accept(1).ok());
+  c.fill_allowed(&bits);
+  EXPECT_EQ(bits[0], 0b11000u);  // " }" and "}": the space is grammar input now
+}
+
+}  // namespace
+}  // namespace kvw::grammar
