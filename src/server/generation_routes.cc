@@ -11,6 +11,7 @@
 #include "server/generation_stream.h"
 #include "server/openai_request.h"
 #include "server/routes.h"
+#include "server/structured_output.h"
 
 namespace kvw::server {
 namespace {
@@ -106,6 +107,25 @@ std::optional<ApiError> fit_max_tokens(const ServerState& st, const GenParams& p
   return std::nullopt;
 }
 
+// A compiled grammar may take this share of request memory (its rules and per-position tables;
+// the per-sequence masks are the engine's, see GrammarConstraint::memory_bytes).
+size_t grammar_bytes(const ServerState& st) {
+  return (size_t)std::max<uint64_t>(64u << 10, st.cfg.http.request_memory_bytes / 16);
+}
+
+// Attaches the request's grammar; ignore_eos cannot go with one (the grammar ends at EOS).
+std::optional<ApiError> constrain(ServerState& st, std::shared_ptr<const grammar::Grammar> g,
+                                  GenParams& p) {
+  if (!g) return std::nullopt;
+  if (p.ignore_eos) {
+    return invalid_param("ignore_eos",
+                         "'ignore_eos' cannot be used with a structured output: the grammar ends "
+                         "the output with EOS");
+  }
+  p.constraint = st.constraint_for(std::move(g));
+  return std::nullopt;
+}
+
 GenerationRequest make_request(const GenParams& p, const PreparedPrompt& pp, int32_t choice) {
   GenerationRequest r;
   r.prompt = pp.tokens;
@@ -121,6 +141,7 @@ GenerationRequest make_request(const GenParams& p, const PreparedPrompt& pp, int
   s.frequency_penalty = p.frequency_penalty;
   s.logprobs = p.logprobs;
   s.logit_bias = p.logit_bias;
+  s.constraint = p.constraint;  // the grammar is shared by the choices; each keeps its matcher
   // Choices of one request differ yet stay reproducible under a seed.
   s.seed = p.seed ? *p.seed + (uint64_t)choice : std::random_device{}() * 0x9E3779B97F4A7C15ull;
   return r;
@@ -272,11 +293,14 @@ void handle_completions(ServerState& st, HttpRequest& req, HttpResponse& res) {
   guarded(st, res, [&] {
     st.counters.num_requests.fetch_add(1);
     auto body = parse_body(req.body, dom_budget(req));
-    std::string().swap(req.body);  // the parsed copy is all that is needed now
     if (auto* e = std::get_if<ApiError>(&body)) return send_error(st, res, *e);
+    auto grammar = requested_grammar(std::get<json>(body), req.body, grammar_bytes(st));
+    std::string().swap(req.body);  // the parsed copy is all that is needed now
+    if (auto* e = std::get_if<ApiError>(&grammar)) return send_error(st, res, *e);
     auto parsed = parse_completion_request(std::get<json>(body));
     if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(st, res, *e);
     CompletionRequest& cr = std::get<CompletionRequest>(parsed);
+    if (auto e = constrain(st, std::get<0>(grammar), cr.params)) return send_error(st, res, *e);
     if (auto e = check_generation_bounds(st, cr.params)) return send_error(st, res, *e);
     Job job;
     job.params = cr.params;
@@ -322,12 +346,15 @@ void handle_chat_completions(ServerState& st, HttpRequest& req, HttpResponse& re
   guarded(st, res, [&] {
     st.counters.num_requests.fetch_add(1);
     auto body = parse_body(req.body, dom_budget(req));
-    std::string().swap(req.body);
     if (auto* e = std::get_if<ApiError>(&body)) return send_error(st, res, *e);
+    auto grammar = requested_grammar(std::get<json>(body), req.body, grammar_bytes(st));
+    std::string().swap(req.body);
+    if (auto* e = std::get_if<ApiError>(&grammar)) return send_error(st, res, *e);
     auto parsed = parse_chat_request(std::get<json>(body));
     body = json();  // the messages were copied out
     if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(st, res, *e);
     ChatRequest& cr = std::get<ChatRequest>(parsed);
+    if (auto e = constrain(st, std::get<0>(grammar), cr.params)) return send_error(st, res, *e);
     if (auto e = check_generation_bounds(st, cr.params)) return send_error(st, res, *e);
     if (auto e = bound_message_count(st, cr.messages)) return send_error(st, res, *e);
     size_t bytes = 0;

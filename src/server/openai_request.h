@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "chat/chat_template.h"
+#include "engine/gen_sampling.h"
 #include "server/api_error.h"
 
 namespace kvw::server {
@@ -37,6 +38,7 @@ struct GenParams {
   int32_t logprobs = -1;    // engine GenSampling::logprobs: -1 none, k >= 0 top alternatives
   bool ignore_eos = false;  // vLLM extension
   std::vector<std::pair<int32_t, float>> logit_bias = {};  // {"token id": bias in [-100, 100]}
+  GenConstraint constraint = {};  // structured output (server/structured_output.h); none = off
 };
 
 // One completions prompt: text, or token ids when the client sent ids.

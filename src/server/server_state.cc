@@ -2,7 +2,21 @@
 
 #include <algorithm>
 
+#include "grammar/token_trie.h"
+
 namespace kvw::server {
+
+std::shared_ptr<const grammar::TokenTrie> ServerState::token_trie() {
+  std::call_once(trie_once_, [this] { trie_ = grammar::TokenTrie::from_tokenizer(tokenizer()); });
+  return trie_;
+}
+
+GenConstraint ServerState::constraint_for(std::shared_ptr<const grammar::Grammar> g) {
+  if (!g) return {};
+  return GenConstraint{.grammar = std::move(g),
+                       .trie = token_trie(),
+                       .strip_leading_space = tokenizer().strips_leading_space()};
+}
 
 Status ServerConfig::validate() const {
   const http::HttpServerConfig& h = http;

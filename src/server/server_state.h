@@ -48,6 +48,11 @@ struct ServerState {
       : cfg(c), engine(&e), admission(c.admission, e.limits().max_num_seqs), breaker(c.breaker) {}
 
   const Tokenizer& tokenizer() const { return engine->tokenizer(); }
+  // The vocabulary's byte trie for constrained decoding, built on first use (a server that never
+  // sees a grammar never pays for it) and shared by every request.
+  std::shared_ptr<const grammar::TokenTrie> token_trie();
+  // The constraint a request's grammar becomes: the shared trie and the tokenizer's rules.
+  GenConstraint constraint_for(std::shared_ptr<const grammar::Grammar> g);
   // max_model_len, n_vocab, max_num_seqs, overflow policy: the engine's, never copied here.
   const EngineLimits& limits() const { return engine->limits(); }
 
@@ -60,6 +65,8 @@ struct ServerState {
  private:
   mutable std::mutex mu_;
   std::unordered_set<uint64_t> in_flight_;
+  std::once_flag trie_once_;
+  std::shared_ptr<const grammar::TokenTrie> trie_;
 };
 
 inline double now_s() {

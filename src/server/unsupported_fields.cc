@@ -25,19 +25,6 @@ std::optional<ApiError> refuse_unsupported_fields(const json& body, Endpoint end
     auto it = body.find(key);
     return it == body.end() || is_unset(*it) ? nullptr : &*it;
   };
-  // Constrained decoding: vLLM's and llama-server's spellings.
-  if (const json* rf = set("response_format")) {
-    const json* type = rf->is_object() && rf->contains("type") ? &(*rf)["type"] : nullptr;
-    if (type == nullptr || !type->is_string() || type->get<std::string>() != "text") {
-      return refusal("response_format",
-                     "only {\"type\": \"text\"}: JSON and JSON-schema "
-                     "constrained output are not implemented");
-    }
-  }
-  for (const char* key : {"structured_outputs", "guided_json", "guided_regex", "guided_choice",
-                          "guided_grammar", "grammar", "json_schema"}) {
-    if (set(key)) return refusal(key, "constrained decoding is not implemented");
-  }
   // Tools: refused unless the client turned them off.
   for (const char* key : {"tools", "functions"}) {
     if (!set(key)) continue;

@@ -1,6 +1,6 @@
 // server/unsupported_fields.h: request fields that would change the answer but that kvwarden
 // does not implement yet are refused with 400 naming them, never accepted and ignored (a
-// client cannot see that its JSON schema, tools or echo were dropped). Fields that do not
+// client cannot see that its tools or echo were dropped). Fields that do not
 // change the output (user, metadata, store, ...) are accepted and ignored; the README lists both.
 // Thread safety: pure functions.
 #pragma once
