@@ -80,7 +80,7 @@ int run(GenerateFlags f) {
   const int32_t n_vocab = model.hparams().n_vocab;
   std::vector<float> logits(n_vocab);
   Sampler sampler(f.sampling, n_vocab);
-  StreamDecoder stream(tokenizer);
+  StreamDecoder stream(tokenizer, /*render_special=*/false, StreamDecoder::Start::kContinuation);
   server::StopMatcher stop(f.stop);  // the server's matcher: one behaviour everywhere
   const size_t n_prompt = tokens.size();
 

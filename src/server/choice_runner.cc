@@ -7,7 +7,7 @@ ChoiceRunner::ChoiceRunner(ServerState& st, std::shared_ptr<TokenChannel> channe
                            uint64_t arrival_ns, uint32_t num_prompt_tokens)
     : st_(st),
       channel_(std::move(channel)),
-      decoder_(st.tokenizer()),
+      decoder_(st.tokenizer(), /*render_special=*/false, StreamDecoder::Start::kContinuation),
       stop_(stops),
       logprobs_(logprobs),
       ignore_eos_(ignore_eos) {

@@ -15,7 +15,9 @@ GenConstraint ServerState::constraint_for(std::shared_ptr<const grammar::Grammar
   if (!g) return {};
   return GenConstraint{.grammar = std::move(g),
                        .trie = token_trie(),
-                       .strip_leading_space = tokenizer().strips_leading_space()};
+                       // the grammar sees the text the client gets, which keeps the SPM
+                       // space before the first word (ChoiceRunner's continuation decoder)
+                       .strip_leading_space = false};
 }
 
 Status ServerConfig::validate() const {

@@ -112,7 +112,7 @@ std::string StreamDecoder::push(int32_t id) {
 
 std::string StreamDecoder::flush() {
   std::string out = drain(/*final=*/true);
-  first_ = true;
+  first_ = strip_first_;
   return out;
 }
 

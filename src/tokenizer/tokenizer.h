@@ -72,10 +72,19 @@ class Tokenizer {
 // "\xE2\x82" followed by "A" gives U+FFFD then "A"; a lone "\xFF" gives one U+FFFD). They are
 // replaced as soon as they are known to be invalid, never held. So the concatenated output of
 // push()...flush() equals to_valid_utf8(tok.decode(ids)).
+//
+// kContinuation keeps the SPM leading space: generated text continues a prompt, so "Once upon a"
+// + "▁time" must read " time" (llama-server and vLLM give the same), while decode() of a whole
+// sequence strips the space that add_space_prefix put before its first word.
 class StreamDecoder {
  public:
-  explicit StreamDecoder(const Tokenizer& tok, bool render_special = false)
-      : tok_(tok), render_special_(render_special) {}
+  enum class Start { kSequence, kContinuation };
+  explicit StreamDecoder(const Tokenizer& tok, bool render_special = false,
+                         Start start = Start::kSequence)
+      : tok_(tok),
+        render_special_(render_special),
+        strip_first_(start == Start::kSequence),
+        first_(strip_first_) {}
   std::string push(int32_t id);  // text now complete; may be empty
   // Ends the stream: a held incomplete character becomes one U+FFFD. The decoder is then reset.
   std::string flush();
@@ -85,8 +94,9 @@ class StreamDecoder {
 
   const Tokenizer& tok_;
   bool render_special_ = false;
-  std::string pending_;  // bytes of an incomplete UTF-8 character (at most 3)
-  bool first_ = true;    // SPM leading-space handling
+  std::string pending_;      // bytes of an incomplete UTF-8 character (at most 3)
+  bool strip_first_ = true;  // kSequence: the first non-control piece loses its SPM space
+  bool first_ = true;        // that piece is still to come
 };
 
 // Builders used by `kvwarden make-model` and tests: a vocabulary from a word list such that any

@@ -113,6 +113,28 @@ TEST(StreamDecoder, SpmByteFallbackEmojiAndLeadingSpace) {
   EXPECT_EQ(out, (*tok)->decode(ids));
 }
 
+// Generated text continues its prompt: "the" + "▁cat" streams as " cat", so prompt + answer
+// reads "the cat" (llama-server and vLLM return the space too); the mode survives flush().
+TEST(StreamDecoder, ContinuationKeepsTheSpmLeadingSpace) {
+  auto tok = Tokenizer::create(build_spm_vocab(testing::test_words()));
+  ASSERT_TRUE(tok.ok());
+  const Ids prompt = (*tok)->encode("the", true, false);
+  const Ids answer = (*tok)->encode("the cat sat", true, false);
+  const Ids tail(answer.begin() + (long)prompt.size(), answer.end());
+  ASSERT_FALSE(tail.empty());
+  StreamDecoder sd(**tok, false, StreamDecoder::Start::kContinuation);
+  for (int round = 0; round < 2; ++round) {
+    std::string out;
+    for (int32_t id : tail) out += sd.push(id);
+    out += sd.flush();
+    EXPECT_EQ(out, " cat sat") << "round " << round;
+  }
+  StreamDecoder whole(**tok);
+  std::string out;
+  for (int32_t id : tail) out += whole.push(id);
+  EXPECT_EQ(out + whole.flush(), "cat sat");
+}
+
 TEST(StreamDecoder, TortureCorpusStreamsLikeDecode) {
   for (bool spm : {true, false}) {
     auto tok = Tokenizer::create(spm ? build_spm_vocab(testing::test_words())
