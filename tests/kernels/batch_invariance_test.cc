@@ -58,8 +58,10 @@ TEST(KernelsBatchInvariance, MatmulRowsAreBitIdenticalAloneInBatchesAndAcrossThr
         std::memcpy(alone.data() + tok * kRows, y.data(), kRows * sizeof(float));
       }
 
-      for (int64_t batch = 1; batch <= kTokens; ++batch) {
-        for (int nth = 1; nth <= 4; ++nth) {
+      std::vector<int64_t> batches;
+      for (int64_t b = 1; b <= kTokens; ++b) batches.push_back(b);
+      for (int64_t batch : testing::sweep_batches(batches)) {
+        for (int nth : testing::sweep_threads(4)) {
           // Batches start at a few offsets so each token lands in different tile positions.
           for (int64_t first : {(int64_t)0, kTokens - batch, (kTokens - batch) / 2}) {
             const float* xb = x.data() + first * n_in;
@@ -139,8 +141,8 @@ TEST(KernelsBatchInvariance, PackedMatmulRowsAreBitIdenticalAloneInBatchesAndAcr
           const auto y = packed_matmul(*t, wtype, w.data(), c.n_rows, c.n_in, xq.data(), 1, 1);
           std::memcpy(alone.data() + tok * c.n_rows, y.data(), c.n_rows * sizeof(float));
         }
-        for (int64_t batch : c.batches) {
-          for (int nth = 1; nth <= 3; ++nth) {
+        for (int64_t batch : testing::sweep_batches(c.batches)) {
+          for (int nth : testing::sweep_threads(3)) {
             for (int64_t first : {(int64_t)0, c.n_tokens - batch, (c.n_tokens - batch) / 2}) {
               const float* xb = x.data() + first * c.n_in;
               const auto xq = testing::quantize_act(*t, wtype, xb, batch, c.n_in, nth);

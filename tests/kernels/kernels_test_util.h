@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -22,6 +23,28 @@ inline const GgmlType kWeightTypes[] = {
 inline const GgmlType kDequantTypes[] = {GgmlType::kQ5_0,   GgmlType::kQ4_1, GgmlType::kQ5_1,
                                          GgmlType::kIQ4_NL, GgmlType::kQ2_K, GgmlType::kQ3_K,
                                          GgmlType::kIQ4_XS, GgmlType::kMXFP4};
+
+// Under the sanitizers (scripts/test.sh sets KVW_SANITIZED=1) the bit-identity sweeps keep every
+// table, type and shape but try fewer batch sizes and thread counts: a memory error shows on the
+// first pass through a code path, and the full sweep (minutes under ASan) runs in Release.
+inline bool reduced_sweep() {
+  static const bool reduced = std::getenv("KVW_SANITIZED") != nullptr;
+  return reduced;
+}
+
+// The thread counts a sweep tries: 1..max, or 1 and max when reduced.
+inline std::vector<int> sweep_threads(int max) {
+  if (reduced_sweep()) return {1, max};
+  std::vector<int> all;
+  for (int n = 1; n <= max; ++n) all.push_back(n);
+  return all;
+}
+
+// The batch sizes a sweep tries: all of them, or the first, a middle one and the last.
+inline std::vector<int64_t> sweep_batches(std::vector<int64_t> all) {
+  if (!reduced_sweep() || all.size() <= 3) return all;
+  return {all.front(), all[all.size() / 2], all.back()};
+}
 
 inline std::string type_name(GgmlType t) {
   return std::string(type_traits(t).name);

@@ -132,7 +132,7 @@ TEST(KernelsPackedMatmul, EveryTableMatchesPackedRefBitForBitAndUnpackedRefClose
         const auto unpacked = testing::matmul(kernels_ref(), wtype, w.data(), s.n_rows, s.n_in,
                                               xq1.data(), s.n_tokens);
         EXPECT_LT(testing::nmse(want, unpacked), 1e-10);
-        for (int nth = 1; nth <= 3; ++nth) {
+        for (int nth : testing::sweep_threads(3)) {
           SCOPED_TRACE("nth " + std::to_string(nth));
           const auto xq = testing::quantize_act(*t, wtype, x.data(), s.n_tokens, s.n_in, nth);
           ASSERT_EQ(xq, xq1);
