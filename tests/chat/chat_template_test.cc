@@ -250,6 +250,52 @@ TEST(ChatTemplate, ModelMakerChatMlTemplateRenders) {
             "<|im_start|>assistant\n");
 }
 
+// gpt-oss's harmony format (templates/gpt-oss-harmony.jinja, a fixture in the shape of its
+// template): the system header from a macro, the system role as a developer message, assistant
+// turns on the final channel, <|start|>assistant as the generation prompt.
+TEST(ChatTemplate, GptOssHarmonyRendersChannelsAndDeveloperMessage) {
+  const std::string header =
+      "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+      "Knowledge cutoff: 2024-06\n\nReasoning: medium\n\n# Valid channels: analysis, "
+      "commentary, final. Channel must be included for every message.<|end|>";
+  EXPECT_EQ(render_ok("gpt-oss-harmony.jinja", kConversation, "<|startoftext|>", "<|return|>"),
+            header +
+                "<|start|>developer<|message|># Instructions\n\nYou are a helpful assistant<|end|>"
+                "<|start|>user<|message|>Hello<|end|>"
+                "<|start|>assistant<|channel|>final<|message|>Hi there<|end|>"
+                "<|start|>user<|message|>Who are you?<|end|>"
+                "<|start|>assistant");
+  // A final answer after the last user turn ends with <|return|>, as harmony's last message.
+  EXPECT_EQ(render_ok("gpt-oss-harmony.jinja", {{"user", "Hi"}, {"assistant", "Hello!"}},
+                      "<|startoftext|>", "<|return|>", false),
+            header +
+                "<|start|>user<|message|>Hi<|end|>"
+                "<|start|>assistant<|channel|>final<|message|>Hello!<|return|>");
+  EXPECT_FALSE(render_file("gpt-oss-harmony.jinja", {{"tool", "x"}}, "", "").ok());
+}
+
+TEST(ChatTemplate, ModelMakerHarmonyTemplateRenders) {
+  // src/model/model_maker_gptoss.cc kHarmonyTemplate, character for character.
+  const char* const kHarmony =
+      "{%- for message in messages -%}"
+      "{%- if message['role'] == 'assistant' -%}"
+      "{{- '<|start|>assistant<|channel|>final<|message|>' + message['content'] + '<|end|>' -}}"
+      "{%- else -%}"
+      "{{- '<|start|>' + message['role'] + '<|message|>' + message['content'] + '<|end|>' -}}"
+      "{%- endif -%}"
+      "{%- endfor -%}"
+      "{%- if add_generation_prompt -%}{{- '<|start|>assistant' -}}{%- endif -%}";
+  auto tmpl = ChatTemplate::parse(kHarmony);
+  ASSERT_TRUE(tmpl.ok()) << tmpl.message();
+  const std::vector<ChatMessage> turns = {{"user", "Hello"}, {"assistant", "Hi"}, {"user", "Bye"}};
+  auto out = tmpl->render(turns, ChatRenderOptions{});
+  ASSERT_TRUE(out.ok()) << out.message();
+  EXPECT_EQ(out.value(),
+            "<|start|>user<|message|>Hello<|end|>"
+            "<|start|>assistant<|channel|>final<|message|>Hi<|end|>"
+            "<|start|>user<|message|>Bye<|end|><|start|>assistant");
+}
+
 TEST(ChatTemplate, ParsedTemplateRendersRepeatedlyAndAfterMove) {
   auto tmpl = ChatTemplate::parse(read_template("qwen2.5-instruct.jinja"));
   ASSERT_TRUE(tmpl.ok()) << tmpl.message();
