@@ -339,6 +339,31 @@ TEST(Catalog, GptOssKvBytesByHand) {
   EXPECT_EQ(big->n_routed_experts, 128);
 }
 
+TEST(ModelSource, GptOssConfigWindowsEvenLayersFromLayerTypes) {
+  // gpt-oss-20b's config.json (the fields the planner reads): layer_types alternate sliding and
+  // full attention, experts are intermediate_size wide.
+  std::string types;
+  for (int l = 0; l < 24; ++l) {
+    types +=
+        std::string(l ? ", " : "") + (l % 2 == 0 ? "\"sliding_attention\"" : "\"full_attention\"");
+  }
+  auto m = shape_from_config_json(
+      R"({"model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880,
+      "num_hidden_layers": 24, "num_attention_heads": 64, "num_key_value_heads": 8,
+      "head_dim": 64, "vocab_size": 201088, "max_position_embeddings": 131072,
+      "sliding_window": 128, "num_local_experts": 32, "num_experts_per_tok": 4,
+      "attention_bias": true, "tie_word_embeddings": false, "layer_types": [)" +
+          types + "]}",
+      "gpt-oss-20b.json");
+  ASSERT_TRUE(m.ok()) << m.message();
+  for (int l = 0; l < 24; ++l) EXPECT_EQ(m->window_of_layer(l), l % 2 == 0 ? 128 : 0) << l;
+  EXPECT_EQ(m->moe_ff, 2880);
+  EXPECT_EQ(m->n_routed_experts, 32);
+  EXPECT_TRUE(m->qkv_bias);
+  EXPECT_EQ(kv_bytes_per_token(*m, KvDtype::kBF16, 1),
+            kv_bytes_per_token(*find_model("gpt-oss-20b"), KvDtype::kBF16, 1));
+}
+
 TEST(ModelSource, Gemma3ConfigHasFiveLocalLayersPerGlobalAndALocalRope) {
   // The multimodal wrapper's text_config, as Gemma-3-4B's config.json nests it.
   auto m = shape_from_config_json(
