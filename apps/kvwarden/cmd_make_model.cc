@@ -8,7 +8,7 @@ namespace kvw::app {
 
 namespace {
 struct MakeModelFlags {
-  std::string out, preset = "tiny", weight_type, rope_scaling, mla_layout, gating;
+  std::string out, preset = "tiny", weight_type, expert_type, rope_scaling, mla_layout, gating;
   MakeModelSpec spec;
 };
 
@@ -66,20 +66,20 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "make-model",
       "Write a GGUF model with seeded random weights (llama, qwen2, qwen2moe, qwen3, "
-      "qwen3moe, gemma2, gemma3, deepseek2 or phi3) and a tokenizer");
+      "qwen3moe, gemma2, gemma3, deepseek2, phi3 or gpt-oss) and a tokenizer");
   auto f = std::make_shared<MakeModelFlags>();
   MakeModelSpec& s = f->spec;
   cmd->add_option("--out,-o", f->out, "Output GGUF path")->required();
   cmd->add_option("--preset", f->preset,
                   "Start from a named shape: tiny, tinyllama-1.1b, mixtral-tiny, mixtral-1b, "
                   "qwen2moe-tiny, qwen3-tiny, qwen3moe-tiny, gemma2-tiny, gemma3-tiny, phi3-tiny, "
-                  "phi4-mini-tiny, "
+                  "phi4-mini-tiny, gpt-oss-tiny, "
                   "deepseek-v2-lite-tiny, deepseek-v3-tiny, deepseek-v2-lite")
       ->capture_default_str();
   cmd->add_option(
       "--arch", s.arch,
-      "Architecture: llama, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3, deepseek2 or phi3 "
-      "(default llama)");
+      "Architecture: llama, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3, deepseek2, phi3 or "
+      "gpt-oss (default llama)");
   cmd->add_option("--name", s.name, "general.name");
   cmd->add_option("--dim", s.n_embd, "Embedding width");
   cmd->add_option("--layers", s.n_layer, "Number of decoder layers");
@@ -128,6 +128,8 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
                   "Type of every matrix: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, "
                   "mxfp4, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_xs (K-quants and iq4_xs need rows "
                   "of a multiple of 256) (default f32)");
+  cmd->add_option("--expert-type", f->expert_type,
+                  "gpt-oss: type of the expert matrices (default mxfp4, as the released files)");
   cmd->add_flag("--tied", s.tied, "Tie output and embedding weights (no output.weight)");
   cmd->add_option("--vocab-type", s.vocab_type, "spm (SentencePiece-style) or bpe (byte-level)");
   cmd->add_option("--seed", s.seed, "Random seed");
@@ -206,6 +208,11 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
         return;
       }
       spec.weight_type = *t;
+    }
+    if (!f->expert_type.empty()) {
+      auto t = ggml_type_from_name(f->expert_type);
+      if (!t) return flag_error("--expert-type: unknown type '" + f->expert_type + "'");
+      spec.expert_type = *t;
     }
     // Flag values that do not make a model are usage errors (2); failing to write is 1.
     if (Status v = spec.validate(); !v.ok()) return flag_error(v.message());

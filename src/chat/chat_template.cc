@@ -15,12 +15,14 @@
 //     iterable sequence callable lower upper odd even divisibleby sameas eq/ne/lt/gt/le/ge/in.
 //   Methods: str strip/lstrip/rstrip/startswith/endswith/split/upper/lower/title/capitalize/
 //     replace/find/count/join/is*; dict items/keys/values/get.
-//   Functions: raise_exception, namespace, dict, range.
+//   Functions: raise_exception, namespace, dict, range, strftime_now (UTC, from
+//     ChatRenderOptions::now_unix or the clock).
 // Undefined (a missing variable, key or index) behaves as in Jinja: it prints as "", is falsy,
 // iterates as empty and has length 0; using it further (x.attr, x[0], x + 1) is an error that
-// names it ("list object has no element 0"). strftime_now is not provided, so dated templates
-// use their fixed fallback date and prompts do not depend on the clock.
+// names it ("list object has no element 0").
 #include "chat/chat_template.h"
+
+#include <ctime>
 
 #include "chat/jinja_ast.h"
 #include "chat/jinja_eval.h"
@@ -55,10 +57,13 @@ Result<std::string> ChatTemplate::render(std::span<const ChatMessage> messages,
     list.push_back(Value::dict(std::move(d)));
   }
   jinja::ValueDict globals;
-  globals.items = {{"messages", Value::list(std::move(list))},
-                   {"add_generation_prompt", Value::boolean(options.add_generation_prompt)},
-                   {"bos_token", Value::string(options.bos_token)},
-                   {"eos_token", Value::string(options.eos_token)}};
+  globals.items = {
+      {"messages", Value::list(std::move(list))},
+      {"add_generation_prompt", Value::boolean(options.add_generation_prompt)},
+      {"bos_token", Value::string(options.bos_token)},
+      {"eos_token", Value::string(options.eos_token)},
+      {jinja::kNowGlobal,
+       Value::integer(options.now_unix >= 0 ? options.now_unix : (int64_t)std::time(nullptr))}};
   return jinja::render_template(program_->nodes, globals);
 }
 

@@ -5,6 +5,7 @@
 // Thread safety: a parsed ChatTemplate is immutable; render() may run on many threads at once.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -23,6 +24,9 @@ struct ChatRenderOptions {
   bool add_generation_prompt = true;  // end with the assistant turn's opening
   std::string bos_token;              // the vocab's BOS/EOS text, as the templates expect
   std::string eos_token;
+  // The time strftime_now(format) formats, in UTC (seconds since the epoch); -1: the time of the
+  // render. gpt-oss's template writes "Current date: " from it on every prompt.
+  int64_t now_unix = -1;
 };
 
 class ChatTemplate {

@@ -3,6 +3,8 @@
 // how templates carry state out), `if` does not.
 #include "chat/jinja_eval.h"
 
+#include <ctime>
+
 #include "chat/jinja_builtins.h"
 
 namespace kvw::jinja {
@@ -352,8 +354,8 @@ Result<Value> Renderer::eval_call(const Expr& e) {
   return error_at(callee, std::string(v->type_name()) + " is not callable");
 }
 
-// The functions Hugging Face's chat-template environment provides (minus strftime_now, which
-// would make prompts depend on the clock; templates then fall back to their fixed date).
+// The functions Hugging Face's chat-template environment provides; strftime_now formats the
+// render's time (kNowGlobal) in UTC, so a caller can pin it.
 Result<Value> Renderer::call_global(const Expr& e, const std::string& name, const CallArgs& args) {
   if (name == "raise_exception") {
     const Value* msg = args.get(0, "message");
@@ -370,6 +372,18 @@ Result<Value> Renderer::call_global(const Expr& e, const std::string& name, cons
     Value made = Value::dict(std::move(d));
     if (name == "namespace") namespaces_.push_back(made);
     return made;
+  }
+  if (name == "strftime_now") {
+    const Value* fmt = args.get(0, "format");
+    if (fmt == nullptr || !fmt->is_string() || fmt->str().size() > 64)
+      return error_at(e, "strftime_now() takes a format string of at most 64 characters");
+    const Value* now = scopes_[0].find(kNowGlobal);
+    const std::time_t t = now != nullptr && now->is_int() ? (std::time_t)now->as_int() : 0;
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[256];
+    const size_t n = std::strftime(buf, sizeof(buf), fmt->str().c_str(), &tm);
+    return Value::string(std::string(buf, n));
   }
   if (name == "range") {
     int64_t bounds[3] = {0, 0, 1};

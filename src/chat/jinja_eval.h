@@ -10,6 +10,10 @@
 
 namespace kvw::jinja {
 
+// The global holding strftime_now's time (an integer, seconds since the epoch); its name is no
+// Jinja identifier, so no template can read or shadow it.
+inline constexpr const char* kNowGlobal = "\x01now_unix";
+
 // Errors: raise_exception(msg) returns exactly msg; runtime errors read
 // "chat template LINE:COL: what went wrong".
 Result<std::string> render_template(const NodeList& program, const ValueDict& globals);

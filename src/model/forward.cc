@@ -10,6 +10,7 @@
 #include "model/forward_util.h"
 #include "model/gemma_ops.h"
 #include "model/model.h"
+#include "model/oai_ops.h"
 
 namespace kvw {
 namespace {
@@ -241,6 +242,9 @@ void Model::run_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t
         const std::span<const kernels::AttnQuery> queries(tile, (size_t)(t1 - t0));
         if (cap > 0.0f) {
           softcap_attention(queries, group, kv_head_view(view, g), table, scale, cap, scratch);
+        } else if (!L.attn_sinks.empty()) {
+          sink_attention(queries, group, kv_head_view(view, g), table, scale,
+                         L.attn_sinks.data() + head0, scratch);
         } else {
           kt.attention(queries, group, kv_head_view(view, g), table, scale, scratch);
         }
@@ -254,6 +258,18 @@ void Model::run_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t
   });
   pool_.run([&](int ith, int nth) {
     matmul(kt, L.wo, act_for(L.wo, xn), n_tokens, tmp_.data(), ith, nth);
+  });
+  if (!L.bo.empty()) add_row_bias(L.bo, n_tokens);
+}
+
+// tmp_ [T][n_embd] += bias per token (gpt-oss's attn_output.bias).
+void Model::add_row_bias(const std::vector<float>& bias, int64_t n_tokens) {
+  const int64_t d = hp_.n_embd;
+  pool_.run([&](int ith, int nth) {
+    auto [b, e] = thread_share(n_tokens, ith, nth);
+    for (int64_t t = b; t < e; ++t) {
+      for (int64_t i = 0; i < d; ++i) tmp_[t * d + i] += bias[i];
+    }
   });
 }
 

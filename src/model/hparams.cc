@@ -267,6 +267,40 @@ Status read_gemma(const GgufFile& f, const std::string& a, ModelHParams& hp) {
   return {};
 }
 
+// gpt-oss (llama.cpp's openai-moe loader and graph): NEOX rope (YaRN in the released files),
+// a sliding window on even layers (attention.sliding_window required, period 2 unless
+// sliding_window_pattern says otherwise; windowed layers rotate with rope.freq_base_swa when
+// present, scaled as the global ones), learned attention sinks, an attn_output bias, and every
+// layer routed: router logits plus bias, top-k, softmax over the chosen k (not renormalised),
+// experts with biases and the clamped SwiGLU. Scores scaled by 1/sqrt(head_dim).
+Status read_gptoss(const GgufFile& f, const std::string& a, ModelHParams& hp) {
+  MoeParams& moe = hp.moe;
+  if (!moe.is_moe()) {
+    return Error{f.path() + ": key '" + a + "expert_count': gpt-oss needs > 0, found 0"};
+  }
+  KVW_RETURN_IF_ERROR(read_int(f, a + "expert_feed_forward_length", moe.n_ff_exp, true));
+  moe.gating = ExpertGating::kSoftmaxWeight;
+  moe.norm_weights = false;
+  moe.router_bias = true;
+  moe.expert_bias = true;
+  hp.ffn_act = FfnAct::kSwigluOai;
+  hp.attn_sinks = true;
+  hp.attn_out_bias = true;
+  hp.rope.style = RopeStyle::kNeox;
+  KVW_RETURN_IF_ERROR(read_int(f, a + "attention.sliding_window", hp.sliding_window, true));
+  if (hp.sliding_window <= 0) {
+    return Error{f.path() + ": key '" + a + "attention.sliding_window': expected > 0, found 0"};
+  }
+  hp.swa_period = 2;
+  KVW_RETURN_IF_ERROR(read_int(f, a + "attention.sliding_window_pattern", hp.swa_period, false));
+  if (f.find(a + "rope.freq_base_swa") != nullptr) {
+    hp.rope_swa = hp.rope;
+    KVW_RETURN_IF_ERROR(read_float(f, a + "rope.freq_base_swa", hp.rope_swa.freq_base));
+    hp.has_rope_swa = true;
+  }
+  return {};
+}
+
 }  // namespace
 
 int32_t ModelHParams::kv_window() const {
@@ -282,11 +316,12 @@ Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
   if (!arch) return Error{arch.message()};
   hp.arch = *arch;
   const bool gemma = hp.arch == "gemma2" || hp.arch == "gemma3";
+  const bool gptoss = hp.arch == "gpt-oss";
   if (hp.arch != "llama" && hp.arch != "qwen2" && hp.arch != "qwen2moe" && hp.arch != "qwen3" &&
-      hp.arch != "qwen3moe" && hp.arch != "deepseek2" && hp.arch != "phi3" && !gemma) {
+      hp.arch != "qwen3moe" && hp.arch != "deepseek2" && hp.arch != "phi3" && !gemma && !gptoss) {
     return Error{f.path() + ": key 'general.architecture': '" + hp.arch +
                  "' is not supported (supported: llama, qwen2, qwen2moe, qwen3, qwen3moe, "
-                 "gemma2, gemma3, deepseek2, phi3)"};
+                 "gemma2, gemma3, deepseek2, phi3, gpt-oss)"};
   }
   const bool qwen3 = hp.arch == "qwen3" || hp.arch == "qwen3moe";
   if (auto name = f.get_string("general.name")) hp.name = *name;
@@ -352,6 +387,7 @@ Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
   if (hp.arch == "deepseek2") KVW_RETURN_IF_ERROR(read_deepseek2(f, a, hp));
   if (hp.arch == "qwen2moe") KVW_RETURN_IF_ERROR(read_qwen2moe(f, a, hp));
   if (hp.arch == "qwen3moe") KVW_RETURN_IF_ERROR(read_qwen3moe(f, a, hp));
+  if (gptoss) KVW_RETURN_IF_ERROR(read_gptoss(f, a, hp));
   KVW_RETURN_IF_ERROR(validate_moe(f, a, hp.moe));
   hp.moe.probs_bias =
       hp.moe.is_moe() && f.find_tensor("blk." + std::to_string(hp.moe.n_layer_dense_lead) +

@@ -32,8 +32,9 @@ struct RopeParams {
 };
 
 // How router scores are made from the router logits (GGUF `expert_gating_func`, llama.cpp's
-// llama_expert_gating_func_type values: 1 softmax, 2 sigmoid).
-enum class ExpertGating { kSoftmax = 1, kSigmoid = 2 };
+// llama_expert_gating_func_type values: 1 softmax, 2 sigmoid, 3 softmax over the chosen top-k
+// logits only, gpt-oss's).
+enum class ExpertGating { kSoftmax = 1, kSigmoid = 2, kSoftmaxWeight = 3 };
 
 // Mixture of experts (Mixtral-style llama files; DeepSeek's routing knobs). n_expert == 0: dense.
 struct MoeParams {
@@ -52,6 +53,10 @@ struct MoeParams {
   // n_ff_exp x expert_shared_count; qwen2moe expert_shared_feed_forward_length, its output
   // scaled by a per-token sigmoid gate (ffn_gate_inp_shexp). 0: no shared experts.
   int32_t n_ff_shared = 0;
+  // gpt-oss: ffn_gate_inp.bias [n_expert] added to the router logits (selection and weights),
+  // and ffn_{gate,up,down}_exps.bias, one row per expert, added to each expert's projections.
+  bool router_bias = false;
+  bool expert_bias = false;
 
   bool is_moe() const { return n_expert > 0; }
 };
@@ -72,9 +77,9 @@ struct MlaParams {
   bool is_mla() const { return kv_lora_rank > 0; }
 };
 
-// FFN activation of the dense layers: SwiGLU (silu(gate) * up) or Gemma's GeGLU with the tanh
-// approximation of GELU (gelu_tanh(gate) * up).
-enum class FfnAct { kSilu, kGeluTanh };
+// FFN activation: SwiGLU (silu(gate) * up), Gemma's GeGLU with the tanh approximation of GELU
+// (gelu_tanh(gate) * up), or gpt-oss's clamped SwiGLU (model/oai_ops.h; its experts).
+enum class FfnAct { kSilu, kGeluTanh, kSwigluOai };
 
 // Gemma-2/3's switches (llama.cpp's gemma2 / gemma3 graphs); the defaults leave the other
 // families as they are.
@@ -87,7 +92,7 @@ struct GemmaParams {
 
 struct ModelHParams {
   std::string arch;  // general.architecture: llama, qwen2, qwen2moe, qwen3, qwen3moe, gemma2,
-                     // gemma3, deepseek2 or phi3
+                     // gemma3, deepseek2, phi3 or gpt-oss
   std::string name;  // general.name, if any
   int32_t n_vocab = 0;
   int32_t n_embd = 0;          // embedding_length
@@ -111,6 +116,10 @@ struct ModelHParams {
   bool qk_norm = false;          // qwen3(moe): attn_{q,k}_norm, per head, before RoPE
   bool gate_up_fused = false;    // phi3: ffn_up [2 n_ff x n_embd] = gate rows, then up rows
   bool tied_embeddings = false;  // no output.weight: logits use token_embd.weight
+  // gpt-oss: a learned logit per query head (attn_sinks [n_head]) that joins each softmax's
+  // denominator with no value row, so a head can attend to nothing.
+  bool attn_sinks = false;
+  bool attn_out_bias = false;  // gpt-oss: attn_output.bias [n_embd]
   RopeParams rope;
   // RoPE of the windowed layers when they have their own (gemma2: rope.freq_base_swa, else the
   // global base; gemma3: rope.freq_base_swa, else 10000, and never scaled); else unused.

@@ -95,11 +95,13 @@ class Model {
   void per_head_matmul(const ExpertMatrices& w, const float* in, int64_t n_tokens, float* out);
   // FFN of an MoE layer: xn [T][n_embd] (normed, quantised for the router) -> tmp_ [T][n_embd].
   void run_moe_ffn(const LayerWeights& L, int64_t n_tokens);
+  int64_t expert_of(int64_t a) const;  // expert of assignment a after group_by_expert
   void run_shared_experts(const LayerWeights& L, int64_t n_tokens);
   void group_by_expert(int64_t n_tokens);
   void compute_logits(int64_t n_rows, float* logits);
   // rows [T][n_embd] of tmp_ RMS-normalised in place by `norm` (Gemma's post norms).
   void post_norm(const std::vector<float>& norm, int64_t n_tokens);
+  void add_row_bias(const std::vector<float>& bias, int64_t n_tokens);
   void quantize_for(const WeightMatrix& w, const float* x, int64_t row, int64_t n_in);
   // kvw::matmul with thread ith's part of gemm_scratch_ (the forward code's matmul calls land
   // here: a member hides the free function of the same name).

@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "gguf/gguf_writer.h"
+#include "model/model_maker_gptoss.h"
+#include "model/model_maker_tensors.h"
 #include "model/model_maker_validate.h"
 #include "tokenizer/tokenizer.h"
 
@@ -35,72 +37,6 @@ const char* const kWords[] = {
     "first",   "last",    "memory",  "cache", "block",   "token",  "server", "model",  "request",
     "budget",  "never",   "fast",    "slow",  "hello",   "world",  "story",  "name",   "named",
     "lily",    "tom",     "ben",     "sam",
-};
-
-// Fast seeded generator (splitmix64): ~1 ns per value, so a 1.1B-parameter file takes seconds.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : s_(seed) {}
-  uint64_t next() {
-    uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  // Uniform with standard deviation `std` (uniform on [-sqrt(3) std, sqrt(3) std]).
-  float uniform_std(float std) {
-    const double u = (double)(next() >> 11) * 0x1.0p-53;
-    return (float)((2.0 * u - 1.0) * 1.7320508075688772 * std);
-  }
-
- private:
-  uint64_t s_;
-};
-
-std::vector<uint8_t> encode_tensor(GgmlType type, const std::vector<float>& v, int64_t row) {
-  const uint64_t rb = *row_bytes(type, row);
-  const int64_t n_rows = (int64_t)v.size() / row;
-  std::vector<uint8_t> out(rb * n_rows);
-  for (int64_t r = 0; r < n_rows; ++r)
-    quantize_row(type, v.data() + r * row, out.data() + r * rb, row);
-  return out;
-}
-
-class TensorMaker {
- public:
-  TensorMaker(GgufWriter& w, uint64_t seed) : w_(w), rng_(seed) {}
-
-  // n values uniform with standard deviation std around `center`.
-  std::vector<float> draw(int64_t n, float std, float center = 0.0f) {
-    std::vector<float> v(n);
-    for (auto& x : v) x = center + rng_.uniform_std(std);
-    return v;
-  }
-  // Writes v (row-major, shape in ggml order: shape[0] is the row length) as `type`.
-  void put(const std::string& name, GgmlType type, std::vector<int64_t> shape,
-           const std::vector<float>& v) {
-    const int64_t row = shape[0];
-    w_.add_tensor(name, type, std::move(shape), encode_tensor(type, v, row));
-  }
-  // Matrix of n_rows x n_in; std 1/sqrt(n_in) keeps activations of order one through the layers.
-  void matrix(const std::string& name, int64_t n_in, int64_t n_rows, GgmlType type, float std = 0) {
-    if (std == 0) std = 1.0f / std::sqrt((float)n_in);
-    put(name, type, {n_in, n_rows}, draw(n_in * n_rows, std));
-  }
-  // n_expert stacked matrices of n_rows x n_in (ggml shape [n_in, n_rows, n_expert]).
-  void experts(const std::string& name, int64_t n_in, int64_t n_rows, int64_t n_expert,
-               GgmlType type) {
-    put(name, type, {n_in, n_rows, n_expert},
-        draw(n_in * n_rows * n_expert, 1.0f / std::sqrt((float)n_in)));
-  }
-  // Vector around `center`: norms near 1, biases near 0.
-  void vector(const std::string& name, int64_t n, float center, float std) {
-    put(name, GgmlType::kF32, {n}, draw(n, std, center));
-  }
-
- private:
-  GgufWriter& w_;
-  Rng rng_;
 };
 
 // ChatML: used by Qwen2 and a common choice for small chat models.
@@ -417,12 +353,14 @@ Result<ExpertGating> parse_expert_gating(const std::string& name) {
 Status MakeModelSpec::validate() const {
   if (arch != "llama" && arch != "qwen2" && arch != "qwen2moe" && arch != "qwen3" &&
       arch != "qwen3moe" && arch != "deepseek2" && arch != "gemma2" && arch != "gemma3" &&
-      arch != "phi3")
+      arch != "phi3" && arch != "gpt-oss")
     return Error{
-        "--arch must be llama, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3, deepseek2 or "
-        "phi3"};
+        "--arch must be llama, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3, deepseek2, "
+        "phi3 or gpt-oss"};
   if (arch != "phi3" && (n_rot != 0 || longrope))
     return Error{"--rope-dim and --longrope need --arch phi3"};
+  if (arch != "gpt-oss" && expert_type != GgmlType::kMXFP4)
+    return Error{"--expert-type needs --arch gpt-oss"};
   if (!is_gemma(*this) &&
       (attn_softcap != 0 || final_softcap != 0 || rope_theta_swa != 0 || swa_period != 0)) {
     return Error{
@@ -430,6 +368,7 @@ Status MakeModelSpec::validate() const {
         "or gemma3"};
   }
   if (arch == "phi3") return validate_phi3(*this);
+  if (arch == "gpt-oss") return validate_gptoss(*this);
   if (vocab_type != "spm" && vocab_type != "bpe") return Error{"--vocab-type must be spm or bpe"};
   if (weight_type == GgmlType::kQ8_K) return Error{"--weight-type q8_K is not a weight type"};
   if (rope_scaling != RopeScaling::kNone && rope_scale <= 0)
@@ -673,13 +612,14 @@ Result<MakeModelSpec> make_model_preset(const std::string& name) {
     s.vocab_type = "bpe";
     return s;
   }
+  if (name == "gpt-oss-tiny") return gptoss_tiny();
   if (name == "deepseek-v2-lite-tiny") return deepseek_tiny(false);
   if (name == "deepseek-v3-tiny") return deepseek_tiny(true);
   if (name == "deepseek-v2-lite") return deepseek_v2_lite();
   return Error{
       "unknown --preset '" + name +
       "' (expected tiny, tinyllama-1.1b, mixtral-tiny, mixtral-1b, qwen2moe-tiny, qwen3-tiny, "
-      "qwen3moe-tiny, gemma2-tiny, gemma3-tiny, phi3-tiny, phi4-mini-tiny, "
+      "qwen3moe-tiny, gemma2-tiny, gemma3-tiny, phi3-tiny, phi4-mini-tiny, gpt-oss-tiny, "
       "deepseek-v2-lite-tiny, deepseek-v3-tiny or deepseek-v2-lite)"};
 }
 
@@ -691,9 +631,11 @@ Status make_model(const MakeModelSpec& s, const std::string& path) {
   // Phi-3's SentencePiece vocabulary ends in added control tokens, <|endoftext|> (its eos) first;
   // llama.cpp sets attributes on that token by name in any model named phi3, so it must exist.
   const bool phi3_spm = s.arch == "phi3" && s.vocab_type == "spm";
+  const bool gptoss = s.arch == "gpt-oss";
+  const char* bpe_pre = qwen ? "qwen2" : gptoss ? "gpt-4o" : "llama3";  // gpt-oss: o200k's
   Vocab vocab = s.vocab_type == "spm"
                     ? build_spm_vocab(words, phi3_spm && s.n_vocab > 0 ? s.n_vocab - 1 : s.n_vocab)
-                    : build_bpe_vocab(words, qwen ? "qwen2" : "llama3", s.n_vocab);
+                    : build_bpe_vocab(words, bpe_pre, s.n_vocab);
   if (phi3_spm) {
     vocab.eos_id = (int32_t)vocab.tokens.size();
     vocab.tokens.push_back("<|endoftext|>");
@@ -701,6 +643,7 @@ Status make_model(const MakeModelSpec& s, const std::string& path) {
     vocab.types.push_back(TokenType::kControl);
   }
   if (qwen || s.vocab_type == "bpe") vocab.chat_template = kChatMlTemplate;
+  if (gptoss) vocab.chat_template = kHarmonyTemplate;
   if (is_gemma(s)) vocab.add_space_prefix = false;  // as the Gemma converters write
   const int64_t n_vocab = (int64_t)vocab.tokens.size();
 
@@ -712,6 +655,8 @@ Status make_model(const MakeModelSpec& s, const std::string& path) {
     set_deepseek2_keys(s, w);
   } else if (phi3) {
     set_phi3_keys(s, w);
+  } else if (gptoss) {
+    set_gptoss_keys(s, w);
   } else {
     set_llama_keys(s, w);
   }
@@ -722,6 +667,8 @@ Status make_model(const MakeModelSpec& s, const std::string& path) {
     write_deepseek2_tensors(s, n_vocab, tm);
   } else if (phi3) {
     write_phi3_tensors(s, n_vocab, tm);
+  } else if (gptoss) {
+    write_gptoss_tensors(s, n_vocab, tm);
   } else {
     write_llama_tensors(s, n_vocab, tm);
   }

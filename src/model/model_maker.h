@@ -27,7 +27,7 @@ Result<ExpertGating> parse_expert_gating(const std::string& name);  // softmax|s
 
 struct MakeModelSpec {
   std::string arch = "llama";  // llama, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3,
-                               // deepseek2 or phi3
+                               // deepseek2, phi3 or gpt-oss
   std::string name = "kvwarden-random";
   int32_t n_embd = 64;
   int32_t n_layer = 2;
@@ -95,6 +95,11 @@ struct MakeModelSpec {
   int32_t n_rot = 0;
   bool longrope = false;
 
+  // gpt-oss only: the type of its stacked expert matrices (MXFP4 in the released files, which
+  // keep the other matrices in a float or 8-bit type: weight_type). Also uses n_ff_exp (each
+  // expert's width), sliding_window (even layers; required > 0) and swa_period.
+  GgmlType expert_type = GgmlType::kMXFP4;
+
   Status validate() const;  // messages name the make-model flag
   int32_t head_len() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
 };
@@ -116,7 +121,9 @@ struct MakeModelSpec {
 // global rope base 1e6 and local 1e4, tied), "phi3-tiny" (Phi-3.5-mini's
 // at dim 128: MHA, fused QKV and gate/up, LongRoPE from an original context of 256 of 8192, a
 // window of twice the context as Phi-3.5's 262144, untied), "phi4-mini-tiny" (Phi-4-mini's:
-// GQA 3:1, 3/4 of each head rotated, LongRoPE, no window, tied, byte-level BPE).
+// GQA 3:1, 3/4 of each head rotated, LongRoPE, no window, tied, byte-level BPE), "gpt-oss-tiny"
+// (gpt-oss-20b's at dim 128: heads of 32 so q is twice n_embd wide, GQA 4:1, even layers
+// windowed (16), sinks, biases, 16 MXFP4 experts of 64 top-4, YaRN x32, o200k-style BPE).
 Result<MakeModelSpec> make_model_preset(const std::string& name);
 
 Status make_model(const MakeModelSpec& spec, const std::string& path);

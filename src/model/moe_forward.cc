@@ -12,6 +12,7 @@
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "model/moe_router.h"
+#include "model/oai_ops.h"
 
 namespace kvw {
 
@@ -34,6 +35,12 @@ void Model::group_by_expert(int64_t n_tokens) {
   begin[0] = 0;
 }
 
+// The expert whose rows hold assignment a (expert_begin_ is sorted; empty experts repeat a start).
+int64_t Model::expert_of(int64_t a) const {
+  const auto it = std::upper_bound(expert_begin_.begin(), expert_begin_.end(), (int32_t)a);
+  return (it - expert_begin_.begin()) - 1;
+}
+
 void Model::run_moe_ffn(const LayerWeights& L, int64_t n_tokens) {
   const auto& kt = kernels::kernels();
   const MoeParams& moe = hp_.moe;
@@ -50,6 +57,10 @@ void Model::run_moe_ffn(const LayerWeights& L, int64_t n_tokens) {
     float* scratch = router_scratch_.data() + ith * router_scratch_floats(moe);
     auto [b, e] = thread_share(n_tokens, ith, nth);
     for (int64_t t = b; t < e; ++t) {
+      if (!L.router_b.empty()) {  // gpt-oss: biased logits both select and weigh
+        float* logits = router_logits_.data() + t * E;
+        for (int64_t i = 0; i < E; ++i) logits[i] += L.router_b[i];
+      }
       route_token(moe, router_logits_.data() + t * E, bias, route_ids_.data() + t * K,
                   route_weights_.data() + t * K, scratch);
     }
@@ -81,11 +92,22 @@ void Model::run_moe_ffn(const LayerWeights& L, int64_t n_tokens) {
              up_.data() + a0 * ff, ith, nth);
     }
   });
+  const bool oai = hp_.ffn_act == FfnAct::kSwigluOai;
   pool_.run([&](int ith, int nth) {
     auto [b, e] = thread_share(A, ith, nth);
     for (int64_t a = b; a < e; ++a) {
       float* g = gate_.data() + a * ff;
-      kt.silu_mul(g, up_.data() + a * ff, ff, g);  // in place: elementwise
+      float* u = up_.data() + a * ff;
+      if (!L.gate_exps_b.empty()) {  // gpt-oss: the expert's own gate and up biases
+        const int64_t x = expert_of(a);
+        for (int64_t i = 0; i < ff; ++i) g[i] += L.gate_exps_b[x * ff + i];
+        for (int64_t i = 0; i < ff; ++i) u[i] += L.up_exps_b[x * ff + i];
+      }
+      if (oai) {
+        swiglu_oai(g, u, ff, g);
+      } else {
+        kt.silu_mul(g, u, ff, g);  // in place: elementwise
+      }
       quantize_for(down0, gate_.data(), a, ff);
     }
   });
@@ -105,7 +127,11 @@ void Model::run_moe_ffn(const LayerWeights& L, int64_t n_tokens) {
       float* out = tmp_.data() + t * d;
       for (int64_t k = 0; k < K; ++k) {
         const float w = route_weights_[t * K + k];
-        const float* y = rows + (int64_t)route_slot_[t * K + k] * d;
+        float* y = rows + (int64_t)route_slot_[t * K + k] * d;
+        if (!L.down_exps_b.empty()) {  // gpt-oss: bias first, then the weight (llama.cpp's order)
+          const float* bias = L.down_exps_b.data() + (int64_t)route_ids_[t * K + k] * d;
+          for (int64_t i = 0; i < d; ++i) y[i] += bias[i];
+        }
         for (int64_t i = 0; i < d; ++i) out[i] = k == 0 ? w * y[i] : out[i] + w * y[i];
       }
     }

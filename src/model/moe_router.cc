@@ -9,6 +9,7 @@ namespace {
 constexpr float kMasked = -std::numeric_limits<float>::infinity();
 
 void gate_scores(ExpertGating g, float* x, int32_t n) {
+  if (g == ExpertGating::kSoftmaxWeight) return;  // the chosen logits' softmax comes after top-k
   if (g == ExpertGating::kSigmoid) {
     for (int32_t i = 0; i < n; ++i) x[i] = 1.0f / (1.0f + std::exp(-x[i]));
     return;
@@ -90,6 +91,15 @@ void route_token(const MoeParams& m, float* logits, const float* bias, int32_t* 
     ids[k] = e;
     weights[k] = logits[e];
     sum += logits[e];
+  }
+  if (m.gating == ExpertGating::kSoftmaxWeight) {
+    // ids are best first, so weights[0] is the largest logit.
+    sum = 0.0f;
+    for (int32_t k = 0; k < m.n_expert_used; ++k) {
+      weights[k] = std::exp(weights[k] - logits[ids[0]]);
+      sum += weights[k];
+    }
+    for (int32_t k = 0; k < m.n_expert_used; ++k) weights[k] /= sum;
   }
   for (int32_t k = 0; k < m.n_expert_used; ++k) {
     if (m.norm_weights) weights[k] /= sum;

@@ -3,12 +3,13 @@
 // Pure functions of one token's router logits: the forward pass calls them per token, so routing
 // never depends on what else is in the batch.
 //
-//   scores   = softmax(logits) or sigmoid(logits)           (expert_gating_func)
+//   scores   = softmax(logits), sigmoid(logits), or the logits as they are (gpt-oss)
 //   select   = scores + bias                                (exp_probs_b; selection only)
 //   groups   : keep the n_group_used groups whose two best `select` values sum highest, mask the
 //              rest (expert_group_count > 1: DeepSeek-V3's group-limited routing)
 //   ids      = top n_expert_used of `select`, best first, ties to the lower expert id
-//   weights  = scores[ids], / their sum if expert_weights_norm, x expert_weights_scale
+//   weights  = scores[ids] (gpt-oss: softmax over scores[ids]), / their sum if
+//              expert_weights_norm, x expert_weights_scale
 #pragma once
 
 #include <cstdint>

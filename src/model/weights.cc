@@ -79,6 +79,15 @@ class Loader {
     return out;
   }
 
+  // A 2-D tensor of n_rows rows of n converted to f32 ([n_rows][n]): per-expert biases.
+  Result<std::vector<float>> rows(const std::string& name, int64_t n, int64_t n_rows) {
+    auto t = tensor(name, {n, n_rows});
+    if (!t) return Error{t.message()};
+    std::vector<float> out(n * n_rows);
+    dequantize_row((*t)->type, data(*t), out.data(), n * n_rows);
+    return out;
+  }
+
  private:
   const GgufFile& f_;
 };
@@ -127,6 +136,8 @@ Status load_attention(Loader& ld, const std::string& p, const ModelHParams& hp, 
     KVW_ASSIGN(l.q_norm, ld.vector(p + "attn_q_norm.weight", hp.head_dim));
     KVW_ASSIGN(l.k_norm, ld.vector(p + "attn_k_norm.weight", hp.head_dim));
   }
+  if (hp.attn_sinks) KVW_ASSIGN(l.attn_sinks, ld.vector(p + "attn_sinks.weight", hp.n_head));
+  if (hp.attn_out_bias) KVW_ASSIGN(l.bo, ld.vector(p + "attn_output.bias", d));
   return {};
 }
 
@@ -190,7 +201,10 @@ Result<ModelWeights> weights_from_gguf(const GgufFile& f, const ModelHParams& hp
     const std::string p = "blk." + std::to_string(i) + ".";
     LayerWeights& l = w.layers[i];
     KVW_ASSIGN(l.attn_norm, ld.vector(p + "attn_norm.weight", d));
-    KVW_ASSIGN(l.ffn_norm, ld.vector(p + "ffn_norm.weight", d));
+    // gpt-oss names its FFN input norm post_attention_norm (llama.cpp's attn_post_norm).
+    const bool gptoss = hp.arch == "gpt-oss";
+    KVW_ASSIGN(l.ffn_norm,
+               ld.vector(p + (gptoss ? "post_attention_norm.weight" : "ffn_norm.weight"), d));
     if (hp.gemma.post_norms) {
       KVW_ASSIGN(l.post_attn_norm, ld.vector(p + "post_attention_norm.weight", d));
       KVW_ASSIGN(l.post_ffw_norm, ld.vector(p + "post_ffw_norm.weight", d));
@@ -221,6 +235,12 @@ Result<ModelWeights> weights_from_gguf(const GgufFile& f, const ModelHParams& hp
     KVW_ASSIGN(l.up_exps, ld.experts(p + "ffn_up_exps.weight", d, fe, ne));
     KVW_ASSIGN(l.down_exps, ld.experts(p + "ffn_down_exps.weight", fe, d, ne));
     KVW_ASSIGN(l.exp_probs_b, ld.vector(p + "exp_probs_b.bias", ne, !hp.moe.probs_bias));
+    if (hp.moe.router_bias) KVW_ASSIGN(l.router_b, ld.vector(p + "ffn_gate_inp.bias", ne));
+    if (hp.moe.expert_bias) {
+      KVW_ASSIGN(l.gate_exps_b, ld.rows(p + "ffn_gate_exps.bias", fe, ne));
+      KVW_ASSIGN(l.up_exps_b, ld.rows(p + "ffn_up_exps.bias", fe, ne));
+      KVW_ASSIGN(l.down_exps_b, ld.rows(p + "ffn_down_exps.bias", d, ne));
+    }
     if (hp.moe.n_ff_shared > 0) {
       const int64_t fs = hp.moe.n_ff_shared;
       KVW_ASSIGN(l.shexp_gate, ld.matrix(p + "ffn_gate_shexp.weight", d, fs));

@@ -61,6 +61,10 @@ struct LayerWeights {
   WeightMatrix shexp_gate, shexp_up;  // shared experts as one FFN: [n_ff_shared x n_embd]
   WeightMatrix shexp_down;            // [n_embd x n_ff_shared]; null when none
   std::vector<float> shexp_gate_inp;  // qwen2moe: [n_embd] the shared expert's sigmoid gate
+  // gpt-oss: router bias [n_expert]; per-expert biases [n_expert][n_ff_exp] (gate, up) and
+  // [n_expert][n_embd] (down); the attention's sinks [n_head] and output bias [n_embd].
+  std::vector<float> router_b, gate_exps_b, up_exps_b, down_exps_b;
+  std::vector<float> attn_sinks, bo;
 
   // MLA (deepseek2) instead of wq/wk/wv; wo reads n_head x v_head_dim.
   // Queries: wq [n_head x (nope + rope) x n_embd], or, with q_lora_rank > 0, wq_a

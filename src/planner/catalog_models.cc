@@ -4,6 +4,7 @@
 // config.json and links it. Values a source marks unconfirmed are marked so here.
 #include <algorithm>
 #include <cctype>
+#include <tuple>
 #include <vector>
 
 #include "planner/catalog.h"
@@ -221,6 +222,24 @@ std::vector<ModelShape> build() {
       m.local_rope = true;
       v.push_back(m);
     }
+  }
+  // --- gpt-oss (GGUF arch gpt-oss; HF GptOssForCausalLM): even layers windowed to 128, heads of
+  // 64 (q 4096 wide over a 2880 embedding), q/k/v/o biases, sinks (n_head floats per layer, no
+  // KV), every layer routed top-4 over experts of 2880; YaRN x32 from 4096 ---
+  for (const auto& [name, n_layer, n_experts] :
+       {std::tuple{"gpt-oss-20b", 24, 32}, std::tuple{"gpt-oss-120b", 36, 128}}) {
+    ModelShape m = dense(name, std::string("openai/") + name, "gpt_oss",
+                         "HF config.json as transcribed by public model-inspector reports", n_layer,
+                         2880, 64, 8, 64, 2880, 201088, 131072);
+    m.qkv_bias = true;
+    m.sliding_window = 128;
+    m.window_pattern = WindowPattern::kEveryOther;
+    m.n_routed_experts = n_experts;
+    m.n_experts_per_tok = 4;
+    m.moe_ff = 2880;
+    m.unconfirmed = true;
+    m.note = "not checked against a primary copy of config.json";
+    v.push_back(m);
   }
   v.push_back(dense("tinyllama-1.1b", "TinyLlama/TinyLlama-1.1B-Chat-v1.0", "llama",
                     "facts: mlc-llm preset + litgpt", 22, 2048, 32, 4, 64, 5632, 32000, 2048));

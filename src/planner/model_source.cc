@@ -177,8 +177,9 @@ Result<ModelShape> shape_from_gguf(const GgufFile& f) {
     // Matmul weights are 2-D and not norms; kvwarden's kernels quantise their input rows to
     // Q8_0 (for Q4_0/Q8_0 weights) or Q8_K (for K-quants), sized by the row length shape[0].
     // Stacked experts (ffn_*_exps) are 3-D: n_expert matrices of the same row length.
-    const bool matmul =
-        (t.shape.size() == 2 || t.shape.size() == 3) && t.name != "token_embd.weight";
+    // gpt-oss's per-expert biases (ffn_*_exps.bias) are 2-D tables added, not multiplied.
+    const bool matmul = (t.shape.size() == 2 || t.shape.size() == 3) &&
+                        t.name != "token_embd.weight" && !t.name.ends_with(".bias");
     const bool tied_output = hp->tied_embeddings && t.name == "token_embd.weight";
     if (!matmul && !tied_output) continue;
     const int64_t n_in = t.shape[0];

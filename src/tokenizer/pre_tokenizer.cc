@@ -26,6 +26,15 @@ constexpr const char* kLlama3 =
 constexpr const char* kQwen2 =
     R"re((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
 
+// GPT-4o / o200k (gpt-oss's tokenizer.json pattern, (?i:...) expanded): words split at case
+// changes (an upper run then lower letters), contractions kept, numbers in groups of up to 3,
+// '/' and newlines kept after a punctuation run. PCRE2 runs the original; llama.cpp rewrites it
+// with lookaheads for its regex engine (the same pieces on ASCII text).
+constexpr const char* kGpt4o =
+    R"re([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|)re"
+    R"re([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|)re"
+    R"re(\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
+
 // DeepSeek LLM: the cased letters (Unicode Lu/Ll/Lt) as listed by the DeepSeek tokenizer.
 constexpr const char* kDeepseekLetters =
     R"re(\s?[A-Za-z\x{B5}\x{C0}-\x{D6}\x{D8}-\x{F6}\x{F8}-\x{1BA}\x{1BC}-\x{1BF}\x{1C4}-\x{293})re"
@@ -54,6 +63,7 @@ const std::vector<Family>& families() {
   static const std::vector<Family> kFamilies = {
       {{"llama3", "llama-bpe", "dbrx", "smaug-bpe"}, {kLlama3}},
       {{"qwen2", "stablelm2"}, {kQwen2}},
+      {{"gpt-4o"}, {kGpt4o}},
       {{"gpt2", "gpt-2", "mpt", "olmo"}, {kGpt2}},
       {{"starcoder", "refact", "smollm", "command-r"}, {R"re(\p{N})re", kGpt2}},
       {{"deepseek-llm"},

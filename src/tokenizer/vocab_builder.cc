@@ -50,6 +50,14 @@ SpecialSet specials_for(std::string_view pre) {
             true};
   }
   if (pre == "qwen2") return {{"<|endoftext|>", "<|im_start|>", "<|im_end|>"}, 0, 0, 2, false};
+  if (pre == "gpt-4o") {  // gpt-oss's o200k_harmony: eos <|return|>, end of a message <|end|>
+    return {{"<|startoftext|>", "<|endoftext|>", "<|return|>", "<|start|>", "<|end|>",
+             "<|message|>", "<|channel|>", "<|constrain|>", "<|call|>"},
+            0,
+            2,
+            4,
+            false};
+  }
   if (pre == "deepseek-llm" || pre == "deepseek-v3") {
     // <｜begin▁of▁sentence｜>, <｜end▁of▁sentence｜> (fullwidth bars, U+2581 spaces)
     return {{"<\xEF\xBD\x9C"

@@ -40,6 +40,7 @@ Result<std::string> render_file(const std::string& file, const std::vector<ChatM
   opts.add_generation_prompt = add_generation_prompt;
   opts.bos_token = bos;
   opts.eos_token = eos;
+  opts.now_unix = 1754438400;  // 2025-08-06 00:00 UTC, for templates that call strftime_now
   return tmpl->render(messages, opts);
 }
 
@@ -248,6 +249,69 @@ TEST(ChatTemplate, ModelMakerChatMlTemplateRenders) {
             "<|im_start|>assistant\n Hi there <|im_end|>\n"
             "<|im_start|>user\nWho are you?<|im_end|>\n"
             "<|im_start|>assistant\n");
+}
+
+// gpt-oss's harmony format (templates/gpt-oss-harmony.jinja, a fixture in the shape of its
+// template): the system header from a macro, the system role as a developer message, assistant
+// turns on the final channel, <|start|>assistant as the generation prompt.
+TEST(ChatTemplate, GptOssHarmonyRendersChannelsAndDeveloperMessage) {
+  const std::string header =
+      "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+      "Knowledge cutoff: 2024-06\nCurrent date: 2025-08-06\n\nReasoning: medium\n\n# Valid "
+      "channels: analysis, "
+      "commentary, final. Channel must be included for every message.<|end|>";
+  EXPECT_EQ(render_ok("gpt-oss-harmony.jinja", kConversation, "<|startoftext|>", "<|return|>"),
+            header +
+                "<|start|>developer<|message|># Instructions\n\nYou are a helpful assistant<|end|>"
+                "<|start|>user<|message|>Hello<|end|>"
+                "<|start|>assistant<|channel|>final<|message|>Hi there<|end|>"
+                "<|start|>user<|message|>Who are you?<|end|>"
+                "<|start|>assistant");
+  // A final answer after the last user turn ends with <|return|>, as harmony's last message.
+  EXPECT_EQ(render_ok("gpt-oss-harmony.jinja", {{"user", "Hi"}, {"assistant", "Hello!"}},
+                      "<|startoftext|>", "<|return|>", false),
+            header +
+                "<|start|>user<|message|>Hi<|end|>"
+                "<|start|>assistant<|channel|>final<|message|>Hello!<|return|>");
+  EXPECT_FALSE(render_file("gpt-oss-harmony.jinja", {{"tool", "x"}}, "", "").ok());
+}
+
+TEST(ChatTemplate, StrftimeNowFormatsTheRenderTimeInUtc) {
+  auto tmpl =
+      ChatTemplate::parse("{{ strftime_now('%Y-%m-%d %H:%M') }}|{{ strftime_now('%d %b %Y') }}");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.message();
+  ChatRenderOptions opts;
+  opts.now_unix = 1754438400 + 13 * 3600 + 5 * 60;
+  auto out = tmpl->render({}, opts);
+  ASSERT_TRUE(out.ok()) << out.message();
+  EXPECT_EQ(out.value(), "2025-08-06 13:05|06 Aug 2025");
+  // Unpinned: today's date, whatever it is, in the same shape.
+  auto today = tmpl->render({}, ChatRenderOptions{});
+  ASSERT_TRUE(today.ok());
+  EXPECT_EQ(today.value().size(), out.value().size());
+  EXPECT_FALSE(ChatTemplate::parse("{{ strftime_now(3) }}")->render({}, opts).ok());
+}
+
+TEST(ChatTemplate, ModelMakerHarmonyTemplateRenders) {
+  // src/model/model_maker_gptoss.cc kHarmonyTemplate, character for character.
+  const char* const kHarmony =
+      "{%- for message in messages -%}"
+      "{%- if message['role'] == 'assistant' -%}"
+      "{{- '<|start|>assistant<|channel|>final<|message|>' + message['content'] + '<|end|>' -}}"
+      "{%- else -%}"
+      "{{- '<|start|>' + message['role'] + '<|message|>' + message['content'] + '<|end|>' -}}"
+      "{%- endif -%}"
+      "{%- endfor -%}"
+      "{%- if add_generation_prompt -%}{{- '<|start|>assistant' -}}{%- endif -%}";
+  auto tmpl = ChatTemplate::parse(kHarmony);
+  ASSERT_TRUE(tmpl.ok()) << tmpl.message();
+  const std::vector<ChatMessage> turns = {{"user", "Hello"}, {"assistant", "Hi"}, {"user", "Bye"}};
+  auto out = tmpl->render(turns, ChatRenderOptions{});
+  ASSERT_TRUE(out.ok()) << out.message();
+  EXPECT_EQ(out.value(),
+            "<|start|>user<|message|>Hello<|end|>"
+            "<|start|>assistant<|channel|>final<|message|>Hi<|end|>"
+            "<|start|>user<|message|>Bye<|end|><|start|>assistant");
 }
 
 TEST(ChatTemplate, ParsedTemplateRendersRepeatedlyAndAfterMove) {

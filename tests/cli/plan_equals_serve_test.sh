@@ -169,4 +169,24 @@ for preset in phi3-tiny phi4-mini-tiny; do
   fi
   stop
 done
+# gpt-oss: even layers windowed (16) beside global ones, so no block is released: 4 layers x 2
+# (K, V) x 2 KV heads x 32 x 2 B = 1024 B per token (sinks are weights, not KV); 256 tokens = 16
+# blocks; 16 MXFP4 experts of which 4 per token. With curl, serve answers a chat request through
+# the file's harmony template.
+"$KVW" make-model --out "$WORK/gptoss.gguf" --preset gpt-oss-tiny --seed 9 >"$WORK/make.out" 2>&1 ||
+  fail "make-model gpt-oss: $(cat "$WORK/make.out")"
+compare gptoss "$WORK/gptoss.gguf" 256 local_layers_full
+grep -qE "^  kv: 1024 B/token, " "$WORK/gptoss.serve.table" ||
+  fail "gpt-oss: kv row: $(grep kv: "$WORK/gptoss.serve.table")"
+grep -qE "^  seq: [0-9]+ B/sequence \(16 blocks\) at 256 tokens;" "$WORK/gptoss.serve.table" ||
+  fail "gpt-oss: blocks freed behind a window: $(grep seq: "$WORK/gptoss.serve.table")"
+grep -qE "^  decode: .* of weights read per token, 4 of 16 experts$" "$WORK/gptoss.serve.table" ||
+  fail "gpt-oss: no decode row: $(cat "$WORK/gptoss.serve.table")"
+if command -v curl >/dev/null; then
+  curl -sf "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+    -d '{"messages": [{"role": "user", "content": "hello world"}], "max_tokens": 20,
+         "ignore_eos": true}' >"$WORK/gptoss.json" || fail "gpt-oss: chat completion failed"
+  grep -q '"finish_reason"' "$WORK/gptoss.json" || fail "gpt-oss: no answer: $(cat "$WORK/gptoss.json")"
+fi
+stop
 echo PASS

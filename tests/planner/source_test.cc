@@ -297,6 +297,73 @@ TEST(EngineBudget, EqualsTheEnginesBuffersForGemmaModels) {
   EXPECT_EQ(engine_kv_bytes_per_token_layer(*s3, KvDtype::kF16) * 6, 1536u);
 }
 
+TEST(EngineBudget, EqualsTheEnginesBuffersForGptOssModels) {
+  // gpt-oss-tiny: 4 layers, even ones windowed (16), heads of 32 (q 256 wide over a 128
+  // embedding), 2 KV heads, 16 MXFP4 experts of 64 with 2-D bias tables (added, never packed),
+  // top-4; the attention in f32, then Q8_0.
+  MakeModelSpec s = *make_model_preset("gpt-oss-tiny");
+  const std::string f32 = make(s, "planner_gptoss_f32.gguf");
+  expect_engine_matches(f32, 64, 2);
+  s.weight_type = GgmlType::kQ8_0;
+  expect_engine_matches(make(s, "planner_gptoss_q8.gguf"), 48, 3);
+  auto m = load_model_shape(f32);
+  ASSERT_TRUE(m.ok()) << m.message();
+  EXPECT_EQ(m->arch, "gpt-oss");
+  EXPECT_EQ(m->head_dim, 32);
+  EXPECT_TRUE(m->qkv_bias);
+  EXPECT_FALSE(m->local_rope);
+  for (int l = 0; l < 4; ++l) EXPECT_EQ(m->window_of_layer(l), l % 2 == 0 ? 16 : 0) << l;
+  EXPECT_EQ(engine_window(*m), 0);
+  // By hand: 4 layers x (K + V) x 2 KV heads x 32 x 2 B = 1024 B per token in f16 (sinks are
+  // weights: nothing per token).
+  EXPECT_EQ(engine_kv_bytes_per_token_layer(*m, KvDtype::kF16) * 4, 1024u);
+  EXPECT_EQ(m->n_routed_experts, 16);
+  EXPECT_EQ(m->n_experts_per_tok, 4);
+  EXPECT_EQ(m->moe_ff, 64);
+}
+
+TEST(Catalog, GptOssKvBytesByHand) {
+  // gpt-oss-20b: 24 layers x (K + V) x 8 KV heads x 64 x 2 B = 49152 B per token in bf16; half
+  // of the layers windowed to 128, so the GPU plan holds 12 layers whole and 12 at 9 blocks of
+  // 16 (128 positions starting anywhere in a block touch 9).
+  const ModelShape* m = find_model("gpt-oss-20b");
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(kv_bytes_per_token(*m, KvDtype::kBF16, 1), 49152u);
+  for (int l = 0; l < 24; ++l) EXPECT_EQ(m->window_of_layer(l), l % 2 == 0 ? 128 : 0) << l;
+  const uint64_t layer = 2u * 8 * 64 * 2;
+  EXPECT_EQ(kv_bytes_per_sequence(*m, KvDtype::kBF16, 1, 0, 24, 8192, 16),
+            12 * layer * 8192 + 12 * layer * 144);
+  const ModelShape* big = find_model("openai/gpt-oss-120b");
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(kv_bytes_per_token(*big, KvDtype::kBF16, 1), 36u * 2 * 8 * 64 * 2);  // 73728
+  EXPECT_EQ(big->n_routed_experts, 128);
+}
+
+TEST(ModelSource, GptOssConfigWindowsEvenLayersFromLayerTypes) {
+  // gpt-oss-20b's config.json (the fields the planner reads): layer_types alternate sliding and
+  // full attention, experts are intermediate_size wide.
+  std::string types;
+  for (int l = 0; l < 24; ++l) {
+    types +=
+        std::string(l ? ", " : "") + (l % 2 == 0 ? "\"sliding_attention\"" : "\"full_attention\"");
+  }
+  auto m = shape_from_config_json(
+      R"({"model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880,
+      "num_hidden_layers": 24, "num_attention_heads": 64, "num_key_value_heads": 8,
+      "head_dim": 64, "vocab_size": 201088, "max_position_embeddings": 131072,
+      "sliding_window": 128, "num_local_experts": 32, "num_experts_per_tok": 4,
+      "attention_bias": true, "tie_word_embeddings": false, "layer_types": [)" +
+          types + "]}",
+      "gpt-oss-20b.json");
+  ASSERT_TRUE(m.ok()) << m.message();
+  for (int l = 0; l < 24; ++l) EXPECT_EQ(m->window_of_layer(l), l % 2 == 0 ? 128 : 0) << l;
+  EXPECT_EQ(m->moe_ff, 2880);
+  EXPECT_EQ(m->n_routed_experts, 32);
+  EXPECT_TRUE(m->qkv_bias);
+  EXPECT_EQ(kv_bytes_per_token(*m, KvDtype::kBF16, 1),
+            kv_bytes_per_token(*find_model("gpt-oss-20b"), KvDtype::kBF16, 1));
+}
+
 TEST(ModelSource, Gemma3ConfigHasFiveLocalLayersPerGlobalAndALocalRope) {
   // The multimodal wrapper's text_config, as Gemma-3-4B's config.json nests it.
   auto m = shape_from_config_json(

@@ -32,6 +32,7 @@ GGML_TYPES = {
     13: ("Q5_K", 256, 176),
     14: ("Q6_K", 256, 210),
     30: ("BF16", 1, 2),
+    39: ("MXFP4", 32, 17),
 }
 
 
@@ -242,8 +243,22 @@ def _deq_q6_k(b):
     return x.reshape(-1, 256)
 
 
+# OCP Microscaling FP4 (E2M1) magnitudes, codes 0..7; bit 3 is the sign.
+_E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=np.float64)
+
+
+def _deq_mxfp4(b):
+    """OCP MX block of 32 FP4 values: one E8M0 scale byte e (2^(e - 127)), then 16 bytes, the
+    low nibbles elements 0..15 and the high nibbles 16..31 (ggml's block_mxfp4 order)."""
+    scale = np.ldexp(1.0, b[:, 0].astype(np.int32) - 127)[:, None]
+    qs = b[:, 1:17]
+    codes = np.concatenate([qs & 0x0F, qs >> 4], axis=1)
+    value = _E2M1[codes & 7] * np.where(codes & 8, -1.0, 1.0)
+    return value * scale
+
+
 _BLOCK_DEQUANT = {2: _deq_q4_0, 6: _deq_q5_0, 8: _deq_q8_0, 12: _deq_q4_k, 13: _deq_q5_k,
-                  14: _deq_q6_k}
+                  14: _deq_q6_k, 39: _deq_mxfp4}
 
 
 def dequantize(raw, ggml_type, n_elements):

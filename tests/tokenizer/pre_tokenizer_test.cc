@@ -37,6 +37,15 @@ TEST(PreTokenizer, Qwen2SplitsEveryDigit) {
   EXPECT_EQ(split("qwen2", "don't 42"), (Words{"don", "'t", " ", "4", "2"}));
 }
 
+// gpt-oss's o200k ("gpt-4o"): words split where case changes, contractions stay on their word,
+// digits in threes, '/' and newlines kept after a punctuation run.
+TEST(PreTokenizer, Gpt4oSplitsAtCaseChangesAndKeepsContractions) {
+  EXPECT_EQ(split("gpt-4o", "HelloWorld don't 12345"),
+            (Words{"Hello", "World", " don't", " ", "123", "45"}));
+  EXPECT_EQ(split("gpt-4o", "I'M HTTPServer"), (Words{"I'M", " HTTPServer"}));
+  EXPECT_EQ(split("gpt-4o", "a+/\nb"), (Words{"a", "+/\n", "b"}));
+}
+
 TEST(PreTokenizer, Llama3PunctuationAndNewlines) {
   EXPECT_EQ(split("llama3", "Hello, world!\n\nHow"),
             (Words{"Hello", ",", " world", "!\n\n", "How"}));
