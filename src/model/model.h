@@ -136,7 +136,7 @@ class Model {
   std::vector<uint8_t> act_q8_k_;    // [T][act_row_bytes(Q8_K, max_in)]
   std::vector<float> q_;             // [T][q_dim]
   std::vector<float> k_;             // [T][kv_dim]
-  std::vector<float> v_;             // [T][kv_dim]
+  std::vector<float> v_;             // [T][kv_dim]; after kv_store: split-decode softmax states
   std::vector<float> tmp_;           // [T][n_embd] output of wo / down, added to x
   std::vector<float> gate_;          // [T][n_ff]
   std::vector<float> up_;            // [T][n_ff]
