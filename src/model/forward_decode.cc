@@ -66,32 +66,43 @@ void Model::attend_decode_split(const kernels::KvLayerView& view, int64_t window
   for (int64_t t = 0; t < n_tokens; ++t) {
     if (is_decode(t)) n_items += n_kv * kernels::attn_num_segments(range(t).first, range(t).second);
   }
+  auto out_of = [&](int64_t t, int32_t g) { return xn_.data() + t * qd + (int64_t)g * group * hd; };
+  auto ml_of = [&](int64_t t, int32_t g) { return v_.data() + t * kvd + (int64_t)g * group * 2; };
   for (int64_t w0 = 0; w0 < n_items; w0 += wave) {
     const int64_t w1 = std::min(n_items, w0 + wave);
+    bool any_merge = false;  // contexts within one segment finish where computed: no merge phase
     pool_.run([&](int ith, int nth_run) {
       CHECK(nth_run == nth);
       float* scratch = attn_scratch_.data() + ith * scratch_floats;
-      for_items(w0, w1, [&](int64_t j, int64_t t, int32_t g, int64_t s, int64_t) {
+      for_items(w0, w1, [&](int64_t j, int64_t t, int32_t g, int64_t s, int64_t n_seg) {
+        if (ith == 0 && n_seg > 1) any_merge = true;
         if ((j - w0) % nth != ith) return;
         const auto [b, e] = range(t);
         const int64_t s0 = kernels::attn_segment_begin(b) + s * kernels::kAttnSegment;
-        float* part = slot_of(j, w0);
+        float* part = n_seg == 1 ? out_of(t, g) : slot_of(j, w0);
+        float* ml = n_seg == 1 ? ml_of(t, g) : part + group * hd;
         const kernels::AttnQuery query = {q_.data() + t * qd + (int64_t)g * group * hd, part,
                                           std::max(b, s0), std::min(e, s0 + kernels::kAttnSegment)};
         kt.attention_segment({&query, 1}, group, kernels::kv_head_view(view, g),
-                             seqs_[tok_[t].seq].block_table, scale, part + group * hd, scratch);
+                             seqs_[tok_[t].seq].block_table, scale, ml, scratch);
+        if (n_seg == 1) {
+          for (int32_t h = 0; h < group; ++h)
+            kernels::attention_finish(part + h * hd, ml + 2 * h, hd);
+        }
       });
     });
+    if (!any_merge) continue;
     // Merge: one unit per (token, KV head) with items in this wave, dealt round-robin.
     pool_.run([&](int ith, int) {
       int64_t unit = -1, last_t = -1;
       int32_t last_g = -1;
       for_items(w0, w1, [&](int64_t j, int64_t t, int32_t g, int64_t s, int64_t n_seg) {
+        if (n_seg == 1) return;  // finished in the compute phase
         if (t != last_t || g != last_g) ++unit, last_t = t, last_g = g;
         if (unit % nth != ith) return;
         const float* part = slot_of(j, w0);
-        float* out = xn_.data() + t * qd + (int64_t)g * group * hd;
-        float* ml = v_.data() + t * kvd + (int64_t)g * group * 2;
+        float* out = out_of(t, g);
+        float* ml = ml_of(t, g);
         if (s == 0) {
           std::memcpy(out, part, sizeof(float) * group * hd);
           std::memcpy(ml, part + group * hd, sizeof(float) * group * 2);

@@ -31,7 +31,8 @@ constexpr int kDepth = 1100;
 static_assert(kDepth > 4 * kernels::kAttnSegment);
 
 // Prefills tokens [0, n - 1) in chunks of 500, then returns the logits of decoding token n - 1,
-// in a step that also decodes `others` one-token sequences (at depth 300, in their own blocks).
+// in a step that also decodes `others` one-token sequences (at depth 200: one segment, finished
+// without a merge).
 std::vector<float> decode_last(Model& m, KvArena& kv, const std::vector<int32_t>& tokens,
                                int others) {
   const int32_t bs = kv.config().block_size;
@@ -46,20 +47,20 @@ std::vector<float> decode_last(Model& m, KvArena& kv, const std::vector<int32_t>
         .tokens = std::span(tokens).subspan(pos, n), .start_pos = pos, .block_table = table};
     EXPECT_TRUE(m.forward({&in, 1}, kv, l.data()).ok());
   }
-  // Other sequences: a 300-token prefill each, then one decode token beside ours.
-  const int64_t other_blocks = (300 + bs) / bs;
+  // Other sequences: a 200-token prefill each, then one decode token beside ours.
+  const int64_t other_blocks = (200 + bs) / bs;
   std::vector<std::vector<uint32_t>> tables(others);
-  std::vector<int32_t> other_tokens(301, 7);
+  std::vector<int32_t> other_tokens(201, 7);
   for (int o = 0; o < others; ++o) {
     for (int64_t b = 0; b < other_blocks; ++b)
       tables[o].push_back((uint32_t)(table.size() + o * other_blocks + b));
-    SeqInput in{.tokens = std::span(other_tokens).subspan(0, 300), .block_table = tables[o]};
+    SeqInput in{.tokens = std::span(other_tokens).subspan(0, 200), .block_table = tables[o]};
     EXPECT_TRUE(m.forward({&in, 1}, kv, l.data()).ok());
   }
   std::vector<SeqInput> step;
   for (int o = 0; o < others; ++o) {
-    step.push_back({.tokens = std::span(other_tokens).subspan(300, 1),
-                    .start_pos = 300,
+    step.push_back({.tokens = std::span(other_tokens).subspan(200, 1),
+                    .start_pos = 200,
                     .block_table = tables[o]});
   }
   step.insert(
