@@ -19,6 +19,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -106,18 +107,23 @@ void bm_bandwidth(benchmark::State& state, bool triad, int threads) {
 }
 
 // Attention of q consecutive causal queries ending at position depth, one KV head with a GQA
-// group of 8 and head_dim 64 in f16 blocks of 16 (the real model's layout), on one thread.
-void bm_attention(benchmark::State& state, int64_t n_queries, int64_t depth) {
+// group of 8 and head_dim 64 in blocks of 16 of `dtype` (the real model's layout), on one
+// thread. GB/s: K/V bytes (with INT8 scales) read per second, each row once per call; at depth
+// 32768 one head's K/V (8 MB f16) is past L2, as a long context's are.
+void bm_attention(benchmark::State& state, int64_t n_queries, int64_t depth, KvDtype dtype) {
   const KernelTable& k = kernels();
   constexpr int32_t kHd = 64, kGroup = 8, kBlock = 16;
   const int64_t n_blocks = (depth + kBlock - 1) / kBlock;
-  const int64_t stride = 2 * kBlock * kHd * 2;
+  const int64_t row_bytes = (int64_t)kv_elem_bytes(dtype) * kHd;
+  const int64_t scales = dtype == KvDtype::kInt8 ? kBlock * 4 : 0;
+  const int64_t stride = 2 * kBlock * row_bytes + 2 * scales;
   std::vector<uint8_t> arena(n_blocks * stride);
-  const KvLayerView kv = {KvDtype::kF16,
-                          arena.data(),
-                          arena.data() + kBlock * kHd * 2,
-                          nullptr,
-                          nullptr,
+  uint8_t* b = arena.data();
+  const KvLayerView kv = {dtype,
+                          b,
+                          b + kBlock * row_bytes,
+                          scales ? b + 2 * kBlock * row_bytes : nullptr,
+                          scales ? b + 2 * kBlock * row_bytes + scales : nullptr,
                           stride,
                           kBlock,
                           1,
@@ -149,6 +155,9 @@ void bm_attention(benchmark::State& state, int64_t n_queries, int64_t depth) {
   state.counters["GFLOP/s"] =
       benchmark::Counter(positions * kGroup * kHd * 4 * state.iterations(),
                          benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["GB/s"] =
+      benchmark::Counter((double)depth * 2 * (row_bytes + scales / kBlock) * state.iterations(),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   state.SetLabel(k.isa);
 }
 
@@ -178,11 +187,15 @@ void register_all() {
       }
     }
   }
-  for (auto [n_queries, depth] :
-       {std::pair<int64_t, int64_t>{1, 4096}, {16, 512}, {16, 2048}, {16, 8192}}) {
-    const std::string name =
-        "BM_Attention/f16/queries:" + std::to_string(n_queries) + "/depth:" + std::to_string(depth);
-    benchmark::RegisterBenchmark(name.c_str(), bm_attention, n_queries, depth)
+  const std::tuple<KvDtype, int64_t, int64_t> attention_cases[] = {
+      {KvDtype::kF16, 1, 4096},  {KvDtype::kF16, 1, 32768}, {KvDtype::kInt8, 1, 32768},
+      {KvDtype::kF16, 16, 512},  {KvDtype::kF16, 16, 2048}, {KvDtype::kF16, 16, 8192},
+      {KvDtype::kInt8, 16, 8192}};
+  for (auto [dtype, n_queries, depth] : attention_cases) {
+    const std::string name = std::string("BM_Attention/") + kv_dtype_name(dtype) +
+                             "/queries:" + std::to_string(n_queries) +
+                             "/depth:" + std::to_string(depth);
+    benchmark::RegisterBenchmark(name.c_str(), bm_attention, n_queries, depth, dtype)
         ->Unit(benchmark::kMicrosecond);
   }
   for (bool triad : {true, false}) {

@@ -55,6 +55,15 @@ struct AttnQuery {
 // Positions per attention chunk (two AVX2 registers of scores).
 constexpr int32_t kAttnChunk = 16;
 
+// Positions per attention segment (flash-decoding's split). Attention is defined segment by
+// segment: each segment of kAttnSegment positions, aligned to absolute positions, gets its own
+// softmax max and sum, and the segments of a query are merged in position order
+// (attention_merge). The split is a property of positions, not of threads, so any thread may
+// compute any segment and every caller gets the same bits. 256: a decode step at depth 8192 has
+// 32 segments per KV head to spread over the threads, and the merge (3 x head_dim flops per
+// segment) costs under 1% of the segment's 2 x 256 x head_dim.
+constexpr int32_t kAttnSegment = 256;
+
 struct KernelTable {
   const char* isa;  // "avx512vnni", "avx512", "avx2vnni", "avx2", "ref"
 
@@ -104,8 +113,18 @@ struct KernelTable {
   // block_table[p / block_size], slot p % block_size; only blocks covering [min pos_begin,
   // max pos_end) are read (entries before may be holes, 0xffffffff, released behind a sliding
   // window). scratch: at least attention_scratch_floats(head_dim) floats.
+  // Since flash-decoding, every table's attention is attention_by_segments over its own
+  // attention_segment (kernels_internal.h).
   void (*attention)(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
                     std::span<const uint32_t> block_table, float scale, float* scratch);
+
+  // One segment of attention, unnormalised: as attention for queries whose [pos_begin, pos_end)
+  // lie inside one segment (non-empty), but each (query, head)'s out row is the sum of
+  // exp(s - m) * v, not divided by l, and its state {m, l} (max score, sum of exp(s - m)) goes to
+  // ml[query][head][2]. attention_merge and attention_finish turn segments into attention.
+  void (*attention_segment)(std::span<const AttnQuery> queries, int32_t n_heads,
+                            const KvLayerView& kv, std::span<const uint32_t> block_table,
+                            float scale, float* ml, float* scratch);
 
   // Writes one token's k, v ([n_kv_heads][head_dim] f32) into slot `pos` of the block table.
   void (*kv_store)(const KvLayerView& kv, std::span<const uint32_t> block_table, int64_t pos,
@@ -115,6 +134,29 @@ struct KernelTable {
 // Bytes of one activation row for quantize_act with weights of `wtype`.
 int64_t act_row_bytes(GgmlType wtype, int64_t n_in);
 int64_t attention_scratch_floats(int32_t head_dim);
+
+// Folds one segment (its unnormalised row seg_out [head_dim], state seg_ml {m, l}) into a running
+// (out, ml) that holds the earlier segments of the same (query, head), in position order. The
+// one merge every path uses, so a split computed on other threads gives the same bits.
+void attention_merge(float* out, float* ml, const float* seg_out, const float* seg_ml,
+                     int32_t head_dim);
+// Divides a merged row by its sum (zeros when l is 0).
+void attention_finish(float* out, const float* ml, int32_t head_dim);
+// First position of the segment holding pos, and the segments [pos_begin, pos_end) touches.
+inline int64_t attn_segment_begin(int64_t pos) {
+  return pos / kAttnSegment * kAttnSegment;
+}
+inline int64_t attn_num_segments(int64_t pos_begin, int64_t pos_end) {
+  return pos_end <= pos_begin ? 0 : (pos_end - 1) / kAttnSegment - pos_begin / kAttnSegment + 1;
+}
+// A split decode's partial results live in the threads' attention scratch, past what the
+// kernel itself uses: slot i of a thread's scratch holds one segment of one KV head's `group`
+// query heads, rows [group][head_dim] then states [group][2]. Slots per thread (>= 1 for
+// group <= 64):
+int64_t attention_split_slots(int32_t head_dim, int32_t group);
+float* attention_split_slot(float* thread_scratch, int32_t head_dim, int32_t group, int64_t slot);
+// The view narrowed to KV head g alone (n_kv_heads 1).
+KvLayerView kv_head_view(const KvLayerView& kv, int32_t g);
 // Per-thread scratch of matmul_packed for weights of `wtype` with n_in columns and at most
 // n_tokens tokens, in bytes, the same bound for every table: one token block of activations in
 // the tiles' order (float types and Q8_0/Q4_0 from 2 tokens; 0 for one token and the K-quants).

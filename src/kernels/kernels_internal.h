@@ -125,10 +125,27 @@ void matmul_packed_float(GgmlType wtype, const void* w, int64_t n_rows, int64_t 
 // matmul_dequant in AVX-512, bit-identical to the scalar one (x86/avx512_dequant.cc).
 void matmul_dequant(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const float* x,
                     int64_t n_tokens, float* y, int ith, int nth);
-// The AVX-512 tables' attention (x86/attention_avx512.cc).
-void attention(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
-               std::span<const uint32_t> block_table, float scale, float* scratch);
+// The AVX-512 tables' attention_segment (x86/attention_avx512.cc).
+void attention_segment(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
+                       std::span<const uint32_t> block_table, float scale, float* ml,
+                       float* scratch);
 }  // namespace avx512
+
+// Attention from a table's attention_segment (kernels/attention_split.cc): for tiles of up to 16
+// queries x 16 query heads of one KV head, each segment the tile touches is computed and merged
+// in position order into the queries' out rows, which are then normalised.
+using AttnSegmentFn = void (*)(std::span<const AttnQuery>, int32_t, const KvLayerView&,
+                               std::span<const uint32_t>, float, float*, float*);
+void attention_by_segments(AttnSegmentFn segment, std::span<const AttnQuery> queries,
+                           int32_t n_heads, const KvLayerView& kv,
+                           std::span<const uint32_t> block_table, float scale, float* scratch);
+template <AttnSegmentFn kSegment>
+void attention_of(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
+                  std::span<const uint32_t> block_table, float scale, float* scratch) {
+  attention_by_segments(kSegment, queries, n_heads, kv, block_table, scale, scratch);
+}
+// Scratch of one attention_segment call (the kernels' own part of attention_scratch_floats).
+int64_t attention_segment_scratch_floats(int32_t head_dim);
 
 // The packed layout of Q4_K / Q5_K / Q6_K matrices (kernels/packed_kquants.cc): groups of
 // kPackRows rows, super-block by super-block. pack() and packs() above route these types there.

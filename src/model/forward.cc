@@ -15,21 +15,6 @@
 namespace kvw {
 namespace {
 
-// The same view narrowed to KV head g alone (its query-head group is computed as one item).
-kernels::KvLayerView kv_head_view(const kernels::KvLayerView& v, int32_t g) {
-  const int64_t rows = (int64_t)g * v.block_size;
-  const int64_t elem = (int64_t)kv_elem_bytes(v.dtype);
-  kernels::KvLayerView out = v;
-  out.k = static_cast<uint8_t*>(v.k) + rows * v.head_dim * elem;
-  out.v = static_cast<uint8_t*>(v.v) + rows * v.head_dim * elem;
-  if (v.k_scale != nullptr) {
-    out.k_scale = static_cast<uint8_t*>(v.k_scale) + rows * 4;
-    out.v_scale = static_cast<uint8_t*>(v.v_scale) + rows * 4;
-  }
-  out.n_kv_heads = 1;
-  return out;
-}
-
 // Residual update x += add (add may be null), then the optional activation clamp.
 void residual(float* x, const float* add, int64_t n, float clamp) {
   if (add != nullptr) {
@@ -222,7 +207,13 @@ void Model::run_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t
   const float scale = hp_.attn_scale > 0.0f ? hp_.attn_scale : 1.0f / std::sqrt((float)hd);
   const int64_t window = hp_.layer_window(l);
   const float cap = hp_.gemma.attn_softcap;
-  pool_.run([&](int ith, int nth) {
+  // Decode tokens (tiles of one query) go to attend_decode_split, which also splits each over
+  // its context (forward_decode.cc); softcapped and sink attention have no split and stay
+  // here, as would a model whose n_head x 2 split states do not fit in a token's row of v_.
+  const bool split = cap <= 0.0f && L.attn_sinks.empty() && 2 * (int64_t)hp_.n_head <= kvd;
+  bool any_tile = !split;  // a pure decode step skips this phase and its barrier
+  for (int64_t t = 1; t < n_tokens && !any_tile; ++t) any_tile = tok_[t].seq == tok_[t - 1].seq;
+  const auto attend_tiles = [&](int ith, int nth) {
     float* scratch = attn_scratch_.data() + ith * kernels::attention_scratch_floats(hd);
     kernels::AttnQuery tile[kAttnTile];
     int64_t item = 0;
@@ -230,6 +221,12 @@ void Model::run_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t
       int64_t t1 = t0 + 1;
       while (t1 < n_tokens && t1 - t0 < kAttnTile && tok_[t1].seq == tok_[t0].seq) ++t1;
       const std::span<const uint32_t> table = seqs_[tok_[t0].seq].block_table;
+      const bool decode = t1 == t0 + 1 && (t0 == 0 || tok_[t0 - 1].seq != tok_[t0].seq) &&
+                          (t1 == n_tokens || tok_[t1].seq != tok_[t0].seq);
+      if (split && decode) {
+        t0 = t1;
+        continue;
+      }
       for (int32_t g = 0; g < hp_.n_head_kv; ++g, ++item) {
         if (item % nth != ith) continue;
         const int64_t head0 = (int64_t)g * group;
@@ -241,17 +238,20 @@ void Model::run_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t
         }
         const std::span<const kernels::AttnQuery> queries(tile, (size_t)(t1 - t0));
         if (cap > 0.0f) {
-          softcap_attention(queries, group, kv_head_view(view, g), table, scale, cap, scratch);
+          softcap_attention(queries, group, kernels::kv_head_view(view, g), table, scale, cap,
+                            scratch);
         } else if (!L.attn_sinks.empty()) {
-          sink_attention(queries, group, kv_head_view(view, g), table, scale,
+          sink_attention(queries, group, kernels::kv_head_view(view, g), table, scale,
                          L.attn_sinks.data() + head0, scratch);
         } else {
-          kt.attention(queries, group, kv_head_view(view, g), table, scale, scratch);
+          kt.attention(queries, group, kernels::kv_head_view(view, g), table, scale, scratch);
         }
       }
       t0 = t1;
     }
-  });
+  };
+  if (any_tile) pool_.run(attend_tiles);
+  if (split) attend_decode_split(view, window, scale, n_tokens);
   pool_.run([&](int ith, int nth) {
     auto [b, e] = thread_share(n_tokens, ith, nth);
     for (int64_t t = b; t < e; ++t) quantize_for(L.wo, xn, t, qd);

@@ -91,6 +91,9 @@ class Model {
   void run_layer(int32_t l, KvArena& kv, int64_t n_tokens);
   // Attention of layer l: normed, quantised input in xn_ -> attn_output into tmp_ [T][n_embd].
   void run_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t n_tokens);
+  // Attention of the step's decode tokens, each split over its context (forward_decode.cc).
+  void attend_decode_split(const kernels::KvLayerView& view, int64_t window, float scale,
+                           int64_t n_tokens);
   void run_mla_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t n_tokens);
   void per_head_matmul(const ExpertMatrices& w, const float* in, int64_t n_tokens, float* out);
   // FFN of an MoE layer: xn [T][n_embd] (normed, quantised for the router) -> tmp_ [T][n_embd].
@@ -135,7 +138,7 @@ class Model {
   std::vector<uint8_t> act_q8_k_;    // [T][act_row_bytes(Q8_K, max_in)]
   std::vector<float> q_;             // [T][q_dim]
   std::vector<float> k_;             // [T][kv_dim]
-  std::vector<float> v_;             // [T][kv_dim]
+  std::vector<float> v_;             // [T][kv_dim]; after kv_store: split-decode softmax states
   std::vector<float> tmp_;           // [T][n_embd] output of wo / down, added to x
   std::vector<float> gate_;          // [T][n_ff]
   std::vector<float> up_;            // [T][n_ff]

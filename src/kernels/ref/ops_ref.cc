@@ -33,7 +33,7 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
 // krow, vrow: [head_dim] scratch for the decoded K and V rows.
 void attend_head(const float* q, int32_t kv_head, const KvLayerView& kv,
                  std::span<const uint32_t> block_table, int64_t pos_begin, int64_t pos_end,
-                 float scale, float* acc, float* krow, float* vrow) {
+                 float scale, float* acc, float* ml, float* krow, float* vrow) {
   const int32_t hd = kv.head_dim;
   float m = -std::numeric_limits<float>::infinity();
   float l = 0.0f;
@@ -54,18 +54,20 @@ void attend_head(const float* q, int32_t kv_head, const KvLayerView& kv,
     l += e;
     for (int32_t i = 0; i < hd; ++i) acc[i] += e * vrow[i];
   }
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-  for (int32_t i = 0; i < hd; ++i) acc[i] *= inv;
+  ml[0] = m;  // unnormalised: attention_finish divides by l after the segments' merge
+  ml[1] = l;
 }
 
-void attention(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
-               std::span<const uint32_t> block_table, float scale, float* scratch) {
+void attention_segment(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
+                       std::span<const uint32_t> block_table, float scale, float* ml,
+                       float* scratch) {
   const int32_t group = gqa_group(n_heads, kv);
   const int64_t hd = kv.head_dim;
-  for (const AttnQuery& query : queries) {
+  for (size_t i = 0; i < queries.size(); ++i) {
+    const AttnQuery& query = queries[i];
     for (int32_t h = 0; h < n_heads; ++h) {
       attend_head(query.q + h * hd, h / group, kv, block_table, query.pos_begin, query.pos_end,
-                  scale, query.out + h * hd, scratch, scratch + hd);
+                  scale, query.out + h * hd, ml + (i * n_heads + h) * 2, scratch, scratch + hd);
     }
   }
 }
@@ -91,7 +93,8 @@ const KernelTable& ref_table() {
       .matmul_packed = ref::matmul_packed,
       .rmsnorm = ref::rmsnorm,
       .silu_mul = ref::silu_mul,
-      .attention = ref::attention,
+      .attention = attention_of<ref::attention_segment>,
+      .attention_segment = ref::attention_segment,
       .kv_store = ref::kv_store,
   };
   return table;

@@ -56,11 +56,19 @@ KVW_INLINE void score_pairs(const ChunkPair* pairs, const float* kt, int32_t hd,
   for (int n = 0; n < N; ++n) _mm512_storeu_ps(out + n * kAttnChunk, acc[n]);
 }
 
-// 16 elements of a V row from element j: f32 rows (decoded or F32 cache) or the F16 cache row.
-template <bool kF16>
-KVW_INLINE __m512 load_v(const void* row, int32_t j, __mmask16 m) {
-  if constexpr (kF16) {
+// How accumulate reads V rows: f32 rows (decoded, or the F32 cache's own), or the F16 / INT8
+// cache's rows in place, decoded per use to the same f32 values kv_load_row gives.
+enum class VRows { kF32, kF16, kInt8 };
+
+// 16 elements of a V row from element j (INT8: times the row's scale, as kv_load_row does).
+template <VRows kV>
+KVW_INLINE __m512 load_v(const void* row, float row_scale, int32_t j, __mmask16 m) {
+  if constexpr (kV == VRows::kF16) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(row) + j));
+  } else if constexpr (kV == VRows::kInt8) {
+    const __m512 q = _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, static_cast<const int8_t*>(row) + j)));
+    return _mm512_mul_ps(q, _mm512_set1_ps(row_scale));
   } else {
     return _mm512_maskz_loadu_ps(m, static_cast<const float*>(row) + j);
   }
@@ -69,9 +77,10 @@ KVW_INLINE __m512 load_v(const void* row, int32_t j, __mmask16 m) {
 // For N pairs with the same lanes [a, b): out[n] = out[n] * c[n] + sum over p in [a, b) of
 // w[n][p] * v[p], each element fma'd over p in order (64, then 16, then a masked 1..15 at a
 // time: the per-element arithmetic does not depend on the blocking or on N).
-template <int N, int W, bool kF16>
+template <int N, int W, VRows kV>
 KVW_INLINE void accumulate_block(float* const* out, const float* c, const float* const* w,
-                                 const void* const* v, int a, int b, int32_t j, __mmask16 tail) {
+                                 const void* const* v, const float* vs, int a, int b, int32_t j,
+                                 __mmask16 tail) {
   __m512 acc[N][W];
   for (int n = 0; n < N; ++n) {
     const __m512 vc = _mm512_set1_ps(c[n]);
@@ -80,7 +89,7 @@ KVW_INLINE void accumulate_block(float* const* out, const float* c, const float*
   }
   for (int p = a; p < b; ++p) {
     __m512 vv[W];
-    for (int u = 0; u < W; ++u) vv[u] = load_v<kF16>(v[p], j + 16 * u, tail);
+    for (int u = 0; u < W; ++u) vv[u] = load_v<kV>(v[p], vs[p], j + 16 * u, tail);
     for (int n = 0; n < N; ++n) {
       const __m512 wp = _mm512_set1_ps(w[n][p]);
       for (int u = 0; u < W; ++u) acc[n][u] = _mm512_fmadd_ps(wp, vv[u], acc[n][u]);
@@ -91,24 +100,27 @@ KVW_INLINE void accumulate_block(float* const* out, const float* c, const float*
   }
 }
 
-template <int N, bool kF16>
+template <int N, VRows kV>
 KVW_INLINE void accumulate_pairs(float* const* out, const float* c, const float* const* w,
-                                 const void* const* v, int a, int b, int32_t hd) {
+                                 const void* const* v, const float* vs, int a, int b, int32_t hd) {
   int32_t j = 0;
-  for (; j + 64 <= hd; j += 64) accumulate_block<N, 4, kF16>(out, c, w, v, a, b, j, 0xFFFF);
-  for (; j + 16 <= hd; j += 16) accumulate_block<N, 1, kF16>(out, c, w, v, a, b, j, 0xFFFF);
+  for (; j + 64 <= hd; j += 64) accumulate_block<N, 4, kV>(out, c, w, v, vs, a, b, j, 0xFFFF);
+  for (; j + 16 <= hd; j += 16) accumulate_block<N, 1, kV>(out, c, w, v, vs, a, b, j, 0xFFFF);
   if (j < hd) {
-    accumulate_block<N, 1, kF16>(out, c, w, v, a, b, j, (__mmask16)((1u << (hd - j)) - 1));
+    accumulate_block<N, 1, kV>(out, c, w, v, vs, a, b, j, (__mmask16)((1u << (hd - j)) - 1));
   }
 }
 
 template <int N>
-KVW_INLINE void accumulate_any(bool f16, float* const* out, const float* c, const float* const* w,
-                               const void* const* v, int a, int b, int32_t hd) {
-  if (f16) {
-    accumulate_pairs<N, true>(out, c, w, v, a, b, hd);
-  } else {
-    accumulate_pairs<N, false>(out, c, w, v, a, b, hd);
+KVW_INLINE void accumulate_any(VRows rows, float* const* out, const float* c, const float* const* w,
+                               const void* const* v, const float* vs, int a, int b, int32_t hd) {
+  switch (rows) {
+    case VRows::kF16:
+      return accumulate_pairs<N, VRows::kF16>(out, c, w, v, vs, a, b, hd);
+    case VRows::kInt8:
+      return accumulate_pairs<N, VRows::kInt8>(out, c, w, v, vs, a, b, hd);
+    case VRows::kF32:
+      return accumulate_pairs<N, VRows::kF32>(out, c, w, v, vs, a, b, hd);
   }
 }
 
@@ -140,13 +152,67 @@ KVW_INLINE void transpose16(__m512 r[16]) {
   }
 }
 
+// Where the rows of positions [a, b) of the chunk at c0 live: row p is at byte
+// block[p] + idx[p] * row bytes of K or V, and its INT8 scale at block[p] + idx[p] * 4. One
+// division per chunk: kv_offset's pos / block_size per row (a runtime divisor, ~20 cycles) cost
+// more than the chunk's softmax.
+struct ChunkRows {
+  int64_t block[kAttnChunk];
+  int64_t idx[kAttnChunk];
+};
+
+KVW_INLINE void chunk_rows(const KvLayerView& kv, const uint32_t* block_table, int64_t c0, int a,
+                           int b, int32_t kv_head, ChunkRows* r) {
+  int64_t blk = (c0 + a) / kv.block_size, slot = c0 + a - blk * kv.block_size;
+  for (int p = a; p < b; ++p) {
+    r->block[p] = (int64_t)block_table[blk] * kv.block_stride;
+    r->idx[p] = (int64_t)kv_head * kv.block_size + slot;
+    if (++slot == kv.block_size) slot = 0, ++blk;
+  }
+}
+
+KVW_INLINE const uint8_t* row_ptr(const void* base, const ChunkRows& r, int p, int64_t row_bytes) {
+  return static_cast<const uint8_t*>(base) + r.block[p] + r.idx[p] * row_bytes;
+}
+
+KVW_INLINE float row_scale(const void* scales, const ChunkRows& r, int p) {
+  float scale;
+  std::memcpy(&scale, static_cast<const uint8_t*>(scales) + r.block[p] + r.idx[p] * 4, 4);
+  return scale;
+}
+
+// prefetcht0 as volatile asm: GCC 12 deletes a loop whose body is only _mm_prefetch (no side
+// effects), which left prefetch_rows empty.
+KVW_INLINE void prefetch_l1(const uint8_t* p) {
+  asm volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(p)));
+}
+
+// Prefetches the K and V rows of positions [a, b) of the chunk at c0 into L1. Blocks are
+// scattered (one head's block is 16 x 128 bytes at f16 and hd 64, then a jump of the layer's
+// block stride), so the hardware prefetcher, which stops at 4 KB pages, restarts at every block
+// hop; one chunk ahead covers a DRAM miss (~100 ns) with the chunk's arithmetic (~300 ns).
+void prefetch_rows(const KvLayerView& kv, const uint32_t* block_table, int64_t c0, int a, int b,
+                   int32_t kv_head) {
+  ChunkRows r;
+  chunk_rows(kv, block_table, c0, a, b, kv_head, &r);
+  const int64_t row_bytes = kv.head_dim * (int64_t)kv_elem_bytes(kv.dtype);
+  for (int p = a; p < b; ++p) {
+    for (int64_t i = 0; i < row_bytes; i += 64) {
+      prefetch_l1(row_ptr(kv.k, r, p, row_bytes) + i);
+      prefetch_l1(row_ptr(kv.v, r, p, row_bytes) + i);
+    }
+  }
+}
+
 // K rows of positions [la, lb) of the chunk at c0, transposed into kt [hd][16]. F16 and F32
 // caches with head_dim % 16 == 0 go 16 x 16 at a time in registers (lanes outside [la, lb)
 // hold zeros); other cases decode each row and store it column-wise.
-void load_kt(const KvLayerView& kv, const uint32_t* block_table, int64_t c0, int la, int lb,
-             int32_t kv_head, float* kt, float* row) {
+void load_kt(const KvLayerView& kv, const uint32_t* block_table, const ChunkRows& cr, int64_t c0,
+             int la, int lb, int32_t kv_head, float* kt, float* row) {
   const int32_t hd = kv.head_dim;
-  const bool direct = (kv.dtype == KvDtype::kF16 || kv.dtype == KvDtype::kF32) && hd % 16 == 0;
+  const bool direct =
+      (kv.dtype == KvDtype::kF16 || kv.dtype == KvDtype::kF32 || kv.dtype == KvDtype::kInt8) &&
+      hd % 16 == 0;
   if (!direct) {
     std::memset(kt, 0, sizeof(float) * hd * kAttnChunk);
     for (int p = la; p < lb; ++p) {
@@ -155,11 +221,13 @@ void load_kt(const KvLayerView& kv, const uint32_t* block_table, int64_t c0, int
     }
     return;
   }
-  const bool f16 = kv.dtype == KvDtype::kF16;
+  const bool f16 = kv.dtype == KvDtype::kF16, int8 = kv.dtype == KvDtype::kInt8;
+  const int64_t elem = (int64_t)kv_elem_bytes(kv.dtype);
   const uint8_t* rows[kAttnChunk];
+  float scales[kAttnChunk];
   for (int p = la; p < lb; ++p) {
-    rows[p] = static_cast<const uint8_t*>(kv.k) +
-              x86::kv_offset(kv, block_table, c0 + p, kv_head, f16 ? 2 : 4);
+    rows[p] = row_ptr(kv.k, cr, p, hd * elem);
+    if (int8) scales[p] = row_scale(kv.k_scale, cr, p);
   }
   for (int32_t d0 = 0; d0 < hd; d0 += 16) {
     __m512 r[16];
@@ -169,6 +237,10 @@ void load_kt(const KvLayerView& kv, const uint32_t* block_table, int64_t c0, int
       } else if (f16) {
         r[p] = _mm512_cvtph_ps(
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[p] + 2 * (int64_t)d0)));
+      } else if (int8) {
+        const __m512 q = _mm512_cvtepi32_ps(
+            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[p] + d0))));
+        r[p] = _mm512_mul_ps(q, _mm512_set1_ps(scales[p]));
       } else {
         r[p] = _mm512_loadu_ps(reinterpret_cast<const float*>(rows[p]) + d0);
       }
@@ -210,9 +282,12 @@ void softmax_pairs(const ChunkPair* pairs, int n, __m512 scale, float (*s)[kAttn
   _mm512_storeu_ps(cs, rescale);
   _mm512_store_ps(m_new, m);
   for (int i = 0; i < kAttnChunk; ++i) {
-    r[i] = _mm512_maskz_mov_ps(
-        valid[i], exp512(_mm512_sub_ps(_mm512_load_ps(s[i]), _mm512_set1_ps(m_new[i]))));
-    _mm512_store_ps(s[i], r[i]);
+    // Pairs past n have no lanes: their zeros skip the exp (half the work of a decode's 8 heads).
+    r[i] =
+        i < n ? _mm512_maskz_mov_ps(
+                    valid[i], exp512(_mm512_sub_ps(_mm512_load_ps(s[i]), _mm512_set1_ps(m_new[i]))))
+              : _mm512_setzero_ps();
+    if (i < n) _mm512_store_ps(s[i], r[i]);
   }
   transpose16(r);
   __m512 sum = r[0];
@@ -223,16 +298,24 @@ void softmax_pairs(const ChunkPair* pairs, int n, __m512 scale, float (*s)[kAttn
 }
 
 // Queries [0, nq) x query heads [h0, h0 + ng) of KV head kv_head (see the file comment).
+// Unnormalised: each pair's state goes to ml[query][head][2] (heads of n_heads) instead.
 void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t kv_head,
-                 const KvLayerView& kv, const uint32_t* block_table, float scale, float* scratch) {
+                 const KvLayerView& kv, const uint32_t* block_table, float scale, float* ml,
+                 int32_t n_heads, float* scratch) {
   const int32_t hd = kv.head_dim;
   float* kt = scratch;                  // [hd][kAttnChunk]
   float* vbuf = kt + hd * kAttnChunk;   // [kAttnChunk][hd]
   float* row = vbuf + hd * kAttnChunk;  // [hd]
-  const void* vrow[kAttnChunk];         // f32 rows, or the F16 cache's own rows
-  // A tile of few pairs (decode) reads F16 V rows in place, converting per use; a large tile
-  // converts each row once into vbuf. Either way the same exact f32 values.
-  const bool v_f16 = kv.dtype == KvDtype::kF16 && nq * ng <= 16;
+  const void* vrow[kAttnChunk];         // f32 rows, or the F16 / INT8 cache's own rows
+  float vscale_rows[kAttnChunk];        // INT8 rows' scales
+  // A tile of few pairs (decode) reads F16 and INT8 V rows in place, converting per use; a large
+  // tile converts each row once into vbuf. Either way the same exact f32 values.
+  const bool in_place = nq * ng <= 16;
+  const int64_t elem = (int64_t)kv_elem_bytes(kv.dtype);
+  const VRows v_rows = !in_place                    ? VRows::kF32
+                       : kv.dtype == KvDtype::kF16  ? VRows::kF16
+                       : kv.dtype == KvDtype::kInt8 ? VRows::kInt8
+                                                    : VRows::kF32;
   SoftmaxState st[kMaxTile][kMaxGroup];
   ChunkPair pairs[kMaxTile * kMaxGroup];
   // Scores, then weights, per pair, and each pair's rescale of its state. softmax_pairs reads and
@@ -254,11 +337,23 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
     // Load the chunk's positions that some query attends; other lanes score zero (masked).
     const int la = (int)((lo > c0 ? lo : c0) - c0);
     const int lb = (int)((hi < c0 + kAttnChunk ? hi : c0 + kAttnChunk) - c0);
-    load_kt(kv, block_table, c0, la, lb, kv_head, kt, row);
+    // Only small (decode) tiles prefetch: a large tile's ~10x more arithmetic per chunk hides
+    // the misses already, and its 128 output rows (32 KB) need L1 more.
+    if (in_place && c0 + kAttnChunk < hi) {
+      const int64_t next_end = hi < c0 + 2 * kAttnChunk ? hi : c0 + 2 * kAttnChunk;
+      prefetch_rows(kv, block_table, c0 + kAttnChunk, 0, (int)(next_end - c0 - kAttnChunk),
+                    kv_head);
+    }
+    ChunkRows cr;
+    chunk_rows(kv, block_table, c0, la, lb, kv_head, &cr);
+    load_kt(kv, block_table, cr, c0, la, lb, kv_head, kt, row);
     for (int p = la; p < lb; ++p) {
-      vrow[p] = v_f16 ? static_cast<const uint8_t*>(kv.v) +
-                            x86::kv_offset(kv, block_table, c0 + p, kv_head, 2)
-                      : (const void*)kv_row(kv, true, block_table, c0 + p, kv_head, vbuf + p * hd);
+      if (v_rows == VRows::kF32) {
+        vrow[p] = kv_row(kv, true, block_table, c0 + p, kv_head, vbuf + p * hd);
+        continue;
+      }
+      vrow[p] = row_ptr(kv.v, cr, p, hd * elem);
+      if (v_rows == VRows::kInt8) vscale_rows[p] = row_scale(kv.v_scale, cr, p);
     }
     const int np = x86::chunk_pairs(queries, nq, h0, ng, hd, c0, st, pairs);
     int k = 0;
@@ -278,16 +373,16 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
       const int a = pairs[k].qa, b = pairs[k].qb;
       switch (run) {
         case 4:
-          accumulate_any<4>(v_f16, out, cs + k, w, vrow, a, b, hd);
+          accumulate_any<4>(v_rows, out, cs + k, w, vrow, vscale_rows, a, b, hd);
           break;
         case 3:
-          accumulate_any<3>(v_f16, out, cs + k, w, vrow, a, b, hd);
+          accumulate_any<3>(v_rows, out, cs + k, w, vrow, vscale_rows, a, b, hd);
           break;
         case 2:
-          accumulate_any<2>(v_f16, out, cs + k, w, vrow, a, b, hd);
+          accumulate_any<2>(v_rows, out, cs + k, w, vrow, vscale_rows, a, b, hd);
           break;
         default:
-          accumulate_any<1>(v_f16, out, cs + k, w, vrow, a, b, hd);
+          accumulate_any<1>(v_rows, out, cs + k, w, vrow, vscale_rows, a, b, hd);
           break;
       }
       k += run;
@@ -295,21 +390,23 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
   }
   for (int i = 0; i < nq; ++i) {
     for (int g = 0; g < ng; ++g) {
-      float* out = queries[i].out + (int64_t)(h0 + g) * hd;
-      const float inv = st[i][g].l > 0.0f ? 1.0f / st[i][g].l : 0.0f;
-      for (int32_t j = 0; j < hd; ++j) out[j] *= inv;
+      float* state = ml + ((int64_t)i * n_heads + h0 + g) * 2;
+      state[0] = st[i][g].m;
+      state[1] = st[i][g].l;
     }
   }
 }
 
 }  // namespace
 
-void attention(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
-               std::span<const uint32_t> block_table, float scale, float* scratch) {
+void attention_segment(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
+                       std::span<const uint32_t> block_table, float scale, float* ml,
+                       float* scratch) {
   x86::for_each_tile(queries, n_heads, kv,
                      [&](const AttnQuery* tile, int nq, int32_t h0, int ng, int32_t kv_head) {
+                       float* tile_ml = ml + (tile - queries.data()) * (int64_t)n_heads * 2;
                        attend_tile(tile, nq, h0, ng, kv_head, kv, block_table.data(), scale,
-                                   scratch);
+                                   tile_ml, n_heads, scratch);
                      });
 }
 

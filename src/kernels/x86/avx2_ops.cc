@@ -110,8 +110,10 @@ KVW_INLINE void accumulate_pairs(float* const* out, const float* c, const float*
 // (positions outside its query's range masked to -inf) rescale its running state, and runs of up
 // to four pairs with the same range accumulate their weighted V rows together. Every pair's
 // arithmetic is the same whatever pairs it is grouped with.
+// Unnormalised: each pair's state goes to ml[query][head][2] (heads of n_heads) instead.
 void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t kv_head,
-                 const KvLayerView& kv, const uint32_t* block_table, float scale, float* scratch) {
+                 const KvLayerView& kv, const uint32_t* block_table, float scale, float* ml,
+                 int32_t n_heads, float* scratch) {
   const int32_t hd = kv.head_dim;
   float* kt = scratch;                  // [hd][kAttnChunk]
   float* vbuf = kt + hd * kAttnChunk;   // [kAttnChunk][hd]
@@ -208,8 +210,9 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
   }
   for (int i = 0; i < nq; ++i) {
     for (int g = 0; g < ng; ++g) {
-      const float inv = st[i][g].l > 0.0f ? 1.0f / st[i][g].l : 0.0f;
-      scale_row(queries[i].out + (int64_t)(h0 + g) * hd, inv, hd);
+      float* state = ml + ((int64_t)i * n_heads + h0 + g) * 2;
+      state[0] = st[i][g].m;
+      state[1] = st[i][g].l;
     }
   }
 }
@@ -255,12 +258,14 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
   for (; i < n; ++i) out[i] = gate[i] / (1.0f + __builtin_expf(-gate[i])) * up[i];
 }
 
-void attention(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
-               std::span<const uint32_t> block_table, float scale, float* scratch) {
+void attention_segment(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
+                       std::span<const uint32_t> block_table, float scale, float* ml,
+                       float* scratch) {
   x86::for_each_tile(queries, n_heads, kv,
                      [&](const AttnQuery* tile, int nq, int32_t h0, int ng, int32_t kv_head) {
+                       float* tile_ml = ml + (tile - queries.data()) * (int64_t)n_heads * 2;
                        attend_tile(tile, nq, h0, ng, kv_head, kv, block_table.data(), scale,
-                                   scratch);
+                                   tile_ml, n_heads, scratch);
                      });
 }
 
@@ -295,7 +300,8 @@ const KernelTable& avx2_table() {
       .matmul_packed = avx2::matmul_packed,
       .rmsnorm = avx2::rmsnorm,
       .silu_mul = avx2::silu_mul,
-      .attention = avx2::attention,
+      .attention = attention_of<avx2::attention_segment>,
+      .attention_segment = avx2::attention_segment,
       .kv_store = avx2::kv_store,
   };
   return table;

@@ -225,7 +225,8 @@ const KernelTable& avx512_table() {
       .matmul_packed = avx512::matmul_packed,
       .rmsnorm = avx2::rmsnorm,
       .silu_mul = avx2::silu_mul,
-      .attention = avx512::attention,
+      .attention = attention_of<avx512::attention_segment>,
+      .attention_segment = avx512::attention_segment,
       .kv_store = avx2::kv_store,
   };
   return table;

@@ -1,0 +1,137 @@
+// tests/kernels/attention_split_test.cc: flash-decoding's split (kernels.h kAttnSegment) at a
+// depth of several segments: segments computed separately, in any order (as threads would),
+// and merged in position order give attention's bits exactly, for every table and KV dtype; and
+// attention stays within float rounding of a float64 two-pass softmax there.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "kernels_test_util.h"
+
+namespace kvw::kernels {
+namespace {
+
+constexpr int32_t kBlockSize = 16;
+constexpr int32_t kKvHeads = 2;
+constexpr int64_t kDepth = 1300;  // five segments of 256 and a partial sixth
+static_assert(kDepth > 4 * kAttnSegment);
+
+// One layer of paged K/V over kDepth positions, its blocks shuffled in the arena.
+struct DeepKv {
+  DeepKv(KvDtype dtype, int32_t hd) {
+    const int64_t n_blocks = (kDepth + kBlockSize - 1) / kBlockSize;
+    const int64_t rows = (int64_t)kKvHeads * kBlockSize;
+    const int64_t row_bytes = (int64_t)kv_elem_bytes(dtype) * hd;
+    const int64_t scales = dtype == KvDtype::kInt8 ? rows * 4 : 0;
+    const int64_t stride = 2 * rows * row_bytes + 2 * scales;
+    buf.assign(n_blocks * stride, 0xAB);
+    uint8_t* b = buf.data();
+    view = {dtype,
+            b,
+            b + rows * row_bytes,
+            scales ? b + 2 * rows * row_bytes : nullptr,
+            scales ? b + 2 * rows * row_bytes + scales : nullptr,
+            stride,
+            kBlockSize,
+            kKvHeads,
+            hd};
+    table.resize(n_blocks);
+    std::iota(table.begin(), table.end(), 0u);
+    std::shuffle(table.begin(), table.end(), std::mt19937(4));
+    const auto k = testing::random_floats(kDepth * kKvHeads * hd, 7);
+    const auto v = testing::random_floats(kDepth * kKvHeads * hd, 8);
+    for (int64_t p = 0; p < kDepth; ++p) {
+      kernels_ref().kv_store(view, table, p, k.data() + p * kKvHeads * hd,
+                             v.data() + p * kKvHeads * hd);
+    }
+  }
+  std::vector<uint8_t> buf;
+  std::vector<uint32_t> table;
+  KvLayerView view;
+};
+
+// Float64 two-pass softmax of one query over [b, e), all heads.
+std::vector<float> naive(const DeepKv& kv, const float* q, int32_t n_heads, int64_t b, int64_t e,
+                         float scale) {
+  const int32_t hd = kv.view.head_dim, group = n_heads / kKvHeads;
+  std::vector<float> out(n_heads * hd), row(hd);
+  std::vector<std::vector<float>> ks(e - b), vs(e - b);
+  for (int32_t h = 0; h < n_heads; ++h) {
+    std::vector<double> s(e - b);
+    double mx = -INFINITY, sum = 0.0;
+    for (int64_t p = b; p < e; ++p) {
+      kv_load_row(kv.view, false, kv.table, p, h / group, row.data());
+      double dot = 0.0;
+      for (int32_t i = 0; i < hd; ++i) dot += (double)q[h * hd + i] * row[i];
+      mx = std::fmax(mx, s[p - b] = dot * scale);
+    }
+    for (double& x : s) sum += (x = std::exp(x - mx));
+    std::vector<double> acc(hd, 0.0);
+    for (int64_t p = b; p < e; ++p) {
+      kv_load_row(kv.view, true, kv.table, p, h / group, row.data());
+      for (int32_t i = 0; i < hd; ++i) acc[i] += s[p - b] * row[i];
+    }
+    for (int32_t i = 0; i < hd; ++i) out[h * hd + i] = (float)(acc[i] / sum);
+  }
+  return out;
+}
+
+// The split as the model's decode runs it: per KV head, each segment of [b, e) into its own
+// buffer (last segment first), then merged in position order and finished.
+std::vector<float> split(const KernelTable& t, const DeepKv& kv, const float* q, int32_t n_heads,
+                         int64_t b, int64_t e, float scale) {
+  const int32_t hd = kv.view.head_dim, group = n_heads / kKvHeads;
+  const int64_t n_seg = attn_num_segments(b, e);
+  std::vector<float> parts(n_seg * group * hd), mls(n_seg * group * 2);
+  std::vector<float> scratch(attention_scratch_floats(hd), NAN), out(n_heads * hd, NAN);
+  for (int32_t g = 0; g < kKvHeads; ++g) {
+    for (int64_t s = n_seg - 1; s >= 0; --s) {
+      const int64_t s0 = attn_segment_begin(b) + s * kAttnSegment;
+      const AttnQuery query = {q + g * group * hd, parts.data() + s * group * hd, std::max(b, s0),
+                               std::min(e, s0 + kAttnSegment)};
+      t.attention_segment({&query, 1}, group, kv_head_view(kv.view, g), kv.table, scale,
+                          mls.data() + s * group * 2, scratch.data());
+    }
+    for (int32_t h = 0; h < group; ++h) {
+      float* o = out.data() + (g * group + h) * hd;
+      float ml[2] = {mls[2 * h], mls[2 * h + 1]};
+      std::copy_n(parts.data() + h * hd, hd, o);
+      for (int64_t s = 1; s < n_seg; ++s) {
+        attention_merge(o, ml, parts.data() + (s * group + h) * hd,
+                        mls.data() + (s * group + h) * 2, hd);
+      }
+      attention_finish(o, ml, hd);
+    }
+  }
+  return out;
+}
+
+TEST(KernelsAttentionSplit, SegmentsMergedInAnyComputeOrderEqualAttentionBitForBit) {
+  for (const KernelTable* t : available_kernel_tables()) {
+    for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBF16, KvDtype::kInt8}) {
+      for (int32_t hd : {64, 40}) {
+        SCOPED_TRACE(std::string(t->isa) + " " + kv_dtype_name(dtype) + " hd " +
+                     std::to_string(hd));
+        const DeepKv kv(dtype, hd);
+        const int32_t n_heads = 8;
+        const auto q = testing::random_floats(n_heads * hd, 21, 3.0f);
+        const float scale = 1.0f / std::sqrt((float)hd);
+        // A full causal range, and a window that starts mid-segment.
+        for (auto [b, e] : {std::pair<int64_t, int64_t>{0, kDepth}, {300, 1201}}) {
+          std::vector<float> out(n_heads * hd, NAN), scratch(attention_scratch_floats(hd), NAN);
+          const AttnQuery query = {q.data(), out.data(), b, e};
+          t->attention({&query, 1}, n_heads, kv.view, kv.table, scale, scratch.data());
+          EXPECT_EQ(split(*t, kv, q.data(), n_heads, b, e, scale), out) << "[" << b << "," << e;
+          const auto want = naive(kv, q.data(), n_heads, b, e, scale);
+          EXPECT_LE(testing::max_abs_diff(out.data(), want.data(), (int64_t)want.size()), 2e-5);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvw::kernels

@@ -1,0 +1,125 @@
+// Split decode (model/forward_decode.cc): a decode token deep enough to span several attention
+// segments gets its segments computed on any thread and merged in position order; its logits
+// must be the same bits for every thread count, alone or beside other decodes, and equal to the
+// same position computed inside a prefill tile.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "kernels/kernels.h"
+#include "model_test_util.h"
+
+namespace kvw {
+namespace {
+
+using test::bit_equal;
+
+MakeModelSpec deep_spec() {
+  MakeModelSpec s;
+  s.n_embd = 256;
+  s.n_ff = 512;
+  s.n_head = 8;
+  s.n_head_kv = 2;  // group 4: each split item is one KV head's four query heads
+  s.weight_type = GgmlType::kQ8_0;
+  s.n_ctx = 2048;
+  s.seed = 5;
+  return s;
+}
+
+// 1100 positions: five segments of 256, the last one partial.
+constexpr int kDepth = 1100;
+static_assert(kDepth > 4 * kernels::kAttnSegment);
+
+// Prefills tokens [0, n - 1) in chunks of 500, then returns the logits of decoding token n - 1,
+// in a step that also decodes `others` one-token sequences (at depth 200: one segment, finished
+// without a merge).
+std::vector<float> decode_last(Model& m, KvArena& kv, const std::vector<int32_t>& tokens,
+                               int others) {
+  const int32_t bs = kv.config().block_size;
+  std::vector<uint32_t> table((tokens.size() + bs - 1) / bs);
+  std::iota(table.rbegin(), table.rend(), 0u);  // reversed: every block hop is a jump back
+  const int32_t V = m.hparams().n_vocab;
+  std::vector<float> l(500 * V);
+  const int64_t last = (int64_t)tokens.size() - 1;
+  for (int64_t pos = 0; pos < last; pos += 500) {
+    const int64_t n = std::min<int64_t>(500, last - pos);
+    SeqInput in{
+        .tokens = std::span(tokens).subspan(pos, n), .start_pos = pos, .block_table = table};
+    EXPECT_TRUE(m.forward({&in, 1}, kv, l.data()).ok());
+  }
+  // Other sequences: a 200-token prefill each, then one decode token beside ours.
+  const int64_t other_blocks = (200 + bs) / bs;
+  std::vector<std::vector<uint32_t>> tables(others);
+  std::vector<int32_t> other_tokens(201, 7);
+  for (int o = 0; o < others; ++o) {
+    for (int64_t b = 0; b < other_blocks; ++b)
+      tables[o].push_back((uint32_t)(table.size() + o * other_blocks + b));
+    SeqInput in{.tokens = std::span(other_tokens).subspan(0, 200), .block_table = tables[o]};
+    EXPECT_TRUE(m.forward({&in, 1}, kv, l.data()).ok());
+  }
+  std::vector<SeqInput> step;
+  for (int o = 0; o < others; ++o) {
+    step.push_back({.tokens = std::span(other_tokens).subspan(200, 1),
+                    .start_pos = 200,
+                    .block_table = tables[o]});
+  }
+  step.insert(
+      step.begin() + others / 2,
+      {.tokens = std::span(tokens).subspan(last, 1), .start_pos = last, .block_table = table});
+  std::vector<float> all(step.size() * V);
+  EXPECT_TRUE(m.forward(step, kv, all.data()).ok());
+  const size_t mine = others / 2;
+  return {all.begin() + mine * V, all.begin() + (mine + 1) * V};
+}
+
+// The same last position computed inside a prefill tile (chunks of 500, all logits).
+std::vector<float> prefill_last(Model& m, KvArena& kv, const std::vector<int32_t>& tokens) {
+  const int32_t bs = kv.config().block_size;
+  std::vector<uint32_t> table((tokens.size() + bs - 1) / bs);
+  std::iota(table.begin(), table.end(), 0u);
+  const int32_t V = m.hparams().n_vocab;
+  std::vector<float> l(500 * V);
+  int64_t n = 0;
+  for (int64_t pos = 0; pos < (int64_t)tokens.size(); pos += n) {
+    n = std::min<int64_t>(500, (int64_t)tokens.size() - pos);
+    SeqInput in{.tokens = std::span(tokens).subspan(pos, n),
+                .start_pos = pos,
+                .block_table = table,
+                .all_logits = true};
+    EXPECT_TRUE(m.forward({&in, 1}, kv, l.data()).ok());
+  }
+  return {l.begin() + (n - 1) * V, l.begin() + n * V};
+}
+
+void expect_split_invariant(KvDtype dtype) {
+  const std::string path =
+      test::write_model(std::string("deep_decode_") + kv_dtype_name(dtype), deep_spec());
+  std::vector<float> first;
+  for (int threads : {1, 2, 4}) {
+    auto m = test::load_model(path, threads, 512);
+    ASSERT_NE(m, nullptr);
+    const auto tokens = test::random_tokens(kDepth, m->hparams().n_vocab, 9);
+    KvArena kv(m->kv_config(kDepth / 16 + 1 + 3 * 20, 16, dtype));
+    for (int others : {0, 3}) {
+      const auto got = decode_last(*m, kv, tokens, others);
+      if (first.empty()) {
+        first = got;
+        KvArena kv2(m->kv_config(kDepth / 16 + 1, 16, dtype));
+        EXPECT_TRUE(bit_equal(prefill_last(*m, kv2, tokens), first))
+            << "decode differs from the same position in a prefill tile";
+      }
+      EXPECT_TRUE(bit_equal(got, first)) << threads << " threads, " << others << " others";
+    }
+  }
+}
+
+TEST(ForwardDecodeSplit, DeepDecodeLogitsBitIdenticalForOneTwoFourThreadsBatchedAndPrefilledF16) {
+  expect_split_invariant(KvDtype::kF16);
+}
+
+TEST(ForwardDecodeSplit, DeepDecodeLogitsBitIdenticalForOneTwoFourThreadsBatchedAndPrefilledInt8) {
+  expect_split_invariant(KvDtype::kInt8);
+}
+
+}  // namespace
+}  // namespace kvw
