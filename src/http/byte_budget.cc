@@ -60,6 +60,27 @@ void ByteLease::release() {
   for (auto& [fn, bytes] : grants) fn(ByteLease(core, bytes));
 }
 
+bool ByteLease::resize(uint64_t bytes) {
+  if (bytes == bytes_) return true;
+  if (!core_) return bytes == 0;
+  std::vector<std::pair<ByteBudget::Granted, uint64_t>> grants;
+  {
+    std::lock_guard lock(core_->mu);
+    if (bytes > bytes_) {
+      const uint64_t more = bytes - bytes_;
+      if (core_->used + more > core_->capacity) return false;
+      core_->used += more;
+      core_->peak = std::max(core_->peak, core_->used);
+    } else {
+      core_->used -= bytes_ - bytes;
+      core_->grant_locked(grants);
+    }
+    bytes_ = bytes;
+  }
+  for (auto& [fn, n] : grants) fn(ByteLease(core_, n));
+  return true;
+}
+
 ByteBudget::ByteBudget(uint64_t capacity)
     : core_(std::make_shared<ByteLease::Core>()), capacity_(capacity) {
   core_->capacity = capacity;

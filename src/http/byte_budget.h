@@ -29,6 +29,12 @@ class ByteLease {
 
   uint64_t bytes() const { return bytes_; }
   void release();
+  // Changes the lease to `bytes`, for a request whose holdings become known after it was
+  // admitted (parsed, then generating). Shrinking always succeeds and may let waiters in.
+  // Growing never waits: it succeeds only when the extra bytes fit now (waiters are not
+  // jumped, they hold nothing yet); false leaves the lease unchanged. An empty lease (no
+  // budget) cannot grow.
+  bool resize(uint64_t bytes);
 
  private:
   friend class ByteBudget;

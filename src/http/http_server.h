@@ -25,7 +25,9 @@
 //    never waits for a client and a slow client costs at most stream_buffer_bytes beyond what
 //    one poll handed over (a whole non-streamed answer is written in full to a client that
 //    reads it, however large);
-//  - TCP_NODELAY on every connection (each SSE event leaves at once).
+//  - TCP_NODELAY on every connection (each SSE event leaves at once), and SO_SNDBUF from the
+//    stream budget (socket_send_buffer_bytes), so the kernel's copy of an answer is bounded too;
+//  - HTTP/1.0 clients get streams unchunked, ended by closing the connection.
 // Thread safety: add_route and start from one controlling thread before serving; stop() from
 // that thread; stats() from any thread.
 #pragma once
@@ -66,6 +68,10 @@ struct HttpServerConfig {
   std::string api_key;               // empty: no auth
   std::string auth_prefix = "/v1/";  // every path under it needs the key (known or not)
 
+  // SO_SNDBUF for every connection: Linux doubles the value for its bookkeeping, so the kernel
+  // may hold kernel_send_buffer_bytes() of a slow reader's answer (1-4 MiB by default, issue 30).
+  int socket_send_buffer_bytes() const { return (int)(stream_buffer_bytes / 2); }
+  uint64_t kernel_send_buffer_bytes() const { return 2 * (uint64_t)socket_send_buffer_bytes(); }
   // The request memory one body of `body_bytes` reserves.
   uint64_t reservation(uint64_t body_bytes) const {
     return body_bytes * reserve_per_body_byte + reserve_fixed_bytes;
@@ -147,7 +153,7 @@ class HttpServer {
   HttpServerStats stats() const;
   const HttpServerConfig& config() const;
 
-  struct Impl;  // defined in http_server.cc (keeps Boost out of this header)
+  struct Impl;  // defined in server_impl.h (keeps Boost out of this header)
 
  private:
   std::unique_ptr<Impl> impl_;

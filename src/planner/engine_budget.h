@@ -49,8 +49,9 @@ inline uint64_t swap_staging_bytes(uint64_t swap_bytes) {
 // What `kvwarden serve` holds for requests before and beside the KV cache, all bounded at
 // start-up: request bodies with their parsed JSON and rendered prompts (--request-memory, a
 // hard cap enforced by the transport), per-connection state (kConnectionBytes each, up to
-// --max-connections), and per-stream output (--stream-buffer-bytes of unsent SSE plus the
-// accumulated answer of a non-streamed request, max_model_len x kAnswerBytesPerToken).
+// --max-connections), and per-stream output (--stream-buffer-bytes of unsent SSE, as much again
+// in the kernel's send buffer (the server sets SO_SNDBUF to half of it; Linux doubles it), plus
+// the accumulated answer of a non-streamed request, max_model_len x kAnswerBytesPerToken).
 struct RequestMemoryOptions {
   uint64_t request_memory_bytes = uint64_t{64} << 20;  // --request-memory
   int64_t max_connections = 0;                         // 0: default_max_connections()

@@ -3,12 +3,12 @@
 namespace kvw::server {
 
 ChoiceRunner::ChoiceRunner(ServerState& st, std::shared_ptr<TokenChannel> channel,
-                           const std::vector<std::string>& stops, int32_t logprobs, bool ignore_eos,
-                           uint64_t arrival_ns, uint32_t num_prompt_tokens)
+                           std::shared_ptr<const std::vector<std::string>> stops, int32_t logprobs,
+                           bool ignore_eos, uint64_t arrival_ns, uint32_t num_prompt_tokens)
     : st_(st),
       channel_(std::move(channel)),
       decoder_(st.tokenizer(), /*render_special=*/false, StreamDecoder::Start::kContinuation),
-      stop_(stops),
+      stop_(std::move(stops)),
       logprobs_(logprobs),
       ignore_eos_(ignore_eos) {
   timing_.arrival_ns = arrival_ns;

@@ -34,10 +34,11 @@ struct ChoiceDelta {
 
 class ChoiceRunner {
  public:
-  // `arrival_ns`: when the HTTP request arrived (steady_now_ns()).
+  // `arrival_ns`: when the HTTP request arrived (steady_now_ns()). `stops` is the request's one
+  // copy, shared by its choices.
   ChoiceRunner(ServerState& st, std::shared_ptr<TokenChannel> channel,
-               const std::vector<std::string>& stops, int32_t logprobs, bool ignore_eos,
-               uint64_t arrival_ns, uint32_t num_prompt_tokens);
+               std::shared_ptr<const std::vector<std::string>> stops, int32_t logprobs,
+               bool ignore_eos, uint64_t arrival_ns, uint32_t num_prompt_tokens);
   ~ChoiceRunner();
   ChoiceRunner(const ChoiceRunner&) = delete;
   ChoiceRunner& operator=(const ChoiceRunner&) = delete;

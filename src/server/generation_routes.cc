@@ -10,6 +10,7 @@
 #include "server/choice_runner.h"
 #include "server/generation_stream.h"
 #include "server/openai_request.h"
+#include "server/request_holdings.h"
 #include "server/routes.h"
 #include "server/structured_output.h"
 
@@ -79,7 +80,9 @@ void trim_to_context(const ServerState& st, std::vector<ChatMessage>& msgs) {
 
 // Bounds that need the model, checked before any tokenising: logit_bias ids inside the
 // vocabulary (so it holds at most n_vocab entries: keys are canonical, see openai_request.cc).
-std::optional<ApiError> check_generation_bounds(const ServerState& st, const GenParams& p) {
+std::optional<ApiError> check_generation_bounds(const ServerState& st, const GenParams& p,
+                                                size_t num_prompts) {
+  if (auto e = check_field_bounds(p, num_prompts)) return e;
   const int32_t n_vocab = st.limits().n_vocab;
   for (const auto& [id, bias] : p.logit_bias) {
     if (id >= n_vocab) {
@@ -219,7 +222,8 @@ std::unique_ptr<AdmissionTicket> take_ticket(ServerState& st, HttpRequest& req) 
 // Admits and submits every choice (prompt-major: index = prompt * n + i).
 std::variant<std::vector<std::unique_ptr<ChoiceRunner>>, ApiError> submit_all(
     ServerState& st, AdmissionTicket& ticket, const GenParams& p,
-    const std::vector<PreparedPrompt>& prompts, uint64_t arrival_ns) {
+    const std::vector<PreparedPrompt>& prompts, uint64_t arrival_ns,
+    const std::shared_ptr<const std::vector<std::string>>& stops) {
   const int64_t total = (int64_t)prompts.size() * p.n;
   if (auto e = gate(st, ticket, total)) return *e;
   std::vector<std::unique_ptr<ChoiceRunner>> runners;
@@ -234,7 +238,7 @@ std::variant<std::vector<std::unique_ptr<ChoiceRunner>>, ApiError> submit_all(
         return engine_refusal(st, ch.error());
       }
       ticket.hand_over(1);
-      runners.push_back(std::make_unique<ChoiceRunner>(st, std::move(*ch), p.stop, p.logprobs,
+      runners.push_back(std::make_unique<ChoiceRunner>(st, std::move(*ch), stops, p.logprobs,
                                                        p.ignore_eos, arrival_ns,
                                                        (uint32_t)prompts[k].tokens.size()));
     }
@@ -251,7 +255,39 @@ struct Job {
   int64_t prompt_tokens = 0;
   uint64_t arrival_ns = 0;
   std::unique_ptr<AdmissionTicket> ticket;  // from the door; slots go back when it is destroyed
+  http::ByteLease lease;                    // the body's request memory, resized to the holdings
 };
+
+// Resizes the request's lease to what it will hold until its last answer byte
+// (request_holdings.h): 400 naming the field when it could never fit, 503 request_memory +
+// Retry-After when the memory is not free now.
+std::optional<ApiError> charge_holdings(ServerState& st, const GenParams& p,
+                                        const std::vector<PreparedPrompt>& prompts,
+                                        http::ByteLease& lease) {
+  std::vector<PromptShape> shapes;
+  for (const PreparedPrompt& pp : prompts) {
+    shapes.push_back({.num_tokens = (int64_t)pp.tokens.size(),
+                      .num_turn_starts = (int64_t)pp.turn_starts.size(),
+                      .max_tokens = pp.max_tokens});
+  }
+  if (auto e = check_logprob_records(p, shapes)) return e;
+  const Holdings h = request_holdings(p, shapes, holding_limits(st));
+  const uint64_t capacity = st.cfg.http.request_memory_bytes;
+  if (h.total() > capacity) {
+    return invalid_param(p.n > 1 ? "n" : "max_tokens",
+                         "the request would hold " + std::to_string(h.total()) +
+                             " bytes of request memory until answered, more than "
+                             "--request-memory (" +
+                             std::to_string(capacity) +
+                             "); lower n, max_tokens, logprobs or the prompt count");
+  }
+  if (lease.resize(h.total())) return std::nullopt;
+  return ApiError(RefusalReason::kRequestMemory,
+                  "request memory (--request-memory " + std::to_string(capacity) +
+                      " bytes) cannot hold this request's answer state (" +
+                      std::to_string(h.total()) + " bytes) now; retry later")
+      .with_retry_after(st.admission.retry_after_s());
+}
 
 void run(ServerState& st, Job job, HttpResponse& res) {
   if (!job.params.model.empty() && job.params.model != st.model_name) {
@@ -265,14 +301,22 @@ void run(ServerState& st, Job job, HttpResponse& res) {
     if (auto e = fit_max_tokens(st, job.params, job.chat, pp)) return send_error(st, res, *e);
     job.prompt_tokens += (int64_t)pp.tokens.size();
   }
+  if (auto e = charge_holdings(st, job.params, job.prompts, job.lease)) {
+    return send_error(st, res, *e);
+  }
   st.counters.num_prompt_tokens.fetch_add((uint64_t)job.prompt_tokens);
-  auto submitted = submit_all(st, *job.ticket, job.params, job.prompts, job.arrival_ns);
+  // One copy of the stop strings for every choice (and none left in the stream's params).
+  auto stops = std::make_shared<const std::vector<std::string>>(std::move(job.params.stop));
+  job.params.stop = {};
+  auto submitted = submit_all(st, *job.ticket, job.params, job.prompts, job.arrival_ns, stops);
   if (auto* e = std::get_if<ApiError>(&submitted)) return send_error(st, res, *e);
   auto runners = std::move(std::get<0>(submitted));
   job.id = random_id(job.chat ? "chatcmpl-" : "cmpl-");
   job.created = (int64_t)std::time(nullptr);
-  res.stream = std::make_shared<GenerationStream>(st, job.chat, job.params, job.id, job.created,
-                                                  job.prompt_tokens, std::move(runners));
+  auto stream = std::make_shared<GenerationStream>(st, job.chat, job.params, job.id, job.created,
+                                                   job.prompt_tokens, std::move(runners));
+  stream->hold(std::move(job.lease));
+  res.stream = std::move(stream);
 }
 
 template <typename Fn>
@@ -301,9 +345,12 @@ void handle_completions(ServerState& st, HttpRequest& req, HttpResponse& res) {
     if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(st, res, *e);
     CompletionRequest& cr = std::get<CompletionRequest>(parsed);
     if (auto e = constrain(st, std::get<0>(grammar), cr.params)) return send_error(st, res, *e);
-    if (auto e = check_generation_bounds(st, cr.params)) return send_error(st, res, *e);
+    if (auto e = check_generation_bounds(st, cr.params, cr.prompts.size())) {
+      return send_error(st, res, *e);
+    }
     Job job;
     job.params = cr.params;
+    job.lease = std::move(req.lease);
     job.arrival_ns = arrival_ns;
     job.ticket = std::move(ticket);
     const EngineLimits& lim = st.limits();
@@ -355,7 +402,7 @@ void handle_chat_completions(ServerState& st, HttpRequest& req, HttpResponse& re
     if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(st, res, *e);
     ChatRequest& cr = std::get<ChatRequest>(parsed);
     if (auto e = constrain(st, std::get<0>(grammar), cr.params)) return send_error(st, res, *e);
-    if (auto e = check_generation_bounds(st, cr.params)) return send_error(st, res, *e);
+    if (auto e = check_generation_bounds(st, cr.params, 1)) return send_error(st, res, *e);
     if (auto e = bound_message_count(st, cr.messages)) return send_error(st, res, *e);
     size_t bytes = 0;
     for (const ChatMessage& m : cr.messages) bytes += m.content.size();
@@ -369,6 +416,7 @@ void handle_chat_completions(ServerState& st, HttpRequest& req, HttpResponse& re
     Job job;
     job.chat = true;
     job.params = cr.params;
+    job.lease = std::move(req.lease);
     job.arrival_ns = arrival_ns;
     job.ticket = std::move(ticket);
     job.prompts.push_back(PreparedPrompt{.tokens = std::move(prompt->tokens),

@@ -146,7 +146,11 @@ void GenerationStream::emit(size_t i, ChoiceDelta& d, std::string& out) {
   if (!d.finished) return;
   ended_[i] = true;
   if (!r.error().empty()) {
-    write_event(out, choice_error(st_, r).to_json());
+    // Mid-stream the status is already 200: the choice's typed error goes out as an event and
+    // is counted by reason like any refusal.
+    const ApiError e = choice_error(st_, r);
+    st_.refused(e.reason);
+    write_event(out, e.to_json());
     return;
   }
   json c = {{"index", i}};

@@ -51,6 +51,10 @@ class GenerationStream final : public http::ResponseStream {
   GenerationStream(const GenerationStream&) = delete;
   GenerationStream& operator=(const GenerationStream&) = delete;
 
+  // The request memory this answer holds (request_holdings.h) until it is destroyed: after the
+  // last byte is written, or when the client goes away.
+  void hold(http::ByteLease lease) { lease_ = std::move(lease); }
+
   void start(std::function<void()> wake) override;
   void poll(http::StreamOutput& out) override;
 
@@ -67,6 +71,7 @@ class GenerationStream final : public http::ResponseStream {
   nlohmann::json envelope() const;
 
   ServerState& st_;
+  http::ByteLease lease_;  // destroyed last: everything below is what it pays for
   const bool chat_;
   const GenParams params_;
   const std::string id_;

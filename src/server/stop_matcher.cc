@@ -5,18 +5,17 @@
 
 namespace kvw::server {
 
-StopMatcher::StopMatcher(std::vector<std::string> stops) {
-  for (auto& s : stops) {
-    if (!s.empty()) stops_.push_back(std::move(s));
-  }
-}
+StopMatcher::StopMatcher(std::shared_ptr<const std::vector<std::string>> stops)
+    : stops_(stops ? std::move(stops) : std::make_shared<const std::vector<std::string>>()) {}
 
 bool StopMatcher::push(const std::string& text, std::string& out) {
   if (matched_) return true;
   held_ += text;
   // The earliest match wins, whichever stop string it is.
   size_t first = std::string::npos;
-  for (const auto& s : stops_) first = std::min(first, held_.find(s));
+  for (const auto& s : *stops_) {
+    if (!s.empty()) first = std::min(first, held_.find(s));
+  }
   if (first != std::string::npos) {
     out.append(held_, 0, first);
     held_.clear();
@@ -24,7 +23,8 @@ bool StopMatcher::push(const std::string& text, std::string& out) {
     return true;
   }
   size_t keep = 0;  // the longest suffix of held_ that is a proper prefix of some stop string
-  for (const auto& s : stops_) {
+  for (const auto& s : *stops_) {
+    if (s.empty()) continue;
     for (size_t n = std::min(s.size() - 1, held_.size()); n > keep; --n) {
       if (held_.compare(held_.size() - n, n, s, 0, n) == 0) {
         keep = n;

@@ -4,6 +4,7 @@
 // Thread safety: one request's object; one thread at a time.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -11,7 +12,11 @@ namespace kvw::server {
 
 class StopMatcher {
  public:
-  explicit StopMatcher(std::vector<std::string> stops);
+  // `stops` is shared by every choice of a request (one copy, charged once); empty strings
+  // never match.
+  explicit StopMatcher(std::shared_ptr<const std::vector<std::string>> stops);
+  explicit StopMatcher(std::vector<std::string> stops)
+      : StopMatcher(std::make_shared<const std::vector<std::string>>(std::move(stops))) {}
   // Appends `text`; appends to `out` what is safe to send. Returns true once a stop string
   // matched: `out` then ends just before it, and the rest (the stop string and anything after
   // it) is dropped. After a match further pushes are ignored.
@@ -21,8 +26,8 @@ class StopMatcher {
   bool matched() const { return matched_; }
 
  private:
-  std::vector<std::string> stops_;  // non-empty strings only
-  std::string held_;
+  std::shared_ptr<const std::vector<std::string>> stops_;
+  std::string held_;  // at most the longest stop string's size - 1 between pushes
   bool matched_ = false;
 };
 

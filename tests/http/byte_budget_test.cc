@@ -69,5 +69,30 @@ TEST(ByteBudget, MovedLeaseReturnsItsBytesOnce) {
   EXPECT_EQ(b.stats().used, 0u);
 }
 
+// A request's holdings become known after its body: the lease grows only into free room (never
+// waiting, never overtaking a waiter's claim on what is free) and shrinking hands bytes on.
+TEST(ByteBudget, LeaseGrowsOnlyIntoFreeRoomAndShrinkingLetsWaitersIn) {
+  ByteBudget b(100);
+  std::optional<ByteLease> held, waiter;
+  b.acquire(40, [&](ByteLease l) { held = std::move(l); });
+  ASSERT_TRUE(held);
+  EXPECT_TRUE(held->resize(90));
+  EXPECT_EQ(b.stats().used, 90u);
+  EXPECT_FALSE(held->resize(101));  // more than the room: unchanged
+  EXPECT_EQ(held->bytes(), 90u);
+  EXPECT_EQ(b.stats().used, 90u);
+  b.acquire(30, [&](ByteLease l) { waiter = std::move(l); });
+  EXPECT_FALSE(waiter);
+  EXPECT_TRUE(held->resize(70));  // 30 free now: the waiter gets them
+  ASSERT_TRUE(waiter);
+  EXPECT_EQ(b.stats().used, 100u);
+  EXPECT_EQ(b.stats().peak, 100u);
+  held.reset();
+  waiter.reset();
+  EXPECT_EQ(b.stats().used, 0u);
+  ByteLease empty;
+  EXPECT_FALSE(empty.resize(1));
+}
+
 }  // namespace
 }  // namespace kvw::http

@@ -24,10 +24,6 @@
 namespace kvw::torture {
 namespace {
 
-// Process overhead beyond --memory-budget that VmHWM may show: code and shared libraries,
-// thread stacks, allocator slack (README, "Serving limits").
-constexpr uint64_t kFixedOverheadBytes = 64ull << 20;
-
 std::string stream_body(int max_tokens, bool ignore_eos = false) {
   return R"({"prompt":"And God said","max_tokens":)" + std::to_string(max_tokens) +
          R"(,"temperature":0.8,"stream":true)" + (ignore_eos ? R"(,"ignore_eos":true)" : "") + "}";

@@ -42,6 +42,10 @@ void expect_completion_shape(const RawResponse& r, bool chat, const std::string&
 // A 200 SSE body: data: JSON chunks, one finish_reason, ending with data: [DONE].
 void expect_stream_shape(const RawResponse& r, const std::string& what);
 
+// Process overhead beyond --memory-budget that VmHWM may show: code and shared libraries,
+// thread stacks, allocator slack (README, "Serving limits").
+inline constexpr uint64_t kFixedOverheadBytes = 64ull << 20;
+
 // /proc/PID/status fields in bytes (VmHWM: peak RSS, VmRSS: now); 0 when unreadable.
 uint64_t vm_hwm_bytes(pid_t pid);
 uint64_t vm_rss_bytes(pid_t pid);

@@ -597,8 +597,8 @@ TEST(EngineBudget, RequestRowIsCountedAndComesOutOfTheKvPool) {
   const int64_t conns = default_max_connections(16, 48);
   EXPECT_EQ(conns, 1024);  // 2 x 64 + 512 < 1024
   EXPECT_EQ(max_open_streams(16, 48), 64);
-  EXPECT_EQ(request_row_bytes(r),
-            64 * kMiB + 1024 * kConnectionBytes + 64 * ((64 << 10) + 256 * kAnswerBytesPerToken));
+  EXPECT_EQ(request_row_bytes(r), 64 * kMiB + 1024 * kConnectionBytes +
+                                      64 * (2 * (64 << 10) + 256 * kAnswerBytesPerToken));
   EXPECT_EQ(max_open_streams(16, 0), 32);  // unbounded queue: the engine's own bound
   MakeModelSpec s;
   s.n_embd = 128;

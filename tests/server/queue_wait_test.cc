@@ -110,7 +110,11 @@ TEST(QueueWait, QueuedRequestPastMaxQueueWaitGets503WithRetryAfterStreamedOrNot)
   EXPECT_EQ(s.num_kv_sequences, 1u);
   EXPECT_EQ(h.server->refusals().get(RefusalReason::kQueueTimeout), 2u);
   EXPECT_EQ(h.server->admission().in_flight, 1);
-  EXPECT_EQ(h.server->transport().request_memory.used, 0u) << "the refused requests' memory";
+  // The refused requests' bodies are given back (each reserved at least reserve_fixed_bytes);
+  // what remains is the running request's state, held until its answer ends (issue 30).
+  EXPECT_LT(h.server->transport().request_memory.used,
+            h.server->transport_config().reserve_fixed_bytes)
+      << "the refused requests' memory";
   h.server->drain_and_stop();
   busy.join();
 }

@@ -393,8 +393,9 @@ TEST(Server, FullQueueGets429WithRetryAfterAndDrainGets503ThenCancels) {
   EXPECT_EQ(json::parse(bodies[1], nullptr, false)["error"]["code"], "draining") << bodies[1];
   EXPECT_EQ(h.server->counters().num_cancelled_drain.load(), 2u);
   EXPECT_EQ(h.server->refusals().get(RefusalReason::kQueueFull), 1u);
-  EXPECT_EQ(h.server->refusals().get(RefusalReason::kDraining),
-            2u);  // the late one, the queued one
+  // The late one, the queued one, and the running stream's error event (issue 30: a streamed
+  // answer's error is counted by reason like a whole one's).
+  EXPECT_EQ(h.server->refusals().get(RefusalReason::kDraining), 3u);
 }
 
 // A KV threshold so low that one running request crosses it, with no shed delay: the breaker

@@ -1,0 +1,173 @@
+// http/connection.h: one client connection of the HTTP server, a state machine on its strand:
+// idle -> headers -> (memory wait -> body) -> handling -> writing or streaming -> idle or
+// closed. Every async operation holds a shared_ptr to it; the last one to finish destroys it.
+// connection.cc reads requests and runs handlers; connection_stream.cc writes answers.
+// Thread safety: all methods on the connection's strand, except post_to (any thread).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "http/server_impl.h"
+
+namespace kvw::http {
+
+// One client connection: a state machine on its strand. Every async operation holds a
+// shared_ptr to it; the last one to finish destroys it.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(HttpServer::Impl& s, tcp::socket sock, ConnKind kind)
+      : s_(s),
+        sock_(std::move(sock)),
+        timer_(sock_.get_executor()),
+        hangup_timer_(sock_.get_executor()),
+        kind_(kind),
+        reject_(kind == ConnKind::kRejected) {
+    if (kind_ == ConnKind::kRegular) ++s_.regular_connections;
+    if (kind_ == ConnKind::kProbeOnly) ++s_.probe_connections;
+    const uint64_t n = ++s_.open_connections;
+    uint64_t peak = s_.peak_connections.load();
+    while (n > peak && !s_.peak_connections.compare_exchange_weak(peak, n)) {
+    }
+    std::lock_guard lock(s_.conns_mu);
+    s_.conns.insert(this);
+  }
+  ~Connection();
+  void start();
+
+  // Stop-time teardown with no I/O thread running.
+  void abandon() { close(); }
+
+  // Runs fn(connection) on the connection's strand, from any thread. What other threads hold
+  // (the engine's wake, a memory grant) is only a weak pointer and the hub: no executor that
+  // could outlive the io_context, and nothing is posted once the server stops.
+  template <typename Fn>
+  static void post_to(const std::weak_ptr<Connection>& weak, WakeHub& hub, Fn fn) {
+    std::lock_guard lock(hub.mu);
+    if (!hub.alive) return;
+    std::shared_ptr<Connection> self = weak.lock();
+    if (!self) return;
+    auto exec = self->sock_.get_executor();
+    net::post(exec, [self = std::move(self), fn = std::move(fn)]() mutable { fn(*self); });
+  }
+
+ private:
+  enum class Phase {
+    kIdle,
+    kHeaders,
+    kMemoryWait,
+    kBody,
+    kHandling,
+    kWriting,
+    kStreaming,
+    kLinger,
+    kClosed
+  };
+
+  // --- timers: a generation number makes stale expiries harmless.
+  template <typename Fn>
+  void arm(double secs, Fn on_expiry) {
+    const uint64_t gen = ++timer_gen_;
+    timer_.expires_after(seconds(secs));
+    timer_.async_wait([self = shared_from_this(), gen, on_expiry](beast::error_code ec) {
+      if (ec || gen != self->timer_gen_ || self->phase_ == Phase::kClosed) return;
+      on_expiry(*self);
+    });
+  }
+  void disarm() {
+    ++timer_gen_;
+    timer_.cancel();
+  }
+
+  // --- reading a request.
+  void wait_idle();
+  void read_headers();
+  void on_header(beast::error_code ec);
+
+  // Runs the route's door check; true when it answered (the request ends here, its body, if
+  // any, unread and never given request memory).
+  bool check_door();
+  void on_memory(ByteLease lease);
+  void read_body();
+  void on_body(beast::error_code ec);
+
+  // --- running the handler.
+  void dispatch();
+  static HttpResponse run_handler(HttpServer::Impl& s, const Route& route, HttpRequest& req);
+  void send(HttpResponse res);
+  void refuse(Refusal r);
+
+  // --- writing a whole response.
+  void write_response(HttpResponse res);
+
+  // --- streaming.
+  void start_stream(std::shared_ptr<ResponseStream> stream, bool close_after);
+
+  // Notices a client that hangs up while its answer is being prepared or streamed.
+  void watch_disconnect();
+
+  // Bytes of a pipelined request arrived during an answer: they move into the read buffer
+  // (where the next read_headers finds them), so the watch can go on noticing a hang-up. At
+  // most max_header_bytes are taken; past that the client is asked, once a second, whether it
+  // hung up (POLLRDHUP sees a FIN behind unread data).
+  void take_pipelined();
+  void pump();
+
+  // Writes what is unsent, piece by piece as the socket takes it: the write timeout restarts
+  // on every piece, so it measures a client that stops reading, not the answer's size.
+  void flush();
+  void on_stream_written(beast::error_code ec, size_t n);
+  void finish_stream();
+  void end_stream();
+
+  // A request between its handler and the last byte of its answer: stop() lets these finish.
+  void set_busy(bool busy);
+
+  // --- closing. After an answer with unread input, half-close and drain for a moment so the
+  // client reads the answer instead of a reset.
+  void linger_close();
+
+  // Discards input in the kernel: recv with MSG_TRUNC on TCP drops the bytes without copying
+  // them, so an unread 8 MiB body refused at the door costs a few syscalls per 1 MiB instead
+  // of 16,384 reads of 512 bytes. At most 16 MiB per wake-up, so a flood cannot hold the I/O
+  // thread.
+  void drain_input();
+  void close();
+
+  HttpServer::Impl& s_;
+  tcp::socket sock_;
+  net::steady_timer timer_;
+  net::steady_timer hangup_timer_;  // only while a client pipelines past max_header_bytes
+  const ConnKind kind_;
+  const bool reject_;
+  Phase phase_ = Phase::kIdle;
+  uint64_t timer_gen_ = 0;
+  uint64_t io_gen_ = 0;
+  bool timed_out_ = false;
+  bool keep_alive_ = true;
+  bool http10_ = false;  // the request is HTTP/1.0: no chunked encoding
+  bool body_pending_ = false;
+  bool busy_ = false;
+  size_t num_requests_ = 0;
+  beast::flat_buffer buf_{(std::size_t)64 << 10};
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  HttpRequest req_;
+  const Route* route_ = nullptr;
+  uint64_t memory_ticket_ = 0;
+  std::string out_;
+  // Streaming.
+  std::shared_ptr<ResponseStream> stream_;
+  std::shared_ptr<std::atomic<bool>> wake_pending_ = std::make_shared<std::atomic<bool>>(false);
+  std::string pending_, writing_;
+  size_t writing_off_ = 0;  // bytes of writing_ already sent
+  bool write_in_flight_ = false;
+  bool head_sent_ = false;
+  bool stream_chunked_ = true;
+  bool stream_ended_ = false;
+  bool stream_close_ = false;
+  bool stream_pull_ = false;  // the stream said `more`: poll again once everything is written
+};
+
+}  // namespace kvw::http

@@ -1,0 +1,117 @@
+#include "server/request_holdings.h"
+
+#include <algorithm>
+#include <string>
+
+#include "server/server_state.h"
+
+namespace kvw::server {
+namespace {
+
+// JSON text of one token's logprobs in the worst case: its piece escaped (\u00XX, 6 bytes per
+// byte) in "token" and as a "bytes" array (up to 4 bytes per byte), plus keys and numbers.
+uint64_t json_bytes_per_token(const GenParams& p, int64_t max_token_bytes) {
+  const uint64_t per_piece = 10 * (uint64_t)max_token_bytes + 96;
+  return per_piece * (1 + (uint64_t)std::max(0, p.logprobs));
+}
+
+// Why 256: GenerationStream writes a non-streamed answer's logprobs 256 tokens at a time.
+constexpr uint64_t kTokensPerPart = 256;
+
+}  // namespace
+
+Holdings request_holdings(const GenParams& p, std::span<const PromptShape> prompts,
+                          const HoldingLimits& lim) {
+  Holdings h;
+  uint64_t max_stop = 0;
+  for (const std::string& s : p.stop) {
+    h.shared += s.size() + sizeof(std::string);
+    max_stop = std::max<uint64_t>(max_stop, s.size());
+  }
+  const uint64_t bias_bytes = p.logit_bias.size() * sizeof(p.logit_bias[0]);
+  h.shared += bias_bytes;  // the request's own copy (GenParams)
+  const auto n = (uint64_t)p.n;
+  const auto tok_bytes = (uint64_t)std::max<int64_t>(1, lim.max_token_bytes);
+  uint64_t largest_part = 0;
+  for (const PromptShape& ps : prompts) {
+    const auto max_tokens = (uint64_t)std::max<int64_t>(0, ps.max_tokens);
+    uint64_t choice = kChoiceFixedBytes;
+    choice += 4 * (uint64_t)ps.num_tokens + 8 * (uint64_t)ps.num_turn_starts;  // engine prompt
+    choice += bias_bytes;            // the engine's sampling copy
+    choice += 4 * max_tokens;        // the engine's output ids
+    choice += 8 * max_tokens;        // the runner's token arrival times
+    choice += max_stop + tok_bytes;  // text held back while it may start a stop string
+    h.choices += n * choice;
+    if (p.stream) continue;
+    // Not streamed: the text and logprob records are kept until the answer is written.
+    uint64_t answer = max_tokens * tok_bytes;
+    if (p.logprobs >= 0) {
+      answer += max_tokens * (kTokenRecordBytes + kTopLogprobBytes * (uint64_t)p.logprobs);
+    }
+    h.answer += n * answer;
+    largest_part = std::max(largest_part, 6 * max_tokens * tok_bytes + 256);
+  }
+  // Not streamed, the part being written: made by the stream and copied into the transport's
+  // buffer (a streamed answer's chunks are the stream buffer's, outside this lease).
+  if (!p.stream) {
+    const uint64_t logprob_part =
+        p.logprobs >= 0 ? kTokensPerPart * json_bytes_per_token(p, lim.max_token_bytes) : 0;
+    h.answer += 2 * std::max(largest_part, logprob_part);
+  }
+  return h;
+}
+
+HoldingLimits holding_limits(const ServerState& st) {
+  return {.max_token_bytes = st.max_token_bytes};
+}
+
+uint64_t num_logprob_records(const GenParams& p, std::span<const PromptShape> prompts) {
+  if (p.logprobs < 0) return 0;
+  uint64_t records = 0;
+  for (const PromptShape& ps : prompts) {
+    records +=
+        (uint64_t)p.n * (uint64_t)std::max<int64_t>(0, ps.max_tokens) * (1 + (uint64_t)p.logprobs);
+  }
+  return records;
+}
+
+namespace {
+
+ApiError too_many_records(const GenParams& p, uint64_t records) {
+  return invalid_param(p.n > 1 ? "n" : "max_tokens",
+                       "n x max_tokens x (1 + top logprobs) over the prompts is " +
+                           std::to_string(records) + " logprob records; at most " +
+                           std::to_string(kMaxLogprobRecords) +
+                           " (lower n, max_tokens or logprobs)");
+}
+
+}  // namespace
+
+std::optional<ApiError> check_field_bounds(const GenParams& p, size_t num_prompts) {
+  uint64_t stop_bytes = 0;
+  for (const std::string& s : p.stop) stop_bytes += s.size();
+  if (stop_bytes > kMaxStopBytes) {
+    return invalid_param("stop", "'stop' strings total " + std::to_string(stop_bytes) +
+                                     " bytes; at most " + std::to_string(kMaxStopBytes));
+  }
+  if (p.logit_bias.size() > kMaxLogitBiasEntries) {
+    return invalid_param("logit_bias", "'logit_bias' has " + std::to_string(p.logit_bias.size()) +
+                                           " entries; at most " +
+                                           std::to_string(kMaxLogitBiasEntries));
+  }
+  if (p.max_tokens && p.logprobs >= 0) {
+    const PromptShape one{.max_tokens = *p.max_tokens};
+    const uint64_t records = num_logprob_records(p, std::span(&one, 1)) * num_prompts;
+    if (records > kMaxLogprobRecords) return too_many_records(p, records);
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> check_logprob_records(const GenParams& p,
+                                              std::span<const PromptShape> prompts) {
+  const uint64_t records = num_logprob_records(p, prompts);
+  if (records > kMaxLogprobRecords) return too_many_records(p, records);
+  return std::nullopt;
+}
+
+}  // namespace kvw::server
