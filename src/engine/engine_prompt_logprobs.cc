@@ -31,6 +31,7 @@ void Engine::plan_prompt_chunk(const ScheduledSeq& s, size_t first_row) {
   c.ev.prompt_pos = first;
   c.ev.prompt_top_k = std::min(live.prompt_logprobs, n_vocab);
   c.ev.prompt.resize((size_t)(end - first));
+  c.ev.prompt_ranks.resize(c.ev.prompt.size());
   c.ev.top_logprobs.resize(c.ev.prompt.size() * (size_t)c.ev.prompt_top_k);
   live.next_prompt_token = end;
   prompt_chunks_.push_back(std::move(c));
@@ -61,6 +62,9 @@ void Engine::run_prompt_rows() {
       TokenLogprob& chosen = c.ev.prompt[i];
       chosen.token_id = target;
       compute_logprobs(row, n_vocab, target, c.ev.prompt_top_k, &chosen.logprob, &top);
+      int32_t above = 0;  // O(n_vocab), a small share of the log-softmax above
+      for (int32_t t = 0; t < n_vocab; ++t) above += row[t] > row[target] ? 1 : 0;
+      c.ev.prompt_ranks[i] = above + 1;
       CHECK(top.size() == (size_t)c.ev.prompt_top_k);
       std::copy(top.begin(), top.end(),
                 c.ev.top_logprobs.begin() + (ptrdiff_t)(i * (size_t)c.ev.prompt_top_k));

@@ -65,8 +65,10 @@ struct ChannelEvent {
   // log-probability given the prompt before it; top_logprobs holds prompt_top_k entries per
   // token ([prompt.size()][prompt_top_k], best first). prompt_pos >= 1 (the first token has
   // nothing before it); events of one request come in order and do not overlap.
+  // prompt_ranks[i]: 1 + the number of tokens more likely than prompt[i] there (vLLM's rank).
   int64_t prompt_pos = 0;
   std::vector<TokenLogprob> prompt;
+  std::vector<int32_t> prompt_ranks;
   int32_t prompt_top_k = 0;
 };
 

@@ -60,6 +60,17 @@ void ByteLease::release() {
   for (auto& [fn, bytes] : grants) fn(ByteLease(core, bytes));
 }
 
+ByteLease::Grow ByteLease::try_grow(uint64_t more) {
+  if (!core_) return Grow::kGrown;
+  std::lock_guard lock(core_->mu);
+  if (bytes_ + more > core_->capacity) return Grow::kTooLarge;
+  if (!core_->waiting.empty() || core_->used + more > core_->capacity) return Grow::kBusy;
+  core_->used += more;
+  core_->peak = std::max(core_->peak, core_->used);
+  bytes_ += more;
+  return Grow::kGrown;
+}
+
 ByteBudget::ByteBudget(uint64_t capacity)
     : core_(std::make_shared<ByteLease::Core>()), capacity_(capacity) {
   core_->capacity = capacity;

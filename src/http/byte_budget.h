@@ -29,6 +29,11 @@ class ByteLease {
 
   uint64_t bytes() const { return bytes_; }
   void release();
+  // Adds `more` bytes to this lease at once if they fit now and nobody waits (never jumps the
+  // FIFO, never waits). kTooLarge: more than the budget's capacity, never grantable. A lease
+  // from no budget (default-constructed) grows without limit.
+  enum class Grow { kGrown, kBusy, kTooLarge };
+  Grow try_grow(uint64_t more);
 
  private:
   friend class ByteBudget;

@@ -2,16 +2,19 @@
 // no room (generation_door), else validate, admit the exact count against the door's
 // reservation, submit one engine request per choice, then answer in one JSON body or as SSE
 // chunks (`data: {json}\n\n` ... `data: [DONE]`).
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <random>
 
 #include "server/admission_ticket.h"
 #include "server/choice_runner.h"
+#include "server/completion_options.h"
 #include "server/generation_stream.h"
 #include "server/openai_request.h"
 #include "server/routes.h"
 #include "server/structured_output.h"
+#include "tokenizer/utf8.h"
 
 namespace kvw::server {
 namespace {
@@ -21,7 +24,8 @@ using nlohmann::json;
 struct PreparedPrompt {
   std::vector<int32_t> tokens;
   std::vector<int64_t> turn_starts;
-  int32_t max_tokens = 0;
+  int32_t max_tokens = 0;  // 0: echo only (one token is sampled and dropped, as vLLM)
+  std::string echo_text;   // completions with echo: the prompt as the answer starts
 };
 
 std::string random_id(const char* prefix) {
@@ -130,7 +134,8 @@ GenerationRequest make_request(const GenParams& p, const PreparedPrompt& pp, int
   GenerationRequest r;
   r.prompt = pp.tokens;
   r.turn_starts = pp.turn_starts;
-  r.max_tokens = pp.max_tokens;
+  r.max_tokens = std::max(1, pp.max_tokens);
+  r.prompt_logprobs = engine_prompt_logprobs(p);
   r.ignore_eos = p.ignore_eos;
   GenSampling& s = r.sampling;
   s.temperature = p.temperature;
@@ -139,7 +144,8 @@ GenerationRequest make_request(const GenParams& p, const PreparedPrompt& pp, int
   s.min_p = p.min_p;
   s.presence_penalty = p.presence_penalty;
   s.frequency_penalty = p.frequency_penalty;
-  s.logprobs = p.logprobs;
+  // best_of ranks candidates by their tokens' logprobs, asked for or not.
+  s.logprobs = p.best_of > 0 ? std::max(p.logprobs, 0) : p.logprobs;
   s.logit_bias = p.logit_bias;
   s.constraint = p.constraint;  // the grammar is shared by the choices; each keeps its matcher
   // Choices of one request differ yet stay reproducible under a seed.
@@ -220,11 +226,11 @@ std::unique_ptr<AdmissionTicket> take_ticket(ServerState& st, HttpRequest& req) 
 std::variant<std::vector<std::unique_ptr<ChoiceRunner>>, ApiError> submit_all(
     ServerState& st, AdmissionTicket& ticket, const GenParams& p,
     const std::vector<PreparedPrompt>& prompts, uint64_t arrival_ns) {
-  const int64_t total = (int64_t)prompts.size() * p.n;
+  const int64_t total = (int64_t)prompts.size() * num_candidates(p);
   if (auto e = gate(st, ticket, total)) return *e;
   std::vector<std::unique_ptr<ChoiceRunner>> runners;
   for (size_t k = 0; k < prompts.size(); ++k) {
-    for (int32_t i = 0; i < p.n; ++i) {
+    for (int32_t i = 0; i < num_candidates(p); ++i) {
       GenerationRequest req = make_request(p, prompts[k], (int32_t)runners.size());
       // Admitted, it still ends (503) if it produces nothing within --max-queue-wait.
       req.max_queue_wait_s = st.cfg.admission.max_queue_wait_s;
@@ -234,9 +240,9 @@ std::variant<std::vector<std::unique_ptr<ChoiceRunner>>, ApiError> submit_all(
         return engine_refusal(st, ch.error());
       }
       ticket.hand_over(1);
-      runners.push_back(std::make_unique<ChoiceRunner>(st, std::move(*ch), p.stop, p.logprobs,
-                                                       p.ignore_eos, arrival_ns,
-                                                       (uint32_t)prompts[k].tokens.size()));
+      runners.push_back(std::make_unique<ChoiceRunner>(
+          st, std::move(*ch), p.stop, p.logprobs, p.ignore_eos, arrival_ns,
+          (uint32_t)prompts[k].tokens.size(), /*discard_output=*/prompts[k].max_tokens == 0));
     }
   }
   return runners;
@@ -251,6 +257,7 @@ struct Job {
   int64_t prompt_tokens = 0;
   uint64_t arrival_ns = 0;
   std::unique_ptr<AdmissionTicket> ticket;  // from the door; slots go back when it is destroyed
+  http::ByteLease lease;  // echo / prompt_logprobs: the request memory the answer keeps
 };
 
 void run(ServerState& st, Job job, HttpResponse& res) {
@@ -265,6 +272,20 @@ void run(ServerState& st, Job job, HttpResponse& res) {
     if (auto e = fit_max_tokens(st, job.params, job.chat, pp)) return send_error(st, res, *e);
     job.prompt_tokens += (int64_t)pp.tokens.size();
   }
+  std::vector<EchoPrompt> echoes;
+  if (job.params.echo || job.params.prompt_logprobs >= 0) {
+    uint64_t need = 0;
+    for (PreparedPrompt& pp : job.prompts) {
+      need += (uint64_t)num_candidates(job.params) *
+              prompt_logprob_bytes((int64_t)pp.tokens.size(), engine_prompt_logprobs(job.params),
+                                   pp.echo_text.size());
+      echoes.push_back(EchoPrompt{.text = std::move(pp.echo_text), .first_token = pp.tokens[0]});
+    }
+    const char* param = job.params.prompt_logprobs >= 0 ? "prompt_logprobs" : "echo";
+    if (auto e = charge_prompt_memory(job.lease, need, param, st.admission.retry_after_s())) {
+      return send_error(st, res, *e);
+    }
+  }
   st.counters.num_prompt_tokens.fetch_add((uint64_t)job.prompt_tokens);
   auto submitted = submit_all(st, *job.ticket, job.params, job.prompts, job.arrival_ns);
   if (auto* e = std::get_if<ApiError>(&submitted)) return send_error(st, res, *e);
@@ -272,7 +293,8 @@ void run(ServerState& st, Job job, HttpResponse& res) {
   job.id = random_id(job.chat ? "chatcmpl-" : "cmpl-");
   job.created = (int64_t)std::time(nullptr);
   res.stream = std::make_shared<GenerationStream>(st, job.chat, job.params, job.id, job.created,
-                                                  job.prompt_tokens, std::move(runners));
+                                                  job.prompt_tokens, std::move(runners),
+                                                  std::move(echoes), std::move(job.lease));
 }
 
 template <typename Fn>
@@ -306,6 +328,7 @@ void handle_completions(ServerState& st, HttpRequest& req, HttpResponse& res) {
     job.params = cr.params;
     job.arrival_ns = arrival_ns;
     job.ticket = std::move(ticket);
+    if (cr.params.echo || cr.params.prompt_logprobs >= 0) job.lease = std::move(req.lease);
     const EngineLimits& lim = st.limits();
     for (PromptInput& in : cr.prompts) {
       PreparedPrompt pp;
@@ -324,12 +347,14 @@ void handle_completions(ServerState& st, HttpRequest& req, HttpResponse& res) {
                             context_exceeded(st, (int64_t)in.tokens.size(), cr.params, false));
         }
         pp.tokens = std::move(in.tokens);
+        if (cr.params.echo) pp.echo_text = to_valid_utf8(st.tokenizer().decode(pp.tokens));
       } else {
         if (auto e = prompt_bytes_over_context(st, in.text.size(), false)) {
           return send_error(st, res, *e);
         }
         pp.tokens = st.tokenizer().encode(tokenizable_tail(st, in.text), /*add_special=*/true,
                                           /*parse_special=*/true);
+        if (cr.params.echo) pp.echo_text = std::move(in.text);
         std::string().swap(in.text);
       }
       if (pp.tokens.empty())

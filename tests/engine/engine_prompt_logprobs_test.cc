@@ -95,6 +95,9 @@ void expect_matches_oracle(const PromptResult& res, const std::vector<int32_t>& 
       for (size_t t = 0; t < order.size(); ++t) order[t] = (int32_t)t;
       std::partial_sort(order.begin(), order.begin() + k, order.end(),
                         [&](int32_t a, int32_t b) { return lp[(size_t)a] > lp[(size_t)b]; });
+      int32_t rank = 1;
+      for (double v : lp) rank += v > lp[(size_t)p[(size_t)pos]] ? 1 : 0;
+      EXPECT_EQ(ev.prompt_ranks[i], rank) << "position " << pos;
       for (int32_t j = 0; j < k; ++j) {
         const TokenLogprob& got = ev.top_logprobs[i * (size_t)k + (size_t)j];
         EXPECT_NEAR(got.logprob, lp[(size_t)order[(size_t)j]], 1e-4) << "position " << pos;
