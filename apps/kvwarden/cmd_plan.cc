@@ -12,6 +12,7 @@
 #include "planner/memory_plan.h"
 #include "planner/model_source.h"
 #include "planner/plan_report.h"
+#include "sched/sched_config.h"
 #include "sched/spec_config.h"
 
 namespace kvw::app {
@@ -200,6 +201,7 @@ int run_plan(const PlanArgs& a) {
     opt.spec_draft_logit_rows =
         SpecConfig{.enabled = a.spec_ngram, .num_speculative_tokens = a.spec_max_draft}
             .max_draft_tokens_per_step();
+    opt.prompt_logit_rows = SchedConfig{}.max_prompt_logit_rows;  // serve's rows (plan = serve)
     auto rm = parse_size("--request-memory", a.request_memory);
     if (!rm.ok()) {
       std::cerr << "kvwarden plan: " << rm.message() << "\n";

@@ -489,6 +489,12 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "leaves only --max-num-batched-tokens as the limit")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_option("--max-prompt-logprob-rows", e.sched.max_prompt_logit_rows,
+                  "Logit rows a step gives to prompt positions of requests that want prompt "
+                  "logprobs (echo + logprobs, prompt_logprobs): their prefill chunks are capped to "
+                  "it; each row is n_vocab f32 of the budget's reserve")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--max-model-len", f->max_model_len,
                   "Prompt + output tokens per request (default: min(16384, the model's "
                   "context); phi3: above rope.scaling.original_context_length LongRoPE's long "

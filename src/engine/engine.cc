@@ -44,8 +44,10 @@ Status Engine::plan_budget(const GgufFile& file) {
   if (!shape.ok()) return shape.error();
   const int64_t n_vocab = shape->n_vocab;
   const int64_t spec_rows = cfg_.sched.spec.max_draft_tokens_per_step();
+  const int64_t prompt_rows = cfg_.sched.max_prompt_logit_rows;
   const int64_t logit_rows =
-      std::min<int64_t>(cfg_.sched.max_num_seqs, cfg_.sched.max_num_batched_tokens) + spec_rows;
+      std::min<int64_t>(cfg_.sched.max_num_seqs, cfg_.sched.max_num_batched_tokens) + spec_rows +
+      prompt_rows;
   planner::EngineOptions opt;
   opt.max_num_batched_tokens = cfg_.sched.max_num_batched_tokens;
   opt.block_size = cfg_.block_size;
@@ -57,6 +59,7 @@ Status Engine::plan_budget(const GgufFile& file) {
   opt.max_num_seqs = cfg_.sched.max_num_seqs;
   opt.reserve_bytes = cfg_.reserve_bytes;  // the planner adds the logits buffer to this row
   opt.spec_draft_logit_rows = spec_rows;   // and the speculative drafts' rows
+  opt.prompt_logit_rows = prompt_rows;     // and the prompt logprobs' rows
   opt.request_bytes = cfg_.request_bytes;
   opt.swap_staging_bytes = planner::swap_staging_bytes(cfg_.swap_bytes);
   auto table = planner::plan_engine_budget(*shape, opt);
@@ -175,8 +178,9 @@ Status Engine::init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file) {
   const int64_t rows = std::min<int64_t>(cfg.sched.max_num_seqs, cfg.sched.max_num_batched_tokens);
   // Speculative decodes need a row per draft too: the scheduler drafts at most
   // max_draft_tokens_per_step tokens a step, sized here from the budget's reserve row.
+  // Prompt logprobs need a row per prompt position, max_prompt_logit_rows a step.
   const int64_t spec_rows = cfg.sched.spec.max_draft_tokens_per_step();
-  logits_.resize((size_t)((rows + spec_rows) * model_->hparams().n_vocab));
+  logits_.resize((size_t)((rows + cfg.sched.extra_logit_rows()) * model_->hparams().n_vocab));
   step_tokens_.reserve((size_t)(spec_rows + cfg.sched.spec.max_seqs));
   inputs_.reserve((size_t)rows);
   sampled_.reserve((size_t)rows);
@@ -199,6 +203,9 @@ Engine::~Engine() {
 Result<std::shared_ptr<TokenChannel>> Engine::submit(GenerationRequest req) {
   if (req.prompt.empty()) return Error{"empty prompt"};
   if (req.max_tokens < 1) return Error{"max_tokens must be >= 1"};
+  if (req.prompt_logprobs < -1 || req.prompt_logprobs > kMaxLogprobs) {
+    return Error{"prompt_logprobs must be in [-1, " + std::to_string(kMaxLogprobs) + "]"};
+  }
   if (!(req.max_queue_wait_s >= 0)) return Error{"max_queue_wait_s must be >= 0"};
   const int32_t n_vocab = limits_.n_vocab;
   for (int32_t t : req.prompt) {

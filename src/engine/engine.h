@@ -95,7 +95,9 @@ class Engine {
     std::vector<ChannelEvent> next_events;
     // PendingRequest::first_token_deadline until the first token is emitted, then max().
     std::chrono::steady_clock::time_point first_token_deadline;
-    bool timed_out = false;  // expire_overdue() cancelled it: its channel ends with kError
+    bool timed_out = false;         // expire_overdue() cancelled it: its channel ends with kError
+    int32_t prompt_logprobs = -1;   // GenerationRequest::prompt_logprobs
+    int64_t next_prompt_token = 1;  // the first prompt token whose logprob is still owed
   };
   Status init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file);
   Status check_memory_available(uint64_t logits_bytes) const;
@@ -128,6 +130,20 @@ class Engine {
     std::string fault_text;       // owns the message when `fault` points at it
     ErrorKind fault_kind = ErrorKind::kInternal;
   };
+  // Prompt logprobs (engine_prompt_logprobs.cc): one event per prefill chunk that owes them,
+  // filled from its logit rows on the model's threads, then queued for emission.
+  struct PromptChunk {
+    uint64_t id;
+    Live* live;
+    const float* rows;  // [prompt.size()][n_vocab]: row i predicts token prompt_pos + i
+    std::span<const int32_t> targets;  // the prompt tokens those rows predict
+    ChannelEvent ev;                   // kPromptLogprobs, sized, filled by run_prompt_rows
+    bool finite = true;
+  };
+  // The chunk of `s` (whose rows start at logits_ row `first_row`) that owes prompt logprobs.
+  void plan_prompt_chunk(const ScheduledSeq& s, size_t first_row);
+  void run_prompt_rows();
+  void emit_prompt_chunks();
   void build_inputs(const SchedulerOutput& out);
   // Ends the job's request with its fault (update_from_output frees its blocks).
   void fail_sample(SampleJob& job);
@@ -170,12 +186,14 @@ class Engine {
   int64_t rate_window_tokens_ = 0;   // tokens computed in the current token_rate window
   uint64_t rate_window_ns_ = 0;      // step time of the current token_rate window
   bool rate_window_closed_ = false;  // a whole window was measured (else the partial one shows)
-  // [min(max_num_seqs, max_num_batched_tokens) + spec max_draft_tokens_per_step][n_vocab] f32
+  // [min(max_num_seqs, max_num_batched_tokens) + SchedConfig::extra_logit_rows()][n_vocab] f32
   std::vector<float> logits_;
-  std::vector<SeqInput> inputs_;        // per-step batch, reused
-  std::vector<SampledToken> sampled_;   // per-step samples, reused
-  std::vector<SampleJob> sample_jobs_;  // per-step rows to sample, reused
-  std::vector<int32_t> step_tokens_;    // per-step speculative inputs: [last, d1..dk] per seq
+  std::vector<SeqInput> inputs_;                            // per-step batch, reused
+  std::vector<SampledToken> sampled_;                       // per-step samples, reused
+  std::vector<SampleJob> sample_jobs_;                      // per-step rows to sample, reused
+  std::vector<PromptChunk> prompt_chunks_;                  // per-step, reused
+  std::vector<std::pair<uint32_t, uint32_t>> prompt_rows_;  // per-step (chunk, row), reused
+  std::vector<int32_t> step_tokens_;  // per-step speculative inputs: [last, d1..dk] per seq
   std::vector<PendingRequest> pending_;
   std::vector<uint64_t> cancels_;
   // Emitted at the end of the step, after the stats that reflect it are published.

@@ -67,7 +67,8 @@ void Engine::admit_one(PendingRequest& p) {
                   .prompt = std::move(p.request.prompt),
                   .max_tokens = p.request.max_tokens,
                   .turn_starts = std::move(p.request.turn_starts),
-                  .speculate = can_speculate(p.request)};
+                  .speculate = can_speculate(p.request),
+                  .prompt_logits = p.request.prompt_logprobs >= 0};
   Status st = sched_->add_request(std::move(in));
   if (!st.ok()) {
     ++stats_.num_rejected;
@@ -82,7 +83,8 @@ void Engine::admit_one(PendingRequest& p) {
                          .ignore_eos = p.request.ignore_eos,
                          .error = {},
                          .next_events = {},
-                         .first_token_deadline = p.first_token_deadline});
+                         .first_token_deadline = p.first_token_deadline,
+                         .prompt_logprobs = p.request.prompt_logprobs});
   next_deadline_ = std::min(next_deadline_, p.first_token_deadline);
 }
 
@@ -109,7 +111,9 @@ bool Engine::step() {
 
   t0 = std::chrono::steady_clock::now();
   sample_rows(out);
+  run_prompt_rows();
   stats_.sample_ns += elapsed_ns(t0);
+  emit_prompt_chunks();  // before this step's tokens: a request's prompt comes first
 
   t0 = std::chrono::steady_clock::now();
   std::vector<FinishedRequest> done = sched_->update_from_output(out, sampled_);
@@ -269,11 +273,20 @@ void Engine::publish_and_emit() {
     }
     kv_stats_time_ = now;
   }
-  stats_.num_generated_tokens += emit_tokens_.size();
+  for (const auto& [id, ev] : emit_tokens_) {
+    stats_.num_generated_tokens += ev.kind == ChannelEvent::Kind::kToken ? 1 : 0;
+  }
   stats_.num_finished += emit_finished_.size();
   stats_box_.publish(stats_);
   // After publishing: a client that sees its request end also sees the freed blocks.
-  for (auto& [id, ev] : emit_tokens_) live_.at(id).channel->push_token(std::move(ev));
+  for (auto& [id, ev] : emit_tokens_) {
+    TokenChannel& ch = *live_.at(id).channel;
+    if (ev.kind == ChannelEvent::Kind::kPromptLogprobs) {
+      ch.push_prompt_logprobs(std::move(ev));
+    } else {
+      ch.push_token(std::move(ev));
+    }
+  }
   emit_tokens_.clear();
   for (const FinishedRequest& f : emit_finished_) {
     finish_live(index_of(f.seq_id), f.reason, {});
@@ -287,6 +300,9 @@ void Engine::finish_live(uint64_t id, FinishReason reason, const std::string& er
   if (it == live_.end()) return;
   // The scheduler ended it as cancelled; the client learns it timed out.
   if (it->second.timed_out) reason = FinishReason::kError;
+  // Cancelled by the engine itself (a non-finite prompt logit row): the error stands.
+  if (reason == FinishReason::kCancelled && !it->second.error.empty())
+    reason = FinishReason::kError;
   std::string msg = !error.empty() ? error : it->second.error;
   if (error.empty() && !it->second.error.empty()) kind = it->second.error_kind;
   if (reason == FinishReason::kError && msg.empty()) msg = "request failed";

@@ -47,7 +47,7 @@ void Engine::build_inputs(const SchedulerOutput& out) {
     inputs_.push_back(SeqInput{.tokens = tokens,
                                .start_pos = s.start_pos,
                                .block_table = as_indices(kv_->block_table(s.seq_id)),
-                               .all_logits = s.num_draft_tokens > 0});
+                               .all_logits = s.num_draft_tokens > 0 || s.prompt_logits});
   }
 }
 
@@ -98,12 +98,17 @@ void Engine::sample_rows(const SchedulerOutput& out) {
   sampled_.clear();
   sample_jobs_.clear();
   // Logit rows in batch order: one per scheduled sequence, 1 + k for a speculative decode.
+  prompt_chunks_.clear();
   size_t row = 0;
   for (const ScheduledSeq& s : out.scheduled) {
+    // A prompt-logits span has a row per token; the last one is sampled (when it ends the
+    // prompt), the others belong to the prompt logprobs.
+    if (s.prompt_logits) plan_prompt_chunk(s, row);
+    const size_t sample_row = s.prompt_logits ? row + (size_t)s.num_tokens - 1 : row;
     const int32_t num_rows = s.num_draft_tokens > 0 ? (int32_t)s.num_tokens : 1;
     if (s.needs_logits) {
       sample_jobs_.push_back(
-          SampleJob{.row = logits_.data() + row * (size_t)n_vocab,
+          SampleJob{.row = logits_.data() + sample_row * (size_t)n_vocab,
                     .num_rows = num_rows,
                     .live = &live_.at(index_of(s.seq_id)),
                     .request = sched_->find(s.seq_id),
@@ -114,7 +119,7 @@ void Engine::sample_rows(const SchedulerOutput& out) {
                     .stop = false,
                     .finite = true});
     }
-    row += (size_t)num_rows;
+    row += s.prompt_logits ? (size_t)s.num_tokens : (size_t)num_rows;
   }
   // Jobs are independent (each its own sampler, rows and events), so the model's threads take
   // them in turn; a job's result does not depend on which thread ran it.

@@ -29,6 +29,18 @@ void TokenChannel::push_token(ChannelEvent ev) {
   notify();
 }
 
+void TokenChannel::push_prompt_logprobs(ChannelEvent ev) {
+  CHECK(ev.kind == ChannelEvent::Kind::kPromptLogprobs);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    CHECK(!finished_ && num_pushed_ == 0)
+        << "request " << request_id_ << ": prompt logprobs after a token or the end";
+    tokens_.push_back(std::move(ev));
+  }
+  cv_.notify_all();
+  notify();
+}
+
 void TokenChannel::finish(FinishReason reason, std::string error, ErrorKind kind) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -90,7 +102,9 @@ TokenChannel::Collected TokenChannel::collect() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return finished_; });
   Collected c;
-  for (const ChannelEvent& ev : tokens_) c.tokens.push_back(ev.token_id);
+  for (const ChannelEvent& ev : tokens_) {
+    if (ev.kind == ChannelEvent::Kind::kToken) c.tokens.push_back(ev.token_id);
+  }
   tokens_.clear();
   c.reason = final_.reason;
   c.error = final_.error;

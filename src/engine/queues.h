@@ -38,6 +38,12 @@ struct GenerationRequest {
   // Per-request opt-out of speculative decoding (when the engine runs with it on). Output is
   // the same either way for greedy requests; only the speed differs.
   bool speculate = true;
+  // Prompt logprobs (echo + logprobs, vLLM's prompt_logprobs): -1 = none; k >= 0 = every
+  // prompt token after the first gets its log-probability given the tokens before it, plus the
+  // k most likely tokens there (k <= 20), computed from the prefill's own logits (teacher
+  // forcing), and arrives as kPromptLogprobs events before the first token. No prefix-cache
+  // hit skips those positions; their chunks share SchedConfig::max_prompt_logit_rows a step.
+  int32_t prompt_logprobs = -1;
 };
 
 struct TokenLogprob {
@@ -47,7 +53,7 @@ struct TokenLogprob {
 
 // What the client reads: tokens in order, then exactly one final event.
 struct ChannelEvent {
-  enum class Kind { kToken, kFinished };
+  enum class Kind { kToken, kPromptLogprobs, kFinished };
   Kind kind = Kind::kToken;
   int32_t token_id = 0;                         // kToken
   float logprob = 0.0f;                         // kToken, when GenSampling::logprobs >= 0
@@ -55,6 +61,15 @@ struct ChannelEvent {
   FinishReason reason = FinishReason::kNone;    // kFinished
   std::string error;                            // kFinished with kError: what went wrong
   ErrorKind error_kind = ErrorKind::kInternal;  // kFinished with kError: which kind of fault
+  // kPromptLogprobs: prompt tokens [prompt_pos, prompt_pos + prompt.size()), each with its
+  // log-probability given the prompt before it; top_logprobs holds prompt_top_k entries per
+  // token ([prompt.size()][prompt_top_k], best first). prompt_pos >= 1 (the first token has
+  // nothing before it); events of one request come in order and do not overlap.
+  // prompt_ranks[i]: 1 + the number of tokens more likely than prompt[i] there (vLLM's rank).
+  int64_t prompt_pos = 0;
+  std::vector<TokenLogprob> prompt;
+  std::vector<int32_t> prompt_ranks;
+  int32_t prompt_top_k = 0;
 };
 
 // One request's output stream. Producer: the engine thread; consumer: one client thread.
@@ -67,6 +82,9 @@ class TokenChannel {
   // channel is not finished; finish() is idempotent (the first reason wins).
   void push_token(int32_t token_id);
   void push_token(ChannelEvent ev);  // ev.kind == kToken, with log-probabilities
+  // ev.kind == kPromptLogprobs; not counted against max_tokens (the prompt bounds them). CHECKs
+  // that no token was pushed yet and the channel is not finished.
+  void push_prompt_logprobs(ChannelEvent ev);
   void finish(FinishReason reason, std::string error = {}, ErrorKind kind = ErrorKind::kInternal);
 
   // Client side. next() blocks until an event is available; after the kFinished event it keeps
@@ -98,7 +116,8 @@ class TokenChannel {
   const int32_t max_tokens_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<ChannelEvent> tokens_;  // unread kToken events, at most max_tokens_
+  // Unread kToken events (at most max_tokens_), after any unread kPromptLogprobs events.
+  std::deque<ChannelEvent> tokens_;
   int32_t num_pushed_ = 0;
   bool finished_ = false;
   ChannelEvent final_;

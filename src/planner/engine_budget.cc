@@ -148,8 +148,9 @@ Result<BudgetTable> plan_engine_budget(const ModelShape& m, const EngineOptions&
                                  ? std::min(opt.max_num_seqs, opt.max_num_batched_tokens)
                                  : opt.max_num_batched_tokens;
   b.spec_logits_bytes = (uint64_t)(opt.spec_draft_logit_rows * m.n_vocab) * sizeof(float);
-  b.reserve_bytes =
-      opt.reserve_bytes + (uint64_t)(logit_rows * m.n_vocab) * sizeof(float) + b.spec_logits_bytes;
+  b.prompt_logits_bytes = (uint64_t)(opt.prompt_logit_rows * m.n_vocab) * sizeof(float);
+  b.reserve_bytes = opt.reserve_bytes + (uint64_t)(logit_rows * m.n_vocab) * sizeof(float) +
+                    b.spec_logits_bytes + b.prompt_logits_bytes;
   b.kv_bytes_per_token = (uint64_t)m.n_layer * engine_kv_bytes_per_token_layer(m, opt.kv_dtype);
   b.kv_bytes_per_block = b.kv_bytes_per_token * (uint64_t)opt.block_size;
   b.request_bytes = opt.request_bytes;
@@ -218,6 +219,10 @@ std::string BudgetTable::to_string() const {
   if (spec_logits_bytes > 0) {
     os << "  spec: " << format_bytes((int64_t)spec_logits_bytes) << " (" << spec_logits_bytes
        << " B) of draft logit rows, in reserve\n";
+  }
+  if (prompt_logits_bytes > 0) {
+    os << "  prompt logprobs: " << format_bytes((int64_t)prompt_logits_bytes) << " ("
+       << prompt_logits_bytes << " B) of prompt logit rows, in reserve\n";
   }
   os << "  kv: " << kv_bytes_per_token << " B/token, " << kv_bytes_per_block << " B/block, "
      << num_blocks << " blocks\n";

@@ -37,6 +37,9 @@ struct EngineOptions {
   // Speculative decoding: extra logit rows for the drafts one step may verify (SpecConfig::
   // max_draft_tokens_per_step), f32 x n_vocab each, added to the reserve row.
   int64_t spec_draft_logit_rows = 0;
+  // Prompt logprobs: logit rows one step may give to prompt positions (SchedConfig::
+  // max_prompt_logit_rows), f32 x n_vocab each, added to the reserve row.
+  int64_t prompt_logit_rows = 0;
 };
 
 // Staging the swap tier allocates for `swap_bytes` of swap (0: no tier): its bound on bytes in
@@ -77,11 +80,12 @@ struct BudgetTable {
   uint64_t workspace_bytes = 0;  // activation buffers for max_num_batched_tokens
   uint64_t kv_pool_bytes = 0;    // num_blocks * kv_bytes_per_block
   uint64_t reserve_bytes = 0;
-  uint64_t request_bytes = 0;       // the HTTP front door (request_row_bytes)
-  uint64_t swap_staging_bytes = 0;  // the swap tier's copies in flight
-  uint64_t total_bytes = 0;         // the six above
-  uint64_t spec_logits_bytes = 0;   // part of reserve: the speculative drafts' logit rows
-  uint64_t kv_bytes_per_token = 0;  // all layers
+  uint64_t request_bytes = 0;        // the HTTP front door (request_row_bytes)
+  uint64_t swap_staging_bytes = 0;   // the swap tier's copies in flight
+  uint64_t total_bytes = 0;          // the six above
+  uint64_t spec_logits_bytes = 0;    // part of reserve: the speculative drafts' logit rows
+  uint64_t prompt_logits_bytes = 0;  // part of reserve: the prompt logprobs' logit rows
+  uint64_t kv_bytes_per_token = 0;   // all layers
   uint64_t kv_bytes_per_block = 0;
   uint64_t num_blocks = 0;
   // One sequence at full context (set when EngineOptions::max_model_len > 0):

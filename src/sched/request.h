@@ -14,6 +14,7 @@
 //   cancel(id) from any live state -> kFinished(kCancelled) at the next schedule().
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -46,6 +47,9 @@ struct RequestInput {
   // May carry prompt-lookup drafts when SchedConfig::spec is on (the engine clears it for
   // requests whose sampling it cannot verify exactly, and on per-request opt-out).
   bool speculate = false;
+  // Logits at every prompt position are wanted (prompt logprobs): prefill chunks carry them
+  // (ScheduledSeq::prompt_logits) and no prefix-cache hit skips a position still owed.
+  bool prompt_logits = false;
 };
 
 struct Request {
@@ -73,6 +77,10 @@ struct Request {
   bool speculate = false;
   int32_t num_spec_tokens = 0;     // adaptive draft length for the next step, [1, k max]
   std::vector<int32_t> draft_ids;  // this step's drafts: positions num_tokens() .. + size
+  // Prompt logprobs: positions [0, prompt_logits_done) have had their logit rows computed (a
+  // recompute after preemption may reuse cached KV that far, never further).
+  bool prompt_logits = false;
+  int64_t prompt_logits_done = 0;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
@@ -84,6 +92,19 @@ struct Request {
   }
   // Tokens still to run through the model before the next sample (1 for a decode).
   int64_t num_tokens_to_compute() const { return num_tokens() - num_computed_tokens; }
+  // Whether the prompt positions from num_computed_tokens on still owe logit rows (the last
+  // prompt position's row is the first sample, not a prompt logprob).
+  bool owes_prompt_logits() const {
+    return prompt_logits && prompt_logits_done + 1 < num_prompt_tokens &&
+           num_computed_tokens + 1 < num_prompt_tokens;
+  }
+  // The part of the prompt a prefix-cache hit may cover: with prompt logits owed, only the
+  // positions whose rows were already computed (match_prefix leaves the last token out).
+  std::span<const int32_t> cacheable_prompt() const {
+    if (!prompt_logits) return token_ids;
+    return std::span<const int32_t>(token_ids).first(
+        static_cast<size_t>(std::min(num_tokens(), prompt_logits_done + 1)));
+  }
   bool is_finished() const { return state == RequestState::kFinished; }
 };
 

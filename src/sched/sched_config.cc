@@ -32,6 +32,7 @@ Status SchedConfig::validate() const {
   }
   if (kv_reserve_min_samples < 1) return Error{"kv_reserve_min_samples must be >= 1"};
   if (protect_after_preemptions < 1) return Error{"protect_after_preemptions must be >= 1"};
+  if (max_prompt_logit_rows < 1) return Error{"max_prompt_logit_rows must be >= 1"};
   return spec.validate();
 }
 

@@ -42,6 +42,17 @@ struct SchedConfig {
   int32_t protect_after_preemptions = 2;
   // Speculative decoding with prompt-lookup drafts (off by default).
   SpecConfig spec;
+  // Prompt logprobs (echo + logprobs, prompt_logprobs; --max-prompt-logprob-rows): logit rows
+  // one step may give to the prompt positions of such prefills; their chunks are capped to it.
+  // Every deployment pays for them in the reserve row. Why 16: 2 MiB of f32 rows at a 32k
+  // vocabulary (64 rows, 8 MiB, cost a tight 135 MiB budget a third of its KV blocks), and a
+  // 1k-token prompt still prefills in 63 steps.
+  int64_t max_prompt_logit_rows = 16;
+
+  // Logit rows a step may need beyond one per sequence: the drafts and the prompt rows.
+  int64_t extra_logit_rows() const {
+    return spec.max_draft_tokens_per_step() + max_prompt_logit_rows;
+  }
 
   Status validate() const;
 };

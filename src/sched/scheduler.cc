@@ -65,6 +65,7 @@ SchedulerOutput Scheduler::schedule() {
   kv_->advance_step();
   kv_->poll_swap();
   budget_ = cfg_.max_num_batched_tokens;
+  prompt_rows_left_ = cfg_.max_prompt_logit_rows;
   preempted_this_step_ = false;
   scheduled_index_.clear();
 
@@ -147,7 +148,8 @@ void Scheduler::schedule_running(SchedulerOutput& out) {
   for (Request* r : pass_) {
     if (budget_ <= 0) break;
     if (r->state != RequestState::kRunning || r->num_tokens_to_compute() <= 1) continue;
-    schedule_one_running(r, chunk_tokens(r), out);
+    const int64_t n = chunk_tokens(r);
+    if (n > 0) schedule_one_running(r, n, out);  // 0: this step's prompt logit rows are spent
   }
 }
 
@@ -234,6 +236,11 @@ void Scheduler::push_scheduled(Request* r, int64_t num_new, SchedulerOutput& out
   ScheduledSeq s{.seq_id = r->id, .start_pos = r->num_computed_tokens, .num_tokens = num_new};
   s.needs_logits = s.start_pos + num_new == r->num_tokens();
   s.is_prefill = !(num_new == 1 && s.needs_logits && s.start_pos >= r->num_prompt_tokens);
+  if (r->owes_prompt_logits()) {
+    CHECK(num_new <= prompt_rows_left_) << "prompt logit rows over the step's limit";
+    s.prompt_logits = true;
+    prompt_rows_left_ -= num_new;
+  }
   scheduled_index_[r->id] = out.scheduled.size();
   out.scheduled.push_back(s);
   budget_ -= num_new;
@@ -242,6 +249,7 @@ void Scheduler::push_scheduled(Request* r, int64_t num_new, SchedulerOutput& out
 int64_t Scheduler::chunk_tokens(const Request* r) const {
   int64_t n = std::min(r->num_tokens_to_compute(), budget_);
   if (cfg_.long_prefill_chunk_tokens > 0) n = std::min(n, cfg_.long_prefill_chunk_tokens);
+  if (r->owes_prompt_logits()) n = std::min(n, prompt_rows_left_);
   // Windowed: a prompt longer than the pool advances in chunks that fit it (the chunk's
   // positions plus the w - 1 before it). Without a window the whole sequence fits (max_len_).
   if (window_blocks_ > 0) {
@@ -272,6 +280,9 @@ std::vector<FinishedRequest> Scheduler::update_from_output(const SchedulerOutput
     CHECK(it != requests_.end()) << "scheduled sequence " << index_of(s.seq_id) << " unknown";
     Request* r = it->second.get();
     CHECK(r->state == RequestState::kRunning && r->num_computed_tokens == s.start_pos);
+    if (s.prompt_logits) {
+      r->prompt_logits_done = std::max(r->prompt_logits_done, s.start_pos + s.num_tokens);
+    }
     // This sequence's sampled tokens: one, or 1..k+1 for a speculative decode.
     size_t n = 0;
     if (s.needs_logits) {

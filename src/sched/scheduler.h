@@ -50,6 +50,9 @@ struct ScheduledSeq {
   bool needs_logits = false;     // the span ends the known tokens: sample the next one
   bool is_prefill = false;       // false: a decode (one token, plus its drafts)
   int32_t num_draft_tokens = 0;  // k drafts after the decode token (logits for each)
+  // Prompt logprobs: logits for every token of the span (num_tokens rows, the last of which is
+  // the sample row when needs_logits); at most SchedConfig::max_prompt_logit_rows a step.
+  bool prompt_logits = false;
 };
 
 struct FinishedRequest {
@@ -212,6 +215,7 @@ class Scheduler {
 
   // Per-step scratch (reused, no allocation once warm).
   int64_t budget_ = 0;
+  int64_t prompt_rows_left_ = 0;  // max_prompt_logit_rows less this step's prompt_logits spans
   bool preempted_this_step_ = false;
   std::unordered_map<SeqId, size_t> scheduled_index_;  // seq -> index in out.scheduled
   std::vector<Request*> pass_;  // snapshot of running_ walked by one pass of schedule_running

@@ -31,6 +31,7 @@ Status Scheduler::add_request(RequestInput input) {
   r->max_tokens = input.max_tokens;
   r->turn_starts = std::move(fitted->turn_starts);
   r->speculate = input.speculate && cfg_.spec.enabled;
+  r->prompt_logits = input.prompt_logits;
   r->num_spec_tokens = cfg_.spec.num_speculative_tokens;  // start long; shrinks on rejection
   r->num_dropped_prompt_tokens = fitted->num_dropped_tokens;
   if (kv_->config().enable_prefix_caching) {
@@ -95,9 +96,13 @@ bool Scheduler::admit(Request* r, int64_t running_reserve, SchedulerOutput& out)
     // The tier lost its data: fall through and recompute it now.
   }
   const int64_t bs = kv_->block_size();
-  const int64_t cached = kv_->num_cached_prefix_tokens(r->token_ids, r->prompt_hashes);
+  const int64_t cached = kv_->num_cached_prefix_tokens(r->cacheable_prompt(), r->prompt_hashes);
   int64_t n = std::min(r->num_tokens() - cached, budget_);
   if (cfg_.long_prefill_chunk_tokens > 0) n = std::min(n, cfg_.long_prefill_chunk_tokens);
+  if (r->prompt_logits && r->prompt_logits_done + 1 < r->num_prompt_tokens &&
+      cached + 1 < r->num_prompt_tokens) {
+    n = std::min(n, prompt_rows_left_);
+  }
   // Into an empty pool this always fits, so the head of the queue cannot wait forever.
   n = std::min(n, max_new_tokens(cached, admit_limit_blocks_));
   if (n <= 0) return false;
@@ -106,12 +111,13 @@ bool Scheduler::admit(Request* r, int64_t running_reserve, SchedulerOutput& out)
   const int64_t extra =
       int64_t(cfg_.watermark_blocks) +
       (running_.empty() ? 0 : running_reserve + reserve_blocks_for(r, cached + n));
-  if (!kv_->can_admit(r->token_ids, (blocks_for(cached + n) + extra) * bs, r->prompt_hashes)) {
+  if (!kv_->can_admit(r->cacheable_prompt(), (blocks_for(cached + n) + extra) * bs,
+                      r->prompt_hashes)) {
     return false;
   }
 
   waiting_.erase(wait_key(r));
-  r->num_computed_tokens = kv_->add_sequence(r->id, r->token_ids, r->prompt_hashes);
+  r->num_computed_tokens = kv_->add_sequence(r->id, r->cacheable_prompt(), r->prompt_hashes);
   // The swap tier may have revived more of the prefix.
   n = std::min(chunk_tokens(r),
                std::max<int64_t>(1, max_new_tokens(r->num_computed_tokens, admit_limit_blocks_)));

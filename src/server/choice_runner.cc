@@ -4,13 +4,15 @@ namespace kvw::server {
 
 ChoiceRunner::ChoiceRunner(ServerState& st, std::shared_ptr<TokenChannel> channel,
                            std::shared_ptr<const std::vector<std::string>> stops, int32_t logprobs,
-                           bool ignore_eos, uint64_t arrival_ns, uint32_t num_prompt_tokens)
+                           bool ignore_eos, uint64_t arrival_ns, uint32_t num_prompt_tokens,
+                           bool discard_output)
     : st_(st),
       channel_(std::move(channel)),
       decoder_(st.tokenizer(), /*render_special=*/false, StreamDecoder::Start::kContinuation),
       stop_(std::move(stops)),
       logprobs_(logprobs),
-      ignore_eos_(ignore_eos) {
+      ignore_eos_(ignore_eos),
+      discard_output_(discard_output) {
   timing_.arrival_ns = arrival_ns;
   timing_.num_prompt_tokens = num_prompt_tokens;
   st_.register_request(channel_->request_id());
@@ -42,7 +44,9 @@ void ChoiceRunner::poll(ChoiceDelta& d) {
   if (finished_) return;
   std::optional<ChannelEvent> ev = channel_->next_for(std::chrono::milliseconds(0));
   while (ev && !finished_) {
-    if (ev->kind == ChannelEvent::Kind::kToken) {
+    if (ev->kind == ChannelEvent::Kind::kPromptLogprobs) {
+      on_prompt_logprobs(*ev);
+    } else if (ev->kind == ChannelEvent::Kind::kToken) {
       on_token(*ev, d);
     } else {
       on_finished(*ev, d);
@@ -52,7 +56,21 @@ void ChoiceRunner::poll(ChoiceDelta& d) {
   }
 }
 
+void ChoiceRunner::on_prompt_logprobs(const ChannelEvent& ev) {
+  const auto k = (size_t)ev.prompt_top_k;
+  for (size_t i = 0; i < ev.prompt.size(); ++i) {
+    const auto top = ev.top_logprobs.begin() + (ptrdiff_t)(i * k);
+    prompt_.push_back(TokenInfo{.token_id = ev.prompt[i].token_id,
+                                .logprob = ev.prompt[i].logprob,
+                                .top = std::vector<TokenLogprob>(top, top + (ptrdiff_t)k),
+                                .rank = i < ev.prompt_ranks.size() ? ev.prompt_ranks[i] : 0});
+  }
+}
+
 void ChoiceRunner::on_token(const ChannelEvent& ev, ChoiceDelta& d) {
+  prompt_done_ = true;
+  if (discard_output_) return;  // echo with max_tokens 0: the prompt alone is the answer
+  cumulative_logprob_ += ev.logprob;
   ++num_tokens_;
   timing_.token_ns.push_back(steady_now_ns());
   if (timing_.first_token_ns == 0) timing_.first_token_ns = timing_.token_ns.back();
@@ -69,12 +87,14 @@ void ChoiceRunner::on_token(const ChannelEvent& ev, ChoiceDelta& d) {
 }
 
 void ChoiceRunner::on_finished(const ChannelEvent& ev, ChoiceDelta& d) {
+  prompt_done_ = true;
   timing_.reason = ev.reason;
   switch (ev.reason) {
     case FinishReason::kStop:
     case FinishReason::kLength:
       if (!stop_.push(decoder_.flush(), d.text)) d.text += stop_.flush();
       finish_reason_ = stop_.matched() || ev.reason == FinishReason::kStop ? "stop" : "length";
+      if (discard_output_) finish_reason_ = "length";  // max_tokens 0: nothing was asked for
       if (stop_.matched()) timing_.reason = FinishReason::kStop;
       break;
     case FinishReason::kCancelled:

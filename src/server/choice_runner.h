@@ -23,6 +23,8 @@ struct TokenInfo {
   int32_t token_id = 0;
   float logprob = 0;
   std::vector<TokenLogprob> top;
+  int32_t rank = 0;         // prompt tokens: 1 + tokens more likely there (vLLM); 0 unknown
+  bool has_logprob = true;  // false for the first prompt token (nothing before it: null)
 };
 
 // What one poll produced.
@@ -35,10 +37,12 @@ struct ChoiceDelta {
 class ChoiceRunner {
  public:
   // `arrival_ns`: when the HTTP request arrived (steady_now_ns()). `stops` is the request's one
-  // copy, shared by its choices.
+  // copy, shared by its choices. `discard_output`: echo with max_tokens 0 (vLLM samples one
+  // token and drops it): the output token is not reported and the choice ends with "length".
   ChoiceRunner(ServerState& st, std::shared_ptr<TokenChannel> channel,
                std::shared_ptr<const std::vector<std::string>> stops, int32_t logprobs,
-               bool ignore_eos, uint64_t arrival_ns, uint32_t num_prompt_tokens);
+               bool ignore_eos, uint64_t arrival_ns, uint32_t num_prompt_tokens,
+               bool discard_output = false);
   ~ChoiceRunner();
   ChoiceRunner(const ChoiceRunner&) = delete;
   ChoiceRunner& operator=(const ChoiceRunner&) = delete;
@@ -56,9 +60,17 @@ class ChoiceRunner {
   bool produced_tokens() const { return num_tokens_ > 0; }
   int32_t num_tokens() const { return num_tokens_; }
   uint64_t request_id() const { return channel_->request_id(); }
+  // Prompt logprobs (GenerationRequest::prompt_logprobs): prompt tokens 1.. as they arrived.
+  // Complete once prompt_done() (a token or the end came after them).
+  std::vector<TokenInfo> take_prompt_logprobs() { return std::move(prompt_); }
+  bool prompt_done() const { return prompt_done_; }
+  // Sum of the logprobs of every generated token (engine logprobs requested), stop strings or
+  // not: best_of ranks candidates by it.
+  double cumulative_logprob() const { return cumulative_logprob_; }
 
  private:
   void on_token(const ChannelEvent& ev, ChoiceDelta& d);
+  void on_prompt_logprobs(const ChannelEvent& ev);
   void on_finished(const ChannelEvent& ev, ChoiceDelta& d);
   void end(ChoiceDelta& d);
 
@@ -68,6 +80,10 @@ class ChoiceRunner {
   StopMatcher stop_;
   const int32_t logprobs_;
   const bool ignore_eos_;
+  const bool discard_output_;
+  std::vector<TokenInfo> prompt_;
+  bool prompt_done_ = false;
+  double cumulative_logprob_ = 0;
   ChoiceTiming timing_;
   int32_t num_tokens_ = 0;
   bool finished_ = false;

@@ -2,17 +2,20 @@
 // no room (generation_door), else validate, admit the exact count against the door's
 // reservation, submit one engine request per choice, then answer in one JSON body or as SSE
 // chunks (`data: {json}\n\n` ... `data: [DONE]`).
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <random>
 
 #include "server/admission_ticket.h"
 #include "server/choice_runner.h"
+#include "server/completion_options.h"
 #include "server/generation_stream.h"
 #include "server/openai_request.h"
 #include "server/request_holdings.h"
 #include "server/routes.h"
 #include "server/structured_output.h"
+#include "tokenizer/utf8.h"
 
 namespace kvw::server {
 namespace {
@@ -22,7 +25,8 @@ using nlohmann::json;
 struct PreparedPrompt {
   std::vector<int32_t> tokens;
   std::vector<int64_t> turn_starts;
-  int32_t max_tokens = 0;
+  int32_t max_tokens = 0;  // 0: echo only (one token is sampled and dropped, as vLLM)
+  std::string echo_text;   // completions with echo: the prompt as the answer starts
 };
 
 std::string random_id(const char* prefix) {
@@ -133,7 +137,8 @@ GenerationRequest make_request(const GenParams& p, const PreparedPrompt& pp, int
   GenerationRequest r;
   r.prompt = pp.tokens;
   r.turn_starts = pp.turn_starts;
-  r.max_tokens = pp.max_tokens;
+  r.max_tokens = std::max(1, pp.max_tokens);
+  r.prompt_logprobs = engine_prompt_logprobs(p);
   r.ignore_eos = p.ignore_eos;
   GenSampling& s = r.sampling;
   s.temperature = p.temperature;
@@ -142,7 +147,8 @@ GenerationRequest make_request(const GenParams& p, const PreparedPrompt& pp, int
   s.min_p = p.min_p;
   s.presence_penalty = p.presence_penalty;
   s.frequency_penalty = p.frequency_penalty;
-  s.logprobs = p.logprobs;
+  // best_of ranks candidates by their tokens' logprobs, asked for or not.
+  s.logprobs = p.best_of > 0 ? std::max(p.logprobs, 0) : p.logprobs;
   s.logit_bias = p.logit_bias;
   s.constraint = p.constraint;  // the grammar is shared by the choices; each keeps its matcher
   // Choices of one request differ yet stay reproducible under a seed.
@@ -224,11 +230,11 @@ std::variant<std::vector<std::unique_ptr<ChoiceRunner>>, ApiError> submit_all(
     ServerState& st, AdmissionTicket& ticket, const GenParams& p,
     const std::vector<PreparedPrompt>& prompts, uint64_t arrival_ns,
     const std::shared_ptr<const std::vector<std::string>>& stops) {
-  const int64_t total = (int64_t)prompts.size() * p.n;
+  const int64_t total = (int64_t)prompts.size() * num_candidates(p);
   if (auto e = gate(st, ticket, total)) return *e;
   std::vector<std::unique_ptr<ChoiceRunner>> runners;
   for (size_t k = 0; k < prompts.size(); ++k) {
-    for (int32_t i = 0; i < p.n; ++i) {
+    for (int32_t i = 0; i < num_candidates(p); ++i) {
       GenerationRequest req = make_request(p, prompts[k], (int32_t)runners.size());
       // Admitted, it still ends (503) if it produces nothing within --max-queue-wait.
       req.max_queue_wait_s = st.cfg.admission.max_queue_wait_s;
@@ -238,9 +244,9 @@ std::variant<std::vector<std::unique_ptr<ChoiceRunner>>, ApiError> submit_all(
         return engine_refusal(st, ch.error());
       }
       ticket.hand_over(1);
-      runners.push_back(std::make_unique<ChoiceRunner>(st, std::move(*ch), stops, p.logprobs,
-                                                       p.ignore_eos, arrival_ns,
-                                                       (uint32_t)prompts[k].tokens.size()));
+      runners.push_back(std::make_unique<ChoiceRunner>(
+          st, std::move(*ch), stops, p.logprobs, p.ignore_eos, arrival_ns,
+          (uint32_t)prompts[k].tokens.size(), /*discard_output=*/prompts[k].max_tokens == 0));
     }
   }
   return runners;
@@ -255,7 +261,7 @@ struct Job {
   int64_t prompt_tokens = 0;
   uint64_t arrival_ns = 0;
   std::unique_ptr<AdmissionTicket> ticket;  // from the door; slots go back when it is destroyed
-  http::ByteLease lease;                    // the body's request memory, resized to the holdings
+  http::ByteLease lease;  // the body's request memory, resized to the holdings (echo included)
 };
 
 // Resizes the request's lease to what it will hold until its last answer byte
@@ -263,7 +269,7 @@ struct Job {
 // Retry-After when the memory is not free now.
 std::optional<ApiError> charge_holdings(ServerState& st, const GenParams& p,
                                         const std::vector<PreparedPrompt>& prompts,
-                                        http::ByteLease& lease) {
+                                        uint64_t echo_bytes, http::ByteLease& lease) {
   std::vector<PromptShape> shapes;
   for (const PreparedPrompt& pp : prompts) {
     shapes.push_back({.num_tokens = (int64_t)pp.tokens.size(),
@@ -272,20 +278,23 @@ std::optional<ApiError> charge_holdings(ServerState& st, const GenParams& p,
   }
   if (auto e = check_logprob_records(p, shapes)) return e;
   const Holdings h = request_holdings(p, shapes, holding_limits(st));
+  const uint64_t total = h.total() + echo_bytes;
   const uint64_t capacity = st.cfg.http.request_memory_bytes;
-  if (h.total() > capacity) {
-    return invalid_param(p.n > 1 ? "n" : "max_tokens",
-                         "the request would hold " + std::to_string(h.total()) +
-                             " bytes of request memory until answered, more than "
-                             "--request-memory (" +
-                             std::to_string(capacity) +
-                             "); lower n, max_tokens, logprobs or the prompt count");
+  if (total > capacity) {
+    const char* param = echo_bytes == 0          ? (p.n > 1 ? "n" : "max_tokens")
+                        : p.prompt_logprobs >= 0 ? "prompt_logprobs"
+                                                 : "echo";
+    return invalid_param(param, "the request would hold " + std::to_string(total) +
+                                    " bytes of request memory until answered, more than "
+                                    "--request-memory (" +
+                                    std::to_string(capacity) +
+                                    "); lower n, max_tokens, logprobs or the prompt count");
   }
-  if (lease.resize(h.total())) return std::nullopt;
+  if (lease.resize(total)) return std::nullopt;
   return ApiError(RefusalReason::kRequestMemory,
                   "request memory (--request-memory " + std::to_string(capacity) +
-                      " bytes) cannot hold this request's answer state (" +
-                      std::to_string(h.total()) + " bytes) now; retry later")
+                      " bytes) cannot hold this request's answer state (" + std::to_string(total) +
+                      " bytes) now; retry later")
       .with_retry_after(st.admission.retry_after_s());
 }
 
@@ -301,7 +310,17 @@ void run(ServerState& st, Job job, HttpResponse& res) {
     if (auto e = fit_max_tokens(st, job.params, job.chat, pp)) return send_error(st, res, *e);
     job.prompt_tokens += (int64_t)pp.tokens.size();
   }
-  if (auto e = charge_holdings(st, job.params, job.prompts, job.lease)) {
+  std::vector<EchoPrompt> echoes;
+  uint64_t echo_bytes = 0;  // echo / prompt_logprobs: what the answer keeps of the prompt
+  if (job.params.echo || job.params.prompt_logprobs >= 0) {
+    for (PreparedPrompt& pp : job.prompts) {
+      echo_bytes += (uint64_t)num_candidates(job.params) *
+                    prompt_logprob_bytes((int64_t)pp.tokens.size(),
+                                         engine_prompt_logprobs(job.params), pp.echo_text.size());
+      echoes.push_back(EchoPrompt{.text = std::move(pp.echo_text), .first_token = pp.tokens[0]});
+    }
+  }
+  if (auto e = charge_holdings(st, job.params, job.prompts, echo_bytes, job.lease)) {
     return send_error(st, res, *e);
   }
   st.counters.num_prompt_tokens.fetch_add((uint64_t)job.prompt_tokens);
@@ -313,8 +332,9 @@ void run(ServerState& st, Job job, HttpResponse& res) {
   auto runners = std::move(std::get<0>(submitted));
   job.id = random_id(job.chat ? "chatcmpl-" : "cmpl-");
   job.created = (int64_t)std::time(nullptr);
-  auto stream = std::make_shared<GenerationStream>(st, job.chat, job.params, job.id, job.created,
-                                                   job.prompt_tokens, std::move(runners));
+  auto stream =
+      std::make_shared<GenerationStream>(st, job.chat, job.params, job.id, job.created,
+                                         job.prompt_tokens, std::move(runners), std::move(echoes));
   stream->hold(std::move(job.lease));
   res.stream = std::move(stream);
 }
@@ -371,12 +391,14 @@ void handle_completions(ServerState& st, HttpRequest& req, HttpResponse& res) {
                             context_exceeded(st, (int64_t)in.tokens.size(), cr.params, false));
         }
         pp.tokens = std::move(in.tokens);
+        if (cr.params.echo) pp.echo_text = to_valid_utf8(st.tokenizer().decode(pp.tokens));
       } else {
         if (auto e = prompt_bytes_over_context(st, in.text.size(), false)) {
           return send_error(st, res, *e);
         }
         pp.tokens = st.tokenizer().encode(tokenizable_tail(st, in.text), /*add_special=*/true,
                                           /*parse_special=*/true);
+        if (cr.params.echo) pp.echo_text = std::move(in.text);
         std::string().swap(in.text);
       }
       if (pp.tokens.empty())

@@ -1,5 +1,8 @@
 #include "server/generation_stream.h"
 
+#include <algorithm>
+
+#include "server/completion_options.h"
 #include "server/routes.h"
 #include "tokenizer/utf8.h"
 
@@ -56,9 +59,13 @@ json LogprobBuilder::column(std::span<const TokenInfo> tokens, int col, size_t& 
         out.push_back(to_valid_utf8(piece(t.token_id)));
         break;
       case 1:
-        out.push_back(t.logprob);
+        out.push_back(t.has_logprob ? json(t.logprob) : json(nullptr));
         break;
       case 2: {
+        if (!t.has_logprob) {  // the first echoed prompt token: nothing before it
+          out.push_back(nullptr);
+          break;
+        }
         json top = json::object();
         for (const TokenLogprob& alt : t.top) top[to_valid_utf8(piece(alt.token_id))] = alt.logprob;
         out.push_back(std::move(top));
@@ -85,7 +92,8 @@ json LogprobBuilder::build(std::span<const TokenInfo> tokens, size_t& text_offse
 
 GenerationStream::GenerationStream(ServerState& st, bool chat, const GenParams& params,
                                    std::string id, int64_t created, int64_t prompt_tokens,
-                                   std::vector<std::unique_ptr<ChoiceRunner>> runners)
+                                   std::vector<std::unique_ptr<ChoiceRunner>> runners,
+                                   std::vector<EchoPrompt> prompts)
     : st_(st),
       chat_(chat),
       params_(params),
@@ -93,6 +101,8 @@ GenerationStream::GenerationStream(ServerState& st, bool chat, const GenParams& 
       created_(created),
       prompt_tokens_(prompt_tokens),
       runners_(std::move(runners)),
+      prompts_(std::move(prompts)),
+      echo_pending_(runners_.size(), !prompts_.empty()),
       whole_(runners_.size()),
       ended_(runners_.size(), false),
       text_offset_(runners_.size(), 0),
@@ -130,10 +140,36 @@ void GenerationStream::write_chunk(std::string& out, json choice) {
   write_event(out, dump_json(j));
 }
 
-void GenerationStream::emit(size_t i, ChoiceDelta& d, std::string& out) {
+const EchoPrompt& GenerationStream::prompt_of(size_t runner) const {
+  return prompts_[runner / (size_t)num_candidates(params_)];
+}
+
+bool GenerationStream::echo_first(size_t i, ChoiceDelta& d, json& prompt_logprobs) {
   ChoiceRunner& r = *runners_[i];
-  if (!d.text.empty() || !d.tokens.empty()) {
+  if (!r.prompt_done()) return false;
+  echo_pending_[i] = false;
+  if (!r.error().empty()) return true;
+  const EchoPrompt& p = prompt_of(i);
+  const std::vector<TokenInfo> sent = r.take_prompt_logprobs();
+  if (params_.prompt_logprobs >= 0) {
+    prompt_logprobs = vllm_prompt_logprobs(st_.tokenizer(), sent, params_.prompt_logprobs);
+  }
+  if (!params_.echo) return true;
+  d.text = p.text + d.text;
+  if (params_.logprobs >= 0) {
+    std::vector<TokenInfo> t = echo_tokens(p, sent, params_.logprobs);
+    t.insert(t.end(), std::make_move_iterator(d.tokens.begin()),
+             std::make_move_iterator(d.tokens.end()));
+    d.tokens = std::move(t);
+  }
+  return true;
+}
+
+void GenerationStream::emit(size_t i, ChoiceDelta& d, std::string& out, json prompt_logprobs) {
+  ChoiceRunner& r = *runners_[i];
+  if (!d.text.empty() || !d.tokens.empty() || !prompt_logprobs.is_null()) {
     json c = {{"index", i}};
+    if (!prompt_logprobs.is_null()) c["prompt_logprobs"] = std::move(prompt_logprobs);
     if (chat_) {
       c["delta"] = {{"content", d.text}};
     } else {
@@ -203,7 +239,12 @@ void GenerationStream::poll_streamed(http::StreamOutput& out) {
     ChoiceDelta d = std::move(whole_[i]);  // what arrived before the status line, if anything
     whole_[i] = ChoiceDelta{};
     runners_[i]->poll(d);
-    emit(i, d, out.data);
+    json prompt_logprobs;
+    if (echo_pending_[i] && !echo_first(i, d, prompt_logprobs)) {
+      whole_[i] = std::move(d);  // the prompt goes first (vLLM: in the first chunk)
+      continue;
+    }
+    emit(i, d, out.data, std::move(prompt_logprobs));
   }
   for (bool e : ended_) {
     if (!e) return;
@@ -238,7 +279,7 @@ void GenerationStream::poll_whole(http::StreamOutput& out) {
   if (!whole_started_ && !start_whole(out)) return;
   if (done_) return;  // the answer was an error
   write_part(out.data);
-  if (part_.choice < whole_.size()) {
+  if (part_.choice < order_.size()) {
     out.more = true;
     return;
   }
@@ -277,9 +318,10 @@ bool GenerationStream::start_whole(http::StreamOutput& out) {
     return true;
   }
   for (const auto& r : runners_) {
-    completion_tokens_ += r->num_tokens();
+    completion_tokens_ += r->num_tokens();  // every best_of candidate counts
     finish_reasons_.push_back(r->finish_reason());
   }
+  prepare_whole();
   release_runners();
   out.status = 200;
   out.chunked = true;  // its length is known only once the last part is made
@@ -292,18 +334,55 @@ bool GenerationStream::start_whole(http::StreamOutput& out) {
   return true;
 }
 
+void GenerationStream::prepare_whole() {
+  const size_t num_runners = runners_.size();
+  prompt_lp_.assign(num_runners, json());
+  for (size_t r = 0; r < num_runners && !prompts_.empty(); ++r) {
+    const EchoPrompt& p = prompt_of(r);
+    const std::vector<TokenInfo> sent = runners_[r]->take_prompt_logprobs();
+    if (params_.prompt_logprobs >= 0) {
+      prompt_lp_[r] = vllm_prompt_logprobs(st_.tokenizer(), sent, params_.prompt_logprobs);
+    }
+    if (!params_.echo) continue;
+    whole_[r].text = p.text + whole_[r].text;
+    if (params_.logprobs < 0) continue;
+    std::vector<TokenInfo> t = echo_tokens(p, sent, params_.logprobs);
+    t.insert(t.end(), std::make_move_iterator(whole_[r].tokens.begin()),
+             std::make_move_iterator(whole_[r].tokens.end()));
+    whole_[r].tokens = std::move(t);
+  }
+  // best_of: per prompt, the n candidates with the highest cumulative logprob, best first
+  // (ties: the earlier candidate).
+  const size_t cand = chat_ ? 1 : (size_t)num_candidates(params_);
+  const size_t keep = params_.best_of > 0 ? (size_t)params_.n : cand;
+  for (size_t k = 0; k * cand < num_runners; ++k) {
+    std::vector<size_t> group;
+    for (size_t r = k * cand; r < (k + 1) * cand && r < num_runners; ++r) group.push_back(r);
+    if (params_.best_of > 0) {
+      std::stable_sort(group.begin(), group.end(), [&](size_t a, size_t b) {
+        return runners_[a]->cumulative_logprob() > runners_[b]->cumulative_logprob();
+      });
+    }
+    group.resize(std::min(group.size(), keep));
+    order_.insert(order_.end(), group.begin(), group.end());
+  }
+}
+
 // One part of the choices array: a choice's opening, or up to kTokensPerPart tokens of one of
 // its logprobs columns (and that column's or choice's closing).
 void GenerationStream::write_part(std::string& out) {
   const size_t i = part_.choice;
-  ChoiceDelta& d = whole_[i];
+  const size_t r = order_[i];
+  ChoiceDelta& d = whole_[r];
   auto next_choice = [&] {
-    whole_[i] = ChoiceDelta{};  // written: its memory goes now
+    whole_[r] = ChoiceDelta{};  // written: its memory goes now
+    prompt_lp_[r] = json();
     part_ = WholePart{.choice = i + 1};
   };
   if (part_.column < 0) {
     if (i > 0) out += ',';
-    json c = {{"index", i}, {"finish_reason", finish_reasons_[i]}};
+    json c = {{"index", i}, {"finish_reason", finish_reasons_[r]}};
+    if (params_.prompt_logprobs >= 0) c["prompt_logprobs"] = std::move(prompt_lp_[r]);
     if (chat_) {
       c["message"] = {{"role", "assistant"}, {"content", d.text}};
     } else {

@@ -9,9 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "http/byte_budget.h"
 #include "http/http_message.h"
 #include "server/choice_runner.h"
 #include "server/openai_request.h"
+#include "server/prompt_echo.h"
 
 namespace kvw::server {
 
@@ -42,11 +44,16 @@ class LogprobBuilder {
 // of kTokensPerPart tokens' logprobs, each made when the client has taken the last (pull), so
 // n choices x thousands of tokens with logprobs never sit whole in memory as JSON.
 // Destroying it (client gone, too slow, server stop) cancels the unfinished choices.
+// Completions: runners are prompt-major, num_candidates(params) per prompt; with best_of the n
+// with the highest cumulative logprob are the choices (usage counts every candidate). With
+// echo / prompt_logprobs, `prompts` has one entry per prompt; their logprobs are part of the
+// request memory hold() keeps.
 class GenerationStream final : public http::ResponseStream {
  public:
   GenerationStream(ServerState& st, bool chat, const GenParams& params, std::string id,
                    int64_t created, int64_t prompt_tokens,
-                   std::vector<std::unique_ptr<ChoiceRunner>> runners);
+                   std::vector<std::unique_ptr<ChoiceRunner>> runners,
+                   std::vector<EchoPrompt> prompts = {});
   ~GenerationStream() override;
   GenerationStream(const GenerationStream&) = delete;
   GenerationStream& operator=(const GenerationStream&) = delete;
@@ -65,7 +72,13 @@ class GenerationStream final : public http::ResponseStream {
   void write_part(std::string& out);
   void release_runners();
   void finish();
-  void emit(size_t i, ChoiceDelta& d, std::string& out);
+  void emit(size_t i, ChoiceDelta& d, std::string& out, nlohmann::json prompt_logprobs = nullptr);
+  // Streamed: puts choice i's prompt in front of its first delta once its prompt logprobs are
+  // all in; false while they are not (the delta waits).
+  bool echo_first(size_t i, ChoiceDelta& d, nlohmann::json& prompt_logprobs);
+  // Not streamed, every choice finished: the prompts in front, best_of's pick in order_.
+  void prepare_whole();
+  const EchoPrompt& prompt_of(size_t runner) const;
   void write_chunk(std::string& out, nlohmann::json choice);
   static void write_event(std::string& out, const std::string& payload);
   nlohmann::json envelope() const;
@@ -78,9 +91,13 @@ class GenerationStream final : public http::ResponseStream {
   const int64_t created_;
   const int64_t prompt_tokens_;
   std::vector<std::unique_ptr<ChoiceRunner>> runners_;
-  std::vector<ChoiceDelta> whole_;   // [choices]: not streamed, everything so far
-  std::vector<bool> ended_;          // [choices]: final chunk written
-  std::vector<size_t> text_offset_;  // [choices]: completions logprobs text_offset
+  const std::vector<EchoPrompt> prompts_;  // [prompts] with echo or prompt_logprobs, else empty
+  std::vector<bool> echo_pending_;         // [runners]: streamed, prompt not yet sent
+  std::vector<size_t> order_;              // [choices]: the runner each choice shows
+  std::vector<nlohmann::json> prompt_lp_;  // [runners]: prompt_logprobs, kept past runners
+  std::vector<ChoiceDelta> whole_;         // [choices]: not streamed, everything so far
+  std::vector<bool> ended_;                // [choices]: final chunk written
+  std::vector<size_t> text_offset_;        // [choices]: completions logprobs text_offset
   LogprobBuilder logprobs_;
   bool started_ = false;
   bool done_ = false;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "server/completion_options.h"
 #include "server/unsupported_fields.h"
 
 namespace kvw::server {
@@ -114,7 +115,8 @@ std::optional<ApiError> read_logit_bias(const json& body,
 }
 
 // Everything but the prompt/messages and the endpoint-specific logprobs fields.
-std::optional<ApiError> read_common(const json& body, GenParams& p) {
+// max_tokens may be 0 only where min_max_tokens says so (completions with echo).
+std::optional<ApiError> read_common(const json& body, GenParams& p, int64_t min_max_tokens = 1) {
   if (const json* m = field(body, "model")) {
     if (!m->is_string()) return invalid_param("model", "'model' must be a string");
     p.model = m->get<std::string>();
@@ -122,7 +124,7 @@ std::optional<ApiError> read_common(const json& body, GenParams& p) {
   std::optional<int64_t> i;
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
     i.reset();
-    if (auto e = read_int(body, key, 1, INT32_MAX, i)) return e;
+    if (auto e = read_int(body, key, min_max_tokens, INT32_MAX, i)) return e;
     if (i) p.max_tokens = (int32_t)*i;
   }
   if (auto e = read_number(body, "temperature", 0, 2, p.temperature)) return e;
@@ -281,10 +283,13 @@ ApiResult<std::vector<int32_t>> parse_token_ids(const json& v, const std::string
 ApiResult<CompletionRequest> parse_completion_request(const json& body) {
   CompletionRequest r;
   if (auto e = refuse_unsupported_fields(body, Endpoint::kCompletions)) return *e;
-  if (auto e = read_common(body, r.params)) return *e;
+  const json* echo = field(body, "echo");
+  const bool echoed = echo && echo->is_boolean() && echo->get<bool>();
+  if (auto e = read_common(body, r.params, echoed ? 0 : 1)) return *e;
   std::optional<int64_t> lp;
   if (auto e = read_int(body, "logprobs", 0, kMaxLogprobs, lp)) return *e;
   if (lp) r.params.logprobs = (int32_t)*lp;
+  if (auto e = read_completion_options(body, r.params)) return *e;
   const json* p = field(body, "prompt");
   if (!p) return invalid_param("prompt", "'prompt' is required");
   auto bad = [] {

@@ -39,6 +39,13 @@ struct GenParams {
   bool ignore_eos = false;  // vLLM extension
   std::vector<std::pair<int32_t, float>> logit_bias = {};  // {"token id": bias in [-100, 100]}
   GenConstraint constraint = {};  // structured output (server/structured_output.h); none = off
+  // Completions only (server/completion_options.h): the prompt starts the text (with logprobs:
+  // its tokens' logprobs too, the first null); vLLM's prompt_logprobs (top k per prompt token);
+  // best_of candidates per prompt of which the n with the highest cumulative logprob are
+  // returned (0: n).
+  bool echo = false;
+  int32_t prompt_logprobs = -1;
+  int32_t best_of = 0;
 };
 
 // One completions prompt: text, or token ids when the client sent ids.

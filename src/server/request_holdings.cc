@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "server/completion_options.h"
 #include "server/server_state.h"
 
 namespace kvw::server {
@@ -29,8 +30,8 @@ Holdings request_holdings(const GenParams& p, std::span<const PromptShape> promp
     max_stop = std::max<uint64_t>(max_stop, s.size());
   }
   const uint64_t bias_bytes = p.logit_bias.size() * sizeof(p.logit_bias[0]);
-  h.shared += bias_bytes;  // the request's own copy (GenParams)
-  const auto n = (uint64_t)p.n;
+  h.shared += bias_bytes;                      // the request's own copy (GenParams)
+  const auto n = (uint64_t)num_candidates(p);  // best_of: every candidate is held
   const auto tok_bytes = (uint64_t)std::max<int64_t>(1, lim.max_token_bytes);
   uint64_t largest_part = 0;
   for (const PromptShape& ps : prompts) {
@@ -69,8 +70,8 @@ uint64_t num_logprob_records(const GenParams& p, std::span<const PromptShape> pr
   if (p.logprobs < 0) return 0;
   uint64_t records = 0;
   for (const PromptShape& ps : prompts) {
-    records +=
-        (uint64_t)p.n * (uint64_t)std::max<int64_t>(0, ps.max_tokens) * (1 + (uint64_t)p.logprobs);
+    records += (uint64_t)num_candidates(p) * (uint64_t)std::max<int64_t>(0, ps.max_tokens) *
+               (1 + (uint64_t)p.logprobs);
   }
   return records;
 }

@@ -35,23 +35,19 @@ std::optional<ApiError> refuse_unsupported_fields(const json& body, Endpoint end
   if (set("function_call")) return refusal("function_call", "tool calling is not implemented");
   // Other output-changing extensions of vLLM / llama-server.
   for (const char* key :
-       {"min_tokens", "repetition_penalty", "stop_token_ids", "prompt_logprobs",
-        "truncate_prompt_tokens", "bad_words", "allowed_token_ids", "n_probs", "mirostat",
-        "typical_p", "dry_multiplier", "xtc_probability", "audio", "reasoning_effort"}) {
+       {"min_tokens", "repetition_penalty", "stop_token_ids", "truncate_prompt_tokens", "bad_words",
+        "allowed_token_ids", "n_probs", "mirostat", "typical_p", "dry_multiplier",
+        "xtc_probability", "audio", "reasoning_effort"}) {
     if (set(key)) return refusal(key, "this sampling or output option is not implemented");
   }
-  if (endpoint == Endpoint::kCompletions) {
-    if (set("echo")) return refusal("echo", "the prompt is not echoed");
-    if (const json* b = set("best_of")) {
-      // best_of == n (or 1 with n 1) is plain sampling; more candidates are not implemented.
-      const json* n = set("n");
-      const int64_t want = n && n->is_number_integer() ? n->get<int64_t>() : 1;
-      if (!b->is_number_integer() || b->get<int64_t>() != want) {
-        return refusal("best_of", "best_of must equal n");
-      }
+  // echo, best_of and prompt_logprobs are completions fields (server/completion_options.cc).
+  if (endpoint == Endpoint::kChat) {
+    for (const char* key : {"echo", "best_of", "prompt_logprobs"}) {
+      if (set(key)) return refusal(key, "it is supported on /v1/completions only");
     }
-    if (set("suffix"))
-      return refusal("suffix", "insertion (fill-in-the-middle) is not implemented");
+  }
+  if (endpoint == Endpoint::kCompletions && set("suffix")) {
+    return refusal("suffix", "insertion (fill-in-the-middle) is not implemented");  // as vLLM
   }
   return std::nullopt;
 }

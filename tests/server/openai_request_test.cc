@@ -201,18 +201,28 @@ TEST(OpenAiRequest, UnimplementedOutputChangingFieldsAreRefusedByName) {
   EXPECT_EQ(chat_param({{"tools", json::array()}}), "ok");
   EXPECT_EQ(chat_param({{"functions", tools}}), "functions");
   EXPECT_EQ(completion_param({{"grammar", "root ::= \"a\""}}), "ok");
-  EXPECT_EQ(completion_param({{"echo", true}}), "echo");
+  // echo, best_of, prompt_logprobs are implemented (server/completion_options.h).
+  EXPECT_EQ(completion_param({{"echo", true}}), "ok");
   EXPECT_EQ(completion_param({{"echo", false}}), "ok");
-  EXPECT_EQ(completion_param({{"best_of", 3}}), "best_of");
+  EXPECT_EQ(completion_param({{"best_of", 3}}), "ok");
+  EXPECT_EQ(completion_param({{"best_of", 2}, {"n", 3}}), "best_of");
+  EXPECT_EQ(completion_param({{"best_of", 3}, {"stream", true}}), "best_of");
   EXPECT_EQ(completion_param({{"best_of", 2}, {"n", 2}}), "ok");
   EXPECT_EQ(completion_param({{"best_of", 1}}), "ok");
+  EXPECT_EQ(completion_param({{"prompt_logprobs", 2}}), "ok");
+  EXPECT_EQ(completion_param({{"prompt_logprobs", 21}}), "prompt_logprobs");
+  EXPECT_EQ(completion_param({{"max_tokens", 0}}), "max_tokens");
+  EXPECT_EQ(completion_param({{"max_tokens", 0}, {"echo", true}}), "ok");
+  EXPECT_EQ(chat_param({{"echo", true}}), "echo");
+  EXPECT_EQ(chat_param({{"prompt_logprobs", 1}}), "prompt_logprobs");
+  EXPECT_EQ(chat_param({{"max_tokens", 0}}), "max_tokens");
   EXPECT_EQ(completion_param({{"suffix", "end"}}), "suffix");
   EXPECT_EQ(completion_param({{"suffix", ""}}), "ok");
   EXPECT_EQ(completion_param({{"min_tokens", 5}}), "min_tokens");
   EXPECT_EQ(completion_param({{"repetition_penalty", 1.1}}), "repetition_penalty");
   // Fields that do not change the output are accepted.
   EXPECT_EQ(chat_param({{"user", "u1"}, {"metadata", {{"k", "v"}}}, {"store", false}}), "ok");
-  auto msg = parse_completion_request(json{{"prompt", "x"}, {"echo", true}});
+  auto msg = parse_completion_request(json{{"prompt", "x"}, {"min_tokens", 2}});
   ASSERT_TRUE(std::holds_alternative<ApiError>(msg));
   EXPECT_EQ(std::get<ApiError>(msg).status, 400);
   EXPECT_NE(std::get<ApiError>(msg).message.find("not supported"), std::string::npos);
