@@ -37,7 +37,7 @@ struct HoldingLimits {
 inline constexpr uint64_t kChoiceFixedBytes = 2048;
 // One logprob record held for a non-streamed answer (server/choice_runner.h TokenInfo) and each
 // top alternative in it, heap chunk overhead included.
-inline constexpr uint64_t kTokenRecordBytes = 48;
+inline constexpr uint64_t kTokenRecordBytes = 56;
 inline constexpr uint64_t kTopLogprobBytes = 8;
 
 struct Holdings {

@@ -229,18 +229,22 @@ TEST(BestOf, RefusalsNameTheParameter) {
 
 TEST(Echo, PromptLogprobsAreChargedToRequestMemory) {
   ServerConfig scfg;
-  scfg.http.request_memory_bytes = 128u << 10;
+  // The request's holdings without echo are ~185 KB here (a non-streamed answer with logprobs
+  // sets aside two parts of kTokensPerPart records: request_holdings.h).
+  scfg.http.request_memory_bytes = 256u << 10;
   scfg.http.reserve_fixed_bytes = 16u << 10;
   scfg.http.max_body_bytes = 16u << 10;  // reservation(max body) must fit the budget
   Harness h(scfg);
   const int32_t V = h.engine->limits().n_vocab;
   const std::vector<int32_t> ids = prompt_ids(400, V);
-  // 400 tokens x 20 alternatives, kept twice: ~160 KB, more than the whole budget.
+  // 400 tokens x 20 alternatives, kept twice: ~160 KB, with the holdings more than the budget.
   expect_error(h.post("/v1/completions",
                       {{"prompt", ids}, {"echo", true}, {"logprobs", 20}, {"max_tokens", 1}}),
                400, "invalid_value", "echo");
-  expect_error(h.post("/v1/completions", {{"prompt", ids}, {"prompt_logprobs", 20}}), 400,
-               "invalid_value", "prompt_logprobs");
+  expect_error(
+      h.post("/v1/completions",
+             {{"prompt", ids}, {"prompt_logprobs", 20}, {"logprobs", 5}, {"max_tokens", 1}}),
+      400, "invalid_value", "prompt_logprobs");
   // One alternative each fits: the lease grows past its body's reservation.
   json r = h.post_ok("/v1/completions",
                      {{"prompt", ids}, {"echo", true}, {"logprobs", 1}, {"max_tokens", 1}});
