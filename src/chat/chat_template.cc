@@ -24,6 +24,7 @@
 
 #include "chat/jinja_ast.h"
 #include "chat/jinja_eval.h"
+#include "chat/json_value.h"
 
 namespace kvw {
 
@@ -52,6 +53,11 @@ Result<std::string> ChatTemplate::render(std::span<const ChatMessage> messages,
   for (const ChatMessage& m : messages) {
     jinja::ValueDict d;
     d.items = {{"role", Value::string(m.role)}, {"content", Value::string(m.content)}};
+    // Absent fields stay undefined, so `message.tool_calls is defined` tests work as in HF.
+    if (!m.tool_calls.is_null()) d.items.emplace_back("tool_calls", value_from_json(m.tool_calls));
+    if (!m.tool_call_id.empty())
+      d.items.emplace_back("tool_call_id", Value::string(m.tool_call_id));
+    if (!m.name.empty()) d.items.emplace_back("name", Value::string(m.name));
     list.push_back(Value::dict(std::move(d)));
   }
   jinja::ValueDict globals;
@@ -59,6 +65,8 @@ Result<std::string> ChatTemplate::render(std::span<const ChatMessage> messages,
                    {"add_generation_prompt", Value::boolean(options.add_generation_prompt)},
                    {"bos_token", Value::string(options.bos_token)},
                    {"eos_token", Value::string(options.eos_token)}};
+  if (options.tools != nullptr)
+    globals.items.emplace_back("tools", value_from_json(*options.tools));
   return jinja::render_template(program_->nodes, globals);
 }
 

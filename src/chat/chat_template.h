@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <string_view>
@@ -15,14 +16,21 @@
 namespace kvw {
 
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant" (templates may reject other roles)
+  std::string role;  // "system", "user", "assistant", "tool" (templates may reject some)
   std::string content;
+  // Assistant turns that called tools: OpenAI's tool_calls list, each function.arguments an
+  // object when it parses (as vLLM and llama-server hand them to templates); null otherwise.
+  nlohmann::ordered_json tool_calls = nullptr;
+  std::string tool_call_id;  // "tool" turns: the call answered
+  std::string name;          // optional speaker / function name
 };
 
 struct ChatRenderOptions {
   bool add_generation_prompt = true;  // end with the assistant turn's opening
   std::string bos_token;              // the vocab's BOS/EOS text, as the templates expect
   std::string eos_token;
+  // OpenAI `tools` list passed to the template as `tools`; null: the variable is undefined.
+  const nlohmann::ordered_json* tools = nullptr;
 };
 
 class ChatTemplate {
