@@ -4,10 +4,10 @@ namespace kvw::server {
 
 ChoiceRunner::ChoiceRunner(ServerState& st, std::shared_ptr<TokenChannel> channel,
                            const std::vector<std::string>& stops, int32_t logprobs, bool ignore_eos,
-                           uint64_t arrival_ns, uint32_t num_prompt_tokens)
+                           uint64_t arrival_ns, uint32_t num_prompt_tokens, bool render_special)
     : st_(st),
       channel_(std::move(channel)),
-      decoder_(st.tokenizer(), /*render_special=*/false, StreamDecoder::Start::kContinuation),
+      decoder_(st.tokenizer(), render_special, StreamDecoder::Start::kContinuation),
       stop_(stops),
       logprobs_(logprobs),
       ignore_eos_(ignore_eos) {

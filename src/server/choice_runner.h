@@ -34,10 +34,11 @@ struct ChoiceDelta {
 
 class ChoiceRunner {
  public:
-  // `arrival_ns`: when the HTTP request arrived (steady_now_ns()).
+  // `arrival_ns`: when the HTTP request arrived (steady_now_ns()). `render_special`: special
+  // tokens (other than end-of-generation) appear in the text.
   ChoiceRunner(ServerState& st, std::shared_ptr<TokenChannel> channel,
                const std::vector<std::string>& stops, int32_t logprobs, bool ignore_eos,
-               uint64_t arrival_ns, uint32_t num_prompt_tokens);
+               uint64_t arrival_ns, uint32_t num_prompt_tokens, bool render_special = false);
   ~ChoiceRunner();
   ChoiceRunner(const ChoiceRunner&) = delete;
   ChoiceRunner& operator=(const ChoiceRunner&) = delete;

@@ -12,6 +12,7 @@
 #include "http/http_message.h"
 #include "server/choice_runner.h"
 #include "server/openai_request.h"
+#include "tools/tool_stream.h"
 
 namespace kvw::server {
 
@@ -62,6 +63,10 @@ class GenerationStream final : public http::ResponseStream {
   void release_runners();
   void finish();
   void emit(size_t i, ChoiceDelta& d, std::string& out);
+  // With tools: content held back while it may start a call; at the end the calls as
+  // delta.tool_calls chunks. Returns the finish_reason ("tool_calls" when there were calls).
+  std::string emit_tool_end(size_t i, const std::string& finish_reason, std::string& out);
+  nlohmann::json chat_message(const std::string& text, std::string& finish_reason) const;
   void write_chunk(std::string& out, nlohmann::json choice);
   static void write_event(std::string& out, const std::string& payload);
   nlohmann::json envelope() const;
@@ -76,6 +81,7 @@ class GenerationStream final : public http::ResponseStream {
   std::vector<ChoiceDelta> whole_;   // [choices]: not streamed, everything so far
   std::vector<bool> ended_;          // [choices]: final chunk written
   std::vector<size_t> text_offset_;  // [choices]: completions logprobs text_offset
+  std::vector<tools::ToolStreamFilter> tool_filters_;  // [choices] when streamed with tools
   LogprobBuilder logprobs_;
   bool started_ = false;
   bool done_ = false;

@@ -14,6 +14,7 @@
 #include "chat/chat_template.h"
 #include "engine/gen_sampling.h"
 #include "server/api_error.h"
+#include "tools/tool_call.h"
 
 namespace kvw::server {
 
@@ -39,6 +40,9 @@ struct GenParams {
   bool ignore_eos = false;  // vLLM extension
   std::vector<std::pair<int32_t, float>> logit_bias = {};  // {"token id": bias in [-100, 100]}
   GenConstraint constraint = {};  // structured output (server/structured_output.h); none = off
+  // Tool calling (server/tool_calling.h): the output is parsed for calls in this format.
+  std::optional<tools::ToolCallFormat> tool_format = std::nullopt;
+  bool parallel_tool_calls = true;
 };
 
 // One completions prompt: text, or token ids when the client sent ids.
