@@ -74,7 +74,24 @@ std::optional<ApiError> apply_tools(const ServerState& st, const ToolRequest& tr
 Result<ChatPrompt> build_tool_prompt(const ServerState& st, std::span<const ChatMessage> messages,
                                      const ToolRequest& tr, bool with_turn_starts) {
   const nlohmann::ordered_json* offered = tr.active() ? &tr.tools : nullptr;
-  if (st.prompter->supports_tools()) return st.prompter->build(messages, with_turn_starts, offered);
+  if (st.prompter->supports_tools()) {
+    auto p = st.prompter->build(messages, with_turn_starts, offered);
+    if (p.ok()) return p;
+    // Some templates concatenate the arguments as text ('...' + arguments): retry with the
+    // client's JSON strings (llama.cpp probes templates for the same reason).
+    std::vector<ChatMessage> as_text(messages.begin(), messages.end());
+    bool changed = false;
+    for (ChatMessage& m : as_text) {
+      if (!m.tool_calls.is_array()) continue;
+      for (auto& c : m.tool_calls) {
+        auto& args = c["function"]["arguments"];
+        if (args.is_string()) continue;
+        args = args.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+        changed = true;
+      }
+    }
+    return changed ? st.prompter->build(as_text, with_turn_starts, offered) : p;
+  }
   bool history = false;  // tool turns the template cannot render as they are
   for (const ChatMessage& m : messages)
     history = history || m.role == "tool" || !m.tool_calls.is_null();

@@ -156,7 +156,14 @@ std::variant<ToolRequest, ApiError> parse_tool_request(const json& body, std::st
     r.parallel = it->get<bool>();
   }
   if (!any) return r;
-  const ordered doc = ordered::parse(raw, nullptr, /*allow_exceptions=*/false);
+  // Only the tool fields are kept from this second, ordered parse, so it costs at most what
+  // they already cost in the request's first (budgeted) parse.
+  auto keep_tool_fields = [](int depth, ordered::parse_event_t event, ordered& parsed) {
+    if (depth != 1 || event != ordered::parse_event_t::key) return true;
+    const std::string& k = parsed.get_ref<const std::string&>();
+    return k == "tools" || k == "functions" || k == "tool_choice" || k == "function_call";
+  };
+  const ordered doc = ordered::parse(raw, keep_tool_fields, /*allow_exceptions=*/false);
   if (!doc.is_object()) return bad("tools", "could not be read");  // parse_body accepted it
   if (auto e = read_tools(doc, r)) return *e;
   if (auto e = read_choice(doc, r)) return *e;
