@@ -131,6 +131,9 @@ Result<std::unique_ptr<Server>> Server::create(const ServerConfig& cfg, Engine& 
   auto format = choose_tool_format(c.tool_call_parser, *st.prompter, engine.tokenizer());
   if (!format.ok()) return format.error();
   st.tool_format = *format;
+  LOG(INFO, server) << "tool calls: " << tools::format_name(st.tool_format) << " format"
+                    << (c.tool_call_parser.empty() ? " (detected)" : " (--tool-call-parser)")
+                    << (st.prompter->supports_tools() ? "" : ", generic tool prompt");
   s->install_routes();
   return s;
 }

@@ -3,6 +3,10 @@
 // "required" / a named function at work, and the parser reading it back; bad shapes are 400s
 // naming the parameter. The long model: the tool prompt alone is ~800 tokens of its small
 // vocabulary, more than the small model's context.
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
 #include "harness.h"
 
 namespace kvw::server {
@@ -211,6 +215,31 @@ TEST(ServerToolCalling, BadShapesAreRefusedNamingTheParameter) {
   json calls_on_user =
       json::array({{{"role", "user"}, {"content", "x"}, {"tool_calls", json::array()}}});
   refuse({{"messages", calls_on_user}}, "messages[0].tool_calls");
+}
+
+// Qwen2.5's published template: the tools go through the model's own template (not the
+// generic prompt) and the format is detected from it.
+TEST(ServerToolCalling, ToolAwareTemplateRendersToolsAndItsFormatIsDetected) {
+  // ctest sets KVW_TEST_MODELS to tests/models; the templates are beside it.
+  const char* models = std::getenv("KVW_TEST_MODELS");
+  ASSERT_NE(models, nullptr) << "run under ctest, or set KVW_TEST_MODELS=<repo>/tests/models";
+  std::ifstream in(std::string(models) + "/../chat/templates/qwen2.5-instruct.jinja");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  ServerConfig cfg;
+  cfg.chat_template = ss.str();
+  ASSERT_FALSE(cfg.chat_template.empty());
+  Harness h(cfg, harness::long_model());
+  json plain = h.post_ok("/v1/chat/completions", {{"messages", kUser}, {"max_tokens", 2}});
+  json offered = h.post_ok("/v1/chat/completions",
+                           {{"messages", kUser}, {"max_tokens", 2}, {"tools", weather_tools()}});
+  EXPECT_GT(offered["usage"]["prompt_tokens"].get<int64_t>(),
+            plain["usage"]["prompt_tokens"].get<int64_t>() + 50);
+  auto choices = called(h, {{"tool_choice", "required"}}, 4);
+  ASSERT_FALSE(choices.empty());
+  for (const json& c : choices) {
+    for (const json& call : c["message"]["tool_calls"]) expect_valid_call(call);
+  }
 }
 
 TEST(ServerToolCalling, ParserFlagPicksTheFamilyFormat) {
