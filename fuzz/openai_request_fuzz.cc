@@ -1,6 +1,7 @@
 // fuzz/openai_request_fuzz.cc: the OpenAI request parser on arbitrary bodies: parse_body (with a
 // request-memory budget, as the server calls it), then the completion and chat readers. Every
 // body is either a request or an ApiError with a 4xx status; never a crash or an exception.
+// The tool fields (tools, tool_choice, functions, ...) are read too.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include <variant>
 
 #include "server/openai_request.h"
+#include "server/tool_request.h"
 
 using kvw::server::ApiError;
 
@@ -25,6 +27,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   auto chat = kvw::server::parse_chat_request(j);
   if (auto* e = std::get_if<ApiError>(&chat); e && (e->status < 400 || e->status >= 500)) {
+    std::abort();
+  }
+  auto tools = kvw::server::parse_tool_request(j, body);
+  if (auto* e = std::get_if<ApiError>(&tools); e && (e->status < 400 || e->status >= 500)) {
     std::abort();
   }
   return 0;

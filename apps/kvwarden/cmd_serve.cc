@@ -352,6 +352,11 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--chat-template", f->chat_template_file,
                   "Jinja chat template file (overrides the GGUF's tokenizer.chat_template; "
                   "without either, chat uses a built-in ChatML template)");
+  cmd->add_option("--tool-call-parser", s.tool_call_parser,
+                  "How the model writes tool calls: hermes (Hermes, Qwen2.5/3), llama3_json "
+                  "(Llama 3.x), mistral, deepseek_v3, openai (GPT-OSS harmony). Default: detected "
+                  "from the chat template and vocabulary; a template without tool support gets a "
+                  "generic tool prompt in the hermes format");
   // Transport (src/http): event-driven; no connection or stream holds a thread.
   cmd->add_option("--io-threads", h.io_threads,
                   "I/O threads: every connection, stream, probe and /metrics scrape runs on these")

@@ -26,6 +26,7 @@
 
 #include "chat/jinja_ast.h"
 #include "chat/jinja_eval.h"
+#include "chat/json_value.h"
 
 namespace kvw {
 
@@ -54,6 +55,11 @@ Result<std::string> ChatTemplate::render(std::span<const ChatMessage> messages,
   for (const ChatMessage& m : messages) {
     jinja::ValueDict d;
     d.items = {{"role", Value::string(m.role)}, {"content", Value::string(m.content)}};
+    // Absent fields stay undefined, so `message.tool_calls is defined` tests work as in HF.
+    if (!m.tool_calls.is_null()) d.items.emplace_back("tool_calls", value_from_json(m.tool_calls));
+    if (!m.tool_call_id.empty())
+      d.items.emplace_back("tool_call_id", Value::string(m.tool_call_id));
+    if (!m.name.empty()) d.items.emplace_back("name", Value::string(m.name));
     list.push_back(Value::dict(std::move(d)));
   }
   jinja::ValueDict globals;
@@ -64,6 +70,8 @@ Result<std::string> ChatTemplate::render(std::span<const ChatMessage> messages,
       {"eos_token", Value::string(options.eos_token)},
       {jinja::kNowGlobal,
        Value::integer(options.now_unix >= 0 ? options.now_unix : (int64_t)std::time(nullptr))}};
+  if (options.tools != nullptr)
+    globals.items.emplace_back("tools", value_from_json(*options.tools));
   return jinja::render_template(program_->nodes, globals);
 }
 

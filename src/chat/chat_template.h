@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <string_view>
@@ -16,8 +17,13 @@
 namespace kvw {
 
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant" (templates may reject other roles)
+  std::string role;  // "system", "user", "assistant", "tool" (templates may reject some)
   std::string content;
+  // Assistant turns that called tools: OpenAI's tool_calls list, each function.arguments an
+  // object when it parses (as vLLM and llama-server hand them to templates); null otherwise.
+  nlohmann::ordered_json tool_calls = nullptr;
+  std::string tool_call_id;  // "tool" turns: the call answered
+  std::string name;          // optional speaker / function name
 };
 
 struct ChatRenderOptions {
@@ -27,6 +33,8 @@ struct ChatRenderOptions {
   // The time strftime_now(format) formats, in UTC (seconds since the epoch); -1: the time of the
   // render. gpt-oss's template writes "Current date: " from it on every prompt.
   int64_t now_unix = -1;
+  // OpenAI `tools` list passed to the template as `tools`; null: the variable is undefined.
+  const nlohmann::ordered_json* tools = nullptr;
 };
 
 class ChatTemplate {

@@ -28,13 +28,13 @@ const std::set<std::string, std::less<>> kHandled = {
 
 class Translator {
  public:
-  explicit Translator(const Json& root) : root_(root) {}
+  Translator(const Json& root, const GbnfNaming& naming) : root_(root), naming_(naming) {}
 
   std::string run() {
     const std::string top = rule_for(root_, "#", "root_value", 0);
-    std::string out = "root ::= " + top + "\n";
+    std::string out = naming_.root + " ::= " + top + "\n";
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
-    out += json_common_gbnf();
+    if (naming_.with_common_rules) out += json_common_gbnf();
     return out;
   }
 
@@ -50,7 +50,7 @@ class Translator {
         name += '-';
       if (name.size() > 24) break;
     }
-    return "s" + std::to_string(counter_++) + (name.empty() ? "" : "-" + name);
+    return naming_.rule_prefix + std::to_string(counter_++) + (name.empty() ? "" : "-" + name);
   }
 
   std::string add_rule(std::string_view hint, std::string body) {
@@ -266,6 +266,7 @@ class Translator {
   }
 
   const Json& root_;
+  const GbnfNaming naming_;
   std::vector<std::pair<std::string, std::string>> rules_;
   std::map<std::string, std::string> refs_;
   int counter_ = 0;
@@ -273,9 +274,10 @@ class Translator {
 
 }  // namespace
 
-Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema) {
+Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema,
+                                        const GbnfNaming& naming) {
   try {
-    return Translator(schema).run();
+    return Translator(schema, naming).run();
   } catch (const SchemaError& e) {
     return Error{e.message};
   }

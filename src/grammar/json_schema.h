@@ -26,7 +26,16 @@ inline constexpr int kMaxSchemaDepth = 64;  // nesting of sub-schemas (bounds th
 
 // The schema must be an ordered_json so properties keep the client's order (parse the request
 // body with nlohmann::ordered_json, or pass the schema's text).
-Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema);
+// How the emitted rules are named, so several schemas can share one grammar (tool calling
+// puts each function's arguments in one GBNF): the schema's rule, the prefix of its helper
+// rules, and whether the shared JSON rules (json_common_gbnf) are appended.
+struct GbnfNaming {
+  std::string root = "root";
+  std::string rule_prefix = "s";
+  bool with_common_rules = true;
+};
+Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema,
+                                        const GbnfNaming& naming = {});
 
 // Compiled grammars; max_bytes bounds the compiled form (see parse_gbnf).
 Result<std::shared_ptr<const Grammar>> compile_json_schema(const nlohmann::ordered_json& schema,

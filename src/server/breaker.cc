@@ -6,7 +6,6 @@
 
 namespace kvw::server {
 
-
 void Breaker::set_state_locked(BreakerState s) {
   if (s == snap_.state) return;
   if (s == BreakerState::kShedding) ++snap_.num_shed_entries;

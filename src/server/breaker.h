@@ -26,7 +26,6 @@ struct BreakerConfig {
   double recover_hold_s = 30;          // below both lower thresholds this long -> ok
 };
 
-
 struct BreakerSnapshot {
   BreakerState state = BreakerState::kOk;
   double kv_usage = 0;       // last observed, [0, 1]

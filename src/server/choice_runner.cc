@@ -5,14 +5,14 @@ namespace kvw::server {
 ChoiceRunner::ChoiceRunner(ServerState& st, std::shared_ptr<TokenChannel> channel,
                            std::shared_ptr<const std::vector<std::string>> stops, int32_t logprobs,
                            bool ignore_eos, uint64_t arrival_ns, uint32_t num_prompt_tokens,
-                           bool discard_output)
+                           ChoiceOutput output)
     : st_(st),
       channel_(std::move(channel)),
-      decoder_(st.tokenizer(), /*render_special=*/false, StreamDecoder::Start::kContinuation),
+      decoder_(st.tokenizer(), output.render_special, StreamDecoder::Start::kContinuation),
       stop_(std::move(stops)),
       logprobs_(logprobs),
       ignore_eos_(ignore_eos),
-      discard_output_(discard_output) {
+      discard_output_(output.discard) {
   timing_.arrival_ns = arrival_ns;
   timing_.num_prompt_tokens = num_prompt_tokens;
   st_.register_request(channel_->request_id());

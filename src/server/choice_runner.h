@@ -34,15 +34,22 @@ struct ChoiceDelta {
   bool finished = false;          // this poll saw the end
 };
 
+// How a choice's output is shown. `discard`: echo with max_tokens 0 (vLLM samples one token and
+// drops it): the token is not reported and the choice ends with "length". `render_special`:
+// special tokens (other than end-of-generation) appear in the text (tool-call markers).
+struct ChoiceOutput {
+  bool discard = false;
+  bool render_special = false;
+};
+
 class ChoiceRunner {
  public:
   // `arrival_ns`: when the HTTP request arrived (steady_now_ns()). `stops` is the request's one
-  // copy, shared by its choices. `discard_output`: echo with max_tokens 0 (vLLM samples one
-  // token and drops it): the output token is not reported and the choice ends with "length".
+  // copy, shared by its choices.
   ChoiceRunner(ServerState& st, std::shared_ptr<TokenChannel> channel,
                std::shared_ptr<const std::vector<std::string>> stops, int32_t logprobs,
                bool ignore_eos, uint64_t arrival_ns, uint32_t num_prompt_tokens,
-               bool discard_output = false);
+               ChoiceOutput output = {});
   ~ChoiceRunner();
   ChoiceRunner(const ChoiceRunner&) = delete;
   ChoiceRunner& operator=(const ChoiceRunner&) = delete;

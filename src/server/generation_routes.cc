@@ -15,6 +15,7 @@
 #include "server/request_holdings.h"
 #include "server/routes.h"
 #include "server/structured_output.h"
+#include "server/tool_calling.h"
 #include "tokenizer/utf8.h"
 
 namespace kvw::server {
@@ -244,9 +245,12 @@ std::variant<std::vector<std::unique_ptr<ChoiceRunner>>, ApiError> submit_all(
         return engine_refusal(st, ch.error());
       }
       ticket.hand_over(1);
+      // Tool calls are written with special tokens ([TOOL_CALLS], <|channel|>...): keep them.
       runners.push_back(std::make_unique<ChoiceRunner>(
           st, std::move(*ch), stops, p.logprobs, p.ignore_eos, arrival_ns,
-          (uint32_t)prompts[k].tokens.size(), /*discard_output=*/prompts[k].max_tokens == 0));
+          (uint32_t)prompts[k].tokens.size(),
+          ChoiceOutput{.discard = prompts[k].max_tokens == 0,
+                       .render_special = p.tool_format.has_value()}));
     }
   }
   return runners;
@@ -417,12 +421,18 @@ void handle_chat_completions(ServerState& st, HttpRequest& req, HttpResponse& re
     auto body = parse_body(req.body, dom_budget(req));
     if (auto* e = std::get_if<ApiError>(&body)) return send_error(st, res, *e);
     auto grammar = requested_grammar(std::get<json>(body), req.body, grammar_bytes(st));
+    auto tools = parse_tool_request(std::get<json>(body), req.body);
     std::string().swap(req.body);
     if (auto* e = std::get_if<ApiError>(&grammar)) return send_error(st, res, *e);
+    if (auto* e = std::get_if<ApiError>(&tools)) return send_error(st, res, *e);
     auto parsed = parse_chat_request(std::get<json>(body));
     body = json();  // the messages were copied out
     if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(st, res, *e);
     ChatRequest& cr = std::get<ChatRequest>(parsed);
+    const ToolRequest& tr = std::get<ToolRequest>(tools);
+    if (auto e = apply_tools(st, tr, std::get<0>(grammar), cr.params, grammar_bytes(st))) {
+      return send_error(st, res, *e);
+    }
     if (auto e = constrain(st, std::get<0>(grammar), cr.params)) return send_error(st, res, *e);
     if (auto e = check_generation_bounds(st, cr.params, 1)) return send_error(st, res, *e);
     if (auto e = bound_message_count(st, cr.messages)) return send_error(st, res, *e);
@@ -430,8 +440,9 @@ void handle_chat_completions(ServerState& st, HttpRequest& req, HttpResponse& re
     for (const ChatMessage& m : cr.messages) bytes += m.content.size();
     if (auto e = prompt_bytes_over_context(st, bytes, true)) return send_error(st, res, *e);
     trim_to_context(st, cr.messages);
-    auto prompt = st.prompter->build(
-        cr.messages, /*with_turn_starts=*/st.limits().overflow == OverflowPolicy::kSlidingWindow);
+    auto prompt = build_tool_prompt(
+        st, cr.messages, tr,
+        /*with_turn_starts=*/st.limits().overflow == OverflowPolicy::kSlidingWindow);
     if (!prompt.ok()) return send_error(st, res, invalid_param("messages", prompt.message()));
     if (prompt->tokens.empty())
       return send_error(st, res, invalid_param("messages", "empty prompt"));

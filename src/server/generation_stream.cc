@@ -4,7 +4,9 @@
 
 #include "server/completion_options.h"
 #include "server/routes.h"
+#include "server/tool_calling.h"
 #include "tokenizer/utf8.h"
+#include "tools/tool_parser.h"
 
 namespace kvw::server {
 
@@ -108,6 +110,9 @@ GenerationStream::GenerationStream(ServerState& st, bool chat, const GenParams& 
       text_offset_(runners_.size(), 0),
       logprobs_(st.tokenizer(), chat) {
   if (params_.stream) st_.counters.num_active_streams.fetch_add(1);
+  if (chat_ && params_.stream && params_.tool_format) {
+    tool_filters_.assign(runners_.size(), tools::ToolStreamFilter(*params_.tool_format));
+  }
 }
 
 GenerationStream::~GenerationStream() {
@@ -167,6 +172,7 @@ bool GenerationStream::echo_first(size_t i, ChoiceDelta& d, json& prompt_logprob
 
 void GenerationStream::emit(size_t i, ChoiceDelta& d, std::string& out, json prompt_logprobs) {
   ChoiceRunner& r = *runners_[i];
+  if (!tool_filters_.empty()) d.text = tool_filters_[i].push(d.text);
   if (!d.text.empty() || !d.tokens.empty() || !prompt_logprobs.is_null()) {
     json c = {{"index", i}};
     if (!prompt_logprobs.is_null()) c["prompt_logprobs"] = std::move(prompt_logprobs);
@@ -189,6 +195,8 @@ void GenerationStream::emit(size_t i, ChoiceDelta& d, std::string& out, json pro
     write_event(out, e.to_json());
     return;
   }
+  std::string reason = r.finish_reason();
+  if (!tool_filters_.empty()) reason = emit_tool_end(i, reason, out);
   json c = {{"index", i}};
   if (chat_) {
     c["delta"] = json::object();
@@ -196,8 +204,40 @@ void GenerationStream::emit(size_t i, ChoiceDelta& d, std::string& out, json pro
     c["text"] = "";
   }
   c["logprobs"] = nullptr;
-  c["finish_reason"] = r.finish_reason();
+  c["finish_reason"] = reason;
   write_chunk(out, std::move(c));
+}
+
+std::string GenerationStream::emit_tool_end(size_t i, const std::string& finish_reason,
+                                            std::string& out) {
+  tools::ParsedToolOutput end = tool_filters_[i].finish();
+  limit_calls(end.calls, params_.parallel_tool_calls);
+  auto chunk = [&](json delta) {
+    write_chunk(out, {{"index", i},
+                      {"delta", std::move(delta)},
+                      {"logprobs", nullptr},
+                      {"finish_reason", nullptr}});
+  };
+  if (!end.content.empty()) chunk({{"content", end.content}});
+  for (json& item : tool_call_deltas(end.calls)) {
+    chunk({{"tool_calls", json::array({std::move(item)})}});
+  }
+  // An output cut at max_tokens stays "length": its last call may be missing.
+  return end.calls.empty() || finish_reason == "length" ? finish_reason : "tool_calls";
+}
+
+// The chat answer's message; with tools, the calls parsed out of `text` (content null when the
+// answer is only calls) and finish_reason "tool_calls".
+json GenerationStream::chat_message(const std::string& text, std::string& finish_reason) const {
+  if (!params_.tool_format) return {{"role", "assistant"}, {"content", text}};
+  tools::ParsedToolOutput p = tools::parse_tool_calls(*params_.tool_format, text);
+  limit_calls(p.calls, params_.parallel_tool_calls);
+  if (p.calls.empty()) return {{"role", "assistant"}, {"content", text}};
+  if (finish_reason != "length") finish_reason = "tool_calls";  // cut short: maybe a call missing
+  json m = {{"role", "assistant"},
+            {"content", p.content.empty() ? json() : json(p.content)},
+            {"tool_calls", tool_calls_json(p.calls)}};
+  return m;
 }
 
 void GenerationStream::poll(http::StreamOutput& out) {
@@ -384,7 +424,8 @@ void GenerationStream::write_part(std::string& out) {
     json c = {{"index", i}, {"finish_reason", finish_reasons_[r]}};
     if (params_.prompt_logprobs >= 0) c["prompt_logprobs"] = std::move(prompt_lp_[r]);
     if (chat_) {
-      c["message"] = {{"role", "assistant"}, {"content", d.text}};
+      c["message"] = chat_message(d.text, finish_reasons_[i]);
+      c["finish_reason"] = finish_reasons_[i];
     } else {
       c["text"] = d.text;
     }

@@ -14,6 +14,7 @@
 #include "server/choice_runner.h"
 #include "server/openai_request.h"
 #include "server/prompt_echo.h"
+#include "tools/tool_stream.h"
 
 namespace kvw::server {
 
@@ -79,6 +80,10 @@ class GenerationStream final : public http::ResponseStream {
   // Not streamed, every choice finished: the prompts in front, best_of's pick in order_.
   void prepare_whole();
   const EchoPrompt& prompt_of(size_t runner) const;
+  // With tools: content held back while it may start a call; at the end the calls as
+  // delta.tool_calls chunks. Returns the finish_reason ("tool_calls" when there were calls).
+  std::string emit_tool_end(size_t i, const std::string& finish_reason, std::string& out);
+  nlohmann::json chat_message(const std::string& text, std::string& finish_reason) const;
   void write_chunk(std::string& out, nlohmann::json choice);
   static void write_event(std::string& out, const std::string& payload);
   nlohmann::json envelope() const;
@@ -98,6 +103,7 @@ class GenerationStream final : public http::ResponseStream {
   std::vector<ChoiceDelta> whole_;         // [choices]: not streamed, everything so far
   std::vector<bool> ended_;                // [choices]: final chunk written
   std::vector<size_t> text_offset_;        // [choices]: completions logprobs text_offset
+  std::vector<tools::ToolStreamFilter> tool_filters_;  // [choices] when streamed with tools
   LogprobBuilder logprobs_;
   bool started_ = false;
   bool done_ = false;

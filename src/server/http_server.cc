@@ -10,6 +10,7 @@
 #include "core/thread_name.h"
 #include "planner/engine_budget.h"
 #include "server/routes.h"
+#include "server/tool_calling.h"
 
 namespace kvw::server {
 
@@ -127,6 +128,12 @@ Result<std::unique_ptr<Server>> Server::create(const ServerConfig& cfg, Engine& 
   if (st.prompter->uses_fallback()) {
     LOG(INFO, server) << "no chat template in the model: chat uses the built-in ChatML template";
   }
+  auto format = choose_tool_format(c.tool_call_parser, *st.prompter, engine.tokenizer());
+  if (!format.ok()) return format.error();
+  st.tool_format = *format;
+  LOG(INFO, server) << "tool calls: " << tools::format_name(st.tool_format) << " format"
+                    << (c.tool_call_parser.empty() ? " (detected)" : " (--tool-call-parser)")
+                    << (st.prompter->supports_tools() ? "" : ", generic tool prompt");
   s->install_routes();
   return s;
 }

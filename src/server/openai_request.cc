@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "server/completion_options.h"
+#include "server/tool_request.h"
 #include "server/unsupported_fields.h"
 
 namespace kvw::server {
@@ -254,13 +255,15 @@ ApiResult<std::vector<ChatMessage>> parse_messages(const json& messages) {
     }
     std::string r = role->get<std::string>();
     if (r == "developer") r = "system";  // OpenAI's newer name for the system turn
-    if (r != "system" && r != "user" && r != "assistant") {
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool") {
       return invalid_param(param + ".role",
-                           "role '" + r + "' is not one of system, user, assistant");
+                           "role '" + r + "' is not one of system, user, assistant, tool");
     }
     auto content = read_content(m, r, param + ".content");
     if (auto* e = std::get_if<ApiError>(&content)) return *e;
-    out.push_back(ChatMessage{.role = std::move(r), .content = std::get<std::string>(content)});
+    ChatMessage msg{.role = std::move(r), .content = std::get<std::string>(content)};
+    if (auto e = read_message_tool_fields(m, param, msg)) return *e;
+    out.push_back(std::move(msg));
   }
   return out;
 }

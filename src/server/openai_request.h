@@ -14,6 +14,7 @@
 #include "chat/chat_template.h"
 #include "engine/gen_sampling.h"
 #include "server/api_error.h"
+#include "tools/tool_call.h"
 
 namespace kvw::server {
 
@@ -46,6 +47,9 @@ struct GenParams {
   bool echo = false;
   int32_t prompt_logprobs = -1;
   int32_t best_of = 0;
+  // Tool calling (server/tool_calling.h): the output is parsed for calls in this format.
+  std::optional<tools::ToolCallFormat> tool_format = std::nullopt;
+  bool parallel_tool_calls = true;
 };
 
 // One completions prompt: text, or token ids when the client sent ids.

@@ -24,6 +24,9 @@ struct ServerConfig {
   std::string chat_template;      // template text (--chat-template file contents or GGUF's)
   double drain_timeout_s = 30;    // --drain-timeout
   int breaker_tick_ms = 250;      // how often KV usage and p95 are fed to the breaker
+  // --tool-call-parser: a tools::format_from_name name, or empty to detect it from the chat
+  // template and the vocabulary (tools/tool_parser.h).
+  std::string tool_call_parser;
   AdmissionConfig admission;
   BreakerConfig breaker;
 

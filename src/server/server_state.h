@@ -19,6 +19,7 @@
 #include "server/server_config.h"
 #include "server/server_observer.h"
 #include "server/server_stats.h"
+#include "tools/tool_call.h"
 
 namespace kvw::server {
 
@@ -28,6 +29,7 @@ struct ServerState {
   std::string model_name;
   int64_t max_token_bytes = 1;  // the most text bytes one token stands for (vocab, specials too)
   std::unique_ptr<ChatPrompter> prompter;
+  tools::ToolCallFormat tool_format = tools::ToolCallFormat::kHermes;  // how the model calls tools
   AdmissionController admission;
   Breaker breaker;
   LatencyWindow latency;

@@ -25,14 +25,7 @@ std::optional<ApiError> refuse_unsupported_fields(const json& body, Endpoint end
     auto it = body.find(key);
     return it == body.end() || is_unset(*it) ? nullptr : &*it;
   };
-  // Tools: refused unless the client turned them off.
-  for (const char* key : {"tools", "functions"}) {
-    if (!set(key)) continue;
-    const json* choice = set("tool_choice");
-    if (choice && choice->is_string() && choice->get<std::string>() == "none") continue;
-    return refusal(key, "tool calling is not implemented; tool_choice \"none\" is accepted");
-  }
-  if (set("function_call")) return refusal("function_call", "tool calling is not implemented");
+  // Tool calling (tools, tool_choice, functions, ...) is read by server/tool_request.h.
   // Other output-changing extensions of vLLM / llama-server.
   for (const char* key :
        {"min_tokens", "repetition_penalty", "stop_token_ids", "truncate_prompt_tokens", "bad_words",

@@ -1,0 +1,136 @@
+#include "server/tool_calling.h"
+
+#include <algorithm>
+#include <random>
+
+#include "grammar/gbnf_parser.h"
+#include "server/server_state.h"
+#include "tools/tool_call_grammar.h"
+#include "tools/tool_parser.h"
+#include "tools/tool_prompt.h"
+
+namespace kvw::server {
+
+using nlohmann::json;
+
+namespace {
+
+// Why 24: OpenAI's call ids are "call_" + 24 characters.
+std::string new_call_id() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i) id += kHex[rng() & 15];
+  return id;
+}
+
+// Why 32 bytes: arguments stream in a few fragments, as a model's tokens would arrive, and a
+// fragment never splits a UTF-8 character (each chunk must be valid JSON text).
+constexpr size_t kFragmentBytes = 32;
+
+}  // namespace
+
+Result<tools::ToolCallFormat> choose_tool_format(const std::string& flag,
+                                                 const ChatPrompter& prompter,
+                                                 const Tokenizer& tok) {
+  if (!flag.empty()) {
+    auto f = tools::format_from_name(flag);
+    if (!f) {
+      return Error{"--tool-call-parser '" + flag + "' is not one of " + tools::format_names()};
+    }
+    return *f;
+  }
+  const auto& vocab = tok.vocab().tokens;
+  auto has_token = [&](std::string_view text) {
+    return std::find(vocab.begin(), vocab.end(), text) != vocab.end();
+  };
+  // A template without tool support gets the generic prompt, which asks for Hermes calls.
+  if (!prompter.supports_tools()) return tools::ToolCallFormat::kHermes;
+  return tools::detect_format(prompter.template_source(), has_token);
+}
+
+std::optional<ApiError> apply_tools(const ServerState& st, const ToolRequest& tr,
+                                    std::shared_ptr<const grammar::Grammar>& grammar, GenParams& p,
+                                    size_t max_bytes) {
+  if (!tr.active()) return std::nullopt;
+  p.tool_format = st.tool_format;
+  p.parallel_tool_calls = tr.parallel;
+  if (!tr.forced()) return std::nullopt;
+  if (grammar) {
+    return invalid_param("tool_choice",
+                         "'tool_choice' \"required\" or a named function constrains the output "
+                         "to tool calls; it cannot be combined with response_format or another "
+                         "structured output");
+  }
+  const std::vector<tools::FunctionSpec> fns = tr.callable();
+  auto text = tools::tool_call_gbnf(st.tool_format, fns, tr.parallel);
+  if (!text.ok()) return invalid_param("tools", "'tools': " + text.message());
+  auto g = grammar::parse_gbnf(*text, max_bytes);
+  if (!g.ok()) return invalid_param("tools", "'tools': " + g.message());
+  grammar = std::move(*g);
+  return std::nullopt;
+}
+
+Result<ChatPrompt> build_tool_prompt(const ServerState& st, std::span<const ChatMessage> messages,
+                                     const ToolRequest& tr, bool with_turn_starts) {
+  const nlohmann::ordered_json* offered = tr.active() ? &tr.tools : nullptr;
+  if (st.prompter->supports_tools()) {
+    auto p = st.prompter->build(messages, with_turn_starts, offered);
+    if (p.ok()) return p;
+    // Some templates concatenate the arguments as text ('...' + arguments): retry with the
+    // client's JSON strings (llama.cpp probes templates for the same reason).
+    std::vector<ChatMessage> as_text(messages.begin(), messages.end());
+    bool changed = false;
+    for (ChatMessage& m : as_text) {
+      if (!m.tool_calls.is_array()) continue;
+      for (auto& c : m.tool_calls) {
+        auto& args = c["function"]["arguments"];
+        if (args.is_string()) continue;
+        args = args.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+        changed = true;
+      }
+    }
+    return changed ? st.prompter->build(as_text, with_turn_starts, offered) : p;
+  }
+  bool history = false;  // tool turns the template cannot render as they are
+  for (const ChatMessage& m : messages)
+    history = history || m.role == "tool" || !m.tool_calls.is_null();
+  if (offered == nullptr && !history) return st.prompter->build(messages, with_turn_starts);
+  const std::vector<ChatMessage> rewritten =
+      tools::generic_tool_messages(messages, offered ? *offered : nlohmann::ordered_json());
+  return st.prompter->build(rewritten, with_turn_starts);
+}
+
+void limit_calls(std::vector<tools::ToolCall>& calls, bool parallel) {
+  if (!parallel && calls.size() > 1) calls.resize(1);
+}
+
+json tool_calls_json(const std::vector<tools::ToolCall>& calls) {
+  json out = json::array();
+  for (const tools::ToolCall& c : calls) {
+    out.push_back({{"id", new_call_id()},
+                   {"type", "function"},
+                   {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  }
+  return out;
+}
+
+std::vector<json> tool_call_deltas(const std::vector<tools::ToolCall>& calls) {
+  std::vector<json> out;
+  for (size_t k = 0; k < calls.size(); ++k) {
+    out.push_back({{"index", k},
+                   {"id", new_call_id()},
+                   {"type", "function"},
+                   {"function", {{"name", calls[k].name}, {"arguments", ""}}}});
+    const std::string& a = calls[k].arguments;
+    for (size_t at = 0; at < a.size();) {
+      size_t end = std::min(a.size(), at + kFragmentBytes);
+      while (end < a.size() && ((unsigned char)a[end] & 0xC0) == 0x80) ++end;
+      out.push_back({{"index", k}, {"function", {{"arguments", a.substr(at, end - at)}}}});
+      at = end;
+    }
+  }
+  return out;
+}
+
+}  // namespace kvw::server
