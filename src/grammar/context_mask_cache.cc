@@ -42,6 +42,12 @@ std::shared_ptr<const ContextMaskCache::Entry> ContextMaskCache::get(std::span<c
       ++num_hits_;
       return it->second;
     }
+    // Keys met once are kept within 1/8 of the budget (then forgotten all at once).
+    if (seen_.emplace(k, 0).second) {
+      seen_bytes_ += 2 * k.size() + 32;
+      if (seen_bytes_ > max_bytes_ / 8) seen_.clear(), seen_bytes_ = 0;
+      return nullptr;
+    }
     ++num_misses_;
   }
   auto e = compute(key, whole);
@@ -49,7 +55,7 @@ std::shared_ptr<const ContextMaskCache::Entry> ContextMaskCache::get(std::span<c
   std::lock_guard<std::mutex> lock(mu_);
   if (map_.count(k)) return e;          // another thread computed it meanwhile
   bytes_ += e->bytes() + 2 * k.size();  // the key is in the map and the FIFO
-  while (bytes_ > max_bytes_ && !order_.empty()) {
+  while (bytes_ + seen_bytes_ > max_bytes_ && !order_.empty()) {
     auto old = map_.find(order_.front());
     bytes_ -= old->second->bytes() + 2 * old->first.size();
     map_.erase(old);
@@ -62,7 +68,7 @@ std::shared_ptr<const ContextMaskCache::Entry> ContextMaskCache::get(std::span<c
 
 size_t ContextMaskCache::memory_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return bytes_ + sizeof(*this);
+  return bytes_ + seen_bytes_ + sizeof(*this);
 }
 
 uint64_t ContextMaskCache::num_hits() const {

@@ -40,8 +40,11 @@ class ContextMaskCache {
                    size_t max_bytes);
 
   // The entry for a stack whose top positions are `key` (top first; whole = nothing below, so
-  // no token is uncertain). Computes it on a miss (one trie walk). Null when it cannot be
-  // computed within the matcher's limits or is larger than max_bytes: the caller walks the trie.
+  // no token is uncertain). A key seen for the first time is only remembered (null): an entry
+  // costs a trie walk, which pays only for keys that recur (in a JSON schema's output most
+  // states are met once). From the second sighting it is computed. Null also when it cannot be
+  // computed within the matcher's limits or is larger than max_bytes. On null the caller walks
+  // the trie.
   // shared_ptr: a sequence keeps using an entry another thread has just evicted.
   std::shared_ptr<const Entry> get(std::span<const uint32_t> key, bool whole);
 
@@ -59,6 +62,8 @@ class ContextMaskCache {
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<const Entry>> map_;  // guarded by mu_
   std::deque<std::string> order_;                                      // FIFO eviction
+  std::unordered_map<std::string, uint8_t> seen_;  // keys met once (bounded: cleared when full)
+  size_t seen_bytes_ = 0;
   size_t bytes_ = 0;
   uint64_t num_hits_ = 0, num_misses_ = 0;
 };

@@ -55,15 +55,20 @@ bool GrammarConstraint::fill_from_context_masks(std::vector<uint64_t>* bits) {
   if (!context_masks_ || strip_space_ || st.need != 0 || matcher_.overflowed()) return false;
   thread_local std::vector<std::shared_ptr<const ContextMaskCache::Entry>> entries;
   entries.clear();
+  bool missing = false;
   for (uint32_t i = 0; i < matcher_.num_stacks(); ++i) {
     bool whole = false;
     if (!matcher_.stack_positions(i, ContextMaskCache::kKeyNodes, &key_, &whole)) {
       entries.push_back(nullptr);  // the finished stack allows only the end
       continue;
     }
-    auto e = context_masks_->get(key_, whole);
-    if (!e) return false;
-    entries.push_back(std::move(e));
+    // Every stack's key is looked up (a first sighting is remembered) before giving up.
+    entries.push_back(context_masks_->get(key_, whole));
+    if (!entries.back()) missing = true;
+  }
+  if (missing) {
+    entries.clear();
+    return false;
   }
   const size_t num_words = ((size_t)trie_->n_vocab() + 63) / 64;
   bits->assign(num_words, 0);
@@ -73,6 +78,7 @@ bool GrammarConstraint::fill_from_context_masks(std::vector<uint64_t>* bits) {
     const uint64_t* in = entries[i]->accepted.data();
     for (size_t w = 0; w < num_words; ++w) out[w] |= in[w];  // vectorised: 2.4k words at 152k
     if (entries[i]->uncertain.empty()) continue;
+    num_uncertain_checked_ += entries[i]->uncertain.size();
     const Matcher::Mark before = matcher_.mark();
     const MatchState one = matcher_.single_stack(i);
     walk_token_list(matcher_, *trie_, one, entries[i]->uncertain, entries[i]->lcp, &walk_, out);

@@ -64,6 +64,8 @@ class GrammarConstraint {
   size_t memory_bytes() const;
   uint64_t num_cache_hits() const { return num_cache_hits_; }
   uint64_t num_trie_walks() const { return num_trie_walks_; }  // masks that walked the trie
+  // Uncertain tokens checked against full stacks (context-mask path), in all.
+  uint64_t num_uncertain_checked() const { return num_uncertain_checked_; }
 
  private:
   std::shared_ptr<const TokenTrie> trie_;
@@ -80,6 +82,7 @@ class GrammarConstraint {
   std::deque<std::string> cache_order_;  // FIFO eviction
   uint64_t num_cache_hits_ = 0;
   uint64_t num_trie_walks_ = 0;
+  uint64_t num_uncertain_checked_ = 0;
   void compute_allowed(std::vector<uint64_t>* bits);
   bool fill_from_context_masks(std::vector<uint64_t>* bits);
   static Error overflow_error();
