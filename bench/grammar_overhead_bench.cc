@@ -9,7 +9,9 @@
 // boosted so that outputs leave strings as real JSON does; a finished output starts over as a
 // new request. The batch's masks run on the model's threads, as Engine::sample_rows does.
 // Modes: "walk" = every mask walks the trie; "exact" = the per-sequence exact-state cache
-// (the engine before the context cache); "context" = exact + context-mask cache (now).
+// (the engine before the context cache); "context" = exact + a context-mask cache per
+// sequence (a request per sequence, as now); "shared" = one context-mask cache for the batch
+// (one request with n = batch, as now; or what a server-wide cache per grammar would give).
 //   build/bench/grammar_overhead_bench --dir build/bench-models [--type q4_0] [--steps 64]
 //                                      [--decode-steps 4] [--no-decode 1]
 #include <chrono>
@@ -127,9 +129,12 @@ double decode_step_ms(Model& model, int batch, int steps) {
   return 1e3 * total / steps;
 }
 
-enum class Mode { kWalk, kExact, kContext };
+enum class Mode { kWalk, kExact, kContext, kShared };
 const char* mode_name(Mode m) {
-  return m == Mode::kWalk ? "walk" : m == Mode::kExact ? "exact" : "context";
+  return m == Mode::kWalk      ? "walk"
+         : m == Mode::kExact   ? "exact"
+         : m == Mode::kContext ? "context"
+                               : "shared";
 }
 
 struct Seq {
@@ -165,9 +170,12 @@ MaskResult run_masks(std::shared_ptr<const grammar::Grammar> g,
       rows[kRows + r][i] = rows[r][i] + (trie->token_bytes(i).size() <= 2 ? 8.0f : 0.0f);
     }
   }
+  // kShared: one cache for the whole batch, as for one request with n = batch choices.
+  auto shared = std::make_shared<ContextMaskCache>(g, trie, 4u << 20);
   auto fresh = [&](Seq& s) {
-    s.cache =
-        mode == Mode::kContext ? std::make_shared<ContextMaskCache>(g, trie, 4u << 20) : nullptr;
+    s.cache = mode == Mode::kContext  ? std::make_shared<ContextMaskCache>(g, trie, 4u << 20)
+              : mode == Mode::kShared ? shared
+                                      : nullptr;
     s.c =
         std::make_unique<GrammarConstraint>(g, trie, false, mode == Mode::kWalk ? 0 : 16, s.cache);
   };
@@ -194,7 +202,7 @@ MaskResult run_masks(std::shared_ptr<const grammar::Grammar> g,
         if (!ok || s.c->done()) {
           s.walks += s.c->num_trie_walks();
           s.uncertain += s.c->num_uncertain_checked();
-          s.misses += s.cache ? s.cache->num_misses() : 0;
+          s.misses += s.cache && mode == Mode::kContext ? s.cache->num_misses() : 0;
           fresh(s);
         }
       }
@@ -216,8 +224,9 @@ MaskResult run_masks(std::shared_ptr<const grammar::Grammar> g,
     mask_s += s.mask_s, tokens += s.num_tokens;
     walks += s.walks + s.c->num_trie_walks();
     uncertain += s.uncertain + s.c->num_uncertain_checked();
-    misses += s.misses + (s.cache ? s.cache->num_misses() : 0);
+    misses += s.misses + (s.cache && mode == Mode::kContext ? s.cache->num_misses() : 0);
   }
+  if (mode == Mode::kShared) misses = shared->num_misses();
   r.mask_us_per_token = 1e6 * mask_s / tokens;
   r.step_ms /= steps;
   r.plain_step_ms /= steps;
@@ -324,7 +333,7 @@ int main(int argc, char** argv) {
       if (only_batch && batch != only_batch) continue;
       const double dec_ms = decode ? decode_step_ms(*model, batch, decode_steps) : 0.0;
       for (const G& g : grammars) {
-        for (Mode mode : {Mode::kWalk, Mode::kExact, Mode::kContext}) {
+        for (Mode mode : {Mode::kWalk, Mode::kExact, Mode::kContext, Mode::kShared}) {
           // As many threads as the model's (idle meanwhile): the engine samples on those.
           ThreadPool pool(num_threads);
           const MaskResult r = run_masks(g.g, trie, mode, batch, steps, pool);
