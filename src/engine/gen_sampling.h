@@ -14,6 +14,7 @@ namespace kvw {
 namespace grammar {
 struct Grammar;
 class TokenTrie;
+class ContextMaskCache;
 }  // namespace grammar
 
 // Constrained decoding (issue 31): the grammar every sampled token must follow; null = off.
@@ -24,6 +25,9 @@ struct GenConstraint {
   std::shared_ptr<const grammar::TokenTrie> trie;  // TokenTrie::from_tokenizer, n_vocab tokens
   bool strip_leading_space = false;                // Tokenizer::strips_leading_space()
   size_t max_cached_masks = 16;                    // mask cache entries, n_vocab / 8 B each
+  // Per-stack masks shared by the request's sequences (thread-safe, bounded by its own byte
+  // limit, charged to the request's memory); null = every new state walks the trie.
+  std::shared_ptr<grammar::ContextMaskCache> context_masks;
 };
 
 inline constexpr int32_t kMaxLogprobs = 20;  // OpenAI's top_logprobs limit

@@ -8,17 +8,16 @@ namespace kvw::grammar {
 
 GrammarConstraint::GrammarConstraint(std::shared_ptr<const Grammar> g,
                                      std::shared_ptr<const TokenTrie> trie,
-                                     bool strip_leading_space, size_t max_cached_masks)
+                                     bool strip_leading_space, size_t max_cached_masks,
+                                     std::shared_ptr<ContextMaskCache> context_masks)
     : trie_(std::move(trie)),
       matcher_(std::move(g)),
       strip_space_(strip_leading_space),
-      max_cached_(max_cached_masks) {
-  states_.resize(trie_->max_depth() + 1u);
-  marks_.resize(trie_->max_depth() + 1u);
-}
+      max_cached_(max_cached_masks),
+      context_masks_(std::move(context_masks)) {}
 
 void GrammarConstraint::fill_allowed(std::vector<uint64_t>* bits) {
-  if (max_cached_ == 0) return walk_trie(bits);
+  if (max_cached_ == 0) return compute_allowed(bits);
   std::string key;
   matcher_.state_key(&key);
   key.push_back(strip_space_ ? 'S' : '-');
@@ -28,7 +27,7 @@ void GrammarConstraint::fill_allowed(std::vector<uint64_t>* bits) {
     *bits = it->second;
     return;
   }
-  walk_trie(bits);
+  compute_allowed(bits);
   if (cache_.size() >= max_cached_) {
     cache_.erase(cache_order_.front());
     cache_order_.pop_front();
@@ -37,86 +36,56 @@ void GrammarConstraint::fill_allowed(std::vector<uint64_t>* bits) {
   cache_.emplace(std::move(key), *bits);
 }
 
-// Self-loops: inside a string (or a run of digits) most characters lead back to the very same
-// state. Transitions from the root state are memoised per character as reject / self / other,
-// so a trie node under a self-loop costs a table lookup instead of a matcher step (~33 ns).
-// root_like[d]: states_[d] has the root's stacks (possibly with a partial UTF-8 character).
-void GrammarConstraint::walk_trie(std::vector<uint64_t>* bits) {
-  enum : uint8_t { kUnknown, kReject, kSelf, kOther };
-  bits->assign(((size_t)trie_->n_vocab() + 63) / 64, 0);
-  uint64_t* out = bits->data();
-  const auto& nodes = trie_->nodes();
-  const int32_t* ids = trie_->token_ids().data();
-  const MatchState root = matcher_.state();
-  states_[0] = root;
-  marks_[0] = matcher_.mark();
-  root_like_.assign(states_.size(), 0);
-  root_like_[0] = 1;
-  uint8_t ascii[128] = {};
-  // Code-point memo: a flat table for the BMP (64 KiB per engine thread, cleared per walk:
-  // a hash map lookup was 13% of a 152k-token walk), a map beyond it.
-  thread_local std::vector<uint8_t> bmp_memo;
-  bmp_memo.assign(0x10000, kUnknown);
-  cp_memo_.clear();
-  const uint32_t n = (uint32_t)nodes.size();
-  const uint64_t steps_at_start = matcher_.num_expand_steps();
-  for (uint32_t i = 0; i < n;) {
-    // An ambiguous grammar can make every node costly: stop the walk (accept() then fails).
-    if (matcher_.overflowed() || matcher_.num_expand_steps() - steps_at_start > kMaxWalkSteps) {
-      matcher_.set_overflowed();
-      break;
-    }
-    const TokenTrie::Node& nd = nodes[i];
-    const uint16_t d = nd.depth;
-    const MatchState& prev = states_[d - 1];
-    matcher_.rollback(marks_[d - 1]);
-    uint8_t* memo = nullptr;
-    if (d == 1 && strip_space_ && nd.byte == ' ') {
-      states_[1] = root;  // the stripped leading space: no grammar input
-      root_like_[1] = 1;
-      marks_[1] = marks_[0];
-      goto allowed;
-    }
-    if (root_like_[d - 1]) {
-      if (prev.need == 0 && nd.byte < 0x80) {
-        memo = &ascii[nd.byte];
-      } else if (prev.need == 1 && (nd.byte & 0xC0) == 0x80) {
-        const uint32_t cp = (prev.cp << 6) | (nd.byte & 0x3F);
-        memo = cp < 0x10000 ? &bmp_memo[cp] : &cp_memo_[cp];
-      }
-      if (memo && *memo == kReject) {
-        i = nd.skip;
-        continue;
-      }
-      if (memo && *memo == kSelf) {
-        states_[d] = root;
-        root_like_[d] = 1;
-        marks_[d] = marks_[d - 1];
-        goto allowed;
-      }
-    }
-    if (!matcher_.advance(prev, nd.byte, &states_[d])) {
-      if (memo) *memo = kReject;
-      i = nd.skip;
+void GrammarConstraint::compute_allowed(std::vector<uint64_t>* bits) {
+  if (!fill_from_context_masks(bits)) {
+    ++num_trie_walks_;
+    bits->assign(((size_t)trie_->n_vocab() + 63) / 64, 0);
+    walk_trie(matcher_, *trie_, matcher_.state(), strip_space_, &walk_, bits->data());
+  }
+  if (matcher_.can_end()) {
+    for (int32_t id : trie_->eog_ids()) (*bits)[id >> 6] |= uint64_t{1} << (id & 63);
+  }
+}
+
+// The union over the state's stacks of (tokens allowed whatever lies below the stack's top
+// nodes) and (its uncertain tokens the whole stack accepts). Not taken for the first token of
+// a space-stripping vocabulary, in the middle of a UTF-8 character, or once overflowed.
+bool GrammarConstraint::fill_from_context_masks(std::vector<uint64_t>* bits) {
+  const MatchState& st = matcher_.state();
+  if (!context_masks_ || strip_space_ || st.need != 0 || matcher_.overflowed()) return false;
+  thread_local std::vector<std::shared_ptr<const ContextMaskCache::Entry>> entries;
+  entries.clear();
+  bool missing = false;
+  for (uint32_t i = 0; i < matcher_.num_stacks(); ++i) {
+    bool whole = false;
+    if (!matcher_.stack_positions(i, ContextMaskCache::kKeyNodes, &key_, &whole)) {
+      entries.push_back(nullptr);  // the finished stack allows only the end
       continue;
     }
-    // A lead or middle byte keeps the stacks (only the partial character changes).
-    root_like_[d] = root_like_[d - 1] && states_[d].need > 0;
-    if (memo) {
-      *memo = matcher_.same_content(states_[d], root) ? kSelf : kOther;
-      if (*memo == kSelf) root_like_[d] = 1, states_[d] = root;
-    }
-    marks_[d] = matcher_.mark();
-  allowed:
-    for (uint32_t t = nd.tok_begin; t < nd.tok_end; ++t) {
-      out[ids[t] >> 6] |= uint64_t{1} << (ids[t] & 63);
-    }
-    ++i;
+    // Every stack's key is looked up (a first sighting is remembered) before giving up.
+    entries.push_back(context_masks_->get(key_, whole));
+    if (!entries.back()) missing = true;
   }
-  matcher_.rollback(marks_[0]);
-  if (matcher_.can_end()) {
-    for (int32_t id : trie_->eog_ids()) out[id >> 6] |= uint64_t{1} << (id & 63);
+  if (missing) {
+    entries.clear();
+    return false;
   }
+  const size_t num_words = ((size_t)trie_->n_vocab() + 63) / 64;
+  bits->assign(num_words, 0);
+  uint64_t* out = bits->data();
+  for (uint32_t i = 0; i < entries.size(); ++i) {
+    if (!entries[i]) continue;
+    const uint64_t* in = entries[i]->accepted.data();
+    for (size_t w = 0; w < num_words; ++w) out[w] |= in[w];  // vectorised: 2.4k words at 152k
+    if (entries[i]->uncertain.empty()) continue;
+    num_uncertain_checked_ += entries[i]->uncertain.size();
+    const Matcher::Mark before = matcher_.mark();
+    const MatchState one = matcher_.single_stack(i);
+    walk_token_list(matcher_, *trie_, one, entries[i]->uncertain, entries[i]->lcp, &walk_, out);
+    matcher_.rollback(before);
+  }
+  entries.clear();  // the entries may be evicted: hold them no longer than this mask
+  return true;
 }
 
 void GrammarConstraint::mask(float* logits) {
@@ -153,8 +122,7 @@ Error GrammarConstraint::overflow_error() {
 
 size_t GrammarConstraint::memory_bytes() const {
   size_t n = sizeof(*this) + matcher_.arena_bytes() + mask_cache_bytes() + bits_.capacity() * 8;
-  n += states_.capacity() * sizeof(MatchState) + marks_.capacity() * sizeof(Matcher::Mark);
-  n += root_like_.capacity() + cp_memo_.size() * 16;
+  n += walk_.memory_bytes() + key_.capacity() * 4;
   for (const auto& k : cache_order_) n += 2 * k.capacity();  // key in the map and the FIFO
   return n;
 }

@@ -15,16 +15,18 @@
 #include <vector>
 
 #include "core/status.h"
+#include "grammar/context_mask_cache.h"
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
 #include "grammar/token_trie.h"
+#include "grammar/token_walk.h"
 
 namespace kvw::grammar {
 
 class GrammarConstraint {
  public:
   // Matcher work one mask may do (~100 ms); a grammar that needs more is refused by accept().
-  static constexpr uint64_t kMaxWalkSteps = 1ull << 24;
+  static constexpr uint64_t kMaxWalkSteps = grammar::kMaxWalkSteps;
 
   // strip_leading_space: the first generated token's leading space is not part of the text
   // (SPM vocabularies with add_space_prefix: Tokenizer::strips_leading_space(), as the
@@ -32,8 +34,12 @@ class GrammarConstraint {
   // max_cached_masks: allowed-token bitsets kept per exact matcher state (n_vocab / 8 bytes
   // each; 0 = off). Inside a string or a number the state repeats token after token, so a hit
   // replaces the trie walk (~14 ms at 152k tokens) by a copy; mask_cache_bytes() reports it.
+  // context_masks (optional, shared by the request's sequences): a state missing from the
+  // exact cache is then assembled from per-stack entries (context_mask_cache.h) instead of a
+  // whole-trie walk; the mask is the same.
   GrammarConstraint(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenTrie> trie,
-                    bool strip_leading_space = false, size_t max_cached_masks = 16);
+                    bool strip_leading_space = false, size_t max_cached_masks = 16,
+                    std::shared_ptr<ContextMaskCache> context_masks = nullptr);
 
   // logits[n_vocab]: every token the grammar does not allow next becomes -inf. Never leaves
   // the row all -inf: if no token fits (a vocabulary that cannot spell the grammar) the EOS
@@ -57,23 +63,28 @@ class GrammarConstraint {
   // (max_cached_masks + 1) * n_vocab / 8 + the arenas (a few KiB for JSON-schema grammars).
   size_t memory_bytes() const;
   uint64_t num_cache_hits() const { return num_cache_hits_; }
+  uint64_t num_trie_walks() const { return num_trie_walks_; }  // masks that walked the trie
+  // Uncertain tokens checked against full stacks (context-mask path), in all.
+  uint64_t num_uncertain_checked() const { return num_uncertain_checked_; }
 
  private:
   std::shared_ptr<const TokenTrie> trie_;
   Matcher matcher_;
   bool strip_space_ = false;  // until the first token is accepted
   bool ended_ = false;
-  std::vector<MatchState> states_;  // [max_depth + 1] walk scratch
-  std::vector<Matcher::Mark> marks_;
-  std::vector<uint8_t> root_like_;                 // [max_depth + 1]
-  std::unordered_map<uint32_t, uint8_t> cp_memo_;  // code point -> self-loop memo (walk scratch)
+  WalkScratch walk_;
+  std::vector<uint32_t> key_;  // a stack's top positions (context-mask lookups)
   std::vector<uint64_t> bits_;
   // Exact-state mask cache: key = the committed state (sorted stacks, partial UTF-8, strip flag).
   size_t max_cached_ = 0;
+  std::shared_ptr<ContextMaskCache> context_masks_;  // null = whole-trie walks only
   std::unordered_map<std::string, std::vector<uint64_t>> cache_;
   std::deque<std::string> cache_order_;  // FIFO eviction
   uint64_t num_cache_hits_ = 0;
-  void walk_trie(std::vector<uint64_t>* bits);
+  uint64_t num_trie_walks_ = 0;
+  uint64_t num_uncertain_checked_ = 0;
+  void compute_allowed(std::vector<uint64_t>* bits);
+  bool fill_from_context_masks(std::vector<uint64_t>* bits);
   static Error overflow_error();
 };
 

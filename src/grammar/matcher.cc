@@ -31,6 +31,39 @@ Matcher::Matcher(std::shared_ptr<const Grammar> g) : g_(std::move(g)), elems_(g_
   state_.end = (uint32_t)sets_.size();
 }
 
+Matcher::Matcher(std::shared_ptr<const Grammar> g, std::span<const uint32_t> stack_top_first)
+    : g_(std::move(g)), elems_(g_->elems.data()) {
+  nodes_.reserve(256);
+  sets_.reserve(256);
+  uint32_t parent = kNone;
+  for (auto it = stack_top_first.rbegin(); it != stack_top_first.rend(); ++it) {
+    nodes_.push_back({*it, parent, mix(parent == kNone ? 0 : nodes_[parent].hash, *it)});
+    parent = (uint32_t)nodes_.size() - 1;
+  }
+  if (parent != kNone) sets_.push_back(parent);
+  state_ = {0, (uint32_t)sets_.size(), 0, 0, 0};
+}
+
+bool Matcher::stack_positions(uint32_t i, size_t max_nodes, std::vector<uint32_t>* out,
+                              bool* whole) const {
+  out->clear();
+  uint32_t id = sets_[state_.begin + i];
+  if (id == kAccept) return false;
+  for (; id != kNone && out->size() < max_nodes; id = nodes_[id].parent) {
+    out->push_back(nodes_[id].pos);
+  }
+  *whole = id == kNone;
+  return true;
+}
+
+MatchState Matcher::single_stack(uint32_t i) {
+  MatchState s = state_;
+  s.begin = (uint32_t)sets_.size();
+  sets_.push_back(sets_[state_.begin + i]);
+  s.end = s.begin + 1;
+  return s;
+}
+
 bool Matcher::can_end(const MatchState& s) const {
   if (s.need != 0) return false;
   for (uint32_t i = s.begin; i < s.end; ++i) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -35,6 +36,9 @@ class Matcher {
   static constexpr uint32_t kMaxExpandSteps = 1u << 14;
 
   explicit Matcher(std::shared_ptr<const Grammar> g);
+  // A matcher whose state is one stack of the given positions (top first) over an empty
+  // bottom: what ContextMaskCache walks to classify tokens for a stack's top nodes.
+  Matcher(std::shared_ptr<const Grammar> g, std::span<const uint32_t> stack_top_first);
 
   // Consumes all of `bytes` or nothing: false (state unchanged) when the grammar rejects them.
   bool accept_bytes(std::string_view bytes);
@@ -48,6 +52,13 @@ class Matcher {
   bool same_content(const MatchState& a, const MatchState& b) const;
   // The committed state's content (stacks sorted), equal for equal states: a cache key.
   void state_key(std::string* key) const;
+  // Stack `i` of the committed state (0 <= i < num_stacks()): false for the finished stack.
+  // Otherwise its positions top first, at most max_nodes of them, and *whole = the stack has
+  // no more nodes below.
+  bool stack_positions(uint32_t i, size_t max_nodes, std::vector<uint32_t>* out, bool* whole) const;
+  // A state made of stack `i` of the committed state alone (appended to the arena: undo with
+  // rollback). From a set of stacks the allowed continuations are the union of each stack's.
+  MatchState single_stack(uint32_t i);
   bool overflowed() const { return overflowed_; }
   void set_overflowed() { overflowed_ = true; }
   uint64_t num_expand_steps() const { return num_expand_steps_; }  // since construction

@@ -116,7 +116,8 @@ std::optional<ApiError> fit_max_tokens(const ServerState& st, const GenParams& p
 }
 
 // A compiled grammar may take this share of request memory (its rules and per-position tables;
-// the per-sequence masks are the engine's, see GrammarConstraint::memory_bytes).
+// the per-sequence masks are the engine's, see GrammarConstraint::memory_bytes). The request's
+// context-mask cache (grammar/context_mask_cache.h) takes as much again.
 size_t grammar_bytes(const ServerState& st) {
   return (size_t)std::max<uint64_t>(64u << 10, st.cfg.http.request_memory_bytes / 16);
 }
@@ -130,7 +131,7 @@ std::optional<ApiError> constrain(ServerState& st, std::shared_ptr<const grammar
                          "'ignore_eos' cannot be used with a structured output: the grammar ends "
                          "the output with EOS");
   }
-  p.constraint = st.constraint_for(std::move(g));
+  p.constraint = st.constraint_for(std::move(g), grammar_bytes(st));
   return std::nullopt;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "grammar/context_mask_cache.h"
 #include "grammar/token_trie.h"
 
 namespace kvw::server {
@@ -11,13 +12,17 @@ std::shared_ptr<const grammar::TokenTrie> ServerState::token_trie() {
   return trie_;
 }
 
-GenConstraint ServerState::constraint_for(std::shared_ptr<const grammar::Grammar> g) {
+GenConstraint ServerState::constraint_for(std::shared_ptr<const grammar::Grammar> g,
+                                          size_t mask_cache_bytes) {
   if (!g) return {};
+  auto trie = token_trie();
+  auto masks = std::make_shared<grammar::ContextMaskCache>(g, trie, mask_cache_bytes);
   return GenConstraint{.grammar = std::move(g),
-                       .trie = token_trie(),
+                       .trie = std::move(trie),
                        // the grammar sees the text the client gets, which keeps the SPM
                        // space before the first word (ChoiceRunner's continuation decoder)
-                       .strip_leading_space = false};
+                       .strip_leading_space = false,
+                       .context_masks = std::move(masks)};
 }
 
 Status ServerConfig::validate() const {

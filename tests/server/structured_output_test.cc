@@ -163,5 +163,32 @@ TEST(ServerStructuredOutput, BadOrConflictingConstraintsAre400NamingTheField) {
                400, "", "response_format");
 }
 
+// Issue 31 item 4: the compiled grammar comes out of the request's memory (1/16 of
+// --request-memory, at least 64 KiB); a schema past it is a 400 naming the field, and the same
+// schema is served where the request memory is larger.
+TEST(ServerStructuredOutput, SchemaWhoseCompiledFormIsTooLargeIs400NamingTheField) {
+  json props = json::object(), required = json::array();
+  for (int i = 0; i < 1500; ++i) {
+    const std::string name = "p" + std::to_string(1000 + i);
+    props[name] = {{"type", "integer"}};
+    required.push_back(name);
+  }
+  const json schema = {{"type", "object"}, {"properties", props}, {"required", required}};
+  const json body = {
+      {"messages", kUser},
+      {"max_tokens", 1},
+      {"response_format",
+       {{"type", "json_schema"}, {"json_schema", {{"name", "big"}, {"schema", schema}}}}}};
+  ServerConfig small;
+  small.http.request_memory_bytes = 1u << 20;  // grammar limit: 64 KiB
+  small.http.max_body_bytes = 128u << 10;
+  Harness h(small);
+  auto r = h.post("/v1/chat/completions", body);
+  expect_error(r, 400, "", "response_format");
+  EXPECT_NE(r->body.find("max_grammar_bytes"), std::string::npos) << r->body;
+  Harness roomy;  // 64 MiB of request memory: a 4 MiB grammar limit
+  EXPECT_TRUE(roomy.post_ok("/v1/chat/completions", body).is_object());
+}
+
 }  // namespace
 }  // namespace kvw::server

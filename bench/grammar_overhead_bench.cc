@@ -1,0 +1,351 @@
+// bench/grammar_overhead_bench.cc: per-token overhead of constrained decoding (issue 31's
+// benchmark) next to the decode step it hides behind, at 32k and 152k vocabularies, batch 1
+// and 16, for json_object, the test suite's largest JSON schema and a regex; plus JSON-schema
+// compile times. Decode: TinyLlama-1.1B-shaped random models from make-model (q4_0 by default,
+// the 152k one with a byte-level BPE vocabulary), one forward of B decode tokens per step.
+// Masks: synthetic Qwen-shaped vocabularies of the same sizes (make-model's padded vocabularies
+// are mostly <|unused|> tokens a grammar never allows, which would flatter the mask). Each
+// sequence draws argmax(noise) from its masked row, every third step or so with short tokens
+// boosted so that outputs leave strings as real JSON does; a finished output starts over as a
+// new request. The batch's masks run on the model's threads, as Engine::sample_rows does.
+// Modes: "walk" = every mask walks the trie; "exact" = the per-sequence exact-state cache
+// (the engine before the context cache); "context" = exact + a context-mask cache per
+// sequence (a request per sequence, as now); "shared" = one context-mask cache for the batch
+// (one request with n = batch, as now; or what a server-wide cache per grammar would give).
+//   build/bench/grammar_overhead_bench --dir build/bench-models [--type q4_0] [--steps 64]
+//                                      [--decode-steps 4] [--no-decode 1]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "grammar/context_mask_cache.h"
+#include "grammar/grammar_constraint.h"
+#include "grammar/json_schema.h"
+#include "grammar/regex.h"
+#include "model/model.h"
+#include "model/model_maker.h"
+#include "schema_suite.h"
+
+namespace kvw {
+namespace {
+
+using grammar::ContextMaskCache;
+using grammar::GrammarConstraint;
+using grammar::TokenTrie;
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string utf8(uint32_t cp) {
+  std::string s;
+  if (cp < 0x800) {
+    s += char(0xC0 | (cp >> 6));
+  } else {
+    s += char(0xE0 | (cp >> 12));
+    s += char(0x80 | ((cp >> 6) & 0x3F));
+  }
+  s += char(0x80 | (cp & 0x3F));
+  return s;
+}
+
+// As bench/grammar_bench.cc: byte tokens, then English-like pieces (often with a leading
+// space), code punctuation, digits, CJK and Cyrillic; id 0 = EOS.
+std::shared_ptr<const TokenTrie> synthetic_trie(int32_t n_vocab) {
+  std::mt19937 rng(7);
+  auto pick = [&](int n) { return (int)(rng() % n); };
+  std::vector<std::string> tokens = {""};
+  for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, char(b)));
+  std::set<std::string> seen(tokens.begin(), tokens.end());
+  const std::string punct = "{}[]()\":,.;=+-*/_<>!?'#&|\\\n\t ";
+  while ((int32_t)tokens.size() < n_vocab) {
+    std::string t;
+    const int kind = pick(100);
+    if (kind < 60) {
+      if (pick(2)) t += ' ';
+      const int len = 1 + pick(4) + pick(5);
+      for (int i = 0; i < len; ++i)
+        t += char(i == 0 && pick(5) == 0 ? 'A' + pick(26) : 'a' + pick(26));
+    } else if (kind < 72) {
+      const int len = 1 + pick(4);
+      for (int i = 0; i < len; ++i) t += punct[pick((int)punct.size())];
+    } else if (kind < 76) {
+      const int len = 1 + pick(3);
+      for (int i = 0; i < len; ++i) t += char('0' + pick(10));
+    } else if (kind < 94) {
+      const int len = 1 + pick(3);
+      for (int i = 0; i < len; ++i) t += utf8(0x4E00 + pick(0x5000));
+    } else {
+      if (pick(2)) t += ' ';
+      const int len = 1 + pick(6);
+      for (int i = 0; i < len; ++i) t += utf8(0x430 + pick(32));
+    }
+    if (seen.insert(t).second) tokens.push_back(t);
+  }
+  return std::make_shared<const TokenTrie>(std::move(tokens), std::vector<int32_t>{0});
+}
+
+const char* largest_schema() {
+  const char* best = "";
+  for (const char* s : grammar::schema_suite()) {
+    if (std::string_view(s).size() > std::string_view(best).size()) best = s;
+  }
+  return best;
+}
+
+// Decode step time: one forward of `batch` single-token sequences after a 16-token prompt.
+double decode_step_ms(Model& model, int batch, int steps) {
+  const int32_t n_prompt = 16, n_ctx = n_prompt + steps + 1;
+  const uint32_t blocks_per_seq = (uint32_t)(n_ctx + 15) / 16;
+  KvArena kv(model.kv_config(blocks_per_seq * batch, 16, KvDtype::kF16));
+  std::vector<std::vector<uint32_t>> tables(batch);
+  std::vector<int32_t> tokens(n_ctx, 7);
+  for (int b = 0; b < batch; ++b) {
+    for (uint32_t i = 0; i < blocks_per_seq; ++i) tables[b].push_back(b * blocks_per_seq + i);
+  }
+  std::vector<float> logits((size_t)batch * model.hparams().n_vocab);
+  std::vector<SeqInput> in(batch);
+  for (int b = 0; b < batch; ++b) {
+    in[b] = SeqInput{
+        .tokens = std::span(tokens).first(n_prompt), .start_pos = 0, .block_table = tables[b]};
+    if (!model.forward({&in[b], 1}, kv, logits.data()).ok()) std::exit(1);
+  }
+  double total = 0;
+  for (int s = 0; s < steps; ++s) {
+    for (int b = 0; b < batch; ++b) {
+      in[b] = SeqInput{.tokens = std::span(tokens).subspan(n_prompt + s, 1),
+                       .start_pos = n_prompt + s,
+                       .block_table = tables[b]};
+    }
+    const double t0 = now_s();
+    if (!model.forward(in, kv, logits.data()).ok()) std::exit(1);
+    total += now_s() - t0;
+  }
+  return 1e3 * total / steps;
+}
+
+enum class Mode { kWalk, kExact, kContext, kShared };
+const char* mode_name(Mode m) {
+  return m == Mode::kWalk      ? "walk"
+         : m == Mode::kExact   ? "exact"
+         : m == Mode::kContext ? "context"
+                               : "shared";
+}
+
+struct Seq {
+  std::unique_ptr<GrammarConstraint> c;
+  std::shared_ptr<ContextMaskCache> cache;  // per request: a new output gets a new one
+  std::mt19937 rng;
+  double mask_s = 0;  // time in mask + accept
+  int num_tokens = 0;
+  uint64_t walks = 0, misses = 0, uncertain = 0;  // of the finished outputs
+};
+
+struct MaskResult {
+  double mask_us_per_token = 0;  // per sequence: mask + accept, thread time
+  double step_ms = 0;            // wall time of the batch's constrained sampling per step
+  double plain_step_ms = 0;      // the same rows sampled without a grammar
+  double walks_per_token = 0;
+  double context_misses_per_token = 0;  // context-mask entries computed (a trie walk each)
+  double uncertain_per_token = 0;       // uncertain tokens checked against the full stack
+};
+
+MaskResult run_masks(std::shared_ptr<const grammar::Grammar> g,
+                     std::shared_ptr<const TokenTrie> trie, Mode mode, int batch, int steps,
+                     ThreadPool& pool) {
+  const int32_t n_vocab = trie->n_vocab();
+  // Noise rows ("the model"), and the same rows with tokens of <= 2 bytes boosted.
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  constexpr int kRows = 8;
+  std::vector<std::vector<float>> rows(2 * kRows, std::vector<float>(n_vocab));
+  for (int r = 0; r < kRows; ++r) {
+    for (int32_t i = 0; i < n_vocab; ++i) {
+      rows[r][i] = normal(rng);
+      rows[kRows + r][i] = rows[r][i] + (trie->token_bytes(i).size() <= 2 ? 8.0f : 0.0f);
+    }
+  }
+  // kShared: one cache for the whole batch, as for one request with n = batch choices.
+  auto shared = std::make_shared<ContextMaskCache>(g, trie, 4u << 20);
+  auto fresh = [&](Seq& s) {
+    s.cache = mode == Mode::kContext  ? std::make_shared<ContextMaskCache>(g, trie, 4u << 20)
+              : mode == Mode::kShared ? shared
+                                      : nullptr;
+    s.c =
+        std::make_unique<GrammarConstraint>(g, trie, false, mode == Mode::kWalk ? 0 : 16, s.cache);
+  };
+  std::vector<Seq> seqs(batch);
+  for (int b = 0; b < batch; ++b) fresh(seqs[b]), seqs[b].rng.seed(100 + b);
+  uint64_t walks = 0, misses = 0, uncertain = 0;
+  MaskResult r;
+  for (int step = 0; step < steps; ++step) {
+    double t0 = now_s();
+    pool.run([&](int ith, int nth) {
+      thread_local std::vector<float> masked;
+      for (int b = ith; b < batch; b += nth) {
+        Seq& s = seqs[b];
+        const bool boost = s.rng() % 3 == 0;
+        const std::vector<float>& row = rows[(boost ? kRows : 0) + (b + step) % kRows];
+        const double t = now_s();
+        masked.assign(row.begin(), row.end());
+        s.c->mask(masked.data());
+        const int32_t tok =
+            (int32_t)(std::max_element(masked.begin(), masked.end()) - masked.begin());
+        const bool ok = s.c->accept(tok).ok();
+        s.mask_s += now_s() - t;
+        ++s.num_tokens;
+        if (!ok || s.c->done()) {
+          s.walks += s.c->num_trie_walks();
+          s.uncertain += s.c->num_uncertain_checked();
+          s.misses += s.cache && mode == Mode::kContext ? s.cache->num_misses() : 0;
+          fresh(s);
+        }
+      }
+    });
+    r.step_ms += 1e3 * (now_s() - t0);
+    t0 = now_s();
+    pool.run([&](int ith, int nth) {
+      for (int b = ith; b < batch; b += nth) {
+        const std::vector<float>& row = rows[(b + step) % kRows];
+        volatile auto tok = std::max_element(row.begin(), row.end()) - row.begin();
+        (void)tok;
+      }
+    });
+    r.plain_step_ms += 1e3 * (now_s() - t0);
+  }
+  double mask_s = 0;
+  int tokens = 0;
+  for (Seq& s : seqs) {
+    mask_s += s.mask_s, tokens += s.num_tokens;
+    walks += s.walks + s.c->num_trie_walks();
+    uncertain += s.uncertain + s.c->num_uncertain_checked();
+    misses += s.misses + (s.cache && mode == Mode::kContext ? s.cache->num_misses() : 0);
+  }
+  if (mode == Mode::kShared) misses = shared->num_misses();
+  r.mask_us_per_token = 1e6 * mask_s / tokens;
+  r.step_ms /= steps;
+  r.plain_step_ms /= steps;
+  r.walks_per_token = (double)walks / tokens;
+  r.context_misses_per_token = (double)misses / tokens;
+  r.uncertain_per_token = (double)uncertain / tokens;
+  return r;
+}
+
+std::unique_ptr<Model> load_model(const std::string& dir, int32_t n_vocab, const std::string& type,
+                                  int threads) {
+  const std::string path =
+      dir + "/tinyllama-1.1b-v" + std::to_string(n_vocab) + "-" + type + ".gguf";
+  if (!std::filesystem::exists(path)) {
+    auto spec = make_model_preset("tinyllama-1.1b");
+    spec->n_vocab = n_vocab;
+    if (n_vocab > 32000) spec->vocab_type = "bpe";
+    spec->weight_type = *ggml_type_from_name(type);
+    std::fprintf(stderr, "writing %s ...\n", path.c_str());
+    if (Status st = make_model(*spec, path); !st.ok()) {
+      std::fprintf(stderr, "%s\n", st.message().c_str());
+      std::exit(1);
+    }
+  }
+  ModelOptions opt;
+  opt.max_batch_tokens = 32;
+  opt.n_threads = threads;
+  auto m = Model::load(path, opt);
+  if (!m) {
+    std::fprintf(stderr, "%s\n", m.message().c_str());
+    std::exit(1);
+  }
+  return std::move(*m);
+}
+
+}  // namespace
+}  // namespace kvw
+
+int main(int argc, char** argv) {
+  using namespace kvw;
+  std::string dir = "bench-models", type = "q4_0";
+  int steps = 64, decode_steps = 4, threads = 0, only_vocab = 0, only_batch = 0;
+  bool decode = true;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i], v = argv[i + 1];
+    if (a == "--dir")
+      dir = v;
+    else if (a == "--type")
+      type = v;
+    else if (a == "--steps")
+      steps = std::atoi(v.c_str());
+    else if (a == "--decode-steps")
+      decode_steps = std::atoi(v.c_str());
+    else if (a == "--threads")
+      threads = std::atoi(v.c_str());
+    else if (a == "--vocab")
+      only_vocab = std::atoi(v.c_str());
+    else if (a == "--batch")
+      only_batch = std::atoi(v.c_str());
+    else if (a == "--no-decode")
+      decode = std::atoi(v.c_str()) == 0;
+    else {
+      std::fprintf(stderr,
+                   "usage: grammar_overhead_bench [--dir D] [--type q4_0] [--steps 64] "
+                   "[--decode-steps 4] [--threads 0] [--no-decode 1] [--vocab N] [--batch N]\n");
+      return 2;
+    }
+  }
+  std::filesystem::create_directories(dir);
+  const char* schema = largest_schema();
+  {
+    const int reps = 50;
+    double t0 = now_s();
+    for (int i = 0; i < reps; ++i) (void)grammar::compile_json_schema(std::string_view(schema));
+    const double largest_us = 1e6 * (now_s() - t0) / reps;
+    t0 = now_s();
+    for (const char* s : grammar::schema_suite())
+      (void)grammar::compile_json_schema(std::string_view(s));
+    std::printf(
+        "JSON-schema compile: largest suite schema (%zu bytes) %.0f us; all %zu schemas %.2f ms\n",
+        std::string_view(schema).size(), largest_us, grammar::schema_suite().size(),
+        1e3 * (now_s() - t0));
+  }
+  struct G {
+    const char* name;
+    std::shared_ptr<const grammar::Grammar> g;
+  };
+  const std::vector<G> grammars = {
+      {"json_object", grammar::compile_json_object().value()},
+      {"largest schema", grammar::compile_json_schema(std::string_view(schema)).value()},
+      {"regex", grammar::compile_regex(
+                    R"((\d{4}-\d{2}-\d{2} [A-Z][a-z]{2,12}( [a-z]{2,12}){0,6}\.\n){1,50})")
+                    .value()}};
+  std::printf(
+      "\n| vocab | batch | decode step ms | grammar | mode | mask us/token | trie walks/token "
+      "| context misses/token | uncertain/token | masks ms/step (wall) | overhead %% of decode "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (int32_t n_vocab : {32000, 151936}) {
+    if (only_vocab && n_vocab != only_vocab) continue;
+    auto model = decode ? load_model(dir, n_vocab, type, threads) : nullptr;
+    const int num_threads = model ? model->num_threads() : threads;
+    auto trie = synthetic_trie(n_vocab);
+    for (int batch : {1, 16}) {
+      if (only_batch && batch != only_batch) continue;
+      const double dec_ms = decode ? decode_step_ms(*model, batch, decode_steps) : 0.0;
+      for (const G& g : grammars) {
+        for (Mode mode : {Mode::kWalk, Mode::kExact, Mode::kContext, Mode::kShared}) {
+          // As many threads as the model's (idle meanwhile): the engine samples on those.
+          ThreadPool pool(num_threads);
+          const MaskResult r = run_masks(g.g, trie, mode, batch, steps, pool);
+          const double extra = std::max(0.0, r.step_ms - r.plain_step_ms);
+          std::printf("| %d | %d | %.1f | %s | %s | %.1f | %.3f | %.3f | %.0f | %.3f | %.2f |\n",
+                      n_vocab, batch, dec_ms, g.name, mode_name(mode), r.mask_us_per_token,
+                      r.walks_per_token, r.context_misses_per_token, r.uncertain_per_token, extra,
+                      dec_ms > 0 ? 100.0 * extra / (dec_ms + r.plain_step_ms) : 0.0);
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  return 0;
+}
