@@ -132,6 +132,7 @@ GenerationRequest make_request(const GenParams& p, const PreparedPrompt& pp, int
   r.turn_starts = pp.turn_starts;
   r.max_tokens = pp.max_tokens;
   r.ignore_eos = p.ignore_eos;
+  r.speculate = p.speculative;
   GenSampling& s = r.sampling;
   s.temperature = p.temperature;
   s.top_p = p.top_p;
