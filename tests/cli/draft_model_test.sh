@@ -19,7 +19,7 @@ start() {  # name flags...
   local name="$1"
   shift
   "$KVW" serve --model "$MODEL" --port 0 --threads 2 --max-num-seqs 8 --max-model-len 512 \
-    --max-queue 16 --request-memory 16MiB "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+    --max-queue 16 --request-memory 40MiB "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
   PID=$!
   for _ in $(seq 1 200); do grep -q "kvwarden serving" "$WORK/$name.out" && break; sleep 0.1; done
   grep -q "kvwarden serving" "$WORK/$name.out" || fail "$name: serve did not start: $(tail -5 "$WORK/$name.err")"
@@ -33,7 +33,7 @@ for row in draft_wts draft_work draft_kv spec:; do
   grep -q "^  $row" "$WORK/serve.table" || fail "no $row row in serve's table: $(cat "$WORK/serve.table")"
 done
 "$KVW" plan --model "$MODEL" --engine --concurrency 8 --max-model-len 512 --engine-threads 2 \
-  --max-queue 16 --request-memory 16MiB --gpu-memory 80GiB --max-num-batched-tokens 2048 \
+  --max-queue 16 --request-memory 40MiB --gpu-memory 80GiB --max-num-batched-tokens 2048 \
   --draft-model "$DRAFT" --spec-max-draft 3 >"$WORK/plan.out" 2>&1 || fail "plan: $(cat "$WORK/plan.out")"
 awk '/kvwarden CPU engine budget/{on=1; next} on && !/^  /{on=0} on' "$WORK/plan.out" |
   table /dev/stdin >"$WORK/plan.table"
