@@ -9,7 +9,7 @@
 //                                 [--threads 0] [--k 4] [--ngram-min 2] [--ngram-max 4]
 //                                 [--runs 3] [--preset tinyllama-1.1b --weight-type q4_0]
 //                                 [--draft-model FILE | --draft-layers N]
-// --draft-model drafts with that file instead of prompt lookup; --draft-layers N writes and uses
+// --draft-model drafts with that file instead of prompt lookup; --draft-layers N writes (to /tmp)
 // a copy of the target that keeps its first N layers (same vocabulary and embeddings: on random
 // weights a functional draft with high acceptance, not a trained one; see the README).
 // Without --model the embedded default model (models/kvwarden-default.gguf, from the source
@@ -107,7 +107,8 @@ Result<std::string> truncated_copy(const std::string& src, int n_layer) {
     const uint8_t* d = (*file)->tensor_data(t);
     w.add_tensor(t.name, t.type, t.shape, std::vector<uint8_t>(d, d + t.num_bytes));
   }
-  const std::string out = src + ".draft" + std::to_string(n_layer) + ".gguf";
+  const std::string base = src.substr(src.find_last_of('/') + 1);
+  const std::string out = "/tmp/" + base + ".draft" + std::to_string(n_layer) + ".gguf";
   if (Status st = w.write(out); !st.ok()) return st.error();
   return out;
 }
