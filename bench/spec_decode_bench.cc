@@ -8,10 +8,12 @@
 //   build/bench/spec_decode_bench [--model models/kvwarden-default.gguf] [--decode 256]
 //                                 [--threads 0] [--k 4] [--ngram-min 2] [--ngram-max 4]
 //                                 [--runs 3] [--preset tinyllama-1.1b --weight-type q4_0]
-//                                 [--draft-model FILE | --draft-layers N]
+//                                 [--draft-model FILE | --draft-layers N [--quiet-tail 1]]
 // --draft-model drafts with that file instead of prompt lookup; --draft-layers N writes (to /tmp)
 // a copy of the target that keeps its first N layers (same vocabulary and embeddings: on random
-// weights a functional draft with high acceptance, not a trained one; see the README).
+// weights its acceptance is near 0). --quiet-tail 1 first rewrites the target so that layers N
+// and up add nothing (quiet_tail_copy): every draft is then accepted by construction, which
+// measures the cost of drafting and verifying, not a real draft's predictions (see the README).
 // Without --model the embedded default model (models/kvwarden-default.gguf, from the source
 // tree) is used. Greedy decoding; the best of --runs is reported (the machine is shared).
 #include <algorithm>
@@ -93,6 +95,35 @@ Result<Result1> run_once(const EngineConfig& cfg, const std::string& text, int n
   return out;
 }
 
+// Layer index of a "blk.N." tensor name, else -1.
+int layer_of(const std::string& name) {
+  return name.rfind("blk.", 0) == 0 ? std::atoi(name.c_str() + 4) : -1;
+}
+
+// A copy of `src` whose layers from n_layer on add nothing to the residual stream: their
+// attn_output and ffn_down bytes are zero (a zero scale in every quantised block), so its output
+// is that of its first n_layer layers while a decode step still reads every weight. With the
+// truncated copy below as the draft, every draft is accepted by construction: it measures what
+// drafting and verification cost, not what a real draft model would predict.
+Result<std::string> quiet_tail_copy(const std::string& src, int n_layer) {
+  auto file = GgufFile::open(src);
+  if (!file.ok()) return file.error();
+  GgufWriter w((*file)->version(), (*file)->alignment());
+  for (const auto& kv : (*file)->metadata()) w.set(kv.key, kv.value);
+  for (const auto& t : (*file)->tensors()) {
+    const uint8_t* d = (*file)->tensor_data(t);
+    std::vector<uint8_t> bytes(d, d + t.num_bytes);
+    const bool out_proj = t.name.find("attn_output") != std::string::npos ||
+                          t.name.find("ffn_down") != std::string::npos;
+    if (layer_of(t.name) >= n_layer && out_proj) std::fill(bytes.begin(), bytes.end(), 0);
+    w.add_tensor(t.name, t.type, t.shape, std::move(bytes));
+  }
+  const std::string base = src.substr(src.find_last_of('/') + 1);
+  const std::string out = "/tmp/" + base + ".quiet" + std::to_string(n_layer) + ".gguf";
+  if (Status st = w.write(out); !st.ok()) return st.error();
+  return out;
+}
+
 // A copy of `src` keeping its first n_layer layers (llama-style names and keys).
 Result<std::string> truncated_copy(const std::string& src, int n_layer) {
   auto file = GgufFile::open(src);
@@ -103,7 +134,7 @@ Result<std::string> truncated_copy(const std::string& src, int n_layer) {
   for (const auto& kv : (*file)->metadata()) w.set(kv.key, kv.value);
   w.set_u32(*arch + ".block_count", (uint32_t)n_layer);
   for (const auto& t : (*file)->tensors()) {
-    if (t.name.rfind("blk.", 0) == 0 && std::atoi(t.name.c_str() + 4) >= n_layer) continue;
+    if (layer_of(t.name) >= n_layer) continue;
     const uint8_t* d = (*file)->tensor_data(t);
     w.add_tensor(t.name, t.type, t.shape, std::vector<uint8_t>(d, d + t.num_bytes));
   }
@@ -118,6 +149,7 @@ int main_impl(int argc, char** argv) {
   int n_decode = 256, threads = 0, k = 4, ngram_min = 2, ngram_max = 4, runs = 3;
   std::string preset, weight_type = "q4_0", draft_model;
   int draft_layers = 0;
+  bool quiet_tail = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i], v = argv[i + 1];
     if (f == "--model") {
@@ -142,6 +174,8 @@ int main_impl(int argc, char** argv) {
       draft_model = v;
     } else if (f == "--draft-layers") {
       draft_layers = std::atoi(v.c_str());
+    } else if (f == "--quiet-tail") {
+      quiet_tail = v == "1";
     } else {
       std::fprintf(stderr, "unknown flag %s\n", f.c_str());
       return 2;
@@ -160,6 +194,14 @@ int main_impl(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", st.message().c_str());
       return 1;
     }
+  }
+  if (draft_layers > 0 && quiet_tail) {
+    auto q = quiet_tail_copy(model, draft_layers);
+    if (!q.ok()) {
+      std::fprintf(stderr, "%s\n", q.message().c_str());
+      return 1;
+    }
+    model = *q;
   }
   if (draft_layers > 0) {
     auto d = truncated_copy(model, draft_layers);

@@ -79,7 +79,7 @@ bool DraftModelProposer::plan_catch_up(DraftSlot& slot, SeqState& st, int64_t& b
   const int64_t need = static_cast<int64_t>(slot.tokens.size()) - st.num_computed;
   const int64_t chunk = std::min(need, budget);
   if (chunk <= 0) return false;
-  const bool drafting = chunk == need;
+  const bool drafting = chunk == need && slot.max_draft > 0;
   // Slots for the catch-up and the drafts fed after it (all but the last draft).
   const int64_t num_slots = chunk + (drafting ? slot.max_draft - 1 : 0);
   if (kv_->allocate_slots(slot.seq_id, num_slots) != AllocStatus::kOk) return false;

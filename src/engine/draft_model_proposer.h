@@ -10,8 +10,9 @@
 //
 // Draft KV of one sequence, positions:  [0 ........ num_computed)  [fed drafts]
 //   Before proposing, the fed drafts the target did not accept are rolled back (their slots
-//   truncated), then the draft catches up on the tokens it has not seen (a prefill after a
-//   prefix hit, preemption or admission; at most the workspace's tokens per step) and drafts.
+//   truncated), then the draft catches up on the tokens it has not seen (the target's prefill
+//   chunks are offered as they are computed; after a prefix hit, preemption or a short draft pool
+//   the rest; at most the workspace's tokens per step) and drafts.
 #pragma once
 
 #include <array>

@@ -15,10 +15,12 @@ namespace kvw {
 // One decoding sequence that may carry drafts this step.
 struct DraftSlot {
   SeqId seq_id{0};
-  std::span<const int32_t> tokens;  // the sequence's tokens (prompt + output) so far
-  int32_t max_draft = 0;            // at most this many drafts (>= 1)
-  int32_t num_draft = 0;            // out: drafts written to `draft` (0: none this step)
-  int32_t* draft = nullptr;         // out: [max_draft] proposed token ids
+  std::span<const int32_t> tokens;  // the sequence's tokens (prompt + output) known so far
+  // At most this many drafts; 0: a prefill chunk the target computes this step: the draft may
+  // compute `tokens` too (catch up) but proposes nothing.
+  int32_t max_draft = 0;
+  int32_t num_draft = 0;     // out: drafts written to `draft` (0: none this step)
+  int32_t* draft = nullptr;  // out: [max_draft] proposed token ids
 };
 
 class DraftProposer {

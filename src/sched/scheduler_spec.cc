@@ -58,19 +58,30 @@ bool Scheduler::attach_draft(Request* r, ScheduledSeq& s, std::span<const int32_
 
 void Scheduler::schedule_model_drafts(SchedulerOutput& out) {
   // Gather the sequences first so the draft model runs once per drafted position for all.
+  // Decodes come first in out.scheduled; then prefill chunks, which the draft model computes
+  // beside the target (max_draft 0) so that the first decode finds it caught up.
   draft_slots_.clear();
   draft_slot_index_.clear();
   int64_t budget = budget_;
   const auto k_max = static_cast<size_t>(cfg_.spec.num_speculative_tokens);
   for (size_t i = 0; i < out.scheduled.size(); ++i) {
-    if (draft_slots_.size() >= size_t(cfg_.spec.max_seqs) || budget <= 0) break;
-    Request* r = draft_candidate(out.scheduled[i]);
-    if (r == nullptr) continue;
-    const int32_t cap = static_cast<int32_t>(std::min<int64_t>(draft_length_cap(r), budget));
-    if (cap <= 0) continue;
-    budget -= cap;
-    draft_slots_.push_back(DraftSlot{.seq_id = r->id,
-                                     .tokens = r->token_ids,
+    if (draft_slots_.size() >= size_t(cfg_.spec.max_seqs)) break;
+    const ScheduledSeq& s = out.scheduled[i];
+    int32_t cap = 0;
+    std::span<const int32_t> tokens;
+    if (Request* r = draft_candidate(s); r != nullptr) {
+      cap = static_cast<int32_t>(std::min<int64_t>(draft_length_cap(r), budget));
+      if (cap <= 0) continue;
+      budget -= cap;
+      tokens = r->token_ids;
+    } else if (s.is_prefill && s.num_tokens > 0 && requests_.at(s.seq_id)->speculate) {
+      tokens = std::span<const int32_t>(requests_.at(s.seq_id)->token_ids)
+                   .first(static_cast<size_t>(s.start_pos + s.num_tokens));
+    } else {
+      continue;
+    }
+    draft_slots_.push_back(DraftSlot{.seq_id = s.seq_id,
+                                     .tokens = tokens,
                                      .max_draft = cap,
                                      .num_draft = 0,
                                      .draft = draft_.data() + draft_slots_.size() * k_max});
@@ -81,6 +92,7 @@ void Scheduler::schedule_model_drafts(SchedulerOutput& out) {
   for (size_t j = 0; j < draft_slots_.size(); ++j) {
     const DraftSlot& d = draft_slots_[j];
     CHECK(d.num_draft >= 0 && d.num_draft <= d.max_draft) << d.num_draft << " > " << d.max_draft;
+    if (d.max_draft == 0) continue;  // a prefill chunk
     ScheduledSeq& s = out.scheduled[draft_slot_index_[j]];
     attach_draft(requests_.at(s.seq_id).get(), s,
                  std::span<const int32_t>(d.draft, static_cast<size_t>(d.num_draft)));
