@@ -77,6 +77,7 @@ SchedulerOutput Scheduler::schedule() {
   // budget and free blocks nobody scheduled needs.
   schedule_drafts(out);
   schedule_waiting(out);
+  schedule_draft_catch_up(out);  // a draft model computes the admissions' first chunks too
   build_output(out);
   awaiting_update_ = !out.scheduled.empty();
   return out;

@@ -167,8 +167,11 @@ class Scheduler {
   // applies one sequence's sampled tokens in order (per-token stop and length checks), rolls
   // back the slots of rejected drafts and adapts the draft length. Returns how it ended.
   void schedule_drafts(SchedulerOutput& out);
-  void schedule_model_drafts(SchedulerOutput& out);  // with set_draft_proposer
-  Request* draft_candidate(const ScheduledSeq& s);   // a speculating plain decode, else null
+  // With set_draft_proposer: drafts for the decodes among out.scheduled[first..], catch-up for
+  // its prefill chunks; schedule_draft_catch_up offers the chunks admitted after it.
+  void schedule_model_drafts(SchedulerOutput& out, size_t first);
+  void schedule_draft_catch_up(SchedulerOutput& out);
+  Request* draft_candidate(const ScheduledSeq& s);  // a speculating plain decode, else null
   // Allocates the draft's slots (free blocks only, shortening it to fit) and adds it to `s`.
   bool attach_draft(Request* r, ScheduledSeq& s, std::span<const int32_t> draft);
   int32_t draft_length_cap(const Request* r) const;
@@ -224,9 +227,10 @@ class Scheduler {
   std::unordered_map<SeqId, size_t> scheduled_index_;  // seq -> index in out.scheduled
   std::vector<Request*> pass_;  // snapshot of running_ walked by one pass of schedule_running
   std::vector<int32_t> draft_;  // proposer scratch ([max_seqs][k] with a draft model)
-  DraftProposer* proposer_ = nullptr;     // not owned; null: prompt lookup
-  std::vector<DraftSlot> draft_slots_;    // this step's draft-model candidates
-  std::vector<size_t> draft_slot_index_;  // their index in out.scheduled
+  DraftProposer* proposer_ = nullptr;      // not owned; null: prompt lookup
+  std::vector<DraftSlot> draft_slots_;     // this step's draft-model candidates
+  std::vector<size_t> draft_slot_index_;   // their index in out.scheduled
+  size_t num_scheduled_before_admit_ = 0;  // out.scheduled entries seen by schedule_drafts
 };
 
 }  // namespace kvw

@@ -22,7 +22,7 @@ void Scheduler::schedule_drafts(SchedulerOutput& out) {
   // Sliding-window models do not speculate (the window's block release is not verified with
   // rolled-back slots yet).
   if (!cfg_.spec.enabled || window_blocks_ > 0) return;
-  if (proposer_ != nullptr) return schedule_model_drafts(out);
+  if (proposer_ != nullptr) return schedule_model_drafts(out, 0);
   int32_t num_seqs = 0;
   for (ScheduledSeq& s : out.scheduled) {
     if (num_seqs >= cfg_.spec.max_seqs || budget_ <= 0) break;
@@ -56,15 +56,23 @@ bool Scheduler::attach_draft(Request* r, ScheduledSeq& s, std::span<const int32_
   return true;
 }
 
-void Scheduler::schedule_model_drafts(SchedulerOutput& out) {
+void Scheduler::schedule_draft_catch_up(SchedulerOutput& out) {
+  // The first chunks of this step's admissions (schedule_drafts ran before them).
+  if (proposer_ != nullptr && cfg_.spec.enabled && window_blocks_ == 0) {
+    schedule_model_drafts(out, num_scheduled_before_admit_);
+  }
+}
+
+void Scheduler::schedule_model_drafts(SchedulerOutput& out, size_t first) {
   // Gather the sequences first so the draft model runs once per drafted position for all.
   // Decodes come first in out.scheduled; then prefill chunks, which the draft model computes
   // beside the target (max_draft 0) so that the first decode finds it caught up.
+  num_scheduled_before_admit_ = out.scheduled.size();
   draft_slots_.clear();
   draft_slot_index_.clear();
   int64_t budget = budget_;
   const auto k_max = static_cast<size_t>(cfg_.spec.num_speculative_tokens);
-  for (size_t i = 0; i < out.scheduled.size(); ++i) {
+  for (size_t i = first; i < out.scheduled.size(); ++i) {
     if (draft_slots_.size() >= size_t(cfg_.spec.max_seqs)) break;
     const ScheduledSeq& s = out.scheduled[i];
     int32_t cap = 0;
