@@ -8,8 +8,8 @@
 # Each server runs alone (one at a time, THREADS threads): kvwarden serve with nothing,
 # --spec-ngram, then --draft-model DRAFT; llama-server with nothing, --spec-type ngram-simple,
 # then --spec-type draft-simple -md DRAFT (both drafting at most K tokens). Each prompt is asked
-# for 1 and for N greedy tokens (ignore_eos); decode tok/s = (N - 1) / (t_N - t_1), wall clock,
-# best of RUNS. Acceptance: kvwarden's vllm:spec_decode_* counters, llama-server's timings
+# for N greedy tokens (ignore_eos), streamed; decode tok/s = (N - 1) / (time from the first
+# streamed token to the end), wall clock at the client, best of RUNS. Acceptance: kvwarden's vllm:spec_decode_* counters, llama-server's timings
 # (draft_n, draft_n_accepted). Outputs are compared with the plain run of the same server.
 # Environment: KVW (build/apps/kvwarden/kvwarden), N (128), K (4), THREADS (2), RUNS (3),
 # PORT (8491). Not part of ctest: it needs llama-server (built outside this repository).
@@ -63,32 +63,44 @@ def metrics():
     out = {}
     for line in text.splitlines():
         for key in ("vllm:spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_accepted_tokens_total"):
-            if line.startswith(key + " "):
+            if line.startswith(key + " ") or line.startswith(key + "{"):
                 out[key] = float(line.split()[-1])
     return out
+def stream(path, body):
+    """Returns (seconds from the first content chunk to the end, text, last JSON chunk)."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    first, text, last = None, "", {}
+    with urllib.request.urlopen(req, timeout=900) as r:
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data:") or line == "data: [DONE]":
+                continue
+            last = json.loads(line[5:])
+            piece = last["choices"][0].get("text", "") if "choices" in last else last.get("content", "")
+            if piece and first is None:
+                first = time.perf_counter()
+            text += piece
+    return time.perf_counter() - (first or time.perf_counter()), text, last
 def ask(prompt, k):
-    t = time.perf_counter()
     if kind == "kvw":
-        r = post("/v1/completions", {"prompt": prompt, "max_tokens": k, "temperature": 0,
-                                     "ignore_eos": True})
-        text, drafted, accepted = r["choices"][0]["text"], None, None
-    else:
-        r = post("/completion", {"prompt": prompt, "n_predict": k, "temperature": 0, "top_k": 1,
-                                 "ignore_eos": True, "cache_prompt": False})
-        tm = r.get("timings", {})
-        text, drafted, accepted = r["content"], tm.get("draft_n"), tm.get("draft_n_accepted")
-    return time.perf_counter() - t, text, drafted, accepted
+        dt, text, _ = stream("/v1/completions", {"prompt": prompt, "max_tokens": k, "temperature": 0,
+                                                 "ignore_eos": True, "stream": True})
+        return dt, text, None, None
+    dt, text, last = stream("/completion", {"prompt": prompt, "n_predict": k, "temperature": 0,
+                                            "top_k": 1, "ignore_eos": True, "stream": True})
+    tm = last.get("timings", {})
+    return dt, text, tm.get("draft_n"), tm.get("draft_n_accepted")
 for name, prompt in prompts.items():
     best, text, drafted, accepted = 0.0, "", 0, 0
     for _ in range(runs):
         m0 = metrics() if kind == "kvw" else {}
-        t1, _, _, _ = ask(prompt, 1)
         tn, text, d, a = ask(prompt, n)
         if kind == "kvw":
             m1 = metrics()
             d = m1.get("vllm:spec_decode_num_draft_tokens_total", 0) - m0.get("vllm:spec_decode_num_draft_tokens_total", 0)
             a = m1.get("vllm:spec_decode_num_accepted_tokens_total", 0) - m0.get("vllm:spec_decode_num_accepted_tokens_total", 0)
-        best = max(best, (n - 1) / max(tn - t1, 1e-9))
+        best = max(best, (n - 1) / max(tn, 1e-9))
         drafted, accepted = d or 0, a or 0
     ref_path = os.path.join(work, f"{kind}-{name}.plain")
     if label == "plain":
