@@ -1,5 +1,5 @@
 // bench/spec_decode_bench.cc: decode tokens/s at batch 1 with and without speculative decoding
-// (prompt-lookup drafts), and the acceptance rate, on two workloads:
+// (prompt-lookup drafts, or a draft model), and the acceptance rate, on two workloads:
 //   grounded: a passage, then an instruction to repeat it and its first words (the answer
 //             quotes the prompt, where prompt lookup shines)
 //   free:     a short prompt, free greedy generation
@@ -8,6 +8,12 @@
 //   build/bench/spec_decode_bench [--model models/kvwarden-default.gguf] [--decode 256]
 //                                 [--threads 0] [--k 4] [--ngram-min 2] [--ngram-max 4]
 //                                 [--runs 3] [--preset tinyllama-1.1b --weight-type q4_0]
+//                                 [--draft-model FILE | --draft-layers N [--quiet-tail 1]]
+// --draft-model drafts with that file instead of prompt lookup; --draft-layers N writes (to /tmp)
+// a copy of the target that keeps its first N layers (same vocabulary and embeddings: on random
+// weights its acceptance is near 0). --quiet-tail 1 first rewrites the target so that layers N
+// and up add nothing (quiet_tail_copy): every draft is then accepted by construction, which
+// measures the cost of drafting and verifying, not a real draft's predictions (see the README).
 // Without --model the embedded default model (models/kvwarden-default.gguf, from the source
 // tree) is used. Greedy decoding; the best of --runs is reported (the machine is shared).
 #include <algorithm>
@@ -20,6 +26,8 @@
 
 #include "core/log.h"
 #include "engine/engine.h"
+#include "gguf/gguf_file.h"
+#include "gguf/gguf_writer.h"
 #include "gguf/tensor_types.h"
 #include "model/model_maker.h"
 
@@ -87,10 +95,61 @@ Result<Result1> run_once(const EngineConfig& cfg, const std::string& text, int n
   return out;
 }
 
+// Layer index of a "blk.N." tensor name, else -1.
+int layer_of(const std::string& name) {
+  return name.rfind("blk.", 0) == 0 ? std::atoi(name.c_str() + 4) : -1;
+}
+
+// A copy of `src` whose layers from n_layer on add nothing to the residual stream: their
+// attn_output and ffn_down bytes are zero (a zero scale in every quantised block), so its output
+// is that of its first n_layer layers while a decode step still reads every weight. With the
+// truncated copy below as the draft, every draft is accepted by construction: it measures what
+// drafting and verification cost, not what a real draft model would predict.
+Result<std::string> quiet_tail_copy(const std::string& src, int n_layer) {
+  auto file = GgufFile::open(src);
+  if (!file.ok()) return file.error();
+  GgufWriter w((*file)->version(), (*file)->alignment());
+  for (const auto& kv : (*file)->metadata()) w.set(kv.key, kv.value);
+  for (const auto& t : (*file)->tensors()) {
+    const uint8_t* d = (*file)->tensor_data(t);
+    std::vector<uint8_t> bytes(d, d + t.num_bytes);
+    const bool out_proj = t.name.find("attn_output") != std::string::npos ||
+                          t.name.find("ffn_down") != std::string::npos;
+    if (layer_of(t.name) >= n_layer && out_proj) std::fill(bytes.begin(), bytes.end(), 0);
+    w.add_tensor(t.name, t.type, t.shape, std::move(bytes));
+  }
+  const std::string base = src.substr(src.find_last_of('/') + 1);
+  const std::string out = "/tmp/" + base + ".quiet" + std::to_string(n_layer) + ".gguf";
+  if (Status st = w.write(out); !st.ok()) return st.error();
+  return out;
+}
+
+// A copy of `src` keeping its first n_layer layers (llama-style names and keys).
+Result<std::string> truncated_copy(const std::string& src, int n_layer) {
+  auto file = GgufFile::open(src);
+  if (!file.ok()) return file.error();
+  auto arch = (*file)->get_string("general.architecture");
+  if (!arch.ok()) return arch.error();
+  GgufWriter w((*file)->version(), (*file)->alignment());
+  for (const auto& kv : (*file)->metadata()) w.set(kv.key, kv.value);
+  w.set_u32(*arch + ".block_count", (uint32_t)n_layer);
+  for (const auto& t : (*file)->tensors()) {
+    if (layer_of(t.name) >= n_layer) continue;
+    const uint8_t* d = (*file)->tensor_data(t);
+    w.add_tensor(t.name, t.type, t.shape, std::vector<uint8_t>(d, d + t.num_bytes));
+  }
+  const std::string base = src.substr(src.find_last_of('/') + 1);
+  const std::string out = "/tmp/" + base + ".draft" + std::to_string(n_layer) + ".gguf";
+  if (Status st = w.write(out); !st.ok()) return st.error();
+  return out;
+}
+
 int main_impl(int argc, char** argv) {
   std::string model = std::string(KVW_SOURCE_DIR) + "/models/kvwarden-default.gguf";
   int n_decode = 256, threads = 0, k = 4, ngram_min = 2, ngram_max = 4, runs = 3;
-  std::string preset, weight_type = "q4_0";
+  std::string preset, weight_type = "q4_0", draft_model;
+  int draft_layers = 0;
+  bool quiet_tail = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i], v = argv[i + 1];
     if (f == "--model") {
@@ -111,6 +170,12 @@ int main_impl(int argc, char** argv) {
       preset = v;
     } else if (f == "--weight-type") {
       weight_type = v;
+    } else if (f == "--draft-model") {
+      draft_model = v;
+    } else if (f == "--draft-layers") {
+      draft_layers = std::atoi(v.c_str());
+    } else if (f == "--quiet-tail") {
+      quiet_tail = v == "1";
     } else {
       std::fprintf(stderr, "unknown flag %s\n", f.c_str());
       return 2;
@@ -130,6 +195,22 @@ int main_impl(int argc, char** argv) {
       return 1;
     }
   }
+  if (draft_layers > 0 && quiet_tail) {
+    auto q = quiet_tail_copy(model, draft_layers);
+    if (!q.ok()) {
+      std::fprintf(stderr, "%s\n", q.message().c_str());
+      return 1;
+    }
+    model = *q;
+  }
+  if (draft_layers > 0) {
+    auto d = truncated_copy(model, draft_layers);
+    if (!d.ok()) {
+      std::fprintf(stderr, "%s\n", d.message().c_str());
+      return 1;
+    }
+    draft_model = *d;
+  }
   set_log_level(LogLevel::kWarn);
   EngineConfig plain;
   plain.model_path = model;
@@ -142,13 +223,19 @@ int main_impl(int argc, char** argv) {
                                .num_speculative_tokens = k,
                                .prompt_lookup_max = ngram_max,
                                .prompt_lookup_min = ngram_min,
-                               .max_seqs = 1};
+                               .max_seqs = 1,
+                               .draft_model = draft_model};
   const std::string grounded =
       std::string(kPassage) + "\n\nRepeat the text above word for word.\n\nIn the beginning God";
   const std::pair<const char*, std::string> workloads[] = {{"grounded", grounded},
                                                            {"free", "And it came to pass"}};
-  std::printf("model %s, batch 1, %d decode tokens, greedy, k %d, n-gram %d..%d, best of %d\n",
-              model.c_str(), n_decode, k, ngram_min, ngram_max, runs);
+  std::printf(
+      "model %s, batch 1, %d decode tokens, greedy, k %d, %s, best of %d\n", model.c_str(),
+      n_decode, k,
+      draft_model.empty()
+          ? ("n-gram " + std::to_string(ngram_min) + ".." + std::to_string(ngram_max)).c_str()
+          : ("draft model " + draft_model).c_str(),
+      runs);
   // tok/s: wall clock; tok/cpu-s: per second of process CPU time (what a shared machine's load
   // distorts least); ms/step: engine time per decode step, plain / speculative.
   std::printf("%-9s %11s %10s %8s %15s %11s %8s %11s %11s %9s %9s\n", "workload", "plain tok/s",

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "apps/kvwarden/commands.h"
 #include "apps/kvwarden/rope_flags.h"
@@ -43,6 +44,8 @@ struct PlanArgs {
   bool engine = false;
   bool spec_ngram = false;     // --engine: serve's --spec-ngram (draft logit rows)
   int32_t spec_max_draft = 4;  // --engine: serve's --spec-max-draft
+  int32_t spec_max_seqs = 16;  // --engine: serve's --spec-max-seqs
+  std::string draft_model;     // --engine: serve's --draft-model (its rows in the table)
   bool list_models = false;
   bool list_gpus = false;
   RopeFlags rope;  // stretches the model's positions (the default --max-model-len)
@@ -198,9 +201,22 @@ int run_plan(const PlanArgs& a) {
     opt.max_model_len = in->max_model_len;
     opt.max_num_seqs = a.concurrency;
     // serve's default --spec-max-seqs (SpecConfig::max_seqs) rows of drafts per step.
-    opt.spec_draft_logit_rows =
-        SpecConfig{.enabled = a.spec_ngram, .num_speculative_tokens = a.spec_max_draft}
-            .max_draft_tokens_per_step();
+    const bool spec = a.spec_ngram || !a.draft_model.empty();
+    opt.spec_draft_logit_rows = SpecConfig{.enabled = spec,
+                                           .num_speculative_tokens = a.spec_max_draft,
+                                           .max_seqs = a.spec_max_seqs}
+                                    .max_draft_tokens_per_step();
+    std::optional<ModelShape> draft;
+    if (!a.draft_model.empty()) {
+      auto d = load_model_shape(a.draft_model);
+      if (!d.ok()) {
+        std::cerr << "kvwarden plan: --draft-model: " << d.message() << "\n";
+        return 1;
+      }
+      draft = std::move(*d);
+      opt.draft = &*draft;
+      opt.draft_logit_rows = a.spec_max_seqs;
+    }
     opt.prompt_logit_rows = SchedConfig{}.max_prompt_logit_rows;  // serve's rows (plan = serve)
     auto rm = parse_size("--request-memory", a.request_memory);
     if (!rm.ok()) {
@@ -230,6 +246,9 @@ int run_plan(const PlanArgs& a) {
                    {"reserve_bytes", b->reserve_bytes},
                    {"request_bytes", b->request_bytes},
                    {"swap_staging_bytes", b->swap_staging_bytes},
+                   {"draft_weights_bytes", b->draft_weights_bytes},
+                   {"draft_workspace_bytes", b->draft_workspace_bytes},
+                   {"draft_kv_pool_bytes", b->draft_kv_pool_bytes},
                    {"total_bytes", b->total_bytes},
                    {"num_blocks", b->num_blocks},
                    {"kv_per_token_bytes", b->kv_bytes_per_token},
@@ -302,6 +321,10 @@ void add_plan_command(CLI::App& app, int& exit_code) {
                 "reserve) for --concurrency sequences of --max-model-len");
   cmd->add_flag("--spec-ngram", a->spec_ngram,
                 "--engine: serve's --spec-ngram (the drafts' logit rows join the reserve)");
+  cmd->add_option("--draft-model", a->draft_model,
+                  "--engine: serve's --draft-model (its weights, workspace and KV join the table)");
+  cmd->add_option("--spec-max-seqs", a->spec_max_seqs, "--engine: serve's --spec-max-seqs")
+      ->capture_default_str();
   cmd->add_option("--spec-max-draft", a->spec_max_draft, "--engine: serve's --spec-max-draft")
       ->capture_default_str();
   cmd->add_option("--request-memory", a->request_memory,

@@ -140,6 +140,8 @@ Result<std::unique_ptr<GgufFile>> resolve(ServeFlags& f) {
     if (!sc.ok()) return sc.error();
     e.sched.spec = *sc;
   }
+  // --draft-model turns speculation on with the draft model (its vocabulary is checked at load).
+  if (!e.sched.spec.draft_model.empty()) e.sched.spec.enabled = true;
   auto file = GgufFile::open(e.model_path);
   if (!file.ok()) return file.error();
   if (f.max_model_len > 0) {
@@ -232,7 +234,11 @@ nlohmann::json config_json(const ServeFlags& f) {
           {"enable_prefix_caching", e.enable_prefix_caching},
           {"kv_events_config", f.kv_events_json},
           {"speculative_config",
-           e.sched.spec.enabled
+           e.sched.spec.enabled && !e.sched.spec.draft_model.empty()
+               ? nlohmann::json{{"method", "draft_model"},
+                                {"model", e.sched.spec.draft_model},
+                                {"num_speculative_tokens", e.sched.spec.num_speculative_tokens}}
+           : e.sched.spec.enabled
                ? nlohmann::json{{"method", "ngram"},
                                 {"num_speculative_tokens", e.sched.spec.num_speculative_tokens},
                                 {"prompt_lookup_max", e.sched.spec.prompt_lookup_max},
@@ -538,11 +544,18 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--spec-max-seqs", e.sched.spec.max_seqs,
                   "--spec-ngram: sequences that carry drafts in one step at most")
       ->capture_default_str();
+  cmd->add_option("--draft-model", e.sched.spec.draft_model,
+                  "Speculative decoding with a draft model: a smaller GGUF file with the same "
+                  "vocabulary (refused at start-up otherwise) drafts --spec-max-draft tokens "
+                  "greedily per step, the target verifies them in one pass (same exactness as "
+                  "--spec-ngram). Its weights, workspace and KV are rows of the budget table");
   cmd->add_option("--speculative-config", f->speculative_config,
-                  "vLLM's form of --spec-ngram: JSON with method \"ngram\", "
-                  "num_speculative_tokens, prompt_lookup_max, prompt_lookup_min. Example: "
+                  "vLLM's form of --spec-ngram / --draft-model: JSON with method \"ngram\" "
+                  "(num_speculative_tokens, prompt_lookup_max, prompt_lookup_min) or \"model\": "
+                  "a draft GGUF file. Examples: "
                   "'{\"method\":\"ngram\",\"num_speculative_tokens\":4,"
-                  "\"prompt_lookup_max\":4,\"prompt_lookup_min\":2}'");
+                  "\"prompt_lookup_max\":4,\"prompt_lookup_min\":2}', "
+                  "'{\"model\":\"draft.gguf\",\"num_speculative_tokens\":5}'");
   cmd->add_option("--kv-events-config", f->kv_events_json,
                   "Publish the prefix cache's KV events (BlockStored, BlockRemoved, "
                   "AllBlocksCleared) over ZeroMQ in vLLM's format, for prefix-aware routers "

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "core/check.h"
@@ -39,9 +40,15 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& cfg,
   return e;
 }
 
-Status Engine::plan_budget(const GgufFile& file) {
+Status Engine::plan_budget(const GgufFile& file, const GgufFile* draft_file) {
   auto shape = planner::shape_from_gguf(file);
   if (!shape.ok()) return shape.error();
+  std::optional<planner::ModelShape> draft_shape;
+  if (draft_file != nullptr) {
+    auto ds = planner::shape_from_gguf(*draft_file);
+    if (!ds.ok()) return Error{"--draft-model: " + ds.message()};
+    draft_shape = std::move(*ds);
+  }
   const int64_t n_vocab = shape->n_vocab;
   const int64_t spec_rows = cfg_.sched.spec.max_draft_tokens_per_step();
   const int64_t prompt_rows = cfg_.sched.max_prompt_logit_rows;
@@ -62,6 +69,8 @@ Status Engine::plan_budget(const GgufFile& file) {
   opt.prompt_logit_rows = prompt_rows;     // and the prompt logprobs' rows
   opt.request_bytes = cfg_.request_bytes;
   opt.swap_staging_bytes = planner::swap_staging_bytes(cfg_.swap_bytes);
+  opt.draft = draft_shape ? &*draft_shape : nullptr;
+  opt.draft_logit_rows = cfg_.sched.spec.max_seqs;
   auto table = planner::plan_engine_budget(*shape, opt);
   if (!table.ok()) {
     // Show what the fixed rows need: the same plan without a budget, for one short sequence.
@@ -92,9 +101,10 @@ Status Engine::plan_budget(const GgufFile& file) {
 Status Engine::check_memory_available(uint64_t logits_bytes) const {
   // What init() allocates and touches at once; with --mlock the mapped weights stay resident
   // too. Failing here beats being killed by the OS halfway through the memset.
-  uint64_t need =
-      budget_.kv_pool_bytes + budget_.workspace_bytes + logits_bytes + budget_.swap_staging_bytes;
-  if (cfg_.mlock) need += budget_.weights_bytes;
+  uint64_t need = budget_.kv_pool_bytes + budget_.workspace_bytes + logits_bytes +
+                  budget_.swap_staging_bytes + budget_.draft_kv_pool_bytes +
+                  budget_.draft_workspace_bytes;
+  if (cfg_.mlock) need += budget_.weights_bytes + budget_.draft_weights_bytes;
   const uint64_t avail =
       cfg_.available_memory_bytes > 0 ? cfg_.available_memory_bytes : available_memory_bytes();
   if (avail == 0 || need <= avail) return Status::ok_status();
@@ -129,7 +139,14 @@ Status Engine::lock_memory() const {
 Status Engine::init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file) {
   KVW_RETURN_IF_ERROR(cfg.validate());
   cfg_ = cfg;
-  KVW_RETURN_IF_ERROR(plan_budget(*file));  // plan before allocating anything
+  std::unique_ptr<GgufFile> draft_file;
+  if (!cfg.sched.spec.draft_model.empty()) {
+    auto df = GgufFile::open(cfg.sched.spec.draft_model);
+    if (!df.ok()) return Error{"--draft-model: " + df.message()};
+    draft_file = std::move(*df);
+    KVW_RETURN_IF_ERROR(check_same_vocabulary(*file, *draft_file));
+  }
+  KVW_RETURN_IF_ERROR(plan_budget(*file, draft_file.get()));  // plan before allocating anything
   ModelOptions mo;
   mo.n_threads = cfg.n_threads;
   mo.max_batch_tokens = (int32_t)cfg.sched.max_num_batched_tokens;
@@ -170,6 +187,7 @@ Status Engine::init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file) {
                       << cfg.swap_path;
   }
   sched_ = std::make_unique<Scheduler>(cfg.sched, kv_.get());
+  if (draft_file != nullptr) KVW_RETURN_IF_ERROR(load_draft(std::move(draft_file), mo));
   limits_ = EngineLimits{.max_model_len = sched_->max_model_len(),
                          .n_vocab = model_->hparams().n_vocab,
                          .max_num_seqs = cfg.sched.max_num_seqs,
@@ -193,6 +211,30 @@ Status Engine::init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file) {
     LOG(INFO, engine) << "sliding window " << kc.sliding_window << ": blocks behind it are freed, "
                       << kv_->max_window_blocks() << " blocks per decoding sequence at most";
   }
+  return Status::ok_status();
+}
+
+Status Engine::load_draft(std::unique_ptr<GgufFile> file, const ModelOptions& target_options) {
+  DraftModelOptions o{.model = target_options,
+                      .num_blocks = (uint32_t)budget_.num_blocks,
+                      .block_size = cfg_.block_size,
+                      .kv_dtype = cfg_.kv_dtype,
+                      .max_seqs = cfg_.sched.spec.max_seqs};
+  o.model.max_model_len = cfg_.sched.max_model_len;
+  auto d = DraftModelProposer::create(std::move(file), o);
+  if (!d.ok()) return d.error();
+  draft_ = std::move(*d);
+  if (draft_->model().workspace_bytes() + draft_->logits_bytes() != budget_.draft_workspace_bytes ||
+      draft_->kv_pool_bytes() != budget_.draft_kv_pool_bytes) {
+    LOG(WARN, engine) << "draft model: workspace + logits "
+                      << draft_->model().workspace_bytes() + draft_->logits_bytes() << " B, KV "
+                      << draft_->kv_pool_bytes() << " B; planned " << budget_.draft_workspace_bytes
+                      << " B, " << budget_.draft_kv_pool_bytes << " B";
+  }
+  sched_->set_draft_proposer(draft_.get());
+  LOG(INFO, engine) << "draft model " << cfg_.sched.spec.draft_model << ": up to "
+                    << cfg_.sched.spec.num_speculative_tokens << " drafts for up to "
+                    << cfg_.sched.spec.max_seqs << " sequences a step";
   return Status::ok_status();
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/draft_model_proposer.h"
 #include "engine/engine_config.h"
 #include "engine/queues.h"
 #include "engine/seq_sampler.h"
@@ -102,7 +103,9 @@ class Engine {
   Status init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file);
   Status check_memory_available(uint64_t logits_bytes) const;
   Status lock_memory() const;
-  Status plan_budget(const GgufFile& file);
+  Status plan_budget(const GgufFile& file, const GgufFile* draft_file);
+  // --draft-model: loads it into the planned draft rows and hands it to the scheduler.
+  Status load_draft(std::unique_ptr<GgufFile> file, const ModelOptions& target_options);
   void run();
   void admit_pending();
   void admit_one(PendingRequest& p);  // may throw (bad_alloc): admit_pending ends that request
@@ -168,6 +171,9 @@ class Engine {
   std::unique_ptr<KvArena> arena_;
   std::unique_ptr<KvManager> kv_;
   std::unique_ptr<Scheduler> sched_;
+  // --draft-model (null: none). Declared after sched_: destroyed first, the scheduler holds a
+  // pointer to it but never calls it after the engine thread stops.
+  std::unique_ptr<DraftModelProposer> draft_;
   std::unique_ptr<RequestQueue> queue_;
   StatsBox stats_box_;
   mutable SnapshotBox snapshot_box_;

@@ -1,4 +1,5 @@
-// vLLM's --speculative-config JSON, mapped onto SpecConfig (the ngram method only).
+// vLLM's --speculative-config JSON, mapped onto SpecConfig: prompt lookup ("ngram") or a draft
+// model ("model": FILE).
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
@@ -15,10 +16,15 @@ Result<SpecConfig> parse_speculative_config(std::string_view text, SpecConfig ba
     if (key == "method" || key == "model") {
       if (!value.is_string()) return Error{flag + key + " must be a string"};
       const std::string v = value.get<std::string>();
-      // vLLM also spells prompt lookup as model "[ngram]".
-      if (v != "ngram" && v != "[ngram]") {
-        return Error{flag + key + " '" + v +
-                     "': only \"ngram\" (prompt lookup) is supported; draft models are not yet"};
+      // vLLM also spells prompt lookup as model "[ngram]"; any other model is a draft model's
+      // file, and "draft_model" the method that goes with it.
+      if (key == "model" && v != "ngram" && v != "[ngram]") {
+        if (v.empty()) return Error{flag + "model must name a GGUF file"};
+        base.draft_model = v;
+      } else if (key == "method" && v != "ngram" && v != "[ngram]" && v != "draft_model") {
+        return Error{flag + "method '" + v +
+                     "': supported are \"ngram\" (prompt lookup) and \"draft_model\" (with "
+                     "\"model\": a GGUF file)"};
       }
     } else if (key == "num_speculative_tokens" || key == "prompt_lookup_max" ||
                key == "prompt_lookup_min") {
@@ -34,8 +40,12 @@ Result<SpecConfig> parse_speculative_config(std::string_view text, SpecConfig ba
     }
   }
   if (!j.contains("method") && !j.contains("model")) {
-    return Error{flag + "give \"method\": \"ngram\""};
+    return Error{flag + "give \"method\": \"ngram\" or \"model\": a draft model's GGUF file"};
   }
+  if (j.value("method", std::string()) == "draft_model" && base.draft_model.empty()) {
+    return Error{flag + "method \"draft_model\" needs \"model\": a GGUF file"};
+  }
+  if (j.value("method", std::string()) == "ngram") base.draft_model.clear();
   // Only max given: match from it down to min(max, our default min), as vLLM's default min
   // does not exceed max.
   if (j.contains("prompt_lookup_max") && !j.contains("prompt_lookup_min")) {

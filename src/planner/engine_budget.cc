@@ -127,6 +127,27 @@ int64_t engine_blocks_per_seq(const ModelShape& m, int64_t max_model_len, int64_
   return window_blocks(max_model_len, engine_window(m), block_size);
 }
 
+namespace {
+
+// The draft model's rows: what DraftModelProposer loads and allocates (src/engine).
+Status plan_draft_rows(const EngineOptions& opt, BudgetTable* b) {
+  if (opt.draft == nullptr) return Status::ok_status();
+  const ModelShape& d = *opt.draft;
+  if (Status st = d.validate(); !st.ok()) return Error{"draft model: " + st.message()};
+  if (engine_window(d) > 0) return Error{"draft model: sliding-window models cannot draft yet"};
+  b->draft_weights_bytes =
+      d.gguf ? d.gguf->weight_bytes : opt.weight_dtype.bytes(count_params(d).total());
+  b->draft_workspace_bytes =
+      engine_workspace_bytes(d, opt.max_num_batched_tokens, opt.n_threads, opt.weight_dtype) +
+      (uint64_t)(opt.draft_logit_rows * d.n_vocab) * sizeof(float);
+  b->draft_kv_bytes_per_block = (uint64_t)d.n_layer *
+                                engine_kv_bytes_per_token_layer(d, opt.kv_dtype) *
+                                (uint64_t)opt.block_size;
+  return Status::ok_status();
+}
+
+}  // namespace
+
 Result<BudgetTable> plan_engine_budget(const ModelShape& m, const EngineOptions& opt) {
   KVW_RETURN_IF_ERROR(m.validate());
   if (opt.max_num_batched_tokens < 1 || opt.block_size < 1 || opt.n_threads < 1) {
@@ -155,16 +176,20 @@ Result<BudgetTable> plan_engine_budget(const ModelShape& m, const EngineOptions&
   b.kv_bytes_per_block = b.kv_bytes_per_token * (uint64_t)opt.block_size;
   b.request_bytes = opt.request_bytes;
   b.swap_staging_bytes = opt.swap_staging_bytes;
+  KVW_RETURN_IF_ERROR(plan_draft_rows(opt, &b));
   const uint64_t fixed = b.weights_bytes + b.workspace_bytes + b.reserve_bytes + b.request_bytes +
-                         b.swap_staging_bytes;
+                         b.swap_staging_bytes + b.draft_weights_bytes + b.draft_workspace_bytes;
+  // A block id addresses the same token range in the target's pool and in the draft's.
+  const uint64_t block_bytes = b.kv_bytes_per_block + b.draft_kv_bytes_per_block;
   if (opt.memory_budget_bytes > 0) {
-    if (opt.memory_budget_bytes < fixed + b.kv_bytes_per_block) {
+    if (opt.memory_budget_bytes < fixed + block_bytes) {
       return Error{"needs " + format_bytes((int64_t)fixed) +
-                   " for weights, workspace, reserve and requests" + " plus " +
-                   format_bytes((int64_t)b.kv_bytes_per_block) + " for one KV block, budget " +
+                   " for weights, workspace, reserve and requests" +
+                   (opt.draft != nullptr ? " (draft model included)" : "") + " plus " +
+                   format_bytes((int64_t)block_bytes) + " for one KV block, budget " +
                    format_bytes((int64_t)opt.memory_budget_bytes)};
     }
-    b.num_blocks = (opt.memory_budget_bytes - fixed) / b.kv_bytes_per_block;
+    b.num_blocks = (opt.memory_budget_bytes - fixed) / block_bytes;
   } else {
     if (opt.max_model_len < 1 || opt.max_num_seqs < 1) {
       return Error{"give a memory budget, or max_model_len and max_num_seqs >= 1"};
@@ -175,6 +200,7 @@ Result<BudgetTable> plan_engine_budget(const ModelShape& m, const EngineOptions&
         (uint64_t)engine_blocks_per_seq(m, opt.max_model_len, opt.block_size));
   }
   b.kv_pool_bytes = b.num_blocks * b.kv_bytes_per_block;
+  b.draft_kv_pool_bytes = b.num_blocks * b.draft_kv_bytes_per_block;
   if (opt.max_model_len > 0) {
     b.max_model_len = opt.max_model_len;
     b.sliding_window = engine_window(m);
@@ -182,7 +208,7 @@ Result<BudgetTable> plan_engine_budget(const ModelShape& m, const EngineOptions&
     b.kv_bytes_per_seq = b.kv_blocks_per_seq * b.kv_bytes_per_block;
     b.max_seqs_at_max_len = b.num_blocks / b.kv_blocks_per_seq;
   }
-  b.total_bytes = fixed + b.kv_pool_bytes;
+  b.total_bytes = fixed + b.kv_pool_bytes + b.draft_kv_pool_bytes;
   return b;
 }
 
@@ -215,6 +241,11 @@ std::string BudgetTable::to_string() const {
   row("reserve", reserve_bytes);
   if (request_bytes > 0) row("request", request_bytes);
   if (swap_staging_bytes > 0) row("swap_stage", swap_staging_bytes);
+  if (draft_weights_bytes > 0) {
+    row("draft_wts", draft_weights_bytes);
+    row("draft_work", draft_workspace_bytes);
+    row("draft_kv", draft_kv_pool_bytes);
+  }
   row("total", total_bytes);
   if (spec_logits_bytes > 0) {
     os << "  spec: " << format_bytes((int64_t)spec_logits_bytes) << " (" << spec_logits_bytes

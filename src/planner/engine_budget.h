@@ -40,6 +40,12 @@ struct EngineOptions {
   // Prompt logprobs: logit rows one step may give to prompt positions (SchedConfig::
   // max_prompt_logit_rows), f32 x n_vocab each, added to the reserve row.
   int64_t prompt_logit_rows = 0;
+  // Speculative decoding with a draft model (--draft-model): its shape (nullptr: none). Its
+  // weights, its workspace (for max_num_batched_tokens tokens, plus draft_logit_rows f32 rows of
+  // its vocabulary) and its KV are rows of the table; its KV pool has as many blocks as the
+  // target's, so any sequence the target holds the draft can hold too.
+  const ModelShape* draft = nullptr;
+  int64_t draft_logit_rows = 0;  // sequences drafted per step (SpecConfig::max_seqs)
 };
 
 // Staging the swap tier allocates for `swap_bytes` of swap (0: no tier): its bound on bytes in
@@ -80,9 +86,14 @@ struct BudgetTable {
   uint64_t workspace_bytes = 0;  // activation buffers for max_num_batched_tokens
   uint64_t kv_pool_bytes = 0;    // num_blocks * kv_bytes_per_block
   uint64_t reserve_bytes = 0;
-  uint64_t request_bytes = 0;        // the HTTP front door (request_row_bytes)
-  uint64_t swap_staging_bytes = 0;   // the swap tier's copies in flight
-  uint64_t total_bytes = 0;          // the six above
+  uint64_t request_bytes = 0;       // the HTTP front door (request_row_bytes)
+  uint64_t swap_staging_bytes = 0;  // the swap tier's copies in flight
+  // Draft model (EngineOptions::draft), 0 without one:
+  uint64_t draft_weights_bytes = 0;    // its mmapped tensors
+  uint64_t draft_workspace_bytes = 0;  // its activations + its logit rows
+  uint64_t draft_kv_pool_bytes = 0;    // num_blocks * draft_kv_bytes_per_block
+  uint64_t draft_kv_bytes_per_block = 0;
+  uint64_t total_bytes = 0;          // every row above
   uint64_t spec_logits_bytes = 0;    // part of reserve: the speculative drafts' logit rows
   uint64_t prompt_logits_bytes = 0;  // part of reserve: the prompt logprobs' logit rows
   uint64_t kv_bytes_per_token = 0;   // all layers

@@ -78,6 +78,7 @@ SchedulerOutput Scheduler::schedule() {
   // budget and free blocks nobody scheduled needs.
   schedule_drafts(out);
   schedule_waiting(out);
+  schedule_draft_catch_up(out);  // a draft model computes the admissions' first chunks too
   build_output(out);
   awaiting_update_ = !out.scheduled.empty();
   return out;
@@ -213,6 +214,7 @@ void Scheduler::preempt(Request* victim, SchedulerOutput& out) {
   }
   remove_running(victim);
   ++victim->num_preemptions;
+  if (proposer_ != nullptr) proposer_->release(victim->id);
   const bool swapped = cfg_.preemption_mode == PreemptionMode::kSwap && kv_->has_swap() &&
                        kv_->swap_out(victim->id, victim->token_ids);
   if (swapped) {
@@ -305,6 +307,7 @@ std::vector<FinishedRequest> Scheduler::update_from_output(const SchedulerOutput
 }
 
 void Scheduler::finish(Request* r, FinishReason reason) {
+  if (proposer_ != nullptr) proposer_->release(r->id);
   if (kv_->has_sequence(r->id) || kv_->is_swapped(r->id)) kv_->free_sequence(r->id);
   // Lengths of requests that ran to their natural end feed the p95 reservation.
   if (reason == FinishReason::kStop || reason == FinishReason::kLength) {

@@ -31,6 +31,7 @@
 #include "core/ids.h"
 #include "core/status.h"
 #include "kv/kv_manager.h"
+#include "sched/draft_proposer.h"
 #include "sched/kv_reserve.h"
 #include "sched/request.h"
 #include "sched/sched_config.h"
@@ -138,6 +139,9 @@ class Scheduler {
   // leaves max_tokens at the context limit rarely uses it). O(waiting).
   int64_t num_waiting_work_tokens() const;
   bool has_unfinished() const { return !requests_.empty(); }
+  // Drafts come from `proposer` (a draft model) instead of prompt lookup; it is told when a
+  // sequence finishes or is preempted. Not owned; must outlive the Scheduler's use of it.
+  void set_draft_proposer(DraftProposer* proposer);
   const SchedCounters& counters() const { return counters_; }
   const SchedConfig& config() const { return cfg_; }
   // max_model_len clamped to what the pool can hold for one request (not clamped under a
@@ -166,6 +170,13 @@ class Scheduler {
   // applies one sequence's sampled tokens in order (per-token stop and length checks), rolls
   // back the slots of rejected drafts and adapts the draft length. Returns how it ended.
   void schedule_drafts(SchedulerOutput& out);
+  // With set_draft_proposer: drafts for the decodes among out.scheduled[first..], catch-up for
+  // its prefill chunks; schedule_draft_catch_up offers the chunks admitted after it.
+  void schedule_model_drafts(SchedulerOutput& out, size_t first);
+  void schedule_draft_catch_up(SchedulerOutput& out);
+  Request* draft_candidate(const ScheduledSeq& s);  // a speculating plain decode, else null
+  // Allocates the draft's slots (free blocks only, shortening it to fit) and adds it to `s`.
+  bool attach_draft(Request* r, ScheduledSeq& s, std::span<const int32_t> draft);
   int32_t draft_length_cap(const Request* r) const;
   FinishReason apply_sampled(Request* r, const ScheduledSeq& s, std::span<const SampledToken> toks);
   void account_drafts(Request* r, int32_t num_drafts, std::span<const SampledToken> toks);
@@ -219,7 +230,11 @@ class Scheduler {
   bool preempted_this_step_ = false;
   std::unordered_map<SeqId, size_t> scheduled_index_;  // seq -> index in out.scheduled
   std::vector<Request*> pass_;  // snapshot of running_ walked by one pass of schedule_running
-  std::vector<int32_t> draft_;  // proposer scratch
+  std::vector<int32_t> draft_;  // proposer scratch ([max_seqs][k] with a draft model)
+  DraftProposer* proposer_ = nullptr;      // not owned; null: prompt lookup
+  std::vector<DraftSlot> draft_slots_;     // this step's draft-model candidates
+  std::vector<size_t> draft_slot_index_;   // their index in out.scheduled
+  size_t num_scheduled_before_admit_ = 0;  // out.scheduled entries seen by schedule_drafts
 };
 
 }  // namespace kvw

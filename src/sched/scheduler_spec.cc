@@ -22,27 +22,97 @@ void Scheduler::schedule_drafts(SchedulerOutput& out) {
   // Sliding-window models do not speculate (the window's block release is not verified with
   // rolled-back slots yet).
   if (!cfg_.spec.enabled || window_blocks_ > 0) return;
+  if (proposer_ != nullptr) return schedule_model_drafts(out, 0);
   int32_t num_seqs = 0;
   for (ScheduledSeq& s : out.scheduled) {
     if (num_seqs >= cfg_.spec.max_seqs || budget_ <= 0) break;
-    // A plain decode (entries unplanned by preemption have num_tokens 0).
-    if (s.is_prefill || s.num_tokens != 1 || !s.needs_logits) continue;
-    Request* r = requests_.at(s.seq_id).get();
-    if (!r->speculate) continue;
+    Request* r = draft_candidate(s);
+    if (r == nullptr) continue;
     const int32_t cap = draft_length_cap(r);
     if (cap <= 0) continue;
-    int32_t k = propose_ngram_draft(r->token_ids, cfg_.spec.prompt_lookup_min,
-                                    cfg_.spec.prompt_lookup_max, cap, &draft_);
-    // Free blocks only: a draft never evicts a cached prefix nor preempts anyone.
-    while (k > 0 && kv_->num_blocks_needed(r->id, k) > kv_->pool().num_free_blocks()) --k;
-    if (k == 0) continue;
-    CHECK(kv_->allocate_slots(r->id, k) == AllocStatus::kOk);
-    r->draft_ids.assign(draft_.begin(), draft_.begin() + k);
-    s.num_tokens += k;
-    s.num_draft_tokens = k;
-    budget_ -= k;
-    ++num_seqs;
+    const int32_t k = propose_ngram_draft(r->token_ids, cfg_.spec.prompt_lookup_min,
+                                          cfg_.spec.prompt_lookup_max, cap, &draft_);
+    if (attach_draft(r, s, std::span<const int32_t>(draft_).first(size_t(k)))) ++num_seqs;
   }
+}
+
+Request* Scheduler::draft_candidate(const ScheduledSeq& s) {
+  // A plain decode (entries unplanned by preemption have num_tokens 0).
+  if (s.is_prefill || s.num_tokens != 1 || !s.needs_logits) return nullptr;
+  Request* r = requests_.at(s.seq_id).get();
+  return r->speculate ? r : nullptr;
+}
+
+bool Scheduler::attach_draft(Request* r, ScheduledSeq& s, std::span<const int32_t> draft) {
+  int64_t k = static_cast<int64_t>(draft.size());
+  // Free blocks only: a draft never evicts a cached prefix nor preempts anyone.
+  while (k > 0 && kv_->num_blocks_needed(r->id, k) > kv_->pool().num_free_blocks()) --k;
+  if (k == 0) return false;
+  CHECK(kv_->allocate_slots(r->id, k) == AllocStatus::kOk);
+  r->draft_ids.assign(draft.begin(), draft.begin() + k);
+  s.num_tokens += k;
+  s.num_draft_tokens = static_cast<int32_t>(k);
+  budget_ -= k;
+  return true;
+}
+
+void Scheduler::schedule_draft_catch_up(SchedulerOutput& out) {
+  // The first chunks of this step's admissions (schedule_drafts ran before them).
+  if (proposer_ != nullptr && cfg_.spec.enabled && window_blocks_ == 0) {
+    schedule_model_drafts(out, num_scheduled_before_admit_);
+  }
+}
+
+void Scheduler::schedule_model_drafts(SchedulerOutput& out, size_t first) {
+  // Gather the sequences first so the draft model runs once per drafted position for all.
+  // Decodes come first in out.scheduled; then prefill chunks, which the draft model computes
+  // beside the target (max_draft 0) so that the first decode finds it caught up.
+  num_scheduled_before_admit_ = out.scheduled.size();
+  draft_slots_.clear();
+  draft_slot_index_.clear();
+  int64_t budget = budget_;
+  const auto k_max = static_cast<size_t>(cfg_.spec.num_speculative_tokens);
+  for (size_t i = first; i < out.scheduled.size(); ++i) {
+    if (draft_slots_.size() >= size_t(cfg_.spec.max_seqs)) break;
+    const ScheduledSeq& s = out.scheduled[i];
+    int32_t cap = 0;
+    std::span<const int32_t> tokens;
+    if (Request* r = draft_candidate(s); r != nullptr) {
+      cap = static_cast<int32_t>(std::min<int64_t>(draft_length_cap(r), budget));
+      if (cap <= 0) continue;
+      budget -= cap;
+      tokens = r->token_ids;
+    } else if (s.is_prefill && s.num_tokens > 0 && requests_.at(s.seq_id)->speculate) {
+      tokens = std::span<const int32_t>(requests_.at(s.seq_id)->token_ids)
+                   .first(static_cast<size_t>(s.start_pos + s.num_tokens));
+    } else {
+      continue;
+    }
+    draft_slots_.push_back(DraftSlot{.seq_id = s.seq_id,
+                                     .tokens = tokens,
+                                     .max_draft = cap,
+                                     .num_draft = 0,
+                                     .draft = draft_.data() + draft_slots_.size() * k_max});
+    draft_slot_index_.push_back(i);
+  }
+  if (draft_slots_.empty()) return;
+  proposer_->propose(draft_slots_);
+  for (size_t j = 0; j < draft_slots_.size(); ++j) {
+    const DraftSlot& d = draft_slots_[j];
+    CHECK(d.num_draft >= 0 && d.num_draft <= d.max_draft) << d.num_draft << " > " << d.max_draft;
+    if (d.max_draft == 0) continue;  // a prefill chunk
+    ScheduledSeq& s = out.scheduled[draft_slot_index_[j]];
+    attach_draft(requests_.at(s.seq_id).get(), s,
+                 std::span<const int32_t>(d.draft, static_cast<size_t>(d.num_draft)));
+  }
+}
+
+void Scheduler::set_draft_proposer(DraftProposer* proposer) {
+  proposer_ = proposer;
+  // Scratch for every slot's drafts, sized once (max_seqs x k ids).
+  draft_.assign(size_t(cfg_.spec.max_seqs) * size_t(cfg_.spec.num_speculative_tokens), 0);
+  draft_slots_.reserve(size_t(cfg_.spec.max_seqs));
+  draft_slot_index_.reserve(size_t(cfg_.spec.max_seqs));
 }
 
 FinishReason Scheduler::apply_sampled(Request* r, const ScheduledSeq& s,

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 
 #include "core/status.h"
 
@@ -23,6 +24,9 @@ struct SpecConfig {
   // Sequences that may carry drafts in one step: bounds the extra logit rows the engine sizes
   // at start-up (max_seqs x num_speculative_tokens f32 rows of n_vocab, a budget row).
   int32_t max_seqs = 16;
+  // --draft-model (or --speculative-config's "model"): a GGUF file with the target's vocabulary
+  // that drafts instead of prompt lookup (engine/draft_model_proposer.h). Empty: prompt lookup.
+  std::string draft_model;
 
   // Draft tokens one step may carry at most (0 when off): the engine's extra logit rows.
   int64_t max_draft_tokens_per_step() const {

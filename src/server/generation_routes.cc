@@ -142,6 +142,7 @@ GenerationRequest make_request(const GenParams& p, const PreparedPrompt& pp, int
   r.max_tokens = std::max(1, pp.max_tokens);
   r.prompt_logprobs = engine_prompt_logprobs(p);
   r.ignore_eos = p.ignore_eos;
+  r.speculate = p.speculative;
   GenSampling& s = r.sampling;
   s.temperature = p.temperature;
   s.top_p = p.top_p;

@@ -147,6 +147,10 @@ std::optional<ApiError> read_common(const json& body, GenParams& p, int64_t min_
   if (auto e = read_logit_bias(body, p.logit_bias)) return e;
   if (auto e = read_bool(body, "stream", p.stream)) return e;
   if (auto e = read_bool(body, "ignore_eos", p.ignore_eos)) return e;
+  if (auto e = read_bool(body, "speculative", p.speculative)) return e;
+  i.reset();
+  if (auto e = read_int(body, "speculative.n_max", 0, 1 << 20, i)) return e;
+  if (i && *i == 0) p.speculative = false;
   if (const json* so = field(body, "stream_options")) {
     if (!so->is_object())
       return invalid_param("stream_options", "'stream_options' must be an object");

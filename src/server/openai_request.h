@@ -38,6 +38,9 @@ struct GenParams {
   float frequency_penalty = 0.0f;
   int32_t logprobs = -1;    // engine GenSampling::logprobs: -1 none, k >= 0 top alternatives
   bool ignore_eos = false;  // vLLM extension
+  // kvwarden extension: false opts this request out of speculative decoding (when the server
+  // runs with --spec-ngram / --draft-model); llama-server's "speculative.n_max": 0 too.
+  bool speculative = true;
   std::vector<std::pair<int32_t, float>> logit_bias = {};  // {"token id": bias in [-100, 100]}
   GenConstraint constraint = {};  // structured output (server/structured_output.h); none = off
   // Completions only (server/completion_options.h): the prompt starts the text (with logprobs:

@@ -58,7 +58,9 @@ EngineConfig config_with_blocks(const std::string& model, uint32_t num_blocks,
   auto e = Engine::create(cfg);
   EXPECT_TRUE(e.ok()) << e.message();
   const auto& b = (*e)->budget();
-  cfg.memory_budget_bytes = b.total_bytes - b.kv_pool_bytes + num_blocks * b.kv_bytes_per_block;
+  // A draft model's pool has as many blocks as the target's (planner::plan_engine_budget).
+  cfg.memory_budget_bytes = b.total_bytes - b.kv_pool_bytes - b.draft_kv_pool_bytes +
+                            num_blocks * (b.kv_bytes_per_block + b.draft_kv_bytes_per_block);
   return cfg;
 }
 

@@ -98,6 +98,27 @@ TEST(OpenAiRequest, AcceptedValuesMapToFields) {
   EXPECT_EQ(p.logprobs, 3);
 }
 
+// Per-request opt-out of speculative decoding (kvwarden's "speculative", or llama-server's
+// "speculative.n_max": 0); on by default, so a server with --spec-ngram/--draft-model speculates.
+TEST(OpenAiRequest, SpeculativeOptOutFieldIsReadAndNamedOnErrors) {
+  auto params = [](json b) {
+    b["prompt"] = "x";
+    auto r = parse_completion_request(b);
+    EXPECT_TRUE(std::holds_alternative<CompletionRequest>(r));
+    return std::holds_alternative<CompletionRequest>(r) ? std::get<CompletionRequest>(r).params
+                                                        : GenParams{};
+  };
+  EXPECT_TRUE(params(json::object()).speculative);
+  EXPECT_FALSE(params({{"speculative", false}}).speculative);
+  EXPECT_TRUE(params({{"speculative", true}}).speculative);
+  EXPECT_FALSE(params({{"speculative.n_max", 0}}).speculative);
+  EXPECT_TRUE(params({{"speculative.n_max", 8}}).speculative);
+  EXPECT_EQ(error_of(parse_completion_request({{"prompt", "x"}, {"speculative", "no"}})).param,
+            "speculative");
+  EXPECT_EQ(error_of(parse_completion_request({{"prompt", "x"}, {"speculative.n_max", -1}})).param,
+            "speculative.n_max");
+}
+
 // Issue 30: "1", "01" and " +001" are distinct JSON keys for one token; only the canonical
 // spelling is a token id, so logit_bias cannot name a token twice.
 TEST(OpenAiRequest, LogitBiasKeysMustBeCanonicalTokenIds) {
