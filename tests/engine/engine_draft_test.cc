@@ -19,6 +19,7 @@
 #include "model/model_maker.h"
 #include "planner/engine_budget.h"
 #include "planner/model_source.h"
+#include "sched/sched_config.h"
 
 namespace kvw {
 namespace {
@@ -359,6 +360,7 @@ TEST_F(EngineDraftTest, BudgetTableHasTheDraftRowsThePlannerComputes) {
   opt.spec_draft_logit_rows = 16 * 4;
   opt.draft = &*ds;
   opt.draft_logit_rows = 16;
+  opt.prompt_logit_rows = SchedConfig{}.max_prompt_logit_rows;  // the engine's default rows
   auto p = planner::plan_engine_budget(*ts, opt);
   ASSERT_TRUE(p.ok()) << p.message();
   EXPECT_EQ(p->to_string(), t);
