@@ -167,7 +167,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool stream_chunked_ = true;
   bool stream_ended_ = false;
   bool stream_close_ = false;
-  bool stream_pull_ = false;  // the stream said `more`: poll again once everything is written
+  bool stream_pull_ = false;    // the stream said `more`: poll again once everything is written
+  bool stream_pulled_ = false;  // it ever did: its parts are paced by writes, not by wakes
 };
 
 }  // namespace kvw::http

@@ -40,6 +40,7 @@ void Connection::start_stream(std::shared_ptr<ResponseStream> stream, bool close
   head_sent_ = false;
   stream_ended_ = false;
   stream_pull_ = false;
+  stream_pulled_ = false;
   ++s_.active_streams;
   std::weak_ptr<Connection> weak = shared_from_this();
   stream_->start([weak, hub = s_.hub, pending = wake_pending_] {
@@ -93,6 +94,13 @@ void Connection::take_pipelined() {
 
 void Connection::pump() {
   if (phase_ != Phase::kStreaming || !stream_) return;
+  // A pulled answer gets its next part only once the last is written: a wake (the engine's,
+  // coalesced) must not add a part behind a write in flight, which would read as a slow
+  // consumer and drop a whole answer the client was reading.
+  if (stream_pulled_ &&
+      (stream_pull_ || write_in_flight_ || !pending_.empty() || writing_off_ != writing_.size())) {
+    return;
+  }
   StreamOutput out;
   try {
     stream_->poll(out);
@@ -138,7 +146,7 @@ void Connection::pump() {
     if (stream_chunked_) pending_ += "0\r\n\r\n";
     stream_ended_ = true;
   }
-  if (out.more && !stream_ended_) stream_pull_ = true;
+  if (out.more && !stream_ended_) stream_pull_ = stream_pulled_ = true;
   s_.stream_buffered += pending_.size() - before;
   // A slow consumer is a client that falls behind: bytes pile up behind a write it has not
   // finished taking. What one poll hands over while the client is keeping up is accepted

@@ -279,7 +279,7 @@ TEST(ServerWholeAnswers, TwoThousandTokensWithLogprobsArriveWholeAndParse) {
                                            {"logprobs", true},
                                            {"top_logprobs", 5},
                                            {"ignore_eos", true}});
-  ASSERT_TRUE(c) << "no chat answer";
+  ASSERT_TRUE(c) << "no chat answer: " << httplib::to_string(c.error());
   EXPECT_EQ(c->status, 200);
   EXPECT_GT(c->body.size(), h.server->transport_config().stream_buffer_bytes);
   const json cj = json::parse(c->body, nullptr, false);
