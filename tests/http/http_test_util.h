@@ -17,6 +17,7 @@
 #include <mutex>
 #include <string>
 
+#include "../server/raw_socket.h"
 #include "http/http_server.h"
 
 namespace kvw::http::test {
@@ -24,29 +25,9 @@ namespace kvw::http::test {
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-inline int connect_to(int port, int rcvbuf = 0) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (rcvbuf > 0) ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons((uint16_t)port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-inline bool send_all(int fd, const std::string& s) {
-  size_t off = 0;
-  while (off < s.size()) {
-    const ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    off += (size_t)n;
-  }
-  return true;
-}
+// The raw TCP client the server tests use too.
+using server::raw_socket::connect_to;
+using server::raw_socket::send_all;
 
 // Reads until `done(text)` holds, the peer closes, or `timeout` passes.
 inline std::string read_until(int fd, std::chrono::milliseconds timeout,

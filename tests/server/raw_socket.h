@@ -15,9 +15,10 @@
 
 namespace kvw::server::raw_socket {
 
-// A connected socket to 127.0.0.1:port, or -1.
-inline int connect_to(int port) {
+// A connected socket to 127.0.0.1:port, or -1. rcvbuf > 0: SO_RCVBUF set before connecting.
+inline int connect_to(int port, int rcvbuf = 0) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (rcvbuf > 0) ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons((uint16_t)port);
