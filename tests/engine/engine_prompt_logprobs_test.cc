@@ -6,10 +6,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "../model/teacher_forced.h"
 #include "engine/engine.h"
 #include "engine_test_util.h"
-#include "kv/kv_arena.h"
-#include "model/model.h"
 
 namespace kvw {
 namespace {
@@ -17,35 +16,6 @@ namespace {
 using testutil::config_with_blocks;
 using testutil::make_engine;
 using testutil::prompt;
-
-// log_softmax of every row of a teacher-forced forward over `tokens`: [n][n_vocab].
-std::vector<std::vector<double>> teacher_forced(const std::string& path, const EngineConfig& cfg,
-                                                const std::vector<int32_t>& tokens) {
-  ModelOptions opt;
-  opt.n_threads = 1;
-  opt.max_batch_tokens = (int32_t)tokens.size();
-  auto m = Model::load(path, opt);
-  EXPECT_TRUE(m.ok()) << m.message();
-  const int32_t V = (*m)->hparams().n_vocab;
-  const uint32_t blocks = (uint32_t)(tokens.size() / cfg.block_size + 1);
-  KvArena kv((*m)->kv_config(blocks, cfg.block_size, cfg.kv_dtype));
-  std::vector<uint32_t> table(blocks);
-  for (uint32_t i = 0; i < blocks; ++i) table[i] = i;
-  SeqInput in{.tokens = tokens, .start_pos = 0, .block_table = table, .all_logits = true};
-  std::vector<float> logits(tokens.size() * (size_t)V);
-  EXPECT_TRUE((*m)->forward({&in, 1}, kv, logits.data()).ok());
-  std::vector<std::vector<double>> out;
-  for (size_t p = 0; p < tokens.size(); ++p) {
-    const float* row = logits.data() + p * (size_t)V;
-    double mx = -INFINITY, sum = 0;
-    for (int32_t i = 0; i < V; ++i) mx = std::max(mx, (double)row[i]);
-    for (int32_t i = 0; i < V; ++i) sum += std::exp((double)row[i] - mx);
-    std::vector<double> lp((size_t)V);
-    for (int32_t i = 0; i < V; ++i) lp[(size_t)i] = (double)row[i] - mx - std::log(sum);
-    out.push_back(std::move(lp));
-  }
-  return out;
-}
 
 struct PromptResult {
   std::vector<ChannelEvent> events;  // kPromptLogprobs, in order
@@ -119,7 +89,7 @@ TEST(EnginePromptLogprobs, MatchTeacherForcedForwardChunkedAndAfterAPrefixCacheH
   ASSERT_NE(e, nullptr);
   const int32_t V = e->model().hparams().n_vocab;
   const std::vector<int32_t> p = prompt(31, 70, V);
-  const auto oracle = teacher_forced(model, cfg, p);
+  const auto oracle = testing::teacher_forced_logprobs(model, p, cfg.block_size, cfg.kv_dtype);
 
   GenerationRequest plain;  // caches the prompt's full blocks
   plain.prompt = p;
@@ -152,7 +122,7 @@ TEST(EnginePromptLogprobs, ZeroTopLogprobsAndOneTokenPrompt) {
   ASSERT_NE(e, nullptr);
   const int32_t V = e->model().hparams().n_vocab;
   const std::vector<int32_t> p = prompt(32, 20, V);
-  const auto oracle = teacher_forced(model, cfg, p);
+  const auto oracle = testing::teacher_forced_logprobs(model, p, cfg.block_size, cfg.kv_dtype);
   GenerationRequest r;
   r.prompt = p;
   r.max_tokens = 1;

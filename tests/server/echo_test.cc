@@ -6,9 +6,8 @@
 #include <cmath>
 #include <thread>
 
+#include "../model/teacher_forced.h"
 #include "harness.h"
-#include "kv/kv_arena.h"
-#include "model/model.h"
 #include "tokenizer/utf8.h"
 
 namespace kvw::server {
@@ -20,34 +19,6 @@ using harness::small_model;
 using harness::sse_events;
 using nlohmann::json;
 
-// log_softmax rows of a one-shot forward over `tokens` with every position's logits.
-std::vector<std::vector<double>> teacher_forced(const std::vector<int32_t>& tokens) {
-  ModelOptions opt;
-  opt.n_threads = 1;
-  opt.max_batch_tokens = (int32_t)tokens.size();
-  auto m = Model::load(small_model(), opt);
-  EXPECT_TRUE(m.ok()) << m.message();
-  const int32_t V = (*m)->hparams().n_vocab;
-  const uint32_t blocks = (uint32_t)(tokens.size() / 16 + 1);
-  KvArena kv((*m)->kv_config(blocks, 16, EngineConfig{}.kv_dtype));
-  std::vector<uint32_t> table(blocks);
-  for (uint32_t i = 0; i < blocks; ++i) table[i] = i;
-  SeqInput in{.tokens = tokens, .start_pos = 0, .block_table = table, .all_logits = true};
-  std::vector<float> logits(tokens.size() * (size_t)V);
-  EXPECT_TRUE((*m)->forward({&in, 1}, kv, logits.data()).ok());
-  std::vector<std::vector<double>> out;
-  for (size_t p = 0; p < tokens.size(); ++p) {
-    const float* row = logits.data() + p * (size_t)V;
-    double mx = -INFINITY, sum = 0;
-    for (int32_t i = 0; i < V; ++i) mx = std::max(mx, (double)row[i]);
-    for (int32_t i = 0; i < V; ++i) sum += std::exp((double)row[i] - mx);
-    std::vector<double> lp((size_t)V);
-    for (int32_t i = 0; i < V; ++i) lp[(size_t)i] = (double)row[i] - mx - std::log(sum);
-    out.push_back(std::move(lp));
-  }
-  return out;
-}
-
 std::vector<int32_t> prompt_ids(int len, int32_t n_vocab) {
   std::vector<int32_t> p;
   for (int i = 0; i < len; ++i) p.push_back(3 + (i * 37 + 11) % (n_vocab - 3));
@@ -58,7 +29,8 @@ TEST(Echo, PromptLogprobsEqualATeacherForcedForward) {
   Harness h;
   const int32_t V = h.engine->limits().n_vocab;
   const std::vector<int32_t> ids = prompt_ids(40, V);
-  const auto oracle = teacher_forced(ids);
+  const auto oracle =
+      kvw::testing::teacher_forced_logprobs(small_model(), ids, 16, EngineConfig{}.kv_dtype);
   const json base = {{"prompt", ids},
                      {"max_tokens", 3},
                      {"logprobs", 2},
