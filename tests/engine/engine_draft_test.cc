@@ -13,6 +13,7 @@
 #include <map>
 
 #include "engine/engine.h"
+#include "engine_spec_util.h"
 #include "engine_test_util.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
@@ -24,6 +25,8 @@
 namespace kvw {
 namespace {
 
+using spectest::expect_all_free;
+using spectest::run_batch;
 using testutil::config_with_blocks;
 using testutil::make_engine;
 using testutil::run_one;
@@ -59,27 +62,6 @@ std::string truncated_copy(const std::string& src, int32_t n_layer) {
   Status st = w.write(path);
   EXPECT_TRUE(st.ok()) << st.message();
   return path;
-}
-
-std::vector<TokenChannel::Collected> run_batch(Engine& e,
-                                               const std::vector<GenerationRequest>& rs) {
-  std::vector<std::shared_ptr<TokenChannel>> chs;
-  for (const auto& r : rs) {
-    auto ch = e.submit(r);
-    EXPECT_TRUE(ch.ok()) << ch.message();
-    if (ch.ok()) chs.push_back(*ch);
-  }
-  std::vector<TokenChannel::Collected> out;
-  for (auto& ch : chs) out.push_back(ch->collect());
-  return out;
-}
-
-void expect_all_free(Engine& e) {
-  e.shutdown();
-  const KvManager& kv = e.kv_manager();
-  kv.check_invariants();
-  EXPECT_EQ(kv.num_sequences(), 0u);
-  EXPECT_EQ(kv.num_allocatable_blocks(), kv.num_blocks());
 }
 
 std::vector<std::vector<int32_t>> plain_outputs(const std::string& model,
@@ -183,31 +165,9 @@ TEST_F(EngineDraftTest, OptedOutRequestsNeverDraft) {
 
 void expect_preempted_identical(const std::string& model, const std::string& draft, bool with_swap,
                                 const std::vector<GenerationRequest>& rs) {
-  const auto want = plain_outputs(model, rs);
   // Each request grows to 4 blocks (24 + 40 tokens) plus its drafts; 12 blocks cannot hold six.
-  EngineConfig cfg = config_with_blocks(model, 12, draft_spec(draft));
-  cfg.enable_prefix_caching = false;  // force real recomputation/swap, not cache revival
-  if (with_swap) {
-    cfg.swap_bytes = uint64_t{4} << 20;
-    cfg.swap_path = ::testing::TempDir() + "/engine_draft_swap.bin";
-    cfg.memory_budget_bytes += planner::swap_staging_bytes(cfg.swap_bytes);
-  } else {
-    cfg.sched.preemption_mode = PreemptionMode::kRecompute;
-  }
-  auto e = make_engine(cfg);
-  ASSERT_NE(e, nullptr);
-  auto got = run_batch(*e, rs);
-  for (size_t i = 0; i < rs.size(); ++i) {
-    EXPECT_EQ(got[i].reason, FinishReason::kLength) << got[i].error;
-    EXPECT_EQ(got[i].tokens, want[i]) << "request " << i;
-  }
-  const EngineStats s = e->stats();
-  EXPECT_GT(s.num_preemptions, 0u);
-  if (with_swap) {
-    EXPECT_GT(s.num_swap_outs, 0u);
-  }
-  EXPECT_GT(s.spec.num_accepted_tokens, 0u);
-  expect_all_free(*e);
+  spectest::expect_preempted_identical(model, draft_spec(draft), with_swap, rs,
+                                       plain_outputs(model, rs), "engine_draft_swap.bin");
 }
 
 TEST_F(EngineDraftTest, GreedyIdenticalWhenPreemptedForRecompute) {

@@ -8,12 +8,15 @@
 #include <iostream>
 
 #include "engine/engine.h"
+#include "engine_spec_util.h"
 #include "engine_test_util.h"
 #include "planner/engine_budget.h"
 
 namespace kvw {
 namespace {
 
+using spectest::expect_all_free;
+using spectest::run_batch;
 using testutil::config_with_blocks;
 using testutil::make_engine;
 using testutil::run_one;
@@ -41,27 +44,6 @@ std::vector<int32_t> repetitive_prompt(uint64_t seed, int len, int times, int32_
   std::vector<int32_t> p;
   for (int i = 0; i < times; ++i) p.insert(p.end(), phrase.begin(), phrase.end());
   return p;
-}
-
-std::vector<TokenChannel::Collected> run_batch(Engine& e,
-                                               const std::vector<GenerationRequest>& rs) {
-  std::vector<std::shared_ptr<TokenChannel>> chs;
-  for (const auto& r : rs) {
-    auto ch = e.submit(r);
-    EXPECT_TRUE(ch.ok()) << ch.message();
-    chs.push_back(*ch);
-  }
-  std::vector<TokenChannel::Collected> out;
-  for (auto& ch : chs) out.push_back(ch->collect());
-  return out;
-}
-
-void expect_all_free(Engine& e) {
-  e.shutdown();
-  const KvManager& kv = e.kv_manager();
-  kv.check_invariants();
-  EXPECT_EQ(kv.num_sequences(), 0u);
-  EXPECT_EQ(kv.num_allocatable_blocks(), kv.num_blocks());
 }
 
 // Plain greedy outputs of `rs`, one at a time on a roomy engine without speculation.
@@ -167,31 +149,9 @@ TEST_F(EngineSpecTest, BatchedWithNonSpeculatingSampledAndChunkedPrefillsIdentic
 void expect_preempted_identical(const std::string& model, bool with_swap, int32_t nv) {
   std::vector<GenerationRequest> rs;
   for (int i = 0; i < 6; ++i) rs.push_back(greedy(repetitive_prompt(90 + i, 10, 4, nv), 40));
-  const auto want = plain_outputs(model, rs);
   // Each request needs 5 blocks (80 tokens); 12 blocks hold two at a time.
-  EngineConfig cfg = config_with_blocks(model, 12, spec_on());
-  cfg.enable_prefix_caching = false;  // force real recomputation/swap, not cache revival
-  if (with_swap) {
-    cfg.swap_bytes = uint64_t{4} << 20;
-    cfg.swap_path = ::testing::TempDir() + "/engine_spec_swap.bin";
-    cfg.memory_budget_bytes += planner::swap_staging_bytes(cfg.swap_bytes);
-  } else {
-    cfg.sched.preemption_mode = PreemptionMode::kRecompute;
-  }
-  auto e = make_engine(cfg);
-  ASSERT_NE(e, nullptr);
-  auto got = run_batch(*e, rs);
-  for (size_t i = 0; i < rs.size(); ++i) {
-    EXPECT_EQ(got[i].reason, FinishReason::kLength) << got[i].error;
-    EXPECT_EQ(got[i].tokens, want[i]) << "request " << i;
-  }
-  const EngineStats s = e->stats();
-  EXPECT_GT(s.num_preemptions, 0u);
-  if (with_swap) {
-    EXPECT_GT(s.num_swap_outs, 0u);
-  }
-  EXPECT_GT(s.spec.num_accepted_tokens, 0u);
-  expect_all_free(*e);
+  spectest::expect_preempted_identical(model, spec_on(), with_swap, rs, plain_outputs(model, rs),
+                                       "engine_spec_swap.bin");
 }
 
 TEST_F(EngineSpecTest, GreedyIdenticalWhenPreemptedForRecompute) {
