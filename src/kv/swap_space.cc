@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -82,13 +83,17 @@ Status validate_config(const SwapConfig& config, uint64_t bpb) {
 Result<std::unique_ptr<BlockFile>> open_posix_block_file(const std::string& path,
                                                          uint64_t size_bytes) {
   const std::string where = "swap file " + path + ": ";
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  // A private file even when two processes (servers, parallel tests) name the same path: a
+  // unique suffix, mode 0600, unlinked below. Opening `path` itself let a second process open
+  // the first one's inode before its unlink, and the two overwrote each other's swapped KV.
+  std::string unique = path + ".XXXXXX";
+  int fd = ::mkostemp(unique.data(), O_CLOEXEC);
   if (fd < 0) return Error{where + "cannot create: " + errno_text(errno)};
   // posix_fallocate returns the error number instead of setting errno.
   int err = ::posix_fallocate(fd, 0, static_cast<off_t>(size_bytes));
   if (err != 0) {
     ::close(fd);
-    ::unlink(path.c_str());
+    ::unlink(unique.c_str());
     if (err == ENOSPC) {
       return Error{where + "no space left on device: needs " + std::to_string(size_bytes) +
                    " bytes"};
@@ -97,8 +102,8 @@ Result<std::unique_ptr<BlockFile>> open_posix_block_file(const std::string& path
                  " bytes: " + errno_text(err)};
   }
   // Unlink now: the fd keeps the space, and nothing is left behind after a crash.
-  if (::unlink(path.c_str()) != 0) {
-    LOG(WARN, kv) << where << "cannot unlink: " << errno_text(errno);
+  if (::unlink(unique.c_str()) != 0) {
+    LOG(WARN, kv) << where << "cannot unlink " << unique << ": " << errno_text(errno);
   }
   return std::unique_ptr<BlockFile>(std::make_unique<PosixBlockFile>(path, fd));
 }
