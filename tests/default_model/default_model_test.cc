@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -127,6 +128,9 @@ TEST(DefaultModel, HeldOutPerplexityMatchesPyTorch) {
 // One 8192-token window, 32x the 256 tokens the model was first trained on: the engine's
 // YaRN-scaled positions (llama.rope.scaling.*) give training's perplexity.
 TEST(DefaultModel, LongContextPerplexityMatchesPyTorch) {
+  // A numeric check of 8,192 positions (90 s under ASan): the sanitizers see the same 8k-token
+  // path through the server in cli_serve_long_prompt.
+  if (std::getenv("KVW_SANITIZED") != nullptr) GTEST_SKIP() << "numeric; Release only";
   const auto windows = heldout_windows("heldout_8k_tokens.json");
   ASSERT_EQ(windows.size(), 1u);
   ASSERT_EQ(windows[0].size(), 8192u);
@@ -161,7 +165,7 @@ TEST(DefaultModel, GreedyGenerationIsDeterministic) {
   EXPECT_EQ(first, second);
   // The reference file is the answer decoded alone; printed after its prompt, the answer keeps
   // the SPM space before its first word.
-  EXPECT_EQ(first, " " + read_file(kData + "/expected_greedy.txt"));
+  EXPECT_EQ(first, std::string(1, ' ').append(read_file(kData + "/expected_greedy.txt")));
   EXPECT_GT(first.size(), 40u);
 }
 

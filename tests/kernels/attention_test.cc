@@ -185,6 +185,9 @@ TEST(KernelsAttention, TileOfQueriesEqualsEachQueryAloneBitForBit) {
             AttnQuery one = queries[i];
             one.out = alone.data() + i * n_heads * hd;
             t->attention({&one, 1}, n_heads, arena.view, kBlockTable, scale, scratch.data());
+            // Under the sanitizers the double-precision oracle checks every fourth query and the
+            // last; the bit-identity check below still covers all of them.
+            if (testing::reduced_sweep() && i % 4 != 0 && i != n_q - 1) continue;
             const auto want =
                 naive_attention(arena, std::vector<float>(one.q, one.q + n_heads * hd), n_heads,
                                 one.pos_begin, one.pos_end, scale);
