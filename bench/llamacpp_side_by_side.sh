@@ -5,6 +5,8 @@
 #
 # LLAMA_CPP_DIR is a llama.cpp source checkout outside this repository (never committed here);
 # it is built once into LLAMA_CPP_DIR/build (-DGGML_NATIVE=ON) if its tools are missing.
+# llama.cpp gets its best configuration on every tool: weights read into memory (`-mmp 0`,
+# `--no-mmap`) as kvwarden does, and flash attention both off and on, the better median reported.
 # Tests, with llama-bench's names:
 #   ppP           llama-bench -p P            vs  kvwarden bench-model -p P
 #   tgN           llama-bench -n N            vs  kvwarden bench-model -n N
@@ -12,7 +14,9 @@
 #   tgG xS @ d32  llama-batched-bench -npp 32 -ntg G -npl S  vs  bench-model -p 0 -n G -d 32 -s S
 #                 (S sequences decoding together: aggregate tokens/s)
 # Environment: THREADS (nproc), REPS (3), PROMPTS (512,2048), GEN (128), DEPTH (4096),
-# STREAMS (16), STREAM_GEN (64), KVW (build/apps/kvwarden/kvwarden), OUT (a temp dir),
+# STREAMS (16), STREAM_GEN (64), KVW (build/apps/kvwarden/kvwarden),
+# OUT (bench/results/side-by-side-<UTC time>: every raw JSON of the sitting, llama.cpp's system
+# info and the table, kept so each figure in the README can be audited),
 # LCPP_COMMIT (what to print as the llama.cpp version when LLAMA_CPP_DIR is not a git checkout).
 # Prints a markdown table (median of REPS interleaved runs each, ratio = kvwarden / llama.cpp)
 # and the machine line of kvwarden's bandwidth and compute probes from the same run.
@@ -29,7 +33,7 @@ DEPTH=${DEPTH:-4096}
 STREAMS=${STREAMS:-16}
 STREAM_GEN=${STREAM_GEN:-64}
 KVW=${KVW:-build/apps/kvwarden/kvwarden}
-OUT=${OUT:-$(mktemp -d)}
+OUT=${OUT:-bench/results/side-by-side-$(date -u +%Y%m%dT%H%MZ)}
 mkdir -p "$OUT"
 
 BIN=$LCPP/build/bin
@@ -51,46 +55,56 @@ for model in "$@"; do
   for rep in $(seq "$REPS"); do
     probes=--no-probes
     [ "$i" -eq 1 ] && [ "$rep" -eq 1 ] && probes=
-    "$BIN/llama-bench" -m "$model" -p "$PROMPTS" -n "$GEN" -t "$THREADS" -r 1 -mmp 0 \
+    "$BIN/llama-bench" -m "$model" -p "$PROMPTS" -n "$GEN" -t "$THREADS" -r 1 -mmp 0 -fa 0,1 \
       -o json >"$OUT/$i.lcpp_bench.$rep.json" 2>>"$OUT/$i.lcpp_bench.err"
     "$KVW" bench-model -m "$model" -p "$PROMPTS" -n "$GEN" -t "$THREADS" -r 1 $probes \
       --json "$OUT/$i.kvw_1.$rep.json" >/dev/null 2>>"$OUT/$i.kvw.err"
-    "$BIN/llama-batched-bench" -m "$model" -c $((DEPTH + GEN + 16)) -b 2048 -ub 512 \
-      -npp "$DEPTH" -ntg "$GEN" -npl 1 -t "$THREADS" -tb "$THREADS" --output-format jsonl \
-      2>/dev/null | grep '^{' >>"$OUT/$i.lcpp_batched.jsonl" ||
-      echo "llama-batched-bench @ d$DEPTH printed no result (run $rep): that cell has fewer runs" >&2
+    for fa in off on; do
+      "$BIN/llama-batched-bench" -m "$model" -c $((DEPTH + GEN + 16)) -b 2048 -ub 512 \
+        -npp "$DEPTH" -ntg "$GEN" -npl 1 -t "$THREADS" -tb "$THREADS" -fa $fa --no-mmap \
+        --output-format jsonl 2>/dev/null | grep '^{' >>"$OUT/$i.lcpp_batched.jsonl" ||
+        echo "llama-batched-bench @ d$DEPTH -fa $fa printed no result (run $rep)" >&2
+    done
     "$KVW" bench-model -m "$model" -p 0 -n "$GEN" -d "$DEPTH" -t "$THREADS" -r 1 --no-probes \
       --json "$OUT/$i.kvw_2.$rep.json" >/dev/null 2>>"$OUT/$i.kvw.err"
-    "$BIN/llama-batched-bench" -m "$model" -c $((STREAMS * (32 + STREAM_GEN) + 16)) -b 2048 \
-      -ub 512 -npp 32 -ntg "$STREAM_GEN" -npl "$STREAMS" -t "$THREADS" -tb "$THREADS" \
-      --output-format jsonl 2>/dev/null | grep '^{' >>"$OUT/$i.lcpp_batched.jsonl" ||
-      echo "llama-batched-bench x$STREAMS printed no result (run $rep): that cell has fewer runs" >&2
+    for fa in off on; do
+      "$BIN/llama-batched-bench" -m "$model" -c $((STREAMS * (32 + STREAM_GEN) + 16)) -b 2048 \
+        -ub 512 -npp 32 -ntg "$STREAM_GEN" -npl "$STREAMS" -t "$THREADS" -tb "$THREADS" \
+        -fa $fa --no-mmap --output-format jsonl 2>/dev/null |
+        grep '^{' >>"$OUT/$i.lcpp_batched.jsonl" ||
+        echo "llama-batched-bench x$STREAMS -fa $fa printed no result (run $rep)" >&2
+    done
     "$KVW" bench-model -m "$model" -p 0 -n "$STREAM_GEN" -d 32 -s "$STREAMS" -t "$THREADS" \
       -r 1 --no-probes --json "$OUT/$i.kvw_3.$rep.json" >/dev/null 2>>"$OUT/$i.kvw.err"
   done
 done
 
-python3 - "$OUT" "$#" "$LCPP_COMMIT" "$REPS" <<'PY'
+# llama.cpp's own account of the machine and build, beside the raw JSON.
+"$BIN/llama-bench" --list-devices >"$OUT/lcpp_system_info.txt" 2>&1 || true
+python3 - "$OUT" "$#" "$LCPP_COMMIT" "$REPS" <<'PY' | tee "$OUT/table.md"
 import json, os, statistics, sys
 out, n, commit, reps = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 machine = None
 shares = []  # (model, type, {prefill test: matmul GOP/s}) for the share of the compute probe
 print(f"\nllama.cpp {commit} vs kvwarden; median of {reps} interleaved runs; "
       "ratio = kvwarden / llama.cpp\n")
-print("| model | test | llama.cpp t/s | kvwarden t/s | ratio |")
+print("| model | test | llama.cpp t/s (flash attn) | kvwarden t/s | ratio |")
 print("|---|---|---|---|---|")
 for i in range(1, n + 1):
-    runs = {}
+    runs = {}  # (test, flash attention) -> samples; each test keeps its better setting
     for rep in range(1, reps + 1):
         for r in json.load(open(f"{out}/{i}.lcpp_bench.{rep}.json")):
             name = f"pp{r['n_prompt']}" if r["n_prompt"] > 0 else f"tg{r['n_gen']}"
-            runs.setdefault(name, []).extend(r["samples_ts"])
+            runs.setdefault((name, str(r.get("flash_attn"))), []).extend(r["samples_ts"])
     for line in open(f"{out}/{i}.lcpp_batched.jsonl"):
         r = json.loads(line)
         name = (f"tg{r['tg']} @ d{r['pp']}" if r["pl"] == 1 else
                 f"tg{r['tg']} x{r['pl']} @ d{r['pp']}")
-        runs.setdefault(name, []).append(r["speed_tg"])
-    lc = {k: statistics.median(v) for k, v in runs.items()}
+        runs.setdefault((name, str(r.get("flash_attn"))), []).append(r["speed_tg"])
+    lc, lc_fa = {}, {}
+    for (name, fa), v in runs.items():
+        if statistics.median(v) > lc.get(name, 0):
+            lc[name], lc_fa[name] = statistics.median(v), fa
     ours, gops, model = {}, {}, None
     for part in (1, 2, 3):
         for rep in range(1, reps + 1):
@@ -106,7 +120,8 @@ for i in range(1, n + 1):
     for test, samples in ours.items():
         kv, theirs = statistics.median(samples), lc.get(test)
         ratio = f"{kv / theirs:.2f}" if theirs else "n/a"
-        print(f"| {name} | {test} | {theirs or float('nan'):.2f} | {kv:.2f} | {ratio} |")
+        fa = lc_fa.get(test, "?")
+        print(f"| {name} | {test} | {theirs or float('nan'):.2f} ({fa}) | {kv:.2f} | {ratio} |")
     shares.append((name, model["model_type"], {t: statistics.median(g) for t, g in gops.items()}))
 if machine:
     m = machine
