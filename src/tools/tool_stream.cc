@@ -13,8 +13,9 @@ size_t ToolStreamFilter::find_start(size_t& partial) const {
   partial = std::string::npos;
   size_t start = std::string::npos;
   for (std::string_view m : markers_) start = std::min(start, held_.find(m));
-  if (format_ == ToolCallFormat::kLlama3Json && !sent_text_) {
-    // Llama 3 writes a call as the whole answer: '{' first (after spaces) decides it.
+  if (format_ == ToolCallFormat::kLlama3Json && (!sent_text_ || after_call_)) {
+    // Llama 3 writes a call as the whole answer: '{' first (after spaces, or after the ';'
+    // that follows a call) decides it.
     const size_t first = held_.find_first_not_of(" \t\r\n");
     if (first != std::string::npos && held_[first] == '{') start = std::min(start, first);
     if (first == std::string::npos) partial = 0;  // only spaces so far: undecided

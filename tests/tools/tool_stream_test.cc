@@ -121,9 +121,11 @@ TEST(ToolStreamFilter, Llama3JsonDecidesOnTheFirstCharacter) {
   EXPECT_EQ(fed.calls[1].name, "g");
   EXPECT_TRUE(call.finish().calls.empty());
   ToolStreamFilter tagged(ToolCallFormat::kLlama3Json);
-  fed = feed_bytewise(tagged, "Let me look. <|python_tag|>{\"name\": \"f\", \"parameters\": {}}");
+  fed = feed_bytewise(tagged,
+                      "Let me look. <|python_tag|>{\"name\": \"f\", \"parameters\": {}}; "
+                      "{\"name\": \"g\", \"parameters\": {}}");
   EXPECT_EQ(fed.content, "Let me look. ");
-  EXPECT_EQ(fed.calls.size(), 1u);
+  EXPECT_EQ(fed.calls.size(), 2u) << "a ';' after a call opens the next one";
   ToolStreamFilter text(ToolCallFormat::kLlama3Json);
   EXPECT_EQ(feed_bytewise(text, "Hi {x}").content, "Hi {x}");  // a brace later is plain text
   EXPECT_TRUE(text.finish().calls.empty());
