@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "grammar/grammar_trigger.h"
+
 namespace kvw {
 
 namespace grammar {
@@ -28,6 +30,8 @@ struct GenConstraint {
   // Per-stack masks shared by the request's sequences (thread-safe, bounded by its own byte
   // limit, charged to the request's memory); null = every new state walks the trie.
   std::shared_ptr<grammar::ContextMaskCache> context_masks;
+  // Non-empty: lazy, the output is free until one of these appears (tool_choice "auto").
+  std::vector<grammar::GrammarTrigger> triggers;
 };
 
 inline constexpr int32_t kMaxLogprobs = 20;  // OpenAI's top_logprobs limit

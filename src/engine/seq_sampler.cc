@@ -36,6 +36,7 @@ Result<std::unique_ptr<SeqSampler>> SeqSampler::create(const GenSampling& s, int
     out->constraint_ = std::make_unique<grammar::GrammarConstraint>(
         s.constraint.grammar, s.constraint.trie, s.constraint.strip_leading_space,
         s.constraint.max_cached_masks, s.constraint.context_masks);
+    out->constraint_->set_triggers(s.constraint.triggers);
     out->n_vocab_ = n_vocab;
   }
   return out;
@@ -46,16 +47,23 @@ SeqSampler::~SeqSampler() = default;
 
 int32_t SeqSampler::sample(float* logits, std::span<const int32_t> history, size_t num_generated) {
   const auto generated = history.last(std::min(num_generated, history.size()));
-  if (!constraint_) return sampler_->sample(logits, history, generated);
+  if (!constraint_ || constraint_->waiting_for_trigger()) {
+    const int32_t token = sampler_->sample(logits, history, generated);
+    if (constraint_) note(constraint_->accept(token));  // may switch the grammar on
+    return token;
+  }
   // Per engine thread, not per sequence: n_vocab floats (600 KB at 152k) for every live
   // constrained request would be a large share of its memory.
   thread_local std::vector<float> masked;
   masked.assign(logits, logits + n_vocab_);
   constraint_->mask(masked.data());
   const int32_t token = sampler_->sample(masked.data(), history, generated);
-  const Status st = constraint_->accept(token);
-  if (!st.ok() && constraint_error_.empty()) constraint_error_ = "grammar: " + st.message();
+  note(constraint_->accept(token));
   return token;
+}
+
+void SeqSampler::note(const Status& st) {
+  if (!st.ok() && constraint_error_.empty()) constraint_error_ = "grammar: " + st.message();
 }
 
 void compute_logprobs(const float* logits, int32_t n_vocab, int32_t token, int32_t k,

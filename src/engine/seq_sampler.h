@@ -44,6 +44,7 @@ class SeqSampler {
   std::unique_ptr<grammar::GrammarConstraint> constraint_;  // null = unconstrained
   int32_t n_vocab_ = 0;  // set with a constraint (the masked copy is per-thread scratch)
   std::string constraint_error_;
+  void note(const Status& st);  // keeps the first grammar error
 };
 
 // log-softmax of the raw row at `token` and the `k` most likely tokens (best first, ties by

@@ -17,6 +17,11 @@ GrammarConstraint::GrammarConstraint(std::shared_ptr<const Grammar> g,
       context_masks_(std::move(context_masks)) {}
 
 void GrammarConstraint::fill_allowed(std::vector<uint64_t>* bits) {
+  if (free_) {
+    bits->assign(((size_t)trie_->n_vocab() + 63) / 64, ~uint64_t{0});
+    if (trie_->n_vocab() % 64) bits->back() = (uint64_t{1} << (trie_->n_vocab() % 64)) - 1;
+    return;
+  }
   if (max_cached_ == 0) return compute_allowed(bits);
   std::string key;
   matcher_.state_key(&key);
@@ -89,6 +94,7 @@ bool GrammarConstraint::fill_from_context_masks(std::vector<uint64_t>* bits) {
 }
 
 void GrammarConstraint::mask(float* logits) {
+  if (free_) return;
   fill_allowed(&bits_);
   bool any = false;
   const float ninf = -std::numeric_limits<float>::infinity();
@@ -122,7 +128,8 @@ Error GrammarConstraint::overflow_error() {
 
 size_t GrammarConstraint::memory_bytes() const {
   size_t n = sizeof(*this) + matcher_.arena_bytes() + mask_cache_bytes() + bits_.capacity() * 8;
-  n += walk_.memory_bytes() + key_.capacity() * 4;
+  n += walk_.memory_bytes() + key_.capacity() * 4 + pending_.capacity();
+  for (const auto& t : triggers_) n += sizeof(t) + t.text.capacity();
   for (const auto& k : cache_order_) n += 2 * k.capacity();  // key in the map and the FIFO
   return n;
 }
@@ -140,6 +147,7 @@ Status GrammarConstraint::accept(int32_t token) {
     return Error{"token " + std::to_string(token) + " is out of the vocabulary"};
   }
   if (ended_) return Error{"the grammar has already ended"};
+  if (free_) return watch(token);
   if (trie_->is_eog(token)) {
     if (!matcher_.can_end()) {
       return Error{"end of generation (token " + std::to_string(token) +
@@ -157,6 +165,56 @@ Status GrammarConstraint::accept(int32_t token) {
   }
   if (matcher_.overflowed()) return overflow_error();
   strip_space_ = false;
+  return Status::ok_status();
+}
+
+void GrammarConstraint::set_triggers(std::vector<GrammarTrigger> triggers) {
+  triggers_ = std::move(triggers);
+  free_ = !triggers_.empty();
+}
+
+Status GrammarConstraint::watch(int32_t token) {
+  if (trie_->is_eog(token)) {
+    ended_ = true;
+    return Status::ok_status();
+  }
+  if (triggers_.empty()) return Status::ok_status();  // refused once: free for good
+  pending_ += trie_->token_bytes(token);  // empty for control tokens: they write no text
+  constexpr std::string_view kSpace = " \t\r\n";
+  const size_t first = pending_.find_first_not_of(kSpace);
+  const std::string_view text =
+      first == std::string::npos ? std::string_view() : std::string_view(pending_).substr(first);
+  size_t at = std::string::npos;
+  bool open = false;
+  for (const GrammarTrigger& t : triggers_) {
+    if (!t.at_start) {
+      at = std::min(at, pending_.find(t.text));
+    } else if (start_open_ && text.starts_with(t.text)) {
+      at = std::min(at, first);
+    } else if (start_open_ && std::string_view(t.text).starts_with(text)) {
+      open = true;  // the output so far may still become this trigger
+    }
+  }
+  if (at == std::string::npos) {
+    start_open_ = open;
+    size_t keep = 0;  // a tail that may be the start of a trigger
+    for (const GrammarTrigger& t : triggers_) keep = std::max(keep, t.text.size() - 1);
+    if (first == std::string::npos) {
+      pending_.clear();  // only spaces: they neither start nor end a trigger
+    } else if (!start_open_ && pending_.size() > keep) {
+      pending_.erase(0, pending_.size() - keep);
+    }
+    return Status::ok_status();
+  }
+  // Triggered: the grammar starts at the trigger's first byte.
+  const std::string from_trigger = pending_.substr(at);
+  pending_.clear();
+  pending_.shrink_to_fit();
+  triggers_.clear();
+  if (!matcher_.accept_bytes(from_trigger)) return Status::ok_status();  // stays free
+  free_ = false;
+  strip_space_ = false;
+  if (matcher_.overflowed()) return overflow_error();
   return Status::ok_status();
 }
 

@@ -17,6 +17,7 @@
 #include "core/status.h"
 #include "grammar/context_mask_cache.h"
 #include "grammar/grammar.h"
+#include "grammar/grammar_trigger.h"
 #include "grammar/matcher.h"
 #include "grammar/token_trie.h"
 #include "grammar/token_walk.h"
@@ -41,6 +42,13 @@ class GrammarConstraint {
                     bool strip_leading_space = false, size_t max_cached_masks = 16,
                     std::shared_ptr<ContextMaskCache> context_masks = nullptr);
 
+  // Makes the constraint lazy (call before the first token): no mask until a trigger appears
+  // in the output, then the grammar starts at the trigger's first byte. Output the grammar
+  // refuses right at the trigger leaves the constraint off for good (the text then parses as
+  // plain content), never an error. Empty: constrained from the first token (the default).
+  void set_triggers(std::vector<GrammarTrigger> triggers);
+  bool waiting_for_trigger() const { return free_; }
+
   // logits[n_vocab]: every token the grammar does not allow next becomes -inf. Never leaves
   // the row all -inf: if no token fits (a vocabulary that cannot spell the grammar) the EOS
   // stays allowed, and accept() of it then reports the error.
@@ -54,8 +62,8 @@ class GrammarConstraint {
   // Advances by raw text (a forced prefix; benchmarks and tests that set up a state).
   Status accept_text(std::string_view text);
   // The grammar has ended (an EOS was accepted) or can accept nothing more but its end.
-  bool done() const { return ended_ || matcher_.is_finished(); }
-  bool can_end() const { return matcher_.can_end(); }
+  bool done() const { return ended_ || (!free_ && matcher_.is_finished()); }
+  bool can_end() const { return free_ || matcher_.can_end(); }
   const Matcher& matcher() const { return matcher_; }
   size_t mask_cache_bytes() const { return cache_.size() * bits_.size() * 8; }
   // Bytes this sequence holds now: matcher arenas, mask cache and walk scratch (the Grammar and
@@ -72,6 +80,11 @@ class GrammarConstraint {
   Matcher matcher_;
   bool strip_space_ = false;  // until the first token is accepted
   bool ended_ = false;
+  // Lazy: the output is free (no trigger yet, or the grammar refused the trigger's text).
+  bool free_ = false;
+  std::vector<GrammarTrigger> triggers_;  // cleared once one fired or was refused
+  std::string pending_;     // output tail a trigger may still complete (< longest trigger + token)
+  bool start_open_ = true;  // the output's non-space text so far may begin an at_start trigger
   WalkScratch walk_;
   std::vector<uint32_t> key_;  // a stack's top positions (context-mask lookups)
   std::vector<uint64_t> bits_;
@@ -86,6 +99,7 @@ class GrammarConstraint {
   void compute_allowed(std::vector<uint64_t>* bits);
   bool fill_from_context_masks(std::vector<uint64_t>* bits);
   static Error overflow_error();
+  Status watch(int32_t token);  // a token while free: looks for a trigger
 };
 
 }  // namespace kvw::grammar

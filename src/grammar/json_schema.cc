@@ -105,9 +105,11 @@ class Translator {
     if (s.contains("enum")) {
       const Json& e = s["enum"];
       if (!e.is_array() || e.empty()) fail("'enum' at " + path + " must be a non-empty array");
-      std::string body;
-      for (const auto& v : e) body += (body.empty() ? "" : " | ") + gbnf_literal(v.dump());
-      return add_rule(hint, body);
+      std::vector<std::string> values;
+      for (const auto& v : e) values.push_back(v.dump());
+      auto body = gbnf_alternatives(std::move(values), "'enum' at " + path);
+      if (!body.ok()) fail(body.message());
+      return add_rule(hint, body.value());
     }
     for (const char* key : {"anyOf", "oneOf"}) {
       if (!s.contains(key)) continue;

@@ -235,9 +235,9 @@ Result<std::shared_ptr<const Grammar>> compile_regex(std::string_view regex, siz
 Result<std::shared_ptr<const Grammar>> compile_choice(const std::vector<std::string>& choices,
                                                       size_t max_bytes) {
   if (choices.empty()) return Error{"choice: the list of choices is empty"};
-  std::string text = "root ::= ";
-  for (size_t i = 0; i < choices.size(); ++i) text += (i ? " | " : "") + gbnf_literal(choices[i]);
-  return parse_gbnf(text + "\n", max_bytes);
+  auto body = gbnf_alternatives(choices, "choice");
+  if (!body.ok()) return body.error();
+  return parse_gbnf("root ::= " + body.value() + "\n", max_bytes);
 }
 
 }  // namespace kvw::grammar

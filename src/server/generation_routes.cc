@@ -131,16 +131,21 @@ std::optional<ApiError> constrain(ServerState& st, std::shared_ptr<const grammar
                          "'ignore_eos' cannot be used with a structured output: the grammar ends "
                          "the output with EOS");
   }
+  std::vector<grammar::GrammarTrigger> triggers = std::move(p.constraint.triggers);  // lazy
   p.constraint = st.constraint_for(std::move(g), grammar_bytes(st));
+  p.constraint.triggers = std::move(triggers);
   return std::nullopt;
 }
 
-GenerationRequest make_request(const GenParams& p, const PreparedPrompt& pp, int32_t choice) {
+// first_candidate: the prompt's first choice, the only one that asks for prompt logprobs (the
+// same for every candidate of one prompt: computed once, shared by GenerationStream).
+GenerationRequest make_request(const GenParams& p, const PreparedPrompt& pp, int32_t choice,
+                               bool first_candidate) {
   GenerationRequest r;
   r.prompt = pp.tokens;
   r.turn_starts = pp.turn_starts;
   r.max_tokens = std::max(1, pp.max_tokens);
-  r.prompt_logprobs = engine_prompt_logprobs(p);
+  r.prompt_logprobs = first_candidate ? engine_prompt_logprobs(p) : -1;
   r.ignore_eos = p.ignore_eos;
   r.speculate = p.speculative;
   GenSampling& s = r.sampling;
@@ -238,7 +243,7 @@ std::variant<std::vector<std::unique_ptr<ChoiceRunner>>, ApiError> submit_all(
   std::vector<std::unique_ptr<ChoiceRunner>> runners;
   for (size_t k = 0; k < prompts.size(); ++k) {
     for (int32_t i = 0; i < num_candidates(p); ++i) {
-      GenerationRequest req = make_request(p, prompts[k], (int32_t)runners.size());
+      GenerationRequest req = make_request(p, prompts[k], (int32_t)runners.size(), i == 0);
       // Admitted, it still ends (503) if it produces nothing within --max-queue-wait.
       req.max_queue_wait_s = st.cfg.admission.max_queue_wait_s;
       auto ch = st.engine->submit(std::move(req));
@@ -320,9 +325,9 @@ void run(ServerState& st, Job job, HttpResponse& res) {
   uint64_t echo_bytes = 0;  // echo / prompt_logprobs: what the answer keeps of the prompt
   if (job.params.echo || job.params.prompt_logprobs >= 0) {
     for (PreparedPrompt& pp : job.prompts) {
-      echo_bytes += (uint64_t)num_candidates(job.params) *
-                    prompt_logprob_bytes((int64_t)pp.tokens.size(),
-                                         engine_prompt_logprobs(job.params), pp.echo_text.size());
+      echo_bytes +=
+          prompt_logprob_bytes((int64_t)pp.tokens.size(), engine_prompt_logprobs(job.params),
+                               pp.echo_text.size(), num_candidates(job.params));
       echoes.push_back(EchoPrompt{.text = std::move(pp.echo_text), .first_token = pp.tokens[0]});
     }
   }

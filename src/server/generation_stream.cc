@@ -111,7 +111,8 @@ GenerationStream::GenerationStream(ServerState& st, bool chat, const GenParams& 
       logprobs_(st.tokenizer(), chat) {
   if (params_.stream) st_.counters.num_active_streams.fetch_add(1);
   if (chat_ && params_.stream && params_.tool_format) {
-    tool_filters_.assign(runners_.size(), tools::ToolStreamFilter(*params_.tool_format));
+    tool_filters_.assign(runners_.size(), tools::ToolStreamFilter(*params_.tool_format,
+                                                                  params_.parallel_tool_calls));
   }
 }
 
@@ -149,13 +150,26 @@ const EchoPrompt& GenerationStream::prompt_of(size_t runner) const {
   return prompts_[runner / (size_t)num_candidates(params_)];
 }
 
+// The first candidate of each prompt alone asks the engine for the prompt's logprobs (they are
+// the same for every candidate); its list is taken once and shared.
+const std::vector<TokenInfo>& GenerationStream::prompt_logprobs_of(size_t runner) {
+  const size_t k = runner / (size_t)num_candidates(params_);
+  if (prompt_sent_.empty()) prompt_sent_.resize(prompts_.size());
+  if (!prompt_sent_[k]) {
+    prompt_sent_[k] = std::make_shared<const std::vector<TokenInfo>>(
+        runners_[k * (size_t)num_candidates(params_)]->take_prompt_logprobs());
+  }
+  return *prompt_sent_[k];
+}
+
 bool GenerationStream::echo_first(size_t i, ChoiceDelta& d, json& prompt_logprobs) {
   ChoiceRunner& r = *runners_[i];
-  if (!r.prompt_done()) return false;
+  const size_t leader = i - i % (size_t)num_candidates(params_);
+  if (!r.prompt_done() || !runners_[leader]->prompt_done()) return false;
   echo_pending_[i] = false;
   if (!r.error().empty()) return true;
   const EchoPrompt& p = prompt_of(i);
-  const std::vector<TokenInfo> sent = r.take_prompt_logprobs();
+  const std::vector<TokenInfo>& sent = prompt_logprobs_of(i);
   if (params_.prompt_logprobs >= 0) {
     prompt_logprobs = vllm_prompt_logprobs(st_.tokenizer(), sent, params_.prompt_logprobs);
   }
@@ -172,7 +186,12 @@ bool GenerationStream::echo_first(size_t i, ChoiceDelta& d, json& prompt_logprob
 
 void GenerationStream::emit(size_t i, ChoiceDelta& d, std::string& out, json prompt_logprobs) {
   ChoiceRunner& r = *runners_[i];
-  if (!tool_filters_.empty()) d.text = tool_filters_[i].push(d.text);
+  std::vector<tools::ToolCall> calls;  // whole calls: they follow this chunk's content
+  size_t first_call = 0;
+  if (!tool_filters_.empty()) {
+    d.text = tool_filters_[i].push(d.text);
+    calls = tool_filters_[i].take_calls(&first_call);
+  }
   if (!d.text.empty() || !d.tokens.empty() || !prompt_logprobs.is_null()) {
     json c = {{"index", i}};
     if (!prompt_logprobs.is_null()) c["prompt_logprobs"] = std::move(prompt_logprobs);
@@ -185,6 +204,7 @@ void GenerationStream::emit(size_t i, ChoiceDelta& d, std::string& out, json pro
     c["finish_reason"] = nullptr;
     write_chunk(out, std::move(c));
   }
+  emit_tool_calls(i, calls, first_call, out);
   if (!d.finished) return;
   ended_[i] = true;
   if (!r.error().empty()) {
@@ -208,22 +228,30 @@ void GenerationStream::emit(size_t i, ChoiceDelta& d, std::string& out, json pro
   write_chunk(out, std::move(c));
 }
 
-std::string GenerationStream::emit_tool_end(size_t i, const std::string& finish_reason,
-                                            std::string& out) {
-  tools::ParsedToolOutput end = tool_filters_[i].finish();
-  limit_calls(end.calls, params_.parallel_tool_calls);
-  auto chunk = [&](json delta) {
+void GenerationStream::emit_tool_calls(size_t i, const std::vector<tools::ToolCall>& calls,
+                                       size_t first_index, std::string& out) {
+  for (json& item : tool_call_deltas(calls, first_index)) {
     write_chunk(out, {{"index", i},
-                      {"delta", std::move(delta)},
+                      {"delta", {{"tool_calls", json::array({std::move(item)})}}},
                       {"logprobs", nullptr},
                       {"finish_reason", nullptr}});
-  };
-  if (!end.content.empty()) chunk({{"content", end.content}});
-  for (json& item : tool_call_deltas(end.calls)) {
-    chunk({{"tool_calls", json::array({std::move(item)})}});
   }
+}
+
+std::string GenerationStream::emit_tool_end(size_t i, const std::string& finish_reason,
+                                            std::string& out) {
+  tools::ToolStreamFilter& f = tool_filters_[i];
+  size_t first_index = 0;
+  tools::ParsedToolOutput end = f.finish(&first_index);
+  if (!end.content.empty()) {
+    write_chunk(out, {{"index", i},
+                      {"delta", {{"content", end.content}}},
+                      {"logprobs", nullptr},
+                      {"finish_reason", nullptr}});
+  }
+  emit_tool_calls(i, end.calls, first_index, out);
   // An output cut at max_tokens stays "length": its last call may be missing.
-  return end.calls.empty() || finish_reason == "length" ? finish_reason : "tool_calls";
+  return f.num_calls() == 0 || finish_reason == "length" ? finish_reason : "tool_calls";
 }
 
 // The chat answer's message; with tools, the calls parsed out of `text` (content null when the
@@ -379,7 +407,7 @@ void GenerationStream::prepare_whole() {
   prompt_lp_.assign(num_runners, json());
   for (size_t r = 0; r < num_runners && !prompts_.empty(); ++r) {
     const EchoPrompt& p = prompt_of(r);
-    const std::vector<TokenInfo> sent = runners_[r]->take_prompt_logprobs();
+    const std::vector<TokenInfo>& sent = prompt_logprobs_of(r);
     if (params_.prompt_logprobs >= 0) {
       prompt_lp_[r] = vllm_prompt_logprobs(st_.tokenizer(), sent, params_.prompt_logprobs);
     }

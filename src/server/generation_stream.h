@@ -80,8 +80,13 @@ class GenerationStream final : public http::ResponseStream {
   // Not streamed, every choice finished: the prompts in front, best_of's pick in order_.
   void prepare_whole();
   const EchoPrompt& prompt_of(size_t runner) const;
-  // With tools: content held back while it may start a call; at the end the calls as
-  // delta.tool_calls chunks. Returns the finish_reason ("tool_calls" when there were calls).
+  const std::vector<TokenInfo>& prompt_logprobs_of(size_t runner);
+  // With tools, each call as OpenAI's delta.tool_calls chunks (id and name, then argument
+  // fragments), sent as soon as the call is whole.
+  void emit_tool_calls(size_t i, const std::vector<tools::ToolCall>& calls, size_t first_index,
+                       std::string& out);
+  // The end: content held back and calls not sent yet. Returns the finish_reason
+  // ("tool_calls" when there were calls).
   std::string emit_tool_end(size_t i, const std::string& finish_reason, std::string& out);
   nlohmann::json chat_message(const std::string& text, std::string& finish_reason) const;
   void write_chunk(std::string& out, nlohmann::json choice);
@@ -100,9 +105,11 @@ class GenerationStream final : public http::ResponseStream {
   std::vector<bool> echo_pending_;         // [runners]: streamed, prompt not yet sent
   std::vector<size_t> order_;              // [choices]: the runner each choice shows
   std::vector<nlohmann::json> prompt_lp_;  // [runners]: prompt_logprobs, kept past runners
-  std::vector<ChoiceDelta> whole_;         // [choices]: not streamed, everything so far
-  std::vector<bool> ended_;                // [choices]: final chunk written
-  std::vector<size_t> text_offset_;        // [choices]: completions logprobs text_offset
+  // [prompts]: the engine's prompt logprobs, from the prompt's first candidate, shared by all.
+  std::vector<std::shared_ptr<const std::vector<TokenInfo>>> prompt_sent_;
+  std::vector<ChoiceDelta> whole_;   // [choices]: not streamed, everything so far
+  std::vector<bool> ended_;          // [choices]: final chunk written
+  std::vector<size_t> text_offset_;  // [choices]: completions logprobs text_offset
   std::vector<tools::ToolStreamFilter> tool_filters_;  // [choices] when streamed with tools
   LogprobBuilder logprobs_;
   bool started_ = false;

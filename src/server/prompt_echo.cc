@@ -1,19 +1,25 @@
 #include "server/prompt_echo.h"
 
+#include <algorithm>
+
 #include "tokenizer/utf8.h"
 
 namespace kvw::server {
 
 using nlohmann::json;
 
-uint64_t prompt_logprob_bytes(int64_t num_prompt_tokens, int32_t k, size_t echo_text_bytes) {
-  if (k < 0) return echo_text_bytes;
+uint64_t prompt_logprob_bytes(int64_t num_prompt_tokens, int32_t k, size_t echo_text_bytes,
+                              int32_t num_choices) {
+  const auto n = (uint64_t)std::max(1, num_choices);
+  if (k < 0) return n * echo_text_bytes;
   // Per token: the event's entry, rank and k alternatives; the TokenInfo (with its vector's
   // allocation header, ~16 B) and its k alternatives again.
   const uint64_t event =
       sizeof(TokenLogprob) + sizeof(int32_t) + (uint64_t)k * sizeof(TokenLogprob);
   const uint64_t info = sizeof(TokenInfo) + 16 + (uint64_t)k * sizeof(TokenLogprob);
-  return (uint64_t)num_prompt_tokens * (event + info) + echo_text_bytes;
+  // The shared list, and with n > 1 each answer's own copy (echo tokens in its logprobs).
+  const uint64_t copies = n > 1 ? n : 0;
+  return (uint64_t)num_prompt_tokens * (event + info * (1 + copies)) + n * echo_text_bytes;
 }
 
 std::vector<TokenInfo> echo_tokens(const EchoPrompt& p, const std::vector<TokenInfo>& sent,

@@ -22,10 +22,12 @@ struct EchoPrompt {
   int32_t first_token = 0;  // the prompt's first token (its logprob is null)
 };
 
-// Request memory one choice's prompt logprobs hold, for `num_prompt_tokens` tokens with top k:
-// the engine's event and the choice's TokenInfo list side by side (both exist while the
-// events are read), plus the echoed text.
-uint64_t prompt_logprob_bytes(int64_t num_prompt_tokens, int32_t k, size_t echo_text_bytes);
+// Request memory the prompt logprobs of one prompt hold, for `num_prompt_tokens` tokens with
+// top k and `num_choices` candidates: the engine's event and the TokenInfo list the first
+// candidate receives (once: shared by the candidates), and per choice the echoed text and the
+// copy of the list its answer carries.
+uint64_t prompt_logprob_bytes(int64_t num_prompt_tokens, int32_t k, size_t echo_text_bytes,
+                              int32_t num_choices = 1);
 
 // The echoed prompt's logprob entries: the first token (null), then what the engine sent, each
 // with at most k alternatives (the engine computed the larger of echo's and prompt_logprobs' k).

@@ -28,6 +28,25 @@ std::string new_call_id() {
 // fragment never splits a UTF-8 character (each chunk must be valid JSON text).
 constexpr size_t kFragmentBytes = 32;
 
+// tool_choice "auto": the calls' grammar, switched on when the model starts a call (its
+// format's trigger), so a call the model chooses to write follows its schema. Not with another
+// structured output (it constrains the whole answer) or ignore_eos (the grammar ends at EOS).
+std::optional<ApiError> lazy_call_grammar(const ServerState& st, const ToolRequest& tr,
+                                          std::shared_ptr<const grammar::Grammar>& grammar,
+                                          GenParams& p, size_t max_bytes) {
+  std::vector<grammar::GrammarTrigger> triggers = tools::tool_call_triggers(st.tool_format);
+  if (grammar || p.ignore_eos || triggers.empty()) return std::nullopt;
+  // A schema the grammar cannot express (or too large) leaves "auto" as it was without one:
+  // the schema only describes the calls here, and the call is still parsed.
+  auto text = tools::tool_call_gbnf(st.tool_format, tr.functions, tr.parallel, /*lazy=*/true);
+  if (!text.ok()) return std::nullopt;
+  auto g = grammar::parse_gbnf(*text, max_bytes);
+  if (!g.ok()) return std::nullopt;
+  grammar = std::move(*g);
+  p.constraint.triggers = std::move(triggers);
+  return std::nullopt;
+}
+
 }  // namespace
 
 Result<tools::ToolCallFormat> choose_tool_format(const std::string& flag,
@@ -55,7 +74,7 @@ std::optional<ApiError> apply_tools(const ServerState& st, const ToolRequest& tr
   if (!tr.active()) return std::nullopt;
   p.tool_format = st.tool_format;
   p.parallel_tool_calls = tr.parallel;
-  if (!tr.forced()) return std::nullopt;
+  if (!tr.forced()) return lazy_call_grammar(st, tr, grammar, p, max_bytes);
   if (grammar) {
     return invalid_param("tool_choice",
                          "'tool_choice' \"required\" or a named function constrains the output "
@@ -115,10 +134,11 @@ json tool_calls_json(const std::vector<tools::ToolCall>& calls) {
   return out;
 }
 
-std::vector<json> tool_call_deltas(const std::vector<tools::ToolCall>& calls) {
+std::vector<json> tool_call_deltas(const std::vector<tools::ToolCall>& calls, size_t first_index) {
   std::vector<json> out;
   for (size_t k = 0; k < calls.size(); ++k) {
-    out.push_back({{"index", k},
+    const size_t index = first_index + k;
+    out.push_back({{"index", index},
                    {"id", new_call_id()},
                    {"type", "function"},
                    {"function", {{"name", calls[k].name}, {"arguments", ""}}}});
@@ -126,7 +146,7 @@ std::vector<json> tool_call_deltas(const std::vector<tools::ToolCall>& calls) {
     for (size_t at = 0; at < a.size();) {
       size_t end = std::min(a.size(), at + kFragmentBytes);
       while (end < a.size() && ((unsigned char)a[end] & 0xC0) == 0x80) ++end;
-      out.push_back({{"index", k}, {"function", {{"arguments", a.substr(at, end - at)}}}});
+      out.push_back({{"index", index}, {"function", {{"arguments", a.substr(at, end - at)}}}});
       at = end;
     }
   }

@@ -32,8 +32,10 @@ Result<tools::ToolCallFormat> choose_tool_format(const std::string& flag,
 
 // Sets what the request's tools change in `p` (the format its output is parsed in) and, for
 // tool_choice "required" or a named function, `grammar` (the calls' grammar, compiled within
-// `max_bytes`). Errors: a forced choice with another output constraint (response_format ...),
-// or a schema the grammar cannot express (400 naming "tools").
+// `max_bytes`); for "auto" the same grammar made lazy (p.constraint.triggers: it starts where
+// the model starts a call), unless another structured output or ignore_eos is set. Errors: a forced
+// choice with another output constraint (response_format ...), or a schema the grammar cannot
+// express (400 naming "tools").
 std::optional<ApiError> apply_tools(const ServerState& st, const ToolRequest& tr,
                                     std::shared_ptr<const grammar::Grammar>& grammar, GenParams& p,
                                     size_t max_bytes);
@@ -50,6 +52,8 @@ nlohmann::json tool_calls_json(const std::vector<tools::ToolCall>& calls);
 // The delta.tool_calls items of a stream, one per chunk: for each call, first {index, id, type,
 // function: {name, arguments: ""}}, then {index, function: {arguments: fragment}} pieces that
 // concatenate to the arguments (the official SDKs reassemble them by index).
-std::vector<nlohmann::json> tool_call_deltas(const std::vector<tools::ToolCall>& calls);
+// first_index: the index of calls[0] (calls sent earlier in the stream come before).
+std::vector<nlohmann::json> tool_call_deltas(const std::vector<tools::ToolCall>& calls,
+                                             size_t first_index = 0);
 
 }  // namespace kvw::server

@@ -37,10 +37,12 @@ std::string call_expr(ToolCallFormat format, const FunctionSpec& f, const std::s
 }
 
 // root in terms of `call` (one call of any function).
-std::string root_rule(ToolCallFormat format, bool parallel) {
+std::string root_rule(ToolCallFormat format, bool parallel, bool lazy) {
   switch (format) {
-    case ToolCallFormat::kLlama3Json:
-      return parallel ? "root ::= call (\"; \" call)*\n" : "root ::= call\n";
+    case ToolCallFormat::kLlama3Json: {
+      const std::string tag = lazy ? gbnf_literal("<|python_tag|>") + "? " : "";
+      return "root ::= " + tag + (parallel ? "call (\"; \" call)*\n" : "call\n");
+    }
     case ToolCallFormat::kMistral:
       return std::string("root ::= ") + gbnf_literal("[TOOL_CALLS][") +
              (parallel ? " call (\", \" call)* " : " call ") + gbnf_literal("]") + "\n";
@@ -60,7 +62,7 @@ std::string root_rule(ToolCallFormat format, bool parallel) {
 }  // namespace
 
 Result<std::string> tool_call_gbnf(ToolCallFormat format, std::span<const FunctionSpec> functions,
-                                   bool parallel) {
+                                   bool parallel, bool lazy) {
   if (functions.empty()) return Error{"no function to call"};
   std::string rules, calls;
   for (size_t k = 0; k < functions.size(); ++k) {
@@ -73,8 +75,25 @@ Result<std::string> tool_call_gbnf(ToolCallFormat format, std::span<const Functi
     rules += *text;
     calls += (calls.empty() ? "call ::= " : " | ") + call_expr(format, functions[k], args);
   }
-  return root_rule(format, parallel) + calls + "\n" + rules +
+  return root_rule(format, parallel, lazy) + calls + "\n" + rules +
          std::string(grammar::json_common_gbnf());
+}
+
+std::vector<grammar::GrammarTrigger> tool_call_triggers(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::kLlama3Json:
+      return {{.text = "<|python_tag|>", .at_start = false},
+              {.text = "{\"name\"", .at_start = true}};
+    case ToolCallFormat::kMistral:
+      return {{.text = "[TOOL_CALLS]", .at_start = false}};
+    case ToolCallFormat::kDeepSeekV3:
+      return {{.text = "<｜tool▁calls▁begin｜>", .at_start = false}};
+    case ToolCallFormat::kHarmony:
+      return {};
+    case ToolCallFormat::kHermes:
+      break;
+  }
+  return {{.text = "<tool_call>", .at_start = false}};
 }
 
 }  // namespace kvw::tools

@@ -1,18 +1,21 @@
 #include "tools/tool_stream.h"
 
+#include <utility>
+
 #include "tools/tool_parser.h"
 
 namespace kvw::tools {
 
-ToolStreamFilter::ToolStreamFilter(ToolCallFormat format)
-    : format_(format), markers_(call_start_markers(format)) {}
+ToolStreamFilter::ToolStreamFilter(ToolCallFormat format, bool parallel)
+    : format_(format), parallel_(parallel), markers_(call_start_markers(format)) {}
 
 size_t ToolStreamFilter::find_start(size_t& partial) const {
   partial = std::string::npos;
   size_t start = std::string::npos;
   for (std::string_view m : markers_) start = std::min(start, held_.find(m));
-  if (format_ == ToolCallFormat::kLlama3Json && !sent_text_) {
-    // Llama 3 writes a call as the whole answer: '{' first (after spaces) decides it.
+  if (format_ == ToolCallFormat::kLlama3Json && (!sent_text_ || after_call_)) {
+    // Llama 3 writes a call as the whole answer: '{' first (after spaces, or after the ';'
+    // that follows a call) decides it.
     const size_t first = held_.find_first_not_of(" \t\r\n");
     if (first != std::string::npos && held_[first] == '{') start = std::min(start, first);
     if (first == std::string::npos) partial = 0;  // only spaces so far: undecided
@@ -30,9 +33,13 @@ size_t ToolStreamFilter::find_start(size_t& partial) const {
   return std::string::npos;
 }
 
-std::string ToolStreamFilter::push(std::string_view text) {
-  held_ += text;
-  if (in_call_) return {};
+std::string ToolStreamFilter::take_content() {
+  if (after_call_) {
+    // Between calls: newlines (and Llama 3's ';') separate them and are not content.
+    const char* separators = format_ == ToolCallFormat::kLlama3Json ? " \t\r\n;" : " \t\r\n";
+    held_.erase(0, std::min(held_.size(), held_.find_first_not_of(separators)));
+    if (held_.empty()) return {};
+  }
   size_t partial = 0;
   const size_t start = find_start(partial);
   const size_t keep_from = start != std::string::npos ? start : partial;
@@ -43,18 +50,61 @@ std::string ToolStreamFilter::push(std::string_view text) {
   // Spaces before a call that opens the answer are not content (the whole answer's content is
   // trimmed the same way when it is not streamed).
   if (blank && in_call_ && !sent_text_) return {};
-  if (!blank) sent_text_ = true;
+  if (!blank) sent_text_ = true, after_call_ = false;
   return out;
 }
 
-ParsedToolOutput ToolStreamFilter::finish() {
+std::string ToolStreamFilter::push(std::string_view text) {
+  held_ += text;
+  std::string out;
+  const size_t calls_before = ready_.size();
+  while (true) {
+    if (!in_call_) {
+      if (ready_.size() > calls_before) break;  // content after a new call waits: order
+      out += take_content();
+      if (!in_call_) break;
+    }
+    if (decide_at_end_) break;
+    LeadingCalls lead = leading_calls(format_, held_);
+    if (lead.malformed) decide_at_end_ = true;
+    if (lead.bytes == 0) break;
+    held_.erase(0, lead.bytes);
+    in_call_ = false;
+    after_call_ = true;
+    add_calls(std::move(lead.calls));
+  }
+  return out;
+}
+
+void ToolStreamFilter::add_calls(std::vector<ToolCall> calls) {
+  for (ToolCall& c : calls) {
+    if (!parallel_ && num_calls_ > 0) return;
+    ready_.push_back(std::move(c));
+    ++num_calls_;
+  }
+}
+
+std::vector<ToolCall> ToolStreamFilter::take_calls(size_t* first_index) {
+  *first_index = num_taken_;
+  num_taken_ += ready_.size();
+  return std::exchange(ready_, {});
+}
+
+ParsedToolOutput ToolStreamFilter::finish(size_t* first_index) {
   ParsedToolOutput out;
   if (!in_call_) {
-    out.content = std::move(held_);
-    return out;
+    // Separators after the last call are not content.
+    if (!after_call_ || held_.find_first_not_of(" \t\r\n;") != std::string::npos) {
+      out.content = std::move(held_);
+    }
+  } else {
+    out = parse_tool_calls(format_, held_);
   }
-  out = parse_tool_calls(format_, held_);
   held_.clear();
+  add_calls(std::exchange(out.calls, {}));  // after the calls not taken yet
+  size_t first = 0;
+  out.calls = take_calls(&first);
+  if (first_index) *first_index = first;
   return out;
 }
 

@@ -124,6 +124,45 @@ describe("tool calling", () => {
     weatherArgs.parse(JSON.parse(call.function.arguments));
   });
 
+  test("with two calls, the first is streamed before the second is written", async () => {
+    // The end of generation is banned, so "required"'s grammar makes the model write call
+    // after call; logprobs give a chunk per token, so tokens after the first call's deltas show
+    // it went out while the model was still writing.
+    const tok = await fetch(`${server.url}/tokenize`, {
+      method: "POST", headers: { "content-type": "application/json" },
+      body: JSON.stringify({ prompt: "</s>", add_special_tokens: false }) });
+    const eos = (await tok.json()).tokens[0];
+    assert.equal(typeof eos, "number");
+    const stream = await client.chat.completions.create({
+      model, messages: [{ role: "user", content: "Weather in Oslo and Rome?" }],
+      tools: [weatherTool], tool_choice: "required", max_tokens: 300, temperature: 1, seed: 1,
+      logprobs: true, logit_bias: { [eos]: -100 }, stream: true });
+    const calls = [];
+    let tokensAfterFirst = 0;
+    let finish = null;
+    for await (const chunk of stream) {
+      const choice = chunk.choices[0];
+      if (!choice) continue;
+      if (choice.finish_reason) finish = choice.finish_reason;
+      if (choice.logprobs?.content?.length && calls.length === 1) tokensAfterFirst += 1;
+      for (const d of choice.delta?.tool_calls ?? []) {
+        if (d.id) {
+          assert.equal(d.index, calls.length, "one index per call, in order");
+          calls.push({ name: d.function.name, args: d.function.arguments ?? "" });
+        } else {
+          calls[d.index].args += d.function.arguments;
+        }
+      }
+    }
+    assert.ok(calls.length >= 2, `expected two calls or more, got ${calls.length}`);
+    for (const c of calls) {
+      assert.equal(c.name, "get_weather");
+      weatherArgs.parse(JSON.parse(c.args));
+    }
+    assert.ok(tokensAfterFirst > 0, "the first call went out only with the second");
+    assert.equal(finish, "length");
+  });
+
   test("chat.completions.parse with zodFunction gives parsed arguments", async () => {
     const out = await firstFinished(
       (seed) => parseOrNull({

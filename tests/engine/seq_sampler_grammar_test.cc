@@ -7,6 +7,7 @@
 
 #include "engine/seq_sampler.h"
 #include "gguf/gguf_file.h"
+#include "grammar/gbnf_parser.h"
 #include "grammar/regex.h"
 #include "grammar/token_trie.h"
 #include "tokenizer/tokenizer.h"
@@ -101,6 +102,49 @@ TEST(SeqSamplerGrammar, RefusesATrieOfAnotherVocabulary) {
                                                                  std::vector<int32_t>{0});
   EXPECT_FALSE(SeqSampler::create(s, 4096).ok());
   EXPECT_TRUE(SeqSampler::create(s, 2).ok());
+}
+
+// tool_choice "auto" (issue 31): with triggers the sampler draws from the raw row (text the
+// grammar would never allow) until the output spells a trigger, then every token follows the
+// grammar from the trigger on. The first tokens are forced by making them the row's maximum
+// (greedy), as a model that decides to call a tool would.
+TEST(SeqSamplerGrammar, LazyGrammarSwitchesOnAtTheTrigger) {
+  const auto tok = load_tokenizer();
+  const auto trie = grammar::TokenTrie::from_tokenizer(*tok);
+  auto g = grammar::parse_gbnf(R"(root ::= "<tool_call>" [0-9]{1,3} "</tool_call>")").value();
+  const std::string free_text = "Let me check <tool_call>";
+  const std::vector<int32_t> forced = tok->encode(free_text, false, false);
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    GenSampling s;
+    s.temperature = 1.0f;
+    s.seed = seed;
+    s.constraint = {.grammar = g,
+                    .trie = trie,
+                    .strip_leading_space = tok->strips_leading_space(),
+                    .triggers = {{.text = "<tool_call>", .at_start = false}}};
+    auto sampler = SeqSampler::create(s, tok->n_vocab());
+    ASSERT_TRUE(sampler.ok()) << sampler.message();
+    std::mt19937 rng((uint32_t)seed);
+    std::normal_distribution<float> normal;
+    std::vector<int32_t> history = {tok->bos_id()}, out;
+    std::vector<float> row(tok->n_vocab());
+    for (int step = 0; step < 48; ++step) {
+      for (float& x : row) x = normal(rng);
+      if ((size_t)step < forced.size()) row[forced[step]] = 100.0f;  // free: the raw row decides
+      const int32_t t = sampler.value()->sample(row.data(), history, out.size());
+      ASSERT_EQ(sampler.value()->constraint_error(), "");
+      if ((size_t)step < forced.size()) {
+        ASSERT_EQ(t, forced[step]) << "masked before a trigger";
+      }
+      if (tok->is_end_of_generation(t)) break;
+      out.push_back(t);
+      history.push_back(t);
+    }
+    const std::string text = tok->decode(out);
+    ASSERT_TRUE(text.starts_with("Let me check <tool_call>")) << text;
+    EXPECT_TRUE(std::regex_match(text.substr(13), std::regex("<tool_call>[0-9]{1,3}</tool_call>")))
+        << text;
+  }
 }
 
 }  // namespace

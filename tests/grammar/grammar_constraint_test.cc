@@ -114,5 +114,74 @@ TEST(GrammarConstraint, StripsTheFirstTokensLeadingSpaceOnly) {
   EXPECT_EQ(bits[0], 0b11000u);  // " }" and "}": the space is grammar input now
 }
 
+// tool_choice "auto" (issue 31): a lazy grammar leaves the output free until a trigger
+// appears, even split over tokens and after a long free text, then constrains from the
+// trigger's first byte; text the grammar refuses at the trigger leaves it free for good; an
+// at_start trigger counts only as the output's first non-space text.
+TEST(GrammarConstraint, LazyGrammarStartsAtItsTrigger) {
+  auto g = parse_gbnf(R"(root ::= "<tool_call>" [0-9]+ "</tool_call>")");
+  ASSERT_TRUE(g.ok()) << g.message();
+  enum { kEos, kHi, kTool, kCall, kCallX, kOne, kTwo, kClose, kSpace, kName, kBrace, kN };
+  auto trie = std::make_shared<const TokenTrie>(
+      std::vector<std::string>{"<eos>", "Hi", " <tool", "_call>", "_call>x", "1", "2",
+                               "</tool_call>", " ", "{\"name\"", "{"},
+      std::vector<int32_t>{kEos});
+  auto finite = [&](GrammarConstraint& c) {
+    std::vector<float> logits(kN, 0.0f);
+    c.mask(logits.data());
+    std::vector<int32_t> out;
+    for (int32_t i = 0; i < kN; ++i)
+      if (!std::isinf(logits[i])) out.push_back(i);
+    return out;
+  };
+  const std::vector<int32_t> all = {kEos, kHi,    kTool,  kCall, kCallX, kOne,
+                                    kTwo, kClose, kSpace, kName, kBrace};
+  GrammarConstraint c(g.value(), trie);
+  c.set_triggers({{.text = "<tool_call>", .at_start = false}});
+  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(c.accept(kHi).ok());
+  EXPECT_LT(c.memory_bytes(), 64u << 10) << "the free text is not kept";
+  ASSERT_TRUE(c.accept(kTool).ok());
+  EXPECT_TRUE(c.waiting_for_trigger());
+  EXPECT_EQ(finite(c), all);
+  ASSERT_TRUE(c.accept(kCall).ok());
+  EXPECT_FALSE(c.waiting_for_trigger());
+  EXPECT_EQ(finite(c), (std::vector<int32_t>{kOne, kTwo}));
+  EXPECT_FALSE(c.accept(kHi).ok());
+  ASSERT_TRUE(c.accept(kOne).ok());
+  ASSERT_TRUE(c.accept(kClose).ok());
+  EXPECT_EQ(finite(c), (std::vector<int32_t>{kEos}));
+  ASSERT_TRUE(c.accept(kEos).ok());
+  EXPECT_TRUE(c.done());
+
+  GrammarConstraint refused(g.value(), trie);
+  refused.set_triggers({{.text = "<tool_call>", .at_start = false}});
+  ASSERT_TRUE(refused.accept(kTool).ok());
+  ASSERT_TRUE(refused.accept(kCallX).ok()) << "refused at the trigger: stays free, no error";
+  ASSERT_TRUE(refused.accept(kTool).ok());
+  ASSERT_TRUE(refused.accept(kCall).ok());
+  EXPECT_TRUE(refused.waiting_for_trigger()) << "free for good";
+  EXPECT_EQ(finite(refused), all);
+  EXPECT_TRUE(refused.accept(kEos).ok());
+
+  auto json = parse_gbnf(R"(root ::= "{\"name\"" [0-9])");
+  ASSERT_TRUE(json.ok()) << json.message();
+  GrammarConstraint first(json.value(), trie);
+  first.set_triggers({{.text = "{\"name\"", .at_start = true}});
+  ASSERT_TRUE(first.accept(kSpace).ok());
+  ASSERT_TRUE(first.accept(kBrace).ok());
+  EXPECT_TRUE(first.waiting_for_trigger());
+  GrammarConstraint whole(json.value(), trie);
+  whole.set_triggers({{.text = "{\"name\"", .at_start = true}});
+  ASSERT_TRUE(whole.accept(kSpace).ok());
+  ASSERT_TRUE(whole.accept(kName).ok());
+  EXPECT_FALSE(whole.waiting_for_trigger());
+  EXPECT_EQ(finite(whole), (std::vector<int32_t>{kOne, kTwo}));
+  GrammarConstraint later(json.value(), trie);
+  later.set_triggers({{.text = "{\"name\"", .at_start = true}});
+  ASSERT_TRUE(later.accept(kHi).ok());
+  ASSERT_TRUE(later.accept(kName).ok());
+  EXPECT_TRUE(later.waiting_for_trigger()) << "not the answer's first text";
+}
+
 }  // namespace
 }  // namespace kvw::grammar

@@ -135,5 +135,34 @@ TEST(JsonSchema, RefusesSchemasOverTheCompiledSizeLimit) {
   EXPECT_GT(ok.value()->size_bytes(), 8u * 1024);
 }
 
+// A long enum (3,000 strings sharing a prefix) compiled as a plain alternation started 3,000
+// stacks, past Matcher::kMaxStacks: the request failed mid-generation (a 500). The strings are
+// now factored by common prefixes, so the matcher follows a handful of stacks.
+TEST(JsonSchema, LongEnumWithACommonPrefixIsFollowedWithFewStacks) {
+  nlohmann::ordered_json values = nlohmann::ordered_json::array();
+  for (int i = 0; i < 3000; ++i) values.push_back("customer_account_status_" + std::to_string(i));
+  auto g = compile_json_schema(nlohmann::ordered_json{{"enum", values}}, 4u << 20);
+  ASSERT_TRUE(g.ok()) << g.message();
+  Matcher m(g.value());
+  EXPECT_LE(m.num_stacks(), 2u);
+  ASSERT_TRUE(m.accept_bytes("\"customer_account_status_"));
+  EXPECT_LE(m.num_stacks(), 10u);
+  ASSERT_TRUE(m.accept_bytes("29"));
+  EXPECT_TRUE(m.accept_bytes("99\"")) << "the last value";
+  EXPECT_TRUE(m.can_end());
+  EXPECT_FALSE(m.overflowed());
+  EXPECT_TRUE(matches(g, R"("customer_account_status_0")"));
+  EXPECT_TRUE(matches(g, R"("customer_account_status_30")"));
+  EXPECT_FALSE(matches(g, R"("customer_account_status_3000")"));
+  EXPECT_FALSE(matches(g, R"("customer_account_status_")"));
+  EXPECT_FALSE(matches(g, R"("customer_account_status_01")"));
+  // Values that are prefixes of others, mixed types and duplicates.
+  auto mixed = compile_json_schema(std::string_view(R"({"enum":["a","ab","abc","ab",1,10,null]})"));
+  for (const char* ok : {R"("a")", R"("ab")", R"("abc")", "1", "10", "null"})
+    EXPECT_TRUE(matches(mixed, ok)) << ok;
+  for (const char* bad : {R"("abcd")", R"("")", "100", R"("b")"})
+    EXPECT_FALSE(matches(mixed, bad)) << bad;
+}
+
 }  // namespace
 }  // namespace kvw::grammar

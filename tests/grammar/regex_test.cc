@@ -68,5 +68,48 @@ TEST(Choice, ExactlyOneOfTheStrings) {
   EXPECT_FALSE(compile_choice({}).ok());
 }
 
+// Choices are factored by prefix like enums: class members that need escaping, UTF-8, a choice
+// that is a prefix of others, and 300 single characters (one class, not 300 stacks).
+TEST(Choice, FactoredChoicesKeepEveryStringExactly) {
+  const std::vector<std::string> tricky = {"a]",
+                                           "a\\",
+                                           "a-",
+                                           "a^",
+                                           "a[",
+                                           "a\n",
+                                           "a\xc3\xa9",
+                                           "a",
+                                           "ab",
+                                           "abc",
+                                           "b\"",
+                                           "\xe2\x82\xac"
+                                           "1"};
+  auto g = compile_choice(tricky);
+  ASSERT_TRUE(g.ok()) << g.message();
+  for (const std::string& s : tricky) {
+    Matcher m(g.value());
+    EXPECT_TRUE(m.accept_bytes(s) && m.can_end()) << s;
+  }
+  for (const char* bad : {"", "a]]", "abcd", "b", "\xe2\x82\xac", "ac", "a\xc3\xa8"}) {
+    Matcher m(g.value());
+    EXPECT_FALSE(m.accept_bytes(bad) && m.can_end()) << bad;
+  }
+  std::vector<std::string> cjk;
+  for (uint32_t cp = 0x4E00; cp < 0x4E00 + 300; ++cp) {
+    cjk.push_back(
+        {char(0xE0 | (cp >> 12)), char(0x80 | ((cp >> 6) & 0x3F)), char(0x80 | (cp & 0x3F))});
+  }
+  auto chars = compile_choice(cjk);
+  ASSERT_TRUE(chars.ok()) << chars.message();
+  Matcher m(chars.value());
+  EXPECT_EQ(m.num_stacks(), 1u);
+  EXPECT_TRUE(m.accept_bytes(cjk[299]) && m.can_end());
+  // 300 choices that still differ after their first character cannot share one class.
+  for (std::string& s : cjk) s += "x";
+  auto wide = compile_choice(cjk);
+  ASSERT_FALSE(wide.ok());
+  EXPECT_NE(wide.message().find("at most 256"), std::string::npos) << wide.message();
+}
+
 }  // namespace
 }  // namespace kvw::grammar

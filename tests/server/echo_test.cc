@@ -4,6 +4,7 @@
 // refusals, and the request memory prompt logprobs are charged.
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <thread>
 
 #include "../model/teacher_forced.h"
@@ -226,6 +227,47 @@ TEST(Echo, PromptLogprobsAreChargedToRequestMemory) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(h.server->transport().request_memory.used, 0u);
+}
+
+// echo with n > 1: the prompt's logprobs are the same for every candidate, so only the first
+// asks the engine for them and the choices share its list. A request that owes prompt logprobs
+// never takes its prompt from the prefix cache, so with one sequence at a time the second and
+// third candidates now reuse the first one's cached prompt (each recomputed it before), and
+// every choice echoes the same logprobs, streamed or not.
+TEST(Echo, PromptLogprobsAreComputedOnceForNChoices) {
+  Harness h(ServerConfig{}, small_model(), /*max_num_seqs=*/1);
+  const std::vector<int32_t> ids = prompt_ids(200, h.engine->limits().n_vocab);
+  const uint64_t hits_before = h.engine->stats().prefix.num_hit_tokens;
+  const json body = {{"prompt", ids}, {"echo", true},       {"logprobs", 1}, {"max_tokens", 1},
+                     {"n", 3},        {"temperature", 1.0}, {"seed", 5}};
+  json r = h.post_ok("/v1/completions", body);
+  ASSERT_EQ(r["choices"].size(), 3u) << r.dump();
+  EXPECT_GE(h.engine->stats().prefix.num_hit_tokens - hits_before, 2u * 176)
+      << "the second and third candidates computed the prompt again";
+  auto prompt_part = [&](const json& lp) {
+    json out = json::array();
+    for (size_t t = 0; t < ids.size(); ++t) {  // the prompt's tokens
+      out.push_back({lp["tokens"][t], lp["token_logprobs"][t], lp["top_logprobs"][t]});
+    }
+    return out;
+  };
+  const json first = prompt_part(r["choices"][0]["logprobs"]);
+  EXPECT_TRUE(first[0][1].is_null());
+  EXPECT_TRUE(first[1][1].is_number());
+  for (const json& c : r["choices"]) EXPECT_EQ(prompt_part(c["logprobs"]), first);
+  json streamed = body;
+  streamed["stream"] = true;
+  auto s = h.post("/v1/completions", streamed);
+  ASSERT_TRUE(s);
+  std::map<int, json> echoed;  // choice -> its first chunk's logprobs
+  for (const std::string& e : sse_events(s->body)) {
+    if (e == "[DONE]") break;
+    const json c = json::parse(e)["choices"][0];
+    if (!echoed.count(c["index"].get<int>()) && c["logprobs"].is_object())
+      echoed[c["index"].get<int>()] = c["logprobs"];
+  }
+  ASSERT_EQ(echoed.size(), 3u) << s->body;
+  for (const auto& [index, lp] : echoed) EXPECT_EQ(prompt_part(lp), first) << index;
 }
 
 }  // namespace

@@ -190,5 +190,32 @@ TEST(ServerStructuredOutput, SchemaWhoseCompiledFormIsTooLargeIs400NamingTheFiel
   EXPECT_TRUE(roomy.post_ok("/v1/chat/completions", body).is_object());
 }
 
+// A 3,000-string enum sharing a prefix was a 500 (the matcher overflowed mid-generation); it is
+// served when its compiled form fits the grammar limit, and a 400 naming the field and the
+// limit when it does not.
+TEST(ServerStructuredOutput, LongEnumWithACommonPrefixIsServedOrRefusedNamingTheLimit) {
+  json values = json::array();
+  std::set<std::string> allowed;
+  for (int i = 0; i < 3000; ++i) {
+    values.push_back("customer_account_status_" + std::to_string(i));
+    allowed.insert(json(values.back()).dump());
+  }
+  const json format = {
+      {"type", "json_schema"},
+      {"json_schema", {{"name", "e"}, {"schema", {{"type", "string"}, {"enum", values}}}}}};
+  Harness h;
+  auto texts = finished(h, {{"response_format", format}, {"max_tokens", 40}}, 3);
+  ASSERT_FALSE(texts.empty()) << "no run finished within 40 tokens";
+  for (const std::string& t : texts) EXPECT_EQ(allowed.count(t), 1u) << t;
+  ServerConfig small;
+  small.http.request_memory_bytes = 1u << 20;  // grammar limit: 64 KiB
+  small.http.max_body_bytes = 128u << 10;
+  Harness tight(small);
+  auto r = tight.post("/v1/chat/completions",
+                      {{"messages", kUser}, {"max_tokens", 1}, {"response_format", format}});
+  expect_error(r, 400, "", "response_format");
+  EXPECT_NE(r->body.find("max_grammar_bytes"), std::string::npos) << r->body;
+}
+
 }  // namespace
 }  // namespace kvw::server

@@ -253,5 +253,53 @@ TEST(ServerToolCalling, ParserFlagPicksTheFamilyFormat) {
   }
 }
 
+// Each streamed call goes out as soon as it is whole, not at the end: with the end of
+// generation banned the grammar of "required" makes the model write call after call, and the
+// first call's deltas come before the tokens of the second (logprobs chunks), for the hermes
+// and llama3_json wrappers.
+TEST(ServerToolCalling, EachStreamedCallGoesOutAsSoonAsItIsWhole) {
+  for (const char* parser : {"hermes", "llama3_json"}) {
+    SCOPED_TRACE(parser);
+    ServerConfig cfg;
+    cfg.tool_call_parser = parser;
+    Harness h(cfg, harness::long_model());
+    const int32_t eos = h.engine->tokenizer().eos_id();
+    const json body = {{"messages", kUser},
+                       {"max_tokens", 300},
+                       {"temperature", 1.0},
+                       {"seed", 1},
+                       {"tools", weather_tools()},
+                       {"tool_choice", "required"},
+                       {"logprobs", true},
+                       {"logit_bias", {{std::to_string(eos), -100}}},
+                       {"stream", true}};
+    auto r = h.post("/v1/chat/completions", body);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    std::map<int, json> calls;      // index -> reassembled call
+    size_t tokens_after_first = 0;  // token chunks after call 0's last delta
+    std::vector<std::string> events = sse_events(r->body);
+    for (size_t k = 0; k < events.size() && events[k] != "[DONE]"; ++k) {
+      const json c = json::parse(events[k])["choices"][0];
+      if (c["logprobs"].is_object() && calls.count(0) && !calls.count(1)) ++tokens_after_first;
+      if (!c["delta"].contains("tool_calls")) continue;
+      for (const json& item : c["delta"]["tool_calls"]) {
+        const int index = item["index"];
+        EXPECT_LE(index, (int)calls.size()) << "indices go up one call at a time";
+        json& call = calls[index];
+        if (item.contains("id")) {
+          call = {{"id", item["id"]}, {"type", item["type"]}, {"function", item["function"]}};
+          continue;
+        }
+        call["function"]["arguments"] = call["function"]["arguments"].get<std::string>() +
+                                        item["function"]["arguments"].get<std::string>();
+      }
+    }
+    ASSERT_GE(calls.size(), 2u) << r->body;
+    for (const auto& [index, call] : calls) expect_valid_call(call);
+    EXPECT_GT(tokens_after_first, 0u) << "the first call went out only with the second";
+  }
+}
+
 }  // namespace
 }  // namespace kvw::server

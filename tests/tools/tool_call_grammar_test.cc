@@ -99,5 +99,32 @@ TEST(ToolCallGrammar, UnsupportedSchemaNamesTheFunction) {
   EXPECT_NE(text.message().find("pattern"), std::string::npos) << text.message();
 }
 
+// tool_choice "auto": the lazy grammar begins with each of its format's triggers (it is fed
+// the output from the trigger's first byte), and Llama 3's may open with <|python_tag|>.
+TEST(ToolCallGrammar, LazyGrammarBeginsWithEveryTriggerOfItsFormat) {
+  for (ToolCallFormat f : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json,
+                           ToolCallFormat::kMistral, ToolCallFormat::kDeepSeekV3}) {
+    SCOPED_TRACE(format_name(f));
+    auto text = tool_call_gbnf(f, weather_and_time(), /*parallel=*/true, /*lazy=*/true);
+    ASSERT_TRUE(text.ok()) << text.message();
+    auto g = grammar::parse_gbnf(*text);
+    ASSERT_TRUE(g.ok()) << g.message();
+    const auto triggers = tool_call_triggers(f);
+    ASSERT_FALSE(triggers.empty());
+    for (const grammar::GrammarTrigger& t : triggers) {
+      grammar::Matcher m(g.value());
+      EXPECT_TRUE(m.accept_bytes(t.text)) << t.text;
+    }
+  }
+  EXPECT_TRUE(tool_call_triggers(ToolCallFormat::kHarmony).empty());
+  auto lazy = grammar::parse_gbnf(
+      *tool_call_gbnf(ToolCallFormat::kLlama3Json, weather_and_time(), true, true));
+  EXPECT_TRUE(accepts(lazy.value(), "<|python_tag|>{\"name\": \"get_time\", \"parameters\": {}}"));
+  auto forced = grammar::parse_gbnf(
+      *tool_call_gbnf(ToolCallFormat::kLlama3Json, weather_and_time(), true, false));
+  EXPECT_FALSE(
+      accepts(forced.value(), "<|python_tag|>{\"name\": \"get_time\", \"parameters\": {}}"));
+}
+
 }  // namespace
 }  // namespace kvw::tools
