@@ -257,6 +257,9 @@ int run_plan(const PlanArgs& a) {
                    {"kv_per_sequence_bytes", b->kv_bytes_per_seq},
                    {"kv_blocks_per_sequence", b->kv_blocks_per_seq},
                    {"sliding_window", b->sliding_window},
+                   {"hybrid_window", b->hybrid_window},
+                   {"kv_window_per_token_bytes", b->kv_window_bytes_per_token},
+                   {"num_window_slots", b->num_window_slots},
                    {"max_seqs_at_max_model_len", b->max_seqs_at_max_len}};
     if (!a.json) {
       std::cout << "kvwarden CPU engine budget (" << a.concurrency << " x " << in->max_model_len
