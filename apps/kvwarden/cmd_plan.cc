@@ -46,6 +46,7 @@ struct PlanArgs {
   int32_t spec_max_draft = 4;  // --engine: serve's --spec-max-draft
   int32_t spec_max_seqs = 16;  // --engine: serve's --spec-max-seqs
   std::string draft_model;     // --engine: serve's --draft-model (its rows in the table)
+  bool swa_full = false;       // --engine: serve's --swa-full
   bool list_models = false;
   bool list_gpus = false;
   RopeFlags rope;  // stretches the model's positions (the default --max-model-len)
@@ -218,6 +219,7 @@ int run_plan(const PlanArgs& a) {
       opt.draft_logit_rows = a.spec_max_seqs;
     }
     opt.prompt_logit_rows = SchedConfig{}.max_prompt_logit_rows;  // serve's rows (plan = serve)
+    opt.swa_full = a.swa_full;
     auto rm = parse_size("--request-memory", a.request_memory);
     if (!rm.ok()) {
       std::cerr << "kvwarden plan: " << rm.message() << "\n";
@@ -255,6 +257,9 @@ int run_plan(const PlanArgs& a) {
                    {"kv_per_sequence_bytes", b->kv_bytes_per_seq},
                    {"kv_blocks_per_sequence", b->kv_blocks_per_seq},
                    {"sliding_window", b->sliding_window},
+                   {"hybrid_window", b->hybrid_window},
+                   {"kv_window_per_token_bytes", b->kv_window_bytes_per_token},
+                   {"num_window_slots", b->num_window_slots},
                    {"max_seqs_at_max_model_len", b->max_seqs_at_max_len}};
     if (!a.json) {
       std::cout << "kvwarden CPU engine budget (" << a.concurrency << " x " << in->max_model_len
@@ -319,6 +324,8 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--engine", a->engine,
                 "Also print kvwarden's own CPU engine budget (weights + workspace + KV pool + "
                 "reserve) for --concurrency sequences of --max-model-len");
+  cmd->add_flag("--swa-full", a->swa_full,
+                "--engine: serve's --swa-full (windowed layers keep every position's KV)");
   cmd->add_flag("--spec-ngram", a->spec_ngram,
                 "--engine: serve's --spec-ngram (the drafts' logit rows join the reserve)");
   cmd->add_option("--draft-model", a->draft_model,

@@ -512,6 +512,10 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "factors apply, as llama.cpp's -c)");
   cmd->add_option("--swap-space", f->swap_space,
                   "Swap tier for preempted KV (bytes or 4G; default: none)");
+  cmd->add_flag("--swa-full", e.swa_full,
+                "Hybrid sliding-window models (gemma2/3, gpt-oss): keep every position's KV in "
+                "the windowed layers too (llama.cpp's name), so prefixes stay reusable over long "
+                "contexts; by default they hold only their window's blocks");
   cmd->add_option("--swap-path", e.swap_path, "Swap file location (with --swap-space)");
   cmd->add_flag("--mlock", e.mlock,
                 "Lock the weights, KV pool and buffers in RAM after start-up (the OS never pages "

@@ -88,6 +88,7 @@ bool DraftModelProposer::plan_catch_up(DraftSlot& slot, SeqState& st, int64_t& b
                                                            static_cast<size_t>(chunk)),
                              .start_pos = st.num_computed,
                              .block_table = as_indices(kv_->block_table(slot.seq_id)),
+                             .window_block_table = {},
                              .all_logits = false});
   jobs_.push_back(Job{.slot = &slot, .state = &st, .drafting = drafting});
   return true;
@@ -145,6 +146,7 @@ void DraftModelProposer::propose(std::span<DraftSlot> slots) {
       inputs_.push_back(SeqInput{.tokens = std::span<const int32_t>(&round_tokens_[n], 1),
                                  .start_pos = j.state->num_computed,
                                  .block_table = as_indices(kv_->block_table(j.slot->seq_id)),
+                                 .window_block_table = {},
                                  .all_logits = false});
       ++n;
     }

@@ -71,6 +71,7 @@ Status Engine::plan_budget(const GgufFile& file, const GgufFile* draft_file) {
   opt.swap_staging_bytes = planner::swap_staging_bytes(cfg_.swap_bytes);
   opt.draft = draft_shape ? &*draft_shape : nullptr;
   opt.draft_logit_rows = cfg_.sched.spec.max_seqs;
+  opt.swa_full = cfg_.swa_full;
   auto table = planner::plan_engine_budget(*shape, opt);
   if (!table.ok()) {
     // Show what the fixed rows need: the same plan without a budget, for one short sequence.
@@ -165,14 +166,24 @@ Status Engine::init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file) {
   tokenizer_ = std::move(*tok);
 
   const auto num_blocks = (uint32_t)budget_.num_blocks;
-  arena_ = std::make_unique<KvArena>(model_->kv_config(num_blocks, cfg.block_size, cfg.kv_dtype));
+  const auto num_window_slots = (uint32_t)budget_.num_window_slots;
+  arena_ = std::make_unique<KvArena>(
+      model_->kv_config(num_blocks, cfg.block_size, cfg.kv_dtype, num_window_slots));
+  if (arena_->bytes() != budget_.kv_pool_bytes) {
+    LOG(WARN, engine) << "KV arena " << arena_->bytes() << " B, planned " << budget_.kv_pool_bytes
+                      << " B";
+  }
   KvManagerConfig kc{.num_blocks = num_blocks,
                      .block_size = cfg.block_size,
                      .enable_prefix_caching = cfg.enable_prefix_caching,
                      .watermark_blocks = cfg.watermark_blocks,
                      // Blocks behind the model's window are released as sequences advance
                      // (only when every layer is windowed: Gemma's global layers read them all).
-                     .sliding_window = model_->hparams().kv_window()};
+                     .sliding_window = model_->hparams().kv_window(),
+                     // Hybrid (gemma2/3, gpt-oss): the windowed layers' KV sits in window slots
+                     // released behind the window; the global layers keep every block.
+                     .hybrid_window = (int32_t)budget_.hybrid_window,
+                     .num_window_slots = num_window_slots};
   KVW_RETURN_IF_ERROR(kc.validate());
   kv_ = std::make_unique<KvManager>(kc, arena_.get());
   if (cfg.kv_event_sink) kv_->record_kv_events();
@@ -207,6 +218,10 @@ Status Engine::init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file) {
   LOG(INFO, engine) << num_blocks << " KV blocks of " << cfg.block_size << " tokens, "
                     << kv_dtype_name(cfg.kv_dtype) << ", max_model_len " << limits_.max_model_len
                     << ", " << model_->num_threads() << " threads";
+  if (kc.hybrid_window > 0) {
+    LOG(INFO, engine) << "hybrid window " << kc.hybrid_window << ": " << num_window_slots
+                      << " window slots for the windowed layers (--swa-full keeps full KV)";
+  }
   if (kc.sliding_window > 0) {
     LOG(INFO, engine) << "sliding window " << kc.sliding_window << ": blocks behind it are freed, "
                       << kv_->max_window_blocks() << " blocks per decoding sequence at most";

@@ -200,6 +200,9 @@ class Engine {
   std::vector<PromptChunk> prompt_chunks_;                  // per-step, reused
   std::vector<std::pair<uint32_t, uint32_t>> prompt_rows_;  // per-step (chunk, row), reused
   std::vector<int32_t> step_tokens_;  // per-step speculative inputs: [last, d1..dk] per seq
+  // Hybrid window models: per-step window-slot tables, one per scheduled sequence, reused
+  // (at most max_num_seqs of at most max_model_len / block_size entries).
+  std::vector<std::vector<uint32_t>> window_tables_;
   std::vector<PendingRequest> pending_;
   std::vector<uint64_t> cancels_;
   // Emitted at the end of the step, after the stats that reflect it are published.

@@ -36,6 +36,8 @@ struct EngineConfig {
   uint32_t watermark_blocks = 0;  // KvManagerConfig::watermark_blocks
   uint64_t swap_bytes = 0;        // --swap-space; 0 = no swap tier
   std::string swap_path;          // swap file location (needed when swap_bytes > 0)
+  // --swa-full: hybrid window models keep full KV in their windowed layers (no window slots).
+  bool swa_full = false;
   // --mlock: after the start-up allocations, lock every mapped page (weights included) in RAM.
   bool mlock = false;
   // Memory the start-up allocations may take; 0 = read it (available_memory_bytes()). The

@@ -210,6 +210,8 @@ void Engine::observe_step(uint64_t step, std::chrono::steady_clock::time_point s
   const uint32_t used_after = kv_->pool().num_used_blocks();
   o.blocks_allocated = used_after > used_before ? used_after - used_before : 0;
   o.blocks_freed = used_before > used_after ? used_before - used_after : 0;
+  o.num_used_blocks = used_after;
+  o.num_used_window_slots = kv_->num_used_window_slots();  // O(blocks): observers only
   for (SeqId id : out.preempted) {
     const Request* r = sched_->find(id);
     const bool swapped = r != nullptr && r->state == RequestState::kPreemptedSwapped;

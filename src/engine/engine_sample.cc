@@ -47,7 +47,15 @@ void Engine::build_inputs(const SchedulerOutput& out) {
     inputs_.push_back(SeqInput{.tokens = tokens,
                                .start_pos = s.start_pos,
                                .block_table = as_indices(kv_->block_table(s.seq_id)),
+                               .window_block_table = {},
                                .all_logits = s.num_draft_tokens > 0 || s.prompt_logits});
+  }
+  if (!kv_->has_window_slots()) return;
+  // Hybrid window models: the windowed layers read their own table of window slots.
+  if (window_tables_.size() < inputs_.size()) window_tables_.resize(inputs_.size());
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    kv_->window_block_table(out.scheduled[i].seq_id, window_tables_[i]);
+    inputs_[i].window_block_table = window_tables_[i];
   }
 }
 

@@ -226,6 +226,8 @@ struct StepObservation {
   uint32_t num_tokens = 0;
   uint32_t blocks_allocated = 0;              // pool blocks that went from free/cached to used
   uint32_t blocks_freed = 0;                  // pool blocks that went from used to free/cached
+  uint32_t num_used_blocks = 0;               // after the step
+  uint32_t num_used_window_slots = 0;         // after the step; hybrid window models only
   std::vector<uint64_t> preempted_swap;       // request ids
   std::vector<uint64_t> preempted_recompute;  // request ids
   std::vector<uint64_t> swapped_in;           // request ids

@@ -15,6 +15,13 @@ Status KvManagerConfig::validate() const {
   if (sliding_window < 0) {
     return Error{"kv: sliding_window " + std::to_string(sliding_window) + " must be >= 0"};
   }
+  if (hybrid_window < 0 || (hybrid_window > 0) != (num_window_slots > 0)) {
+    return Error{"kv: hybrid_window " + std::to_string(hybrid_window) + " needs window slots (" +
+                 std::to_string(num_window_slots) + ")"};
+  }
+  if (hybrid_window > 0 && sliding_window > 0) {
+    return Error{"kv: hybrid_window and sliding_window are exclusive"};
+  }
   if (watermark_blocks >= num_blocks) {
     return Error{"kv: watermark_blocks " + std::to_string(watermark_blocks) +
                  " must be below num_blocks " + std::to_string(num_blocks)};
@@ -35,6 +42,10 @@ KvManager::KvManager(const KvManagerConfig& cfg, KvStorage* storage)
         << "storage has " << storage_->num_blocks() << " blocks, pool " << cfg_.num_blocks;
   }
   pool_.set_evict_callback([this](BlockId b, uint64_t hash) { on_evict(b, hash); });
+  if (cfg_.hybrid_window > 0) {
+    slots_ = std::make_unique<WindowSlots>(cfg_.num_blocks, cfg_.num_window_slots);
+    if (storage_ != nullptr) storage_->set_window_slot_map(slots_->slot_map());
+  }
 }
 
 const BlockTable& KvManager::table(SeqId seq) const {
@@ -68,6 +79,7 @@ std::vector<BlockId> KvManager::match_prefix(std::span<const int32_t> prompt,
   const size_t bs = static_cast<size_t>(cfg_.block_size);
   // At most (len - 1) tokens: the last prompt token must run through the model for logits.
   const size_t max_blocks = (prompt.size() - 1) / bs;
+  if (slots_) return match_prefix_hybrid(prompt, prompt_hashes, hashes);
   uint64_t h = kPrefixHashSeed;
   if (cfg_.sliding_window <= 0) {
     for (size_t i = 0; i < max_blocks; ++i) {
@@ -126,11 +138,16 @@ bool KvManager::can_admit(std::span<const int32_t> prompt, int64_t num_tokens,
   // Reviving an evictable cached block takes it out of the free queue too.
   int64_t num_revived = 0;
   for (BlockId b : hits) num_revived += b != kNullBlock && pool_.meta(b).ref_count == 0 ? 1 : 0;
+  if (slots_ && window_slots_needed(hits, total_blocks) > slots_->num_allocatable_slots()) {
+    return false;
+  }
   return num_new + num_revived + cfg_.watermark_blocks <= pool_.num_allocatable_blocks();
 }
 
 bool KvManager::can_allocate(SeqId seq, int64_t num_new_tokens) const {
-  return table(seq).num_blocks_needed(num_new_tokens) <= pool_.num_allocatable_blocks();
+  const uint32_t need = table(seq).num_blocks_needed(num_new_tokens);
+  if (slots_ && need > slots_->num_allocatable_slots()) return false;
+  return need <= pool_.num_allocatable_blocks();
 }
 
 int64_t KvManager::add_sequence(SeqId seq, std::span<const int32_t> prompt,
@@ -144,6 +161,10 @@ int64_t KvManager::add_sequence(SeqId seq, std::span<const int32_t> prompt,
   const auto live =
       std::find_if(hits.begin(), hits.end(), [](BlockId b) { return b != kNullBlock; });
   pool_.touch(std::span<const BlockId>(live, hits.end()));
+  if (slots_) {  // hit blocks inside the window of the first token to compute use their slots
+    const size_t first = size_t(first_window_block(int64_t(hits.size()) * cfg_.block_size));
+    for (size_t i = first; i < hits.size(); ++i) slots_->ref(hits[i]);
+  }
   BlockLease lease(&pool_, std::move(hits));
   // Where the pool's chain ends, the swap tier may hold the next blocks.
   append_from_tier(prompt, prompt_hashes, lease.size(),
@@ -163,14 +184,21 @@ int64_t KvManager::add_sequence(SeqId seq, std::span<const int32_t> prompt,
 AllocStatus KvManager::allocate_slots(SeqId seq, int64_t num_new_tokens) {
   BlockTable& t = table(seq);
   const uint32_t need = t.num_blocks_needed(num_new_tokens);
+  if (slots_ && need > slots_->num_allocatable_slots()) return AllocStatus::kNoFreeBlocks;
   std::optional<BlockLease> lease = pool_.allocate(need);
   if (!lease) return AllocStatus::kNoFreeBlocks;
+  if (slots_) acquire_window(lease->blocks());
   t.append(std::move(*lease), num_new_tokens);
   return AllocStatus::kOk;
 }
 
 void KvManager::truncate_slots(SeqId seq, int64_t num_tokens) {
-  table(seq).truncate(num_tokens);
+  BlockTable& t = table(seq);
+  if (slots_) {  // blocks past the computed tokens are inside the window
+    const size_t keep = size_t((num_tokens + cfg_.block_size - 1) / cfg_.block_size);
+    unref_window(t.blocks(), std::min(keep, t.num_blocks()), t.num_blocks());
+  }
+  t.truncate(num_tokens);
 }
 
 void KvManager::commit_computed(SeqId seq, std::span<const int32_t> tokens, int64_t num_computed,
@@ -180,10 +208,13 @@ void KvManager::commit_computed(SeqId seq, std::span<const int32_t> tokens, int6
       << "num_computed went back from " << t.num_computed_tokens() << " to " << num_computed;
   CHECK(static_cast<int64_t>(tokens.size()) >= num_computed)
       << tokens.size() << " tokens given for " << num_computed << " computed";
+  const size_t window_from = size_t(first_window_block(t.num_computed_tokens()));
   t.set_num_computed(num_computed, step_);
   if (cfg_.enable_prefix_caching) {
     register_full_blocks(t, tokens.first(num_computed), prompt_hashes);
   }
+  // After hashing: a hashed block behind the window keeps an evictable window slot.
+  if (slots_) unref_window(t.blocks(), window_from, size_t(first_window_block(num_computed)));
   // After hashing: a block released behind the window stays cached for prefix hits.
   release_behind_window(t);
 }
@@ -239,8 +270,14 @@ AllocStatus KvManager::fork(SeqId parent, SeqId child) {
   const size_t num_shared =
       std::min<size_t>(p.num_blocks(), static_cast<size_t>(p.num_computed_tokens() / block_size()));
   const uint32_t num_copies = static_cast<uint32_t>(p.num_blocks() - num_shared);
+  if (slots_ && num_copies > slots_->num_allocatable_slots()) return AllocStatus::kNoFreeBlocks;
   std::optional<BlockLease> copies = pool_.allocate(num_copies);
   if (!copies) return AllocStatus::kNoFreeBlocks;
+  if (slots_) {  // the child holds the same window as the parent: shared ones too
+    acquire_window(copies->blocks());
+    const size_t first = size_t(first_window_block(p.num_computed_tokens()));
+    for (size_t i = first; i < num_shared; ++i) slots_->ref(p.blocks()[i]);
+  }
   const std::span<const BlockId> pb = p.blocks();
   std::vector<BlockId> shared(pb.begin(), pb.begin() + static_cast<ptrdiff_t>(num_shared));
   // Window holes (all leading, all within the shared full blocks) stay holes in the child.
@@ -266,6 +303,10 @@ void KvManager::free_sequence(SeqId seq) {
   }
   auto it = tables_.find(seq);
   CHECK(it != tables_.end()) << "free of unknown sequence " << index_of(seq);
+  if (slots_) {
+    const BlockTable& t = it->second;
+    unref_window(t.blocks(), size_t(first_window_block(t.num_computed_tokens())), t.num_blocks());
+  }
   it->second.clear();
   tables_.erase(it);
 }
@@ -294,6 +335,7 @@ uint32_t KvManager::defragment(uint32_t max_moves) {
     if (m.has_hash) cache_.rename(m.hash, BlockId{dst});
     if (m.ref_count > 0) remap.emplace(src, dst);
     pool_.move_block(BlockId{src}, BlockId{dst});
+    if (slots_) slots_->move(BlockId{src}, BlockId{dst});  // the window rows stay in their slot
   }
   // One pass over all tables: O(table entries) per call, not per move.
   if (!remap.empty()) {
@@ -324,6 +366,12 @@ void KvManager::advance_step() {
 void KvManager::on_evict(BlockId b, uint64_t hash) {
   ++cache_.counters().num_evictions;
   events_.removed(hash);
+  // Hybrid: a block's window rows may be gone while its full layers' stay; the tier would need
+  // to know which, so evicted prefixes are simply not offloaded.
+  if (slots_) {
+    slots_->drop(b);
+    return;
+  }
   if (swap_ != nullptr) offload(b, hash);
 }
 
@@ -450,6 +498,7 @@ void KvManager::check_invariants() const {
       CHECK(c && *c == BlockId{b}) << "hashed block " << b << " missing from the prefix cache";
     }
   }
+  if (slots_) check_window_invariants();
   CHECK(num_hashed == cache_.size())
       << cache_.size() << " cache entries, " << num_hashed << " hashed blocks";
   if (swap_ != nullptr) {

@@ -29,6 +29,18 @@
 // becomes evictable (LRU) like the blocks of a finished sequence. A prefix hit needs only the
 // hit blocks inside the window of the first token to compute; earlier ones become holes (they
 // need not even be cached any more, see match_prefix).
+//
+// Hybrid window (KvManagerConfig::hybrid_window = w > 0: gemma2/3, gpt-oss, where some layers
+// attend to the last w positions and the others to all): a block keeps its full layers' KV for
+// the sequence's life as above, while its window layers' KV sits in a window slot
+// (kv/window_slots.h) that the sequence gives back once the block falls wholly behind the window
+// (the same bound as above: blocks [0, first_window_block(n)) with n computed tokens). The pool
+// holds num_window_slots slots, sized by the planner for the sequences the scheduler can run at
+// once, so the window layers cost ~max_num_seqs x ceil(w / bs) blocks instead of the whole pool.
+// The scheduler sees block ids only; allocation, admission and fork check both resources. A
+// prefix hit of k blocks needs blocks [first_window_block(k * bs), k) to still have their window
+// rows (hashed blocks keep an evictable slot until a new block needs it); the swap tier keeps
+// the window rows of the blocks inside the window; evicted prefixes are not offloaded.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +61,7 @@
 #include "kv/layout_stats.h"
 #include "kv/prefix_cache.h"
 #include "kv/swap_space.h"
+#include "kv/window_slots.h"
 
 namespace kvw {
 
@@ -62,6 +75,10 @@ struct KvManagerConfig {
   // fall wholly behind it are released as sequences advance. 0: full attention, keep every
   // block (also how a windowed model runs without freeing, e.g. to compare).
   int32_t sliding_window = 0;
+  // Hybrid models: the window of the windowed layers while other layers attend to every position
+  // (0: none); their KV lives in num_window_slots window slots (see the header comment).
+  int32_t hybrid_window = 0;
+  uint32_t num_window_slots = 0;
   Status validate() const;
 };
 
@@ -94,6 +111,18 @@ class KvManager {
   // slot of a block). 0 without a window. A prefill chunk of c tokens holds the blocks of
   // w - 1 + c positions instead. planner::engine_blocks_per_seq uses the same bound.
   uint32_t max_window_blocks() const;
+
+  // Hybrid window: blocks [0, first_window_block(n)) of a sequence with n computed tokens hold no
+  // window slot: floor(max(0, n + 1 - w) / bs). 0 without a hybrid window.
+  int64_t first_window_block(int64_t num_computed) const;
+  bool has_window_slots() const { return slots_ != nullptr; }
+  uint32_t num_window_slots() const { return slots_ ? slots_->num_slots() : 0; }
+  // Window slots held by sequences (refs > 0); evictable cached ones not counted.
+  uint32_t num_used_window_slots() const;
+  // The window layers' table of `seq`: slot of each logical block, kNoWindowSlot behind the
+  // window. Written into `out` (resized to the block table's size).
+  void window_block_table(SeqId seq, std::vector<uint32_t>& out) const;
+  const WindowSlots* window_slots() const { return slots_.get(); }
 
   // ---- planning (const, no side effects, no counters) ----
   //
@@ -258,6 +287,17 @@ class KvManager {
                                     std::vector<uint64_t>& hashes) const;
   // Releases the blocks of `t` behind the window (commit, prefix hit, swap tier revival).
   void release_behind_window(BlockTable& t);
+  // Hybrid window (kv_hybrid.cc). match_prefix's rule for window slots.
+  std::vector<BlockId> match_prefix_hybrid(std::span<const int32_t> prompt,
+                                           std::span<const uint64_t> prompt_hashes,
+                                           std::vector<uint64_t>& hashes) const;
+  // Releases the window refs of blocks [from, to) of `blocks` (hashed ones keep an evictable slot).
+  void unref_window(std::span<const BlockId> blocks, size_t from, size_t to);
+  // Slots for `blocks` (new, slotless): CHECKs they are allocatable (callers checked).
+  void acquire_window(std::span<const BlockId> blocks);
+  // Window slots an admission takes: new blocks plus evictable slots the hit revives.
+  int64_t window_slots_needed(std::span<const BlockId> hits, int64_t total_blocks) const;
+  void check_window_invariants() const;
   // Chain-hashes the newly full blocks of `computed` and registers them in the prefix cache.
   void register_full_blocks(BlockTable& t, std::span<const int32_t> computed,
                             std::span<const uint64_t> prompt_hashes);
@@ -306,6 +346,8 @@ class KvManager {
   void wait_seq_copies(SeqId seq, bool include_writes);  // blocks until they are handled
   SwapInStatus install_swapped(std::unordered_map<SeqId, SwappedSeq>::iterator it);
   bool any_swap_in_in_flight() const;
+  // Hybrid: gives back the window slots of an in-flight swap-in's blocks (cancel, forget).
+  void release_swap_in_window(SwappedSeq& s);
   size_t num_held_slots() const;
 
   std::unique_ptr<SwapSpace> swap_;
@@ -323,6 +365,7 @@ class KvManager {
   std::unordered_map<SeqId, BlockTable> tables_;
   uint64_t step_ = 0;
   uint64_t num_window_freed_ = 0;
+  std::unique_ptr<WindowSlots> slots_;  // hybrid window only
 };
 
 }  // namespace kvw

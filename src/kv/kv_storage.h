@@ -21,6 +21,10 @@ class KvStorage {
   virtual void copy_block(BlockId src, BlockId dst) = 0;
   virtual void read_block(BlockId b, std::span<uint8_t> out) const = 0;  // out: bytes_per_block
   virtual void write_block(BlockId b, std::span<const uint8_t> in) = 0;  // in: bytes_per_block
+  // Hybrid window (kv/window_slots.h): the window layers of block b live in slot_map[b]
+  // (kNoWindowSlot: nowhere; those bytes are neither copied nor read, and read as zeros). The
+  // span stays valid and is updated by the KvManager. Storages without window layers ignore it.
+  virtual void set_window_slot_map(std::span<const uint32_t> slot_map) { (void)slot_map; }
 };
 
 }  // namespace kvw

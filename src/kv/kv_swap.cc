@@ -198,6 +198,9 @@ bool KvManager::swap_out(SeqId seq, std::span<const int32_t> tokens) {
     pending_.emplace(index_of(sub.ticket), Pending{PendingKind::kSeqOut, seq, 0});
   }
   // The bytes are staged: the blocks can go now (hashed ones stay cached in the pool).
+  if (slots_) {
+    unref_window(t.blocks(), size_t(first_window_block(t.num_computed_tokens())), t.num_blocks());
+  }
   t.clear();
   tables_.erase(seq);
   return true;
@@ -218,6 +221,7 @@ void KvManager::forget_swapped(SeqId seq) {
   // destination blocks can be freed.
   wait_seq_copies(seq, /*include_writes=*/true);
   SwappedSeq& s = swapped_.at(seq);
+  release_swap_in_window(s);
   if (s.lease) s.lease->reset();
   if (s.next_block) s.next_block->reset();
   for (SwapSlot slot : s.slots) {
@@ -242,9 +246,15 @@ SwapInStatus KvManager::poll_swap_in(SeqId seq, bool reserve_next_token) {
     if (pool_.num_allocatable_blocks() < s.slots.size() + (needs_next ? 1 : 0)) {
       return SwapInStatus::kNoFreeBlocks;
     }
+    // Hybrid: the blocks inside the window need their window slots (no holes then).
+    const size_t window_from = std::min(s.slots.size(), size_t(first_window_block(s.num_computed)));
+    if (slots_ && slots_->num_allocatable_slots() < s.slots.size() - window_from) {
+      return SwapInStatus::kNoFreeBlocks;
+    }
     s.lease = pool_.allocate(static_cast<uint32_t>(s.slots.size()));
     if (needs_next) s.next_block = pool_.allocate(1);
     CHECK(s.lease && (!needs_next || s.next_block)) << "allocation below the allocatable count";
+    if (slots_) acquire_window(s.lease->blocks().subspan(window_from));
   }
   // A slot can be read only once its write has landed (a failed write releases the slot).
   if (s.writes_left > 0) return SwapInStatus::kPending;
@@ -299,10 +309,18 @@ SwapInStatus KvManager::install_swapped(std::unordered_map<SeqId, SwappedSeq>::i
 void KvManager::cancel_swap_in(SeqId seq) {
   wait_seq_copies(seq, /*include_writes=*/false);  // reads land in the blocks freed below
   SwappedSeq& s = swapped_.at(seq);
+  release_swap_in_window(s);
   s.lease.reset();
   s.next_block.reset();
   s.reads_submitted = 0;
   s.reads_done = 0;
+}
+
+void KvManager::release_swap_in_window(SwappedSeq& s) {
+  if (!slots_ || !s.lease) return;
+  const std::span<const BlockId> blocks = s.lease->blocks();
+  unref_window(blocks, std::min(blocks.size(), size_t(first_window_block(s.num_computed))),
+               blocks.size());
 }
 
 bool KvManager::is_swapping_in(SeqId seq) const {

@@ -176,6 +176,7 @@ void Model::run_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t
   // paged cache.
   const kernels::KvLayerView view = layer_view(kv, l);
   const bool swa_rope = hp_.has_rope_swa && hp_.is_swa_layer(l);
+  const bool window_rows = kv.config().is_window_layer(l);  // rows addressed by window slot
   pool_.run([&](int ith, int nth) {
     auto [b, e] = thread_share(n_tokens, ith, nth);
     for (int64_t t = b; t < e; ++t) {
@@ -196,7 +197,7 @@ void Model::run_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t
       const float* cs = (swa_rope ? cs_swa_.data() : cs_.data()) + t * hp_.rope.n_rot;
       rope_.apply(q, hp_.n_head, hd, cs);
       rope_.apply(k, hp_.n_head_kv, hd, cs);
-      kt.kv_store(view, seqs_[tok_[t].seq].block_table, tok_[t].pos, k, v);
+      kt.kv_store(view, kv_table(tok_[t].seq, window_rows), tok_[t].pos, k, v);
     }
   });
   // Attention: one work item per (tile, KV head); a tile is up to kAttnTile consecutive tokens
@@ -220,7 +221,7 @@ void Model::run_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t
     for (int64_t t0 = 0; t0 < n_tokens;) {
       int64_t t1 = t0 + 1;
       while (t1 < n_tokens && t1 - t0 < kAttnTile && tok_[t1].seq == tok_[t0].seq) ++t1;
-      const std::span<const uint32_t> table = seqs_[tok_[t0].seq].block_table;
+      const std::span<const uint32_t> table = kv_table(tok_[t0].seq, window_rows);
       const bool decode = t1 == t0 + 1 && (t0 == 0 || tok_[t0 - 1].seq != tok_[t0].seq) &&
                           (t1 == n_tokens || tok_[t1].seq != tok_[t0].seq);
       if (split && decode) {
@@ -251,7 +252,7 @@ void Model::run_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t
     }
   };
   if (any_tile) pool_.run(attend_tiles);
-  if (split) attend_decode_split(view, window, scale, n_tokens);
+  if (split) attend_decode_split(view, window_rows, window, scale, n_tokens);
   pool_.run([&](int ith, int nth) {
     auto [b, e] = thread_share(n_tokens, ith, nth);
     for (int64_t t = b; t < e; ++t) quantize_for(L.wo, xn, t, qd);

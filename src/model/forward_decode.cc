@@ -18,8 +18,8 @@ namespace kvw {
 // Decode tokens are the tiles of one query (tokens whose neighbours belong to other sequences).
 // Their running softmax state lives in v_: [T][kv_dim] is dead once K/V are in the cache, and a
 // token needs n_head x 2 floats of it (CHECKed: 2 x group <= head_dim).
-void Model::attend_decode_split(const kernels::KvLayerView& view, int64_t window, float scale,
-                                int64_t n_tokens) {
+void Model::attend_decode_split(const kernels::KvLayerView& view, bool window_rows, int64_t window,
+                                float scale, int64_t n_tokens) {
   const auto& kt = kernels::kernels();
   const int32_t hd = hp_.head_dim, n_kv = hp_.n_head_kv, group = hp_.n_head / hp_.n_head_kv;
   const int64_t qd = hp_.q_dim(), kvd = hp_.kv_dim();
@@ -84,7 +84,7 @@ void Model::attend_decode_split(const kernels::KvLayerView& view, int64_t window
         const kernels::AttnQuery query = {q_.data() + t * qd + (int64_t)g * group * hd, part,
                                           std::max(b, s0), std::min(e, s0 + kernels::kAttnSegment)};
         kt.attention_segment({&query, 1}, group, kernels::kv_head_view(view, g),
-                             seqs_[tok_[t].seq].block_table, scale, ml, scratch);
+                             kv_table(tok_[t].seq, window_rows), scale, ml, scratch);
         if (n_seg == 1) {
           for (int32_t h = 0; h < group; ++h)
             kernels::attention_finish(part + h * hd, ml + 2 * h, hd);

@@ -5,6 +5,7 @@
 #include "core/ids.h"
 #include "core/log.h"
 #include "kernels/kernels.h"
+#include "kv/window_slots.h"
 #include "model/forward_util.h"
 #include "model/moe_router.h"
 
@@ -183,20 +184,50 @@ void Model::matmul(const kernels::KernelTable& kt, const WeightMatrix& w, const 
   kvw::matmul(kt, w, act, n_tokens, y, ith, nth, gemm_scratch_.data() + ith * gemm_scratch_floats_);
 }
 
-KvArenaConfig Model::kv_config(uint32_t num_blocks, int32_t block_size, KvDtype dtype) const {
-  return KvArenaConfig{.n_layer = hp_.n_layer,
-                       .n_kv_heads = hp_.cache_heads(),
-                       .head_dim = hp_.cache_head_dim(),
-                       .block_size = block_size,
-                       .num_blocks = num_blocks,
-                       .dtype = dtype,
-                       .shared_kv = hp_.mla.is_mla()};
+KvArenaConfig Model::kv_config(uint32_t num_blocks, int32_t block_size, KvDtype dtype,
+                               uint32_t num_window_slots) const {
+  KvArenaConfig c{.n_layer = hp_.n_layer,
+                  .n_kv_heads = hp_.cache_heads(),
+                  .head_dim = hp_.cache_head_dim(),
+                  .block_size = block_size,
+                  .num_blocks = num_blocks,
+                  .dtype = dtype,
+                  .shared_kv = hp_.mla.is_mla(),
+                  .num_window_slots = 0,
+                  .window_layers = {}};
+  if (num_window_slots > 0 && hp_.sliding_window > 0 && hp_.kv_window() == 0) {
+    c.num_window_slots = num_window_slots;
+    for (int32_t l = 0; l < hp_.n_layer; ++l) c.window_layers.push_back(hp_.is_swa_layer(l));
+  }
+  return c;
 }
 
 int64_t Model::num_logit_rows(std::span<const SeqInput> seqs) {
   int64_t n = 0;
   for (const auto& s : seqs) n += s.all_logits ? (int64_t)s.tokens.size() : 1;
   return n;
+}
+
+// Window-slot arenas: the windowed layers' table names a slot for every block a new token's
+// window reaches (start_pos + 1 - w on); entries wholly below may be kNoWindowSlot.
+static Status validate_window_table(const SeqInput& s, const KvArenaConfig& c,
+                                    const std::string& who, int64_t window) {
+  if (c.num_window_slots == 0) return Status::ok_status();
+  if (s.window_block_table.size() != s.block_table.size()) {
+    return Error{who + ": window block table has " + std::to_string(s.window_block_table.size()) +
+                 " entries, block table " + std::to_string(s.block_table.size())};
+  }
+  const int64_t attended = s.start_pos + 1 - window;
+  for (size_t i = 0; i < s.window_block_table.size(); ++i) {
+    const uint32_t slot = s.window_block_table[i];
+    if (slot == kNoWindowSlot && (int64_t)(i + 1) * c.block_size <= attended) continue;
+    if (slot >= c.num_window_slots) {
+      return Error{
+          who + ": window slot " + std::to_string(slot) + " of entry " + std::to_string(i) +
+          (slot == kNoWindowSlot ? " missing inside the attention window" : " out of range")};
+    }
+  }
+  return Status::ok_status();
 }
 
 Status Model::validate(std::span<const SeqInput> seqs, const KvArena& kv) const {
@@ -231,6 +262,7 @@ Status Model::validate(std::span<const SeqInput> seqs, const KvArena& kv) const 
                                                 : " out of range")};
       }
     }
+    KVW_RETURN_IF_ERROR(validate_window_table(s, c, who, hp_.sliding_window));
     for (int32_t t : s.tokens) {
       if (t < 0 || t >= hp_.n_vocab) {
         return Error{who + ": token id " + std::to_string(t) + " outside the vocabulary (" +

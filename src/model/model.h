@@ -53,7 +53,11 @@ struct SeqInput {
   std::span<const uint32_t> block_table;  // covers positions [0, start_pos + tokens.size());
                                           // with a sliding window w, entries wholly below
                                           // start_pos + 1 - w may be kNullBlock (never read)
-  bool all_logits = false;                // logits for every new token, else only the last
+  // Arenas with window slots (KvArenaConfig::num_window_slots > 0): the windowed layers' table,
+  // the slot of each logical block (KvManager::window_block_table), kNoWindowSlot wholly below
+  // start_pos + 1 - w. Same size as block_table. Unused otherwise.
+  std::span<const uint32_t> window_block_table;
+  bool all_logits = false;  // logits for every new token, else only the last
 };
 
 class Model {
@@ -74,8 +78,10 @@ class Model {
   // the engine samples a batch's rows there.
   void run_on_threads(const std::function<void(int ith, int nth)>& fn) { pool_.run(fn); }
 
-  // A KV arena config matching this model.
-  KvArenaConfig kv_config(uint32_t num_blocks, int32_t block_size, KvDtype dtype) const;
+  // A KV arena config matching this model. num_window_slots > 0 (hybrid window models only:
+  // some layers windowed, some not) puts the windowed layers in that many window slots.
+  KvArenaConfig kv_config(uint32_t num_blocks, int32_t block_size, KvDtype dtype,
+                          uint32_t num_window_slots = 0) const;
 
   // Number of logit rows forward() writes for `seqs`.
   static int64_t num_logit_rows(std::span<const SeqInput> seqs);
@@ -92,8 +98,12 @@ class Model {
   // Attention of layer l: normed, quantised input in xn_ -> attn_output into tmp_ [T][n_embd].
   void run_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t n_tokens);
   // Attention of the step's decode tokens, each split over its context (forward_decode.cc).
-  void attend_decode_split(const kernels::KvLayerView& view, int64_t window, float scale,
-                           int64_t n_tokens);
+  // The table layer rows are read through: the window slots' for window-slot layers.
+  std::span<const uint32_t> kv_table(int32_t seq, bool window_rows) const {
+    return window_rows ? seqs_[size_t(seq)].window_block_table : seqs_[size_t(seq)].block_table;
+  }
+  void attend_decode_split(const kernels::KvLayerView& view, bool window_rows, int64_t window,
+                           float scale, int64_t n_tokens);
   void run_mla_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t n_tokens);
   void per_head_matmul(const ExpertMatrices& w, const float* in, int64_t n_tokens, float* out);
   // FFN of an MoE layer: xn [T][n_embd] (normed, quantised for the router) -> tmp_ [T][n_embd].

@@ -74,6 +74,9 @@ std::vector<Segment> layout(const planner::BudgetTable& b, const KvSnapshot* kv)
   if (kv && !kv->blocks.empty() && b.kv_bytes_per_block > 0) {
     const uint64_t size = b.kv_bytes_per_block * kv->blocks.size();
     add("kv_pool", size, kv_runs(addr, b.kv_bytes_per_block, *kv));
+    // Hybrid window models: the windowed layers' slots follow the blocks (kv/window_slots.h).
+    const uint64_t slots = b.num_window_slots * b.kv_window_bytes_per_block;
+    add("kv_window", slots, whole(slots));
   } else if (b.kv_pool_bytes > 0) {
     add("kv_pool", b.kv_pool_bytes,
         {Block{.address = addr, .size = b.kv_pool_bytes, .kv_state = "free"}});

@@ -1,6 +1,7 @@
 #include "planner/engine_budget.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <sstream>
 
 #include "gguf/tensor_types.h"
@@ -127,6 +128,19 @@ int64_t engine_blocks_per_seq(const ModelShape& m, int64_t max_model_len, int64_
   return window_blocks(max_model_len, engine_window(m), block_size);
 }
 
+int64_t engine_hybrid_window(const ModelShape& m, bool swa_full) {
+  if (swa_full || m.is_mla() || engine_window(m) > 0) return 0;
+  int64_t window = 0;
+  for (int64_t l = 0; l < m.n_layer; ++l) window = std::max(window, m.window_of_layer(l));
+  return window;
+}
+
+int64_t engine_window_slots_bound(int64_t window, int64_t block_size, int64_t max_num_seqs,
+                                  int64_t max_num_batched_tokens) {
+  const int64_t per_seq = (window - 1 + block_size - 1) / block_size + 3;
+  return max_num_seqs * per_seq + (max_num_batched_tokens + block_size - 1) / block_size;
+}
+
 namespace {
 
 // The draft model's rows: what DraftModelProposer loads and allocates (src/engine).
@@ -172,15 +186,29 @@ Result<BudgetTable> plan_engine_budget(const ModelShape& m, const EngineOptions&
   b.prompt_logits_bytes = (uint64_t)(opt.prompt_logit_rows * m.n_vocab) * sizeof(float);
   b.reserve_bytes = opt.reserve_bytes + (uint64_t)(logit_rows * m.n_vocab) * sizeof(float) +
                     b.spec_logits_bytes + b.prompt_logits_bytes;
-  b.kv_bytes_per_token = (uint64_t)m.n_layer * engine_kv_bytes_per_token_layer(m, opt.kv_dtype);
+  b.hybrid_window = engine_hybrid_window(m, opt.swa_full);
+  for (int64_t l = 0; b.hybrid_window > 0 && l < m.n_layer; ++l) {
+    b.num_window_layers += m.window_of_layer(l) > 0 ? 1 : 0;
+  }
+  const uint64_t layer_bytes = engine_kv_bytes_per_token_layer(m, opt.kv_dtype);
+  b.kv_bytes_per_token = (uint64_t)(m.n_layer - b.num_window_layers) * layer_bytes;
   b.kv_bytes_per_block = b.kv_bytes_per_token * (uint64_t)opt.block_size;
+  b.kv_window_bytes_per_token = (uint64_t)b.num_window_layers * layer_bytes;
+  b.kv_window_bytes_per_block = b.kv_window_bytes_per_token * (uint64_t)opt.block_size;
+  // Hybrid: no more window slots than blocks, nor than the running sequences can hold.
+  const uint64_t slots_bound =
+      b.hybrid_window > 0 && opt.max_num_seqs > 0
+          ? (uint64_t)engine_window_slots_bound(b.hybrid_window, opt.block_size, opt.max_num_seqs,
+                                                opt.max_num_batched_tokens)
+          : UINT64_MAX;
   b.request_bytes = opt.request_bytes;
   b.swap_staging_bytes = opt.swap_staging_bytes;
   KVW_RETURN_IF_ERROR(plan_draft_rows(opt, &b));
   const uint64_t fixed = b.weights_bytes + b.workspace_bytes + b.reserve_bytes + b.request_bytes +
                          b.swap_staging_bytes + b.draft_weights_bytes + b.draft_workspace_bytes;
   // A block id addresses the same token range in the target's pool and in the draft's.
-  const uint64_t block_bytes = b.kv_bytes_per_block + b.draft_kv_bytes_per_block;
+  const uint64_t block_bytes =
+      b.kv_bytes_per_block + b.draft_kv_bytes_per_block + b.kv_window_bytes_per_block;
   if (opt.memory_budget_bytes > 0) {
     if (opt.memory_budget_bytes < fixed + block_bytes) {
       return Error{"needs " + format_bytes((int64_t)fixed) +
@@ -190,6 +218,10 @@ Result<BudgetTable> plan_engine_budget(const ModelShape& m, const EngineOptions&
                    format_bytes((int64_t)opt.memory_budget_bytes)};
     }
     b.num_blocks = (opt.memory_budget_bytes - fixed) / block_bytes;
+    if (b.num_blocks > slots_bound) {  // past the slot bound a block costs its full layers only
+      const uint64_t left = opt.memory_budget_bytes - fixed - slots_bound * block_bytes;
+      b.num_blocks = slots_bound + left / (block_bytes - b.kv_window_bytes_per_block);
+    }
   } else {
     if (opt.max_model_len < 1 || opt.max_num_seqs < 1) {
       return Error{"give a memory budget, or max_model_len and max_num_seqs >= 1"};
@@ -199,7 +231,11 @@ Result<BudgetTable> plan_engine_budget(const ModelShape& m, const EngineOptions&
         (uint64_t)engine_blocks_per_seq(m, pool_len, opt.block_size) * (uint64_t)opt.max_num_seqs,
         (uint64_t)engine_blocks_per_seq(m, opt.max_model_len, opt.block_size));
   }
-  b.kv_pool_bytes = b.num_blocks * b.kv_bytes_per_block;
+  if (b.hybrid_window > 0) {
+    b.max_window_slots = slots_bound;
+    b.num_window_slots = std::min(b.num_blocks, slots_bound);
+  }
+  b.kv_pool_bytes = b.kv_pool_bytes_for(b.num_blocks);
   b.draft_kv_pool_bytes = b.num_blocks * b.draft_kv_bytes_per_block;
   if (opt.max_model_len > 0) {
     b.max_model_len = opt.max_model_len;
@@ -207,6 +243,12 @@ Result<BudgetTable> plan_engine_budget(const ModelShape& m, const EngineOptions&
     b.kv_blocks_per_seq = (uint64_t)engine_blocks_per_seq(m, opt.max_model_len, opt.block_size);
     b.kv_bytes_per_seq = b.kv_blocks_per_seq * b.kv_bytes_per_block;
     b.max_seqs_at_max_len = b.num_blocks / b.kv_blocks_per_seq;
+    if (b.hybrid_window > 0) {  // and the window slots its windowed layers hold
+      const auto slots =
+          (uint64_t)window_blocks(opt.max_model_len, b.hybrid_window, opt.block_size);
+      b.kv_bytes_per_seq += slots * b.kv_window_bytes_per_block;
+      b.max_seqs_at_max_len = std::min(b.max_seqs_at_max_len, b.num_window_slots / slots);
+    }
   }
   b.total_bytes = fixed + b.kv_pool_bytes + b.draft_kv_pool_bytes;
   return b;
@@ -227,6 +269,11 @@ uint64_t request_row_bytes(const RequestMemoryOptions& o) {
   const auto streams = (uint64_t)max_open_streams(o.max_num_seqs, o.max_queue);
   return o.request_memory_bytes + (uint64_t)conns * kConnectionBytes +
          streams * (2 * o.stream_buffer_bytes + (uint64_t)o.max_model_len * kAnswerBytesPerToken);
+}
+
+uint64_t BudgetTable::kv_pool_bytes_for(uint64_t n) const {
+  const uint64_t slots = hybrid_window > 0 ? std::min(n, max_window_slots) : 0;
+  return n * kv_bytes_per_block + slots * kv_window_bytes_per_block;
 }
 
 std::string BudgetTable::to_string() const {
@@ -257,6 +304,11 @@ std::string BudgetTable::to_string() const {
   }
   os << "  kv: " << kv_bytes_per_token << " B/token, " << kv_bytes_per_block << " B/block, "
      << num_blocks << " blocks\n";
+  if (hybrid_window > 0) {
+    os << "  kv window: " << num_window_layers << " layers windowed to " << hybrid_window
+       << " tokens, " << kv_window_bytes_per_token << " B/token, " << kv_window_bytes_per_block
+       << " B/block, " << num_window_slots << " window slots (--swa-full keeps them all)\n";
+  }
   if (n_experts > 0) {
     os << "  decode: " << format_bytes((int64_t)decode_weight_bytes) << " (" << decode_weight_bytes
        << " B) of weights read per token, " << n_experts_used << " of " << n_experts

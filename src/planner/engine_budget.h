@@ -46,6 +46,9 @@ struct EngineOptions {
   // target's, so any sequence the target holds the draft can hold too.
   const ModelShape* draft = nullptr;
   int64_t draft_logit_rows = 0;  // sequences drafted per step (SpecConfig::max_seqs)
+  // --swa-full: hybrid window models keep every position's KV in their windowed layers too
+  // (llama.cpp's name), instead of window slots; for prefix reuse over long contexts.
+  bool swa_full = false;
 };
 
 // Staging the swap tier allocates for `swap_bytes` of swap (0: no tier): its bound on bytes in
@@ -96,9 +99,18 @@ struct BudgetTable {
   uint64_t total_bytes = 0;          // every row above
   uint64_t spec_logits_bytes = 0;    // part of reserve: the speculative drafts' logit rows
   uint64_t prompt_logits_bytes = 0;  // part of reserve: the prompt logprobs' logit rows
-  uint64_t kv_bytes_per_token = 0;   // all layers
+  uint64_t kv_bytes_per_token = 0;   // all layers (hybrid window: the full-attention layers)
   uint64_t kv_bytes_per_block = 0;
   uint64_t num_blocks = 0;
+  // Hybrid window models (engine_hybrid_window > 0): the windowed layers' KV lives in
+  // num_window_slots window slots (kv/window_slots.h) of kv_window_bytes_per_block each;
+  // kv_pool_bytes = num_blocks x kv_bytes_per_block + num_window_slots x that.
+  int64_t hybrid_window = 0;
+  int64_t num_window_layers = 0;
+  uint64_t kv_window_bytes_per_token = 0;
+  uint64_t kv_window_bytes_per_block = 0;
+  uint64_t num_window_slots = 0;  // min(num_blocks, max_window_slots)
+  uint64_t max_window_slots = 0;  // engine_window_slots_bound (UINT64_MAX: max_num_seqs unset)
   // One sequence at full context (set when EngineOptions::max_model_len > 0):
   int64_t max_model_len = 0;
   int64_t sliding_window = 0;        // engine_window(); 0: full attention
@@ -112,6 +124,8 @@ struct BudgetTable {
   uint64_t decode_weight_bytes = 0;
   int64_t n_experts = 0, n_experts_used = 0;  // routed experts, and per token (0: dense)
   std::string to_string() const;              // the start-up table, one line per row
+  // kv_pool_bytes of this table resized to num_blocks blocks (tests size budgets with it).
+  uint64_t kv_pool_bytes_for(uint64_t num_blocks) const;
 };
 
 // The window kvwarden's engine frees blocks by: a block holds every layer, so only when every
@@ -121,6 +135,17 @@ int64_t engine_window(const ModelShape& m);
 // window_blocks(max_model_len, engine_window(m), block_size), the same bound the KvManager
 // keeps (KvManager::max_window_blocks) while a windowed sequence decodes.
 int64_t engine_blocks_per_seq(const ModelShape& m, int64_t max_model_len, int64_t block_size);
+
+// The window of a hybrid model's windowed layers (some layers windowed, some not: gemma2/3,
+// gpt-oss), whose KV the engine keeps in window slots; 0 for other models or with swa_full.
+int64_t engine_hybrid_window(const ModelShape& m, bool swa_full);
+// Window slots the sequences a step can hold need at most: each of max_num_seqs sequences holds
+// the blocks of its last w - 1 positions plus its chunk (ceil((w - 1) / bs) + 1, + 1 for a
+// chunk's partial block, + 1 for a speculative tail), and the chunks of one step cover at most
+// max_num_batched_tokens positions. The KvManager still checks slots on every allocation (a
+// shortfall preempts like a full pool), this only sizes the slots so that it does not happen.
+int64_t engine_window_slots_bound(int64_t window, int64_t block_size, int64_t max_num_seqs,
+                                  int64_t max_num_batched_tokens);
 
 // Bytes of the engine's KV layout per token per layer: 2 * n_kv_heads * head_dim * bytes(dtype),
 // plus for int8 one f32 scale per token per KV head for K and for V.

@@ -46,7 +46,10 @@ Request* Scheduler::draft_candidate(const ScheduledSeq& s) {
 bool Scheduler::attach_draft(Request* r, ScheduledSeq& s, std::span<const int32_t> draft) {
   int64_t k = static_cast<int64_t>(draft.size());
   // Free blocks only: a draft never evicts a cached prefix nor preempts anyone.
-  while (k > 0 && kv_->num_blocks_needed(r->id, k) > kv_->pool().num_free_blocks()) --k;
+  // (and, for hybrid window models, while window slots allow: can_allocate checks those).
+  while (k > 0 && (kv_->num_blocks_needed(r->id, k) > kv_->pool().num_free_blocks() ||
+                   !kv_->can_allocate(r->id, k)))
+    --k;
   if (k == 0) return false;
   CHECK(kv_->allocate_slots(r->id, k) == AllocStatus::kOk);
   r->draft_ids.assign(draft.begin(), draft.begin() + k);

@@ -11,7 +11,7 @@ WORK="$(mktemp -d)"
 PID=""
 trap '[ -n "$PID" ] && kill $PID 2>/dev/null; rm -rf "$WORK"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
-table() { grep -E "^  (weights|workspace|kv_pool|reserve|request|total|kv:|seq:|decode:) " "$1"; }
+table() { grep -E "^  (weights|workspace|kv_pool|reserve|request|total|kv:|kv window:|seq:|decode:) " "$1"; }
 
 # compare NAME MODEL MAX_MODEL_LEN [local_layers_full]: starts serve, leaves it running (PID,
 # URL), diffs the tables. With a 4th argument the GPU plan's per-sequence figure is not compared:
@@ -20,7 +20,7 @@ table() { grep -E "^  (weights|workspace|kv_pool|reserve|request|total|kv:|seq:|
 compare() {
   local name="$1" model="$2" len="$3" local_layers_full="${4:-}"
   "$KVW" serve --model "$model" --port 0 --threads 2 --max-num-seqs 64 --max-model-len "$len" \
-    --max-queue 100 --request-memory 40MiB >"$WORK/$name.out" 2>"$WORK/$name.err" &
+    --max-queue 100 --request-memory 40MiB ${EXTRA_FLAGS:-} >"$WORK/$name.out" 2>"$WORK/$name.err" &
   PID=$!
   for _ in $(seq 1 100); do grep -q "kvwarden serving" "$WORK/$name.out" && break; sleep 0.1; done
   grep -q "kvwarden serving" "$WORK/$name.out" || fail "$name: serve did not start: $(cat "$WORK/$name.err")"
@@ -28,7 +28,7 @@ compare() {
   table "$WORK/$name.err" >"$WORK/$name.serve.table"
   "$KVW" plan --model "$model" --engine --concurrency 64 --max-model-len "$len" \
     --engine-threads 2 --max-queue 100 --request-memory 40MiB --gpu-memory 80GiB \
-    --max-num-batched-tokens 2048 >"$WORK/$name.plan.out" 2>&1 ||
+    --max-num-batched-tokens 2048 ${EXTRA_FLAGS:-} >"$WORK/$name.plan.out" 2>&1 ||
     fail "$name: plan: $(cat "$WORK/$name.plan.out")"
   awk '/kvwarden CPU engine budget/{on=1; next} on && !/^  /{on=0} on' "$WORK/$name.plan.out" |
     table /dev/stdin >"$WORK/$name.plan.table"
@@ -129,17 +129,23 @@ grep -qE "^  decode: .* of weights read per token, 4 of 16 experts$" "$WORK/qwen
   fail "qwen3moe: no decode row: $(cat "$WORK/qwen3moe.serve.table")"
 stop
 
-# Gemma-2 and Gemma-3: windowed local layers (16 tokens) beside global ones, so the engine
-# releases no block behind the window and every sequence holds its whole context: gemma2-tiny
-# 4 layers x 2 (K, V) x 2 KV heads x 64 x 2 B = 2048 B per token, gemma3-tiny 6 x 2 x 1 x 64 x 2
-# = 1536 B; 256 tokens = 16 blocks per sequence. With curl, serve answers.
+# Gemma-2 and Gemma-3: windowed local layers (16 tokens) beside global ones. The global layers
+# keep every block (256 tokens = 16 blocks per sequence): gemma2-tiny 2 layers x 2 (K, V) x 2 KV
+# heads x 64 x 2 B = 1024 B per token, gemma3-tiny 1 x 2 x 1 x 64 x 2 = 256 B; the local layers
+# (gemma2 2 of 4: 1024 B, gemma3 5 of 6: 1280 B per token) sit in window slots, 64 sequences x
+# (ceil(15 / 16) + 3) + 2048 / 16 = 384 of them, beside 64 x 16 = 1024 blocks. With
+# --swa-full the local layers keep every block again (the old 2048 / 1536 B per token). With
+# curl, serve answers.
 for g in gemma2 gemma3; do
   "$KVW" make-model --out "$WORK/$g.gguf" --preset "$g-tiny" --seed 9 >"$WORK/make.out" 2>&1 ||
     fail "make-model $g: $(cat "$WORK/make.out")"
   compare "$g" "$WORK/$g.gguf" 256 local_layers_full
-  want=$([ "$g" = gemma2 ] && echo 2048 || echo 1536)
-  grep -qE "^  kv: $want B/token, " "$WORK/$g.serve.table" ||
+  want=$([ "$g" = gemma2 ] && echo 1024 || echo 256)
+  local_want=$([ "$g" = gemma2 ] && echo 1024 || echo 1280)
+  grep -qE "^  kv: $want B/token, .* 1024 blocks$" "$WORK/$g.serve.table" ||
     fail "$g: kv row not $want B/token: $(grep kv: "$WORK/$g.serve.table")"
+  grep -qE "^  kv window: [0-9]+ layers windowed to 16 tokens, $local_want B/token, .* 384 window slots" \
+    "$WORK/$g.serve.table" || fail "$g: kv window row: $(grep 'kv window' "$WORK/$g.serve.table")"
   grep -qE "^  seq: [0-9]+ B/sequence \(16 blocks\) at 256 tokens;" "$WORK/$g.serve.table" ||
     fail "$g: blocks freed behind a window some layers do not have: $(grep seq: "$WORK/$g.serve.table")"
   if command -v curl >/dev/null; then
@@ -150,6 +156,11 @@ for g in gemma2 gemma3; do
   fi
   stop
 done
+EXTRA_FLAGS=--swa-full compare gemma3full "$WORK/gemma3.gguf" 256 local_layers_full
+grep -qE "^  kv: 1536 B/token, " "$WORK/gemma3full.serve.table" ||
+  fail "gemma3 --swa-full: kv row: $(grep kv: "$WORK/gemma3full.serve.table")"
+grep -q "kv window" "$WORK/gemma3full.serve.table" && fail "gemma3 --swa-full: window slots"
+stop
 # Phi-3 (fused attn_qkv and ffn_up, LongRoPE, window 16384 longer than the context): 2 layers x 2
 # (K, V) x 4 KV heads x 32 x 2 B = 1024 B per token. Phi-4-mini (GQA 6 / 2, tied): 512 B. With
 # curl, serve answers.
@@ -169,14 +180,15 @@ for preset in phi3-tiny phi4-mini-tiny; do
   fi
   stop
 done
-# gpt-oss: even layers windowed (16) beside global ones, so no block is released: 4 layers x 2
-# (K, V) x 2 KV heads x 32 x 2 B = 1024 B per token (sinks are weights, not KV); 256 tokens = 16
-# blocks; 16 MXFP4 experts of which 4 per token. With curl, serve answers a chat request through
+# gpt-oss: even layers windowed (16) beside global ones: the 2 global layers keep every block,
+# 2 x 2 (K, V) x 2 KV heads x 32 x 2 B = 512 B per token (sinks are weights, not KV), 256 tokens
+# = 16 blocks; the windowed ones (another 512 B per token) sit in window slots; 16 MXFP4
+# experts of which 4 per token. With curl, serve answers a chat request through
 # the file's harmony template.
 "$KVW" make-model --out "$WORK/gptoss.gguf" --preset gpt-oss-tiny --seed 9 >"$WORK/make.out" 2>&1 ||
   fail "make-model gpt-oss: $(cat "$WORK/make.out")"
 compare gptoss "$WORK/gptoss.gguf" 256 local_layers_full
-grep -qE "^  kv: 1024 B/token, " "$WORK/gptoss.serve.table" ||
+grep -qE "^  kv: 512 B/token, " "$WORK/gptoss.serve.table" ||
   fail "gpt-oss: kv row: $(grep kv: "$WORK/gptoss.serve.table")"
 grep -qE "^  seq: [0-9]+ B/sequence \(16 blocks\) at 256 tokens;" "$WORK/gptoss.serve.table" ||
   fail "gpt-oss: blocks freed behind a window: $(grep seq: "$WORK/gptoss.serve.table")"

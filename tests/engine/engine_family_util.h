@@ -31,7 +31,7 @@ inline EngineConfig config_for(const std::string& model, uint32_t num_blocks, Kv
   auto e = Engine::create(cfg);
   EXPECT_TRUE(e.ok()) << e.message();
   const auto& b = (*e)->budget();
-  cfg.memory_budget_bytes = b.total_bytes - b.kv_pool_bytes + num_blocks * b.kv_bytes_per_block;
+  cfg.memory_budget_bytes = b.total_bytes - b.kv_pool_bytes + b.kv_pool_bytes_for(num_blocks);
   return cfg;
 }
 

@@ -60,7 +60,8 @@ EngineConfig config_with_blocks(const std::string& model, uint32_t num_blocks,
   const auto& b = (*e)->budget();
   // A draft model's pool has as many blocks as the target's (planner::plan_engine_budget).
   cfg.memory_budget_bytes = b.total_bytes - b.kv_pool_bytes - b.draft_kv_pool_bytes +
-                            num_blocks * (b.kv_bytes_per_block + b.draft_kv_bytes_per_block);
+                            b.kv_pool_bytes_for(num_blocks) +
+                            num_blocks * b.draft_kv_bytes_per_block;
   return cfg;
 }
 

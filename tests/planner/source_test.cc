@@ -180,8 +180,11 @@ void expect_engine_matches(const std::string& path, int64_t T, int n_threads) {
   EXPECT_EQ(b->weights_bytes, (*model)->weights().total_bytes);
   EXPECT_EQ(b->workspace_bytes, (*model)->workspace_bytes());
   EXPECT_EQ(b->num_blocks, 4u * 32);
-  KvArena arena((*model)->kv_config((uint32_t)b->num_blocks, 16, kvw::KvDtype::kF16));
+  // Hybrid window models also have window slots (4 x (1 + 3) + T / 16 of them here).
+  KvArena arena((*model)->kv_config((uint32_t)b->num_blocks, 16, kvw::KvDtype::kF16,
+                                    (uint32_t)b->num_window_slots));
   EXPECT_EQ(b->kv_pool_bytes, arena.bytes());
+  if (b->hybrid_window > 0) EXPECT_EQ(b->num_window_slots, uint64_t(16 + (T + 15) / 16)) << path;
   EXPECT_EQ(b->total_bytes,
             b->weights_bytes + b->workspace_bytes + b->kv_pool_bytes + b->reserve_bytes);
 }
@@ -295,6 +298,53 @@ TEST(EngineBudget, EqualsTheEnginesBuffersForGemmaModels) {
   for (int l = 0; l < 6; ++l) EXPECT_EQ(s3->window_of_layer(l), l == 5 ? 0 : 16) << l;
   // 6 layers x (K + V) x 1 KV head x 64 x 2 B = 1536 B per token in f16.
   EXPECT_EQ(engine_kv_bytes_per_token_layer(*s3, KvDtype::kF16) * 6, 1536u);
+}
+
+// gemma3-shaped file, by hand: per token the global layer holds 1 x 2 (K, V) x 1 KV head x 64 x
+// 2 B = 256 B (f16; int8: 2 x (64 + 4 scale bytes) = 136 B) for every position, the 5 local
+// layers 5 x 256 = 1280 B (int8: 680 B) only in window slots: 4 sequences x (ceil(15 / 16) + 3)
+// + 64 / 16 = 20 of them. A 1 MiB KV budget then holds 20 blocks with their slots (24576 B
+// each) plus (1 MiB - 20 x 24576) / 4096 = 136 more: 156 blocks, where --swa-full gets
+// 1 MiB / 24576 = 42. At 512 tokens (32 blocks, 2 window slots) that is 4 sequences, not 1.
+TEST(EngineBudget, HybridWindowLayersCostOnlyTheirWindowGemma3ByHand) {
+  auto m = load_model_shape(make(*make_model_preset("gemma3-tiny"), "planner_gemma3_hybrid.gguf"));
+  ASSERT_TRUE(m.ok()) << m.message();
+  EXPECT_EQ(engine_hybrid_window(*m, false), 16);
+  EXPECT_EQ(engine_hybrid_window(*m, true), 0);
+  EngineOptions opt;
+  opt.max_num_batched_tokens = 64;
+  opt.max_model_len = 512;
+  opt.max_num_seqs = 4;
+  opt.memory_budget_bytes = uint64_t{1} << 30;
+  auto probe = plan_engine_budget(*m, opt);
+  ASSERT_TRUE(probe.ok()) << probe.message();
+  const uint64_t fixed = probe->total_bytes - probe->kv_pool_bytes;
+  opt.memory_budget_bytes = fixed + (uint64_t{1} << 20);
+  for (KvDtype d : {KvDtype::kF16, KvDtype::kInt8}) {
+    opt.kv_dtype = d;
+    auto b = plan_engine_budget(*m, opt);
+    ASSERT_TRUE(b.ok()) << b.message();
+    EXPECT_EQ(b->kv_bytes_per_token, d == KvDtype::kF16 ? 256u : 136u);
+    EXPECT_EQ(b->kv_window_bytes_per_token, d == KvDtype::kF16 ? 1280u : 680u);
+    EXPECT_EQ(b->num_window_layers, 5);
+  }
+  opt.kv_dtype = KvDtype::kF16;
+  auto b = plan_engine_budget(*m, opt);
+  ASSERT_TRUE(b.ok()) << b.message();
+  EXPECT_EQ(b->max_window_slots, 20u);
+  EXPECT_EQ(b->num_window_slots, 20u);
+  EXPECT_EQ(b->num_blocks, 156u);
+  EXPECT_EQ(b->kv_pool_bytes, 156u * 4096 + 20u * 20480);
+  EXPECT_EQ(b->kv_blocks_per_seq, 32u);
+  EXPECT_EQ(b->kv_bytes_per_seq, 32u * 4096 + 2u * 20480);
+  EXPECT_EQ(b->max_seqs_at_max_len, 4u);
+  opt.swa_full = true;
+  auto full = plan_engine_budget(*m, opt);
+  ASSERT_TRUE(full.ok()) << full.message();
+  EXPECT_EQ(full->kv_bytes_per_token, 1536u);
+  EXPECT_EQ(full->num_window_slots, 0u);
+  EXPECT_EQ(full->num_blocks, 42u);
+  EXPECT_EQ(full->max_seqs_at_max_len, 1u);
 }
 
 TEST(EngineBudget, EqualsTheEnginesBuffersForGptOssModels) {
