@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "model/logit_bias.h"
+
 namespace kvw {
 
 namespace grammar {
@@ -50,7 +52,7 @@ struct GenSampling {
   int32_t logprobs = -1;
   // OpenAI logit_bias: (token id, bias in [-100, 100]) added to that token's logit before
   // penalties and sampling. Ids must be in [0, n_vocab).
-  std::vector<std::pair<int32_t, float>> logit_bias = {};
+  LogitBias logit_bias = {};  // shared by the request's choices
   GenConstraint constraint = {};
 };
 
