@@ -143,7 +143,7 @@ class Engine {
     bool finite;  // false: the row after ids was non-finite (the request ends with kError)
     const char* fault = nullptr;  // what() of an exception while sampling (static or owned)
     bool discard_kv = false;      // the fault was in its forward pass: this step's KV is junk
-    std::string fault_text;       // owns the message when `fault` points at it
+    std::string fault_text = {};  // owns the message when `fault` points at it
     ErrorKind fault_kind = ErrorKind::kInternal;
   };
   // Prompt logprobs (engine_prompt_logprobs.cc): one event per prefill chunk that owes them,
