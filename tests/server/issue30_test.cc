@@ -207,7 +207,9 @@ void expect_only_the_faulty_request_fails(Harness& h, int status, const char* co
   EXPECT_EQ(got[3], 200);
   EXPECT_NE(bodies[3].get<std::string>().find("[DONE]"), std::string::npos) << bodies[3];
   EXPECT_EQ(got[2], status) << bodies[2].dump();
-  if (code != nullptr) EXPECT_EQ(bodies[2]["error"]["code"], code) << bodies[2].dump();
+  if (code != nullptr) {
+    EXPECT_EQ(bodies[2]["error"]["code"], code) << bodies[2].dump();
+  }
   EXPECT_EQ(h.server->refusals().get(reason), 1u);
   // Its blocks went back with it: nothing runs, every block is allocatable again.
   ASSERT_TRUE(wait_for([&] {
