@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <thread>
 #include <unordered_map>
@@ -99,6 +100,8 @@ class Engine {
     bool timed_out = false;         // expire_overdue() cancelled it: its channel ends with kError
     int32_t prompt_logprobs = -1;   // GenerationRequest::prompt_logprobs
     int64_t next_prompt_token = 1;  // the first prompt token whose logprob is still owed
+    int32_t max_tokens = 0;         // GenerationRequest::max_tokens (the test fault hooks)
+    bool emit_failed = false;       // an event could not be queued: it ends with `error`
   };
   Status init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file);
   Status check_memory_available(uint64_t logits_bytes) const;
@@ -115,6 +118,15 @@ class Engine {
   void expire_overdue();
   void measure_rate(std::chrono::steady_clock::time_point step_start, int64_t num_tokens);
   bool step();  // false when nothing was scheduled
+  // Model::forward over inputs_ into logits_. A pass that throws cannot be pinned on one
+  // sequence of a batched matmul, so the step is run again one sequence at a time; the
+  // sequences whose own pass throws are put in forward_faults_ (engine_forward.cc).
+  void run_forward(const SchedulerOutput& out);
+  void forward_seqs(const SchedulerOutput& out, size_t first, size_t count, float* logits);
+  // Queues this step's token events (engine_forward.cc); a request whose emission throws is
+  // cancelled with an error and the others' events go on.
+  void queue_token_events();
+  void fail_emission(uint64_t id, Live& live, const std::exception& e);
   // One sequence's logit rows to sample this step (one, or 1 + k for a speculative decode);
   // sample_rows runs them on the model's threads (engine_sample.cc).
   struct SampleJob {
@@ -130,7 +142,8 @@ class Engine {
     bool stop;    // ids' last is an end-of-generation token
     bool finite;  // false: the row after ids was non-finite (the request ends with kError)
     const char* fault = nullptr;  // what() of an exception while sampling (static or owned)
-    std::string fault_text;       // owns the message when `fault` points at it
+    bool discard_kv = false;      // the fault was in its forward pass: this step's KV is junk
+    std::string fault_text = {};  // owns the message when `fault` points at it
     ErrorKind fault_kind = ErrorKind::kInternal;
   };
   // Prompt logprobs (engine_prompt_logprobs.cc): one event per prefill chunk that owes them,
@@ -203,6 +216,14 @@ class Engine {
   // Hybrid window models: per-step window-slot tables, one per scheduled sequence, reused
   // (at most max_num_seqs of at most max_model_len / block_size entries).
   std::vector<std::vector<uint32_t>> window_tables_;
+  // Sequences whose forward pass threw this step (run_forward), with the fault.
+  struct ForwardFault {
+    SeqId seq_id;
+    std::string error;
+    ErrorKind kind;
+  };
+  std::vector<ForwardFault> forward_faults_;
+  const ForwardFault* forward_fault(SeqId id) const;  // null: its pass did not fail
   std::vector<PendingRequest> pending_;
   std::vector<uint64_t> cancels_;
   // Emitted at the end of the step, after the stats that reflect it are published.

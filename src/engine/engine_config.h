@@ -67,6 +67,11 @@ struct EngineConfig {
   // token is sampled, with its id and max_tokens; what it throws ends that request as a fault
   // would. Empty (the default) costs one branch per sampled row.
   std::function<void(uint64_t request_id, int32_t max_tokens)> sample_fault_hook;
+  // Tests only: called on the engine thread before each forward pass once per sequence in it,
+  // and before each token event is queued for a request's channel; what it throws fails that
+  // pass or that request as a fault in the model or the emission would.
+  std::function<void(uint64_t request_id, int32_t max_tokens)> forward_fault_hook;
+  std::function<void(uint64_t request_id, int32_t max_tokens)> emit_fault_hook;
 
   Status validate() const;  // messages name the flag
 };

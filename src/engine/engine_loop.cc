@@ -84,7 +84,8 @@ void Engine::admit_one(PendingRequest& p) {
                          .error = {},
                          .next_events = {},
                          .first_token_deadline = p.first_token_deadline,
-                         .prompt_logprobs = p.request.prompt_logprobs});
+                         .prompt_logprobs = p.request.prompt_logprobs,
+                         .max_tokens = p.request.max_tokens});
   next_deadline_ = std::min(next_deadline_, p.first_token_deadline);
 }
 
@@ -103,10 +104,7 @@ bool Engine::step() {
   build_inputs(out);
   CHECK((size_t)Model::num_logit_rows(inputs_) * model_->hparams().n_vocab <= logits_.size());
   t0 = std::chrono::steady_clock::now();
-  // Inputs are validated at submit and block tables come from the KvManager, so a refusal here
-  // is a broken invariant, not bad input.
-  Status st = model_->forward(inputs_, *arena_, logits_.data());
-  CHECK(st.ok()) << "forward of step " << out.step << ": " << st.message();
+  run_forward(out);
   stats_.forward_ns += elapsed_ns(t0);
 
   t0 = std::chrono::steady_clock::now();
@@ -118,20 +116,7 @@ bool Engine::step() {
   t0 = std::chrono::steady_clock::now();
   std::vector<FinishedRequest> done = sched_->update_from_output(out, sampled_);
   stats_.schedule_ns += elapsed_ns(t0);
-  // One event per kept token, in order (a speculative decode emits several, one by one).
-  size_t nth = 0;  // index of the token among its sequence's this step
-  for (size_t i = 0; i < sampled_.size(); ++i) {
-    const SampledToken& t = sampled_[i];
-    nth = i > 0 && sampled_[i - 1].seq_id == t.seq_id ? nth + 1 : 0;
-    if (t.error) continue;
-    const uint64_t id = index_of(t.seq_id);
-    Live& live = live_.at(id);
-    ChannelEvent ev;
-    if (nth < live.next_events.size()) ev = std::move(live.next_events[nth]);
-    live.first_token_deadline = std::chrono::steady_clock::time_point::max();  // produced
-    ev.token_id = t.token_id;
-    emit_tokens_.emplace_back(id, std::move(ev));
-  }
+  queue_token_events();
   for (const SampleJob& job : sample_jobs_) job.live->next_events.clear();
   for (const FinishedRequest& f : done) emit_finished_.push_back(f);
   ++stats_.num_steps;
@@ -282,11 +267,16 @@ void Engine::publish_and_emit() {
   stats_box_.publish(stats_);
   // After publishing: a client that sees its request end also sees the freed blocks.
   for (auto& [id, ev] : emit_tokens_) {
-    TokenChannel& ch = *live_.at(id).channel;
-    if (ev.kind == ChannelEvent::Kind::kPromptLogprobs) {
-      ch.push_prompt_logprobs(std::move(ev));
-    } else {
-      ch.push_token(std::move(ev));
+    Live& live = live_.at(id);
+    if (live.emit_failed) continue;
+    try {
+      if (ev.kind == ChannelEvent::Kind::kPromptLogprobs) {
+        live.channel->push_prompt_logprobs(std::move(ev));
+      } else {
+        live.channel->push_token(std::move(ev));
+      }
+    } catch (const std::exception& e) {
+      fail_emission(id, live, e);
     }
   }
   emit_tokens_.clear();
@@ -301,7 +291,7 @@ void Engine::finish_live(uint64_t id, FinishReason reason, const std::string& er
   auto it = live_.find(id);
   if (it == live_.end()) return;
   // The scheduler ended it as cancelled; the client learns it timed out.
-  if (it->second.timed_out) reason = FinishReason::kError;
+  if (it->second.timed_out || it->second.emit_failed) reason = FinishReason::kError;
   // Cancelled by the engine itself (a non-finite prompt logit row): the error stands.
   if (reason == FinishReason::kCancelled && !it->second.error.empty())
     reason = FinishReason::kError;

@@ -109,11 +109,29 @@ void Engine::sample_rows(const SchedulerOutput& out) {
   prompt_chunks_.clear();
   size_t row = 0;
   for (const ScheduledSeq& s : out.scheduled) {
+    const int32_t num_rows = s.num_draft_tokens > 0 ? (int32_t)s.num_tokens : 1;
+    if (const ForwardFault* f = forward_fault(s.seq_id); f != nullptr) {
+      // Its forward pass failed (run_forward): no row of it is sampled, logits or not.
+      SampleJob& job = sample_jobs_.emplace_back(SampleJob{.row = nullptr,
+                                                           .num_rows = 0,
+                                                           .live = &live_.at(index_of(s.seq_id)),
+                                                           .request = sched_->find(s.seq_id),
+                                                           .pos = s.start_pos,
+                                                           .seq_id = s.seq_id,
+                                                           .ids = {},
+                                                           .num_ids = 0,
+                                                           .stop = false,
+                                                           .finite = true});
+      job.fault = f->error.c_str();
+      job.fault_kind = f->kind;
+      job.discard_kv = true;
+      row += s.prompt_logits ? (size_t)s.num_tokens : (size_t)num_rows;
+      continue;
+    }
     // A prompt-logits span has a row per token; the last one is sampled (when it ends the
     // prompt), the others belong to the prompt logprobs.
     if (s.prompt_logits) plan_prompt_chunk(s, row);
     const size_t sample_row = s.prompt_logits ? row + (size_t)s.num_tokens - 1 : row;
-    const int32_t num_rows = s.num_draft_tokens > 0 ? (int32_t)s.num_tokens : 1;
     if (s.needs_logits) {
       sample_jobs_.push_back(
           SampleJob{.row = logits_.data() + sample_row * (size_t)n_vocab,
@@ -134,6 +152,7 @@ void Engine::sample_rows(const SchedulerOutput& out) {
   model_->run_on_threads([&](int ith, int nth) {
     for (size_t j = (size_t)ith; j < sample_jobs_.size(); j += (size_t)nth) {
       SampleJob& job = sample_jobs_[j];
+      if (job.fault != nullptr) continue;  // its forward pass failed
       // A fault while sampling one request (an allocation failure in its logprobs, say) ends
       // that request; the step, the other requests and the process go on.
       try {
@@ -190,8 +209,19 @@ void Engine::fail_sample(SampleJob& job) {
   job.live->error = std::string("internal error: ") + job.fault;
   job.live->next_events.clear();
   LOG(ERROR, engine) << "request " << index_of(job.seq_id) << ": " << job.live->error;
-  sampled_.push_back(
-      SampledToken{.seq_id = job.seq_id, .token_id = 0, .stop = false, .error = true});
+  sampled_.push_back(SampledToken{.seq_id = job.seq_id,
+                                  .token_id = 0,
+                                  .stop = false,
+                                  .error = true,
+                                  .discard_kv = job.discard_kv});
+}
+
+const Engine::ForwardFault* Engine::forward_fault(SeqId id) const {
+  // A handful at most, and only on a failed step: a scan is enough.
+  for (const ForwardFault& f : forward_faults_) {
+    if (f.seq_id == id) return &f;
+  }
+  return nullptr;
 }
 
 }  // namespace kvw

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "grammar/grammar_trigger.h"
+#include "model/logit_bias.h"
 
 namespace kvw {
 
@@ -54,7 +55,7 @@ struct GenSampling {
   int32_t logprobs = -1;
   // OpenAI logit_bias: (token id, bias in [-100, 100]) added to that token's logit before
   // penalties and sampling. Ids must be in [0, n_vocab).
-  std::vector<std::pair<int32_t, float>> logit_bias = {};
+  LogitBias logit_bias = {};  // shared by the request's choices
   GenConstraint constraint = {};
 };
 

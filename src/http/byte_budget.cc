@@ -101,6 +101,13 @@ uint64_t ByteBudget::acquire(uint64_t bytes, Granted granted) {
   return ticket;
 }
 
+std::optional<ByteLease> ByteBudget::try_acquire(uint64_t bytes) {
+  std::lock_guard lock(core_->mu);
+  if (!core_->waiting.empty() || core_->used + bytes > core_->capacity) return std::nullopt;
+  core_->take_locked(bytes);
+  return ByteLease(core_, bytes);
+}
+
 bool ByteBudget::cancel(uint64_t ticket) {
   std::vector<std::pair<Granted, uint64_t>> grants;
   bool found = false;

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 namespace kvw::http {
 
@@ -64,6 +65,9 @@ class ByteBudget {
   // queues. Returns a ticket for cancel(). Requests larger than the capacity are never granted:
   // the caller checks fits() first.
   uint64_t acquire(uint64_t bytes, Granted granted);
+  // Grants `bytes` now when they fit and nobody waits, else nothing (never queues): for answers
+  // built on the spot, which are refused rather than made to wait.
+  std::optional<ByteLease> try_acquire(uint64_t bytes);
   // Removes a queued waiter (its callback is dropped). False when it was already granted.
   bool cancel(uint64_t ticket);
   bool fits(uint64_t bytes) const { return bytes <= capacity_; }

@@ -156,6 +156,10 @@ const HttpServerConfig& HttpServer::config() const {
   return impl_->cfg;
 }
 
+std::optional<ByteLease> HttpServer::try_reserve(uint64_t bytes) {
+  return impl_->request_memory.try_acquire(bytes);
+}
+
 void HttpServer::stop_accepting() {
   Impl& s = *impl_;
   net::post(s.ioc, [&s] {

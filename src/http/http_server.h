@@ -152,6 +152,8 @@ class HttpServer {
 
   HttpServerStats stats() const;
   const HttpServerConfig& config() const;
+  // Request memory for an answer built in a handler, now or not at all (ByteBudget::try_acquire).
+  std::optional<ByteLease> try_reserve(uint64_t bytes);
 
   struct Impl;  // defined in server_impl.h (keeps Boost out of this header)
 

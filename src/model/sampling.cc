@@ -43,13 +43,14 @@ double Sampler::uniform() {
 }
 
 void Sampler::apply_adjustments(float* logits, std::span<const int32_t> history,
-                                std::span<const int32_t> generated) {
-  saved_.clear();
+                                std::span<const int32_t> generated,
+                                std::vector<std::pair<int32_t, float>>& saved) {
+  saved.clear();
   auto touch = [&](int32_t id) -> float& {
-    // saved_ is kept sorted by id: each token is adjusted from its original logit once.
-    auto it = std::lower_bound(saved_.begin(), saved_.end(), id,
+    // saved is kept sorted by id: each token is adjusted from its original logit once.
+    auto it = std::lower_bound(saved.begin(), saved.end(), id,
                                [](const auto& e, int32_t v) { return e.first < v; });
-    if (it == saved_.end() || it->first != id) saved_.insert(it, {id, logits[id]});
+    if (it == saved.end() || it->first != id) saved.insert(it, {id, logits[id]});
     return logits[id];
   };
   for (const auto& [id, bias] : p_.logit_bias) touch(id) += bias;
@@ -83,7 +84,10 @@ void Sampler::apply_adjustments(float* logits, std::span<const int32_t> history,
 
 int32_t Sampler::sample(float* logits, std::span<const int32_t> history,
                         std::span<const int32_t> generated) {
-  apply_adjustments(logits, history, generated);
+  // Adjusted tokens and their original logits, per thread rather than per sampler: they live
+  // only for this call, and a copy per sequence grew with its logit_bias and window.
+  thread_local std::vector<std::pair<int32_t, float>> saved_;
+  apply_adjustments(logits, history, generated, saved_);
   struct Restore {  // puts the original logits back on every return
     float* logits;
     const std::vector<std::pair<int32_t, float>>& saved;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "model/logit_bias.h"
 
 namespace kvw {
 
@@ -38,7 +39,7 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;
   // OpenAI logit_bias: added to the token's logit before the penalties; each in [-100, 100],
   // ids in [0, n_vocab) (checked by validate(n_vocab)).
-  std::vector<std::pair<int32_t, float>> logit_bias = {};
+  LogitBias logit_bias = {};
   uint64_t seed = 0;
 
   Status validate(int32_t n_vocab = INT32_MAX) const;
@@ -56,7 +57,8 @@ class Sampler {
  private:
   // Rewrites the penalised / biased logits in place (saving the originals in saved_).
   void apply_adjustments(float* logits, std::span<const int32_t> history,
-                         std::span<const int32_t> generated);
+                         std::span<const int32_t> generated,
+                         std::vector<std::pair<int32_t, float>>& saved);
   int32_t sample_top_k(const float* logits);
   int32_t sample_full(const float* logits, float max);
   double uniform();  // [0, 1)
@@ -64,8 +66,6 @@ class Sampler {
   SamplingParams p_;
   int32_t n_vocab_;
   std::mt19937_64 rng_;
-  // Adjusted tokens and their original logits (grow to the penalised window and max_tokens).
-  std::vector<std::pair<int32_t, float>> saved_;
 };
 
 // The k largest of x[0, n) (ties: lower id first), best first, into *ids. O(n) passes plus a

@@ -286,14 +286,13 @@ std::vector<FinishedRequest> Scheduler::update_from_output(const SchedulerOutput
       r->prompt_logits_done = std::max(r->prompt_logits_done, s.start_pos + s.num_tokens);
     }
     // This sequence's sampled tokens: one, or 1..k+1 for a speculative decode.
+    // A sequence without logits has none, unless its forward failed (one discard_kv error).
     size_t n = 0;
-    if (s.needs_logits) {
-      while (next_sample + n < sampled.size() && sampled[next_sample + n].seq_id == s.seq_id &&
-             n < size_t(s.num_draft_tokens) + 1) {
-        ++n;
-      }
-      CHECK(n >= 1) << "missing sampled token for " << index_of(s.seq_id);
+    while (next_sample + n < sampled.size() && sampled[next_sample + n].seq_id == s.seq_id &&
+           n < size_t(s.num_draft_tokens) + 1) {
+      ++n;
     }
+    CHECK(n >= 1 || !s.needs_logits) << "missing sampled token for " << index_of(s.seq_id);
     const FinishReason reason = apply_sampled(r, s, sampled.subspan(next_sample, n));
     next_sample += n;
     if (reason == FinishReason::kNone) continue;

@@ -79,6 +79,10 @@ struct SampledToken {
   int32_t token_id = 0;
   bool stop = false;   // the engine saw EOS / a stop string: finish with kStop (token kept)
   bool error = false;  // e.g. NaN logits: finish with kError (token dropped)
+  // With `error`: the forward pass failed for this sequence, so this step's KV is not valid:
+  // its slots are given back and nothing of the step is committed (or cached). May come for a
+  // sequence that needed no logits (a prefill chunk).
+  bool discard_kv = false;
 };
 
 struct SchedCounters {

@@ -120,6 +120,12 @@ void Scheduler::set_draft_proposer(DraftProposer* proposer) {
 
 FinishReason Scheduler::apply_sampled(Request* r, const ScheduledSeq& s,
                                       std::span<const SampledToken> toks) {
+  if (!toks.empty() && toks.front().discard_kv) {
+    // The forward failed: none of this step's KV is valid, so none of it is computed or cached.
+    kv_->truncate_slots(r->id, r->num_computed_tokens);
+    r->draft_ids.clear();
+    return FinishReason::kError;
+  }
   // KV is valid for every computed token; for a speculative decode that is the decode token and
   // the accepted drafts: m sampled tokens accept m - 1 drafts (the m-th is the target's own
   // token, computed next step), so positions [start_pos, start_pos + m).

@@ -1,5 +1,8 @@
 #include "server/choice_runner.h"
 
+#include <exception>
+#include <new>
+
 namespace kvw::server {
 
 ChoiceRunner::ChoiceRunner(ServerState& st, std::shared_ptr<TokenChannel> channel,
@@ -42,6 +45,22 @@ ChoiceRunner::~ChoiceRunner() {
 
 void ChoiceRunner::poll(ChoiceDelta& d) {
   if (finished_) return;
+  // A fault while detokenising or matching stops (an allocation failure, say) ends this choice
+  // with a typed error; the connection's other choices and every other request go on.
+  try {
+    poll_events(d);
+  } catch (const std::exception& e) {
+    const bool oom = dynamic_cast<const std::bad_alloc*>(&e) != nullptr;
+    st_.engine->cancel(channel_->request_id());
+    timing_.reason = FinishReason::kError;
+    error_ = std::string("internal error: ") + e.what();
+    error_kind_ = oom ? ErrorKind::kOutOfMemory : ErrorKind::kInternal;
+    d.text.clear();  // a part of a token's text would be a wrong answer
+    end(d);
+  }
+}
+
+void ChoiceRunner::poll_events(ChoiceDelta& d) {
   std::optional<ChannelEvent> ev = channel_->next_for(std::chrono::milliseconds(0));
   while (ev && !finished_) {
     if (ev->kind == ChannelEvent::Kind::kPromptLogprobs) {
@@ -70,6 +89,7 @@ void ChoiceRunner::on_prompt_logprobs(const ChannelEvent& ev) {
 void ChoiceRunner::on_token(const ChannelEvent& ev, ChoiceDelta& d) {
   prompt_done_ = true;
   if (discard_output_) return;  // echo with max_tokens 0: the prompt alone is the answer
+  if (st_.cfg.token_fault_hook) st_.cfg.token_fault_hook(timing_.num_prompt_tokens, num_tokens_);
   cumulative_logprob_ += ev.logprob;
   ++num_tokens_;
   timing_.token_ns.push_back(steady_now_ns());

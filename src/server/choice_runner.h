@@ -76,6 +76,7 @@ class ChoiceRunner {
   double cumulative_logprob() const { return cumulative_logprob_; }
 
  private:
+  void poll_events(ChoiceDelta& d);
   void on_token(const ChannelEvent& ev, ChoiceDelta& d);
   void on_prompt_logprobs(const ChannelEvent& ev);
   void on_finished(const ChannelEvent& ev, ChoiceDelta& d);

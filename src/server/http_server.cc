@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "core/thread_name.h"
 #include "planner/engine_budget.h"
+#include "server/leased_answer.h"
 #include "server/routes.h"
 #include "server/tool_calling.h"
 
@@ -145,6 +146,12 @@ Server::~Server() {
 void Server::add_route(const std::string& method, const std::string& path, http::Handler handler,
                        http::RouteOptions opt) {
   http_->add_route(method, path, std::move(handler), std::move(opt));
+}
+
+http::Handler Server::charged(http::Handler handler) {
+  return charge_answer(
+      *st_, [http = http_.get()](uint64_t bytes) { return http->try_reserve(bytes); },
+      std::move(handler));
 }
 
 void Server::install_routes() {

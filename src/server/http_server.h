@@ -51,6 +51,9 @@ class Server {
   // Reports finished choices, refusals and breaker changes to `observer` (which must outlive
   // the Server). Before start() only.
   void set_observer(ServerObserver* observer) { st_->observer = observer; }
+  // `handler` with its answer charged to request memory while built and written
+  // (leased_answer.h charge_answer): for routes whose answers are built whole (/debug/*).
+  http::Handler charged(http::Handler handler);
 
   // Binds host:port (port 0: any free port) and serves on background threads.
   Status start();

@@ -1,4 +1,5 @@
 // JSON/error helpers and the small routes: /tokenize and /detokenize (vLLM's shapes).
+#include "server/leased_answer.h"
 #include "server/openai_request.h"
 #include "server/routes.h"
 #include "tokenizer/utf8.h"
@@ -125,9 +126,16 @@ void handle_tokenize(ServerState& st, HttpRequest& req, HttpResponse& res) {
   } else {
     return send_error(st, res, invalid_param("prompt", "give 'prompt' (a string) or 'messages'"));
   }
+  // The answer while built: its JSON DOM (16 B a token, chunk headers included) and text (at
+  // most 12 B a token); then it holds its text while written (hold_answer).
+  const char* param = j.contains("prompt") ? "prompt" : "messages";
+  if (auto e = charge_building(st, req.lease, 28 * (uint64_t)tokens.size() + 256, param)) {
+    return send_error(st, res, *e);
+  }
   send_json(
       res,
       {{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", st.limits().max_model_len}});
+  if (auto e = hold_answer(st, res, std::move(req.lease), param)) send_error(st, res, *e);
 }
 
 void handle_detokenize(ServerState& st, HttpRequest& req, HttpResponse& res) {
@@ -138,8 +146,16 @@ void handle_detokenize(ServerState& st, HttpRequest& req, HttpResponse& res) {
   if (t == j.end()) return send_error(st, res, invalid_param("tokens", "'tokens' is required"));
   auto ids = parse_token_ids(*t, "tokens", st.tokenizer().n_vocab());
   if (auto* e = std::get_if<ApiError>(&ids)) return send_error(st, res, *e);
-  send_json(
-      res, {{"prompt", to_valid_utf8(st.tokenizer().decode(std::get<std::vector<int32_t>>(ids)))}});
+  const auto& list = std::get<std::vector<int32_t>>(ids);
+  // The decoded text (at most max_token_bytes a token), then its valid UTF-8 copy (a
+  // replacement character, 3 B, for an invalid byte) and the JSON text (\u00XX, 6 B, for a
+  // control byte): at most 10 x the text while built.
+  const uint64_t text_bytes = list.size() * (uint64_t)std::max<int64_t>(1, st.max_token_bytes);
+  if (auto e = charge_building(st, req.lease, 10 * text_bytes + 256, "tokens")) {
+    return send_error(st, res, *e);
+  }
+  send_json(res, {{"prompt", to_valid_utf8(st.tokenizer().decode(list))}});
+  if (auto e = hold_answer(st, res, std::move(req.lease), "tokens")) send_error(st, res, *e);
 }
 
 }  // namespace kvw::server

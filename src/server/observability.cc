@@ -75,7 +75,9 @@ void wire_observability(Server& server, Engine& engine, obs::ObservabilityContex
       [&server](const std::string& path, http::Handler h, bool inline_io) {
         // /debug/* shows internal state (request ids, block maps, the config): it needs the
         // key when one is set. /metrics is a probe: it answers beyond --max-connections.
-        server.add_route("GET", path, std::move(h),
+        // Their answers are built whole (hundreds of KiB): charged to request memory.
+        const bool debug = path.starts_with("/debug/");
+        server.add_route("GET", path, debug ? server.charged(std::move(h)) : std::move(h),
                          {.auth = path.starts_with("/debug/"),
                           .inline_io = inline_io,
                           .probe = path == "/metrics"});

@@ -92,13 +92,13 @@ std::optional<int32_t> canonical_token_id(const std::string& key) {
 // OpenAI logit_bias: {"50256": -100, ...}; keys are token ids as canonical decimal strings,
 // values in [-100, 100]. Ids are checked against the vocabulary by the handler
 // (check_generation_bounds) before any work.
-std::optional<ApiError> read_logit_bias(const json& body,
-                                        std::vector<std::pair<int32_t, float>>& out) {
+std::optional<ApiError> read_logit_bias(const json& body, LogitBias& out) {
   const json* v = field(body, "logit_bias");
   if (v == nullptr) return std::nullopt;
   if (!v->is_object()) {
     return invalid_param("logit_bias", "'logit_bias' must be an object of token id -> bias");
   }
+  std::vector<LogitBias::Entry> entries;
   for (const auto& [key, bias] : v->items()) {
     const std::optional<int32_t> id = canonical_token_id(key);
     if (!id) {
@@ -110,8 +110,9 @@ std::optional<ApiError> read_logit_bias(const json& body,
       return invalid_param("logit_bias",
                            "logit_bias['" + key + "'] must be a number in [-100, 100]");
     }
-    out.emplace_back(*id, bias.get<float>());
+    entries.emplace_back(*id, bias.get<float>());
   }
+  out = LogitBias(std::move(entries));
   return std::nullopt;
 }
 

@@ -41,7 +41,7 @@ struct GenParams {
   // kvwarden extension: false opts this request out of speculative decoding (when the server
   // runs with --spec-ngram / --draft-model); llama-server's "speculative.n_max": 0 too.
   bool speculative = true;
-  std::vector<std::pair<int32_t, float>> logit_bias = {};  // {"token id": bias in [-100, 100]}
+  LogitBias logit_bias = {};      // {"token id": bias in [-100, 100]}; one list for every choice
   GenConstraint constraint = {};  // structured output (server/structured_output.h); none = off
   // Completions only (server/completion_options.h): the prompt starts the text (with logprobs:
   // its tokens' logprobs too, the first null); vLLM's prompt_logprobs (top k per prompt token);

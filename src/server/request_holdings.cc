@@ -11,9 +11,9 @@ namespace {
 
 // JSON text of one token's logprobs in the worst case: its piece escaped (\u00XX, 6 bytes per
 // byte) in "token" and as a "bytes" array (up to 4 bytes per byte), plus keys and numbers.
-uint64_t json_bytes_per_token(const GenParams& p, int64_t max_token_bytes) {
+uint64_t json_bytes_per_token(int32_t top_k, int64_t max_token_bytes) {
   const uint64_t per_piece = 10 * (uint64_t)max_token_bytes + 96;
-  return per_piece * (1 + (uint64_t)std::max(0, p.logprobs));
+  return per_piece * (1 + (uint64_t)std::max(0, top_k));
 }
 
 // Why 256: GenerationStream writes a non-streamed answer's logprobs 256 tokens at a time.
@@ -29,16 +29,21 @@ Holdings request_holdings(const GenParams& p, std::span<const PromptShape> promp
     h.shared += s.size() + sizeof(std::string);
     max_stop = std::max<uint64_t>(max_stop, s.size());
   }
-  const uint64_t bias_bytes = p.logit_bias.size() * sizeof(p.logit_bias[0]);
-  h.shared += bias_bytes;                      // the request's own copy (GenParams)
+  // One list, shared by the request and every choice's sampler (model/logit_bias.h).
+  h.shared += p.logit_bias.size() * sizeof(LogitBias::Entry) + 64;
   const auto n = (uint64_t)num_candidates(p);  // best_of: every candidate is held
   const auto tok_bytes = (uint64_t)std::max<int64_t>(1, lim.max_token_bytes);
   uint64_t largest_part = 0;
+  uint64_t most_records = 0;  // the most logprob records one choice's answer can hold
   for (const PromptShape& ps : prompts) {
     const auto max_tokens = (uint64_t)std::max<int64_t>(0, ps.max_tokens);
+    // Echo puts the prompt's tokens in the logprobs columns before the generated ones, and
+    // prompt_logprobs puts them in the choice's opening part.
+    const bool prompt_in_part = p.echo || p.prompt_logprobs >= 0;
+    most_records =
+        std::max(most_records, max_tokens + (prompt_in_part ? (uint64_t)ps.num_tokens : 0));
     uint64_t choice = kChoiceFixedBytes;
     choice += 4 * (uint64_t)ps.num_tokens + 8 * (uint64_t)ps.num_turn_starts;  // engine prompt
-    choice += bias_bytes;            // the engine's sampling copy
     choice += 4 * max_tokens;        // the engine's output ids
     choice += 8 * max_tokens;        // the runner's token arrival times
     choice += max_stop + tok_bytes;  // text held back while it may start a stop string
@@ -55,8 +60,11 @@ Holdings request_holdings(const GenParams& p, std::span<const PromptShape> promp
   // Not streamed, the part being written: made by the stream and copied into the transport's
   // buffer (a streamed answer's chunks are the stream buffer's, outside this lease).
   if (!p.stream) {
-    const uint64_t logprob_part =
-        p.logprobs >= 0 ? kTokensPerPart * json_bytes_per_token(p, lim.max_token_bytes) : 0;
+    // A part holds at most kTokensPerPart records of one choice, and never more than it has.
+    const int32_t top_k = std::max(p.logprobs, p.prompt_logprobs);
+    const uint64_t logprob_part = top_k >= 0 ? std::min(kTokensPerPart, most_records) *
+                                                   json_bytes_per_token(top_k, lim.max_token_bytes)
+                                             : 0;
     h.answer += 2 * std::max(largest_part, logprob_part);
   }
   return h;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "core/status.h"
@@ -29,6 +30,10 @@ struct ServerConfig {
   std::string tool_call_parser;
   AdmissionConfig admission;
   BreakerConfig breaker;
+  // Tests only (fault injection, issue 30): called on an I/O thread before each generated
+  // token is detokenised, with the choice's prompt length and its tokens so far; what it
+  // throws ends that choice as a fault in detokenising would. Empty: one branch per token.
+  std::function<void(uint32_t num_prompt_tokens, int32_t num_tokens)> token_fault_hook;
 
   Status validate() const;
 };

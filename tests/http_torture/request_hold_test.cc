@@ -106,7 +106,7 @@ void print(const char* what, const MixResult& m, double budget_mib) {
 
 TEST(FrontDoor, SixtyFourChoiceRequestsWithMaximalStopsGetRequestMemoryRefusalsWithinBudget) {
   constexpr uint64_t kBudget = 384ull << 20;
-  // 4.25 MiB per body reservation; 6 MiB holds the state of three of these requests (1.6 MiB
+  // 4.25 MiB per body reservation; 6 MiB holds the state of a few of these requests (~1.5 MiB
   // each) beside one body's reservation.
   auto served = serve_default_model({"--memory-budget", "384MiB", "--max-num-seqs", "64",
                                      "--max-queue", "512", "--max-body-bytes", "1048576",

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <new>
+#include <stdexcept>
 #include <thread>
 
 #include "harness.h"
@@ -173,45 +174,43 @@ TEST(ServerControlPlane, HealthAnswersWhileMaxConnectionsAreHeld) {
   for (int fd : held) ::close(fd);
 }
 
-// Issue 30, "faults are per request": a bad_alloc while sampling one request (injected by
-// the test-only EngineConfig::sample_fault_hook, for the request with max_tokens 13) ends that
-// request with a typed 503, counted by reason, its KV blocks freed; the three requests running
-// beside it complete, and the server serves the next one.
-TEST(ServerFaults, BadAllocInOneRequestsSamplingLeavesTheOthersCompleting) {
-  Harness h({}, harness::small_model(), /*max_num_seqs=*/4, OverflowPolicy::kError, nullptr,
-            [](EngineConfig& e) {
-              e.sample_fault_hook = [](uint64_t, int32_t max_tokens) {
-                if (max_tokens == 13) throw std::bad_alloc();
-              };
-            });
+// Four requests at once, the third (max_tokens 13, a longer prompt) the one the fault hooks
+// pick, the fourth streamed; the others must complete, the faulty one gets the typed error
+// `status` / `code` counted under `reason`, its KV blocks are freed and the server serves on.
+void expect_only_the_faulty_request_fails(Harness& h, int status, const char* code,
+                                          RefusalReason reason) {
   const int port = h.server->port();
   std::vector<std::thread> clients;
-  std::vector<int> status(4, 0);
+  std::vector<int> got(4, 0);
   std::vector<json> bodies(4);
   for (int i = 0; i < 4; ++i) {
     clients.emplace_back([&, i] {
       httplib::Client c("127.0.0.1", port);
       c.set_read_timeout(60);
-      const json req = {{"prompt", "Once upon a time"},
-                        {"max_tokens", i == 2 ? 13 : 24},
-                        {"ignore_eos", true},
-                        {"stream", i == 3}};
+      const json req = {
+          {"prompt", i == 2 ? "Once upon a time there was a little dragon who lived far away"
+                            : "Once upon a time"},
+          {"max_tokens", i == 2 ? 13 : 24},
+          {"ignore_eos", true},
+          {"stream", i == 3}};
       auto r = c.Post("/v1/completions", req.dump(), "application/json");
       if (!r) return;
-      status[i] = r->status;
+      got[i] = r->status;
       bodies[i] = i == 3 ? json(r->body) : json::parse(r->body, nullptr, false);
     });
   }
   for (std::thread& t : clients) t.join();
   for (int i : {0, 1}) {
-    EXPECT_EQ(status[i], 200) << bodies[i].dump();
+    EXPECT_EQ(got[i], 200) << bodies[i].dump();
     EXPECT_EQ(bodies[i]["usage"]["completion_tokens"], 24) << bodies[i].dump();
   }
-  EXPECT_EQ(status[3], 200);
+  EXPECT_EQ(got[3], 200);
   EXPECT_NE(bodies[3].get<std::string>().find("[DONE]"), std::string::npos) << bodies[3];
-  EXPECT_EQ(status[2], 503) << bodies[2].dump();
-  EXPECT_EQ(bodies[2]["error"]["code"], "out_of_memory") << bodies[2].dump();
-  EXPECT_EQ(h.server->refusals().get(RefusalReason::kOutOfMemory), 1u);
+  EXPECT_EQ(got[2], status) << bodies[2].dump();
+  if (code != nullptr) {
+    EXPECT_EQ(bodies[2]["error"]["code"], code) << bodies[2].dump();
+  }
+  EXPECT_EQ(h.server->refusals().get(reason), 1u);
   // Its blocks went back with it: nothing runs, every block is allocatable again.
   ASSERT_TRUE(wait_for([&] {
     const EngineStats st = h.engine->stats();
@@ -220,10 +219,47 @@ TEST(ServerFaults, BadAllocInOneRequestsSamplingLeavesTheOthersCompleting) {
   })) << h.engine->stats().num_allocatable_blocks
       << " of " << h.engine->stats().num_blocks << " allocatable, "
       << h.engine->stats().num_kv_sequences << " sequences hold blocks";
-  EXPECT_EQ(h.engine->stats().num_request_faults, 1u);
   auto after = h.post("/v1/completions", {{"prompt", "Hello"}, {"max_tokens", 2}});
   ASSERT_TRUE(after);
   EXPECT_EQ(after->status, 200) << after->body;
+}
+
+// Issue 30, "faults are per request": a bad_alloc while sampling one request (injected by
+// the test-only EngineConfig::sample_fault_hook, for the request with max_tokens 13) ends that
+// request with a typed 503, counted by reason; the three requests beside it complete.
+TEST(ServerFaults, BadAllocInOneRequestsSamplingLeavesTheOthersCompleting) {
+  Harness h({}, harness::small_model(), /*max_num_seqs=*/4, OverflowPolicy::kError, nullptr,
+            [](EngineConfig& e) {
+              e.sample_fault_hook = [](uint64_t, int32_t max_tokens) {
+                if (max_tokens == 13) throw std::bad_alloc();
+              };
+            });
+  expect_only_the_faulty_request_fails(h, 503, "out_of_memory", RefusalReason::kOutOfMemory);
+  EXPECT_EQ(h.engine->stats().num_request_faults, 1u);
+}
+
+// The same for a throw in the forward pass of that one sequence of the batch: the engine reruns
+// the step one sequence at a time and fails only the sequence whose own pass throws.
+TEST(ServerFaults, BadAllocInOneSequencesForwardPassLeavesTheOthersCompleting) {
+  Harness h({}, harness::small_model(), /*max_num_seqs=*/4, OverflowPolicy::kError, nullptr,
+            [](EngineConfig& e) {
+              e.forward_fault_hook = [](uint64_t, int32_t max_tokens) {
+                if (max_tokens == 13) throw std::bad_alloc();
+              };
+            });
+  expect_only_the_faulty_request_fails(h, 503, "out_of_memory", RefusalReason::kOutOfMemory);
+  EXPECT_EQ(h.engine->stats().num_request_faults, 1u);
+}
+
+// And for a throw while detokenising its third token on the I/O thread: a 500, counted as
+// internal; the I/O thread serves the others on.
+TEST(ServerFaults, ThrowWhileDetokenisingOneChoiceLeavesTheOthersCompleting) {
+  ServerConfig cfg;
+  cfg.token_fault_hook = [](uint32_t num_prompt_tokens, int32_t num_tokens) {
+    if (num_prompt_tokens >= 10 && num_tokens == 3) throw std::runtime_error("detokeniser");
+  };
+  Harness h(cfg, harness::small_model(), /*max_num_seqs=*/4);
+  expect_only_the_faulty_request_fails(h, 500, nullptr, RefusalReason::kInternal);
 }
 
 // Issue 30: bounds that need the model are refused with a 400 naming the parameter before any

@@ -125,7 +125,8 @@ TEST(OpenAiRequest, LogitBiasKeysMustBeCanonicalTokenIds) {
   auto ok = parse_completion_request(
       json{{"prompt", "x"}, {"logit_bias", {{"0", -100}, {"50256", 5}, {"2147483647", 1}}}});
   ASSERT_TRUE(std::holds_alternative<CompletionRequest>(ok));
-  auto bias = std::get<CompletionRequest>(ok).params.logit_bias;
+  const LogitBias& list = std::get<CompletionRequest>(ok).params.logit_bias;
+  std::vector<LogitBias::Entry> bias(list.begin(), list.end());
   std::sort(bias.begin(), bias.end());
   EXPECT_EQ(bias, (std::vector<std::pair<int32_t, float>>{{0, -100}, {50256, 5}, {INT32_MAX, 1}}));
   for (const char* key : {"01", " 1", "+1", " +001", "-1", "1.0", "1e3", "", "0x10", "2147483648",

@@ -17,7 +17,9 @@ GenParams params(int n, bool stream, int logprobs) {
   p.stream = stream;
   p.logprobs = logprobs;
   for (int i = 0; i < 16; ++i) p.stop.push_back(std::string(256, 'a' + i));
-  for (int i = 0; i < 100; ++i) p.logit_bias.emplace_back(i, 1.0f);
+  std::vector<LogitBias::Entry> bias;
+  for (int i = 0; i < 100; ++i) bias.emplace_back(i, 1.0f);
+  p.logit_bias = LogitBias(std::move(bias));
   return p;
 }
 
@@ -30,9 +32,34 @@ TEST(RequestHoldings, SharedCopiesAreChargedOncePerChoiceStateNTimes) {
   EXPECT_EQ(one.shared, sixteen.shared) << "stop strings and logit_bias: one copy";
   EXPECT_GE(one.shared, 16u * 256 + 100 * 8);
   EXPECT_EQ(sixteen.choices, 16 * one.choices);
-  // A choice: the engine's prompt, bias and output copies, token times, the stop hold-back.
-  EXPECT_GE(one.choices, 4u * 1000 + 8 * 100 + 4 * 200 + 8 * 200 + 256);
+  // A choice: the engine's prompt and output copies, token times, the stop hold-back; the
+  // logit_bias list is shared (model/logit_bias.h), not a choice's.
+  EXPECT_GE(one.choices, 4u * 1000 + 4 * 200 + 8 * 200 + 256);
   EXPECT_EQ(one.answer, 0u) << "a streamed answer's chunks are the stream buffer's";
+}
+
+// logit_bias is one list shared by the request and every choice's sampler (model/logit_bias.h):
+// 1,024 entries cost 8 KiB once for n = 64 as for n = 1, and copies (GenParams -> GenSampling
+// -> SamplingParams) share it rather than copy it.
+TEST(RequestHoldings, LogitBiasIsChargedOnceWhateverTheNumberOfChoices) {
+  const HoldingLimits lim{.max_token_bytes = 16};
+  std::vector<LogitBias::Entry> entries;
+  for (int i = 0; i < 1024; ++i) entries.emplace_back(i, 1.0f);
+  auto cost_of_bias = [&](int n) {
+    GenParams with = params(n, true, -1);
+    with.logit_bias = LogitBias(entries);
+    GenParams without = params(n, true, -1);
+    without.logit_bias = LogitBias();
+    return request_holdings(with, std::span(&kPrompt, 1), lim).total() -
+           request_holdings(without, std::span(&kPrompt, 1), lim).total();
+  };
+  EXPECT_EQ(cost_of_bias(64), cost_of_bias(1));
+  EXPECT_GE(cost_of_bias(1), 1024u * 8);
+  EXPECT_LT(cost_of_bias(1), 1024u * 8 + 1024);
+  const LogitBias list(entries);
+  const LogitBias per_choice = list;  // what each choice's sampler keeps
+  EXPECT_TRUE(per_choice.shares_with(list));
+  EXPECT_EQ(per_choice.size(), 1024u);
 }
 
 TEST(RequestHoldings, NonStreamedAnswersChargeTextRecordsAndTheirLargestPart) {
@@ -44,6 +71,31 @@ TEST(RequestHoldings, NonStreamedAnswersChargeTextRecordsAndTheirLargestPart) {
             4u * 200 * (kTokenRecordBytes + 20 * kTopLogprobBytes) - 2 * 6 * 200 * 16)
       << "the records of every choice";
   EXPECT_EQ(plain.choices, lp.choices);
+}
+
+// The part being written holds at most 256 tokens' logprobs JSON, and never more tokens than
+// one choice can have: a one-token answer reserves one token's worth (~5 KiB at top 20 with
+// 16-byte tokens, written and copied), not 256 tokens' (~2.7 MiB).
+TEST(RequestHoldings, LogprobPartIsSizedByTheTokensAChoiceCanHave) {
+  const HoldingLimits lim{.max_token_bytes = 16};
+  auto answer = [&](int64_t max_tokens, int logprobs, bool echo = false) {
+    GenParams p = params(1, false, logprobs);
+    p.echo = echo;
+    const PromptShape shape{.num_tokens = 1000, .max_tokens = max_tokens};
+    return request_holdings(p, std::span(&shape, 1), lim).answer;
+  };
+  // The answer is the text (16 B a token), the records, and twice the part being written.
+  const uint64_t per_record = kTokenRecordBytes + 20 * kTopLogprobBytes;
+  auto part = [&](int64_t max_tokens, bool echo = false) {
+    return answer(max_tokens, 20, echo) - (uint64_t)max_tokens * (16 + per_record);
+  };
+  EXPECT_LT(part(1), 16u << 10);
+  EXPECT_GT(part(1), 2u * 21 * 16) << "one token and its 20 alternatives, twice";
+  // The part stops growing at 256 tokens (the records still grow).
+  EXPECT_GT(part(256), 128 * part(1));
+  EXPECT_EQ(part(1000), part(256));
+  // Echo puts the 1000 prompt tokens in the columns too: a full part even for one token.
+  EXPECT_EQ(part(1, true), part(256));
 }
 
 TEST(RequestHoldings, ConstantsCoverTheTypesTheyStandFor) {
@@ -63,9 +115,12 @@ TEST(RequestHoldings, FieldBoundsRefuseNamingTheField) {
   EXPECT_EQ(e->param, "stop");
 
   p = GenParams{};
-  for (size_t i = 0; i < kMaxLogitBiasEntries; ++i) p.logit_bias.emplace_back((int32_t)i, 1.0f);
+  std::vector<LogitBias::Entry> bias;
+  for (size_t i = 0; i < kMaxLogitBiasEntries; ++i) bias.emplace_back((int32_t)i, 1.0f);
+  p.logit_bias = LogitBias(bias);
   EXPECT_FALSE(check_field_bounds(p, 1));
-  p.logit_bias.emplace_back((int32_t)kMaxLogitBiasEntries, 1.0f);
+  bias.emplace_back((int32_t)kMaxLogitBiasEntries, 1.0f);
+  p.logit_bias = LogitBias(bias);
   e = check_field_bounds(p, 1);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->param, "logit_bias");
