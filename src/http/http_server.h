@@ -60,6 +60,10 @@ struct HttpServerConfig {
   size_t max_header_bytes = 32768;     // request line + headers
   size_t max_headers = 100;
   size_t max_body_bytes = 8u << 20;
+  // A body refused at the door (from its headers) of at most this many bytes is discarded
+  // unread (recv MSG_TRUNC) and the connection kept open, so a client that retries does not pay
+  // a new connection per refusal; a larger or chunked one closes the connection after the answer.
+  size_t max_discard_bytes = 1u << 20;
   size_t stream_buffer_bytes = 64u << 10;  // unsent bytes one stream may queue behind a write
   uint64_t request_memory_bytes = 64ull << 20;
   uint64_t reserve_per_body_byte = 4;  // body + parsed JSON + rendered prompt
