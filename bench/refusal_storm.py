@@ -5,7 +5,8 @@
 
 Keeps the server's admission full with closed-loop long streaming requests (--fill clients, as
 many as --max-num-seqs + --max-queue of the server), then alternates quiet and storm windows of
---window seconds: quiet, storm, quiet. A storm sends --rate requests/s, each on a new connection,
+--window seconds: quiet, storm, quiet. A storm sends --rate requests/s, each on a new connection
+(with --keep-alive: on its sender's connection for as long as the server keeps it open),
 with a prompt of --prompt-kb KB, which the server must refuse (429/503 + Retry-After). Reports, per
 window, generated tokens/s (from kvwarden_generation_tokens_total), and for the storm its ratio
 to the mean of the quiet windows around it, refusals answered/s, the share with Retry-After, and
@@ -70,7 +71,7 @@ def filler(host, port, model, stop, lo, hi, seed):
             time.sleep(0.1)
 
 
-def storm(host, port, model, rate, prompt_kb, seconds, senders, result):
+def storm(host, port, model, rate, prompt_kb, seconds, senders, result, keep_alive=False):
     words = ("lorem ipsum dolor sit amet " * (prompt_kb * 1024 // 27 + 1))[: prompt_kb * 1024]
     body = json.dumps({"model": model, "prompt": words, "max_tokens": 16}).encode()
     t0 = time.time()
@@ -78,6 +79,7 @@ def storm(host, port, model, rate, prompt_kb, seconds, senders, result):
 
     def sender(k):
         i = k
+        c = None  # with keep_alive: one connection per sender, reopened when the server closes it
         while True:
             due = t0 + i / rate
             if due >= t0 + seconds:
@@ -86,15 +88,23 @@ def storm(host, port, model, rate, prompt_kb, seconds, senders, result):
             if delay > 0:
                 time.sleep(delay)
             try:
-                c = http.client.HTTPConnection(host, port, timeout=30)
+                if c is None:
+                    c = http.client.HTTPConnection(host, port, timeout=30)
+                    with lock:
+                        result["connections"] += 1
                 c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
                 r = c.getresponse()
                 r.read()
                 with lock:
                     result["answers"][r.status] = result["answers"].get(r.status, 0) + 1
                     result["retry_after"] += r.getheader("Retry-After") is not None
-                c.close()
+                if not keep_alive or r.will_close:
+                    c.close()
+                    c = None
             except OSError as e:
+                if c is not None:
+                    c.close()
+                    c = None
                 with lock:
                     result["errors"] += 1
             i += senders
@@ -118,6 +128,8 @@ def main():
     ap.add_argument("--warmup", type=float, default=60,
                     help="seconds before the first window, for the fillers' lengths to spread out")
     ap.add_argument("--senders", type=int, default=16)
+    ap.add_argument("--keep-alive", action="store_true",
+                    help="each sender reuses its connection (as SDK clients do) while the server keeps it")
     a = ap.parse_args()
     u = urllib.parse.urlparse(a.url)
     host, port = u.hostname, u.port or 80
@@ -132,9 +144,9 @@ def main():
     rows = []
     for phase in ("quiet", "storm", "quiet"):
         before, t0 = scrape(host, port), time.time()
-        res = {"answers": {}, "retry_after": 0, "errors": 0}
+        res = {"answers": {}, "retry_after": 0, "errors": 0, "connections": 0}
         if phase == "storm":
-            storm(host, port, model, a.rate, a.prompt_kb, a.window, a.senders, res)
+            storm(host, port, model, a.rate, a.prompt_kb, a.window, a.senders, res, a.keep_alive)
         else:
             time.sleep(a.window)
         after, dt = scrape(host, port), time.time() - t0
@@ -143,7 +155,8 @@ def main():
     stop.set()
     quiet = (rows[0][1] + rows[2][1]) / 2
     print(f"refusal storm: {a.rate:.0f}/s offered, {a.prompt_kb} KB prompts, {a.window:.0f} s windows, "
-          f"{a.fill} long requests keeping admission full")
+          f"{a.fill} long requests keeping admission full, "
+          f"{rows[1][2]['connections']} storm connections ({'kept alive' if a.keep_alive else 'one per request'})")
     print("| window | tokens/s | vs quiet | answers | answered/s | Retry-After | I/O+handler CPU per answer | process CPU (cores) |")
     print("|---|---|---|---|---|---|---|---|")
     for phase, tps, res, io_cpu, cpu, dt in rows:

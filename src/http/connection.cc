@@ -4,6 +4,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <new>
 
@@ -140,10 +141,48 @@ bool Connection::check_door() {
   }
   if (!early) return false;
   req_.door_pass.reset();
-  // A body left unread would be parsed as the next request: close after answering.
+  // A body left unread would be parsed as the next request: skip it, or close after answering.
+  if (body_pending_ && !early->close && keep_alive_ && skip_refused_body()) body_pending_ = false;
   early->close = early->close || body_pending_;
   send(std::move(*early));
   return true;
+}
+
+bool Connection::skip_refused_body() {
+  const auto announced = parser_->content_length();
+  if (!announced || *announced > s_.cfg.max_discard_bytes) return false;  // chunked or large
+  // A client awaiting 100 Continue may or may not send the body now: only a close is safe.
+  if (!req_.header("Expect").empty()) return false;
+  const uint64_t in_buffer = std::min<uint64_t>(buf_.size(), *announced);
+  buf_.consume(in_buffer);  // whatever follows it is the next (pipelined) request
+  discard_left_ = *announced - in_buffer;
+  return true;
+}
+
+void Connection::discard_body() {
+  phase_ = Phase::kDiscarding;
+  if (discard_left_ == 0) return wait_idle();
+  arm(s_.cfg.body_timeout_s, [](Connection& c) { c.close(); });
+  const uint64_t gen = ++io_gen_;
+  sock_.async_wait(tcp::socket::wait_read, [self = shared_from_this(), gen](beast::error_code ec) {
+    if (gen != self->io_gen_ || self->phase_ != Phase::kDiscarding) return;
+    if (ec) return self->close();
+    // Exactly the body's bytes: what follows belongs to the next request.
+    while (self->discard_left_ > 0) {
+      const ssize_t n =
+          ::recv(self->sock_.native_handle(), nullptr,
+                 std::min<uint64_t>(self->discard_left_, 1u << 20), MSG_TRUNC | MSG_DONTWAIT);
+      if (n > 0) {
+        self->discard_left_ -= uint64_t(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      return self->close();  // the client closed (0) or failed
+    }
+    self->disarm();
+    self->discard_body();
+  });
 }
 
 void Connection::on_memory(ByteLease lease) {

@@ -61,6 +61,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     kBody,
     kHandling,
     kWriting,
+    kDiscarding,  // dropping the rest of a body refused at the door (keep-alive)
     kStreaming,
     kLinger,
     kClosed
@@ -89,6 +90,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Runs the route's door check; true when it answered (the request ends here, its body, if
   // any, unread and never given request memory).
   bool check_door();
+  // After a door refusal: whether the unread body can be skipped instead of closing (it has a
+  // Content-Length within max_discard_bytes and no 100-continue is awaited). Takes the part
+  // already in the read buffer and leaves the rest in discard_left_.
+  bool skip_refused_body();
+  // Drops discard_left_ body bytes from the socket (MSG_TRUNC), then waits for the next request.
+  void discard_body();
   void on_memory(ByteLease lease);
   void read_body();
   void on_body(beast::error_code ec);
@@ -149,6 +156,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool keep_alive_ = true;
   bool http10_ = false;  // the request is HTTP/1.0: no chunked encoding
   bool body_pending_ = false;
+  uint64_t discard_left_ = 0;  // bytes of a refused body still to drop before the next request
   bool busy_ = false;
   size_t num_requests_ = 0;
   beast::flat_buffer buf_{(std::size_t)64 << 10};

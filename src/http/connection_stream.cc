@@ -29,6 +29,7 @@ void Connection::write_response(HttpResponse res) {
                      self->set_busy(false);
                      if (ec) return self->close();
                      if (close_after) return self->linger_close();
+                     if (self->discard_left_ > 0) return self->discard_body();
                      self->wait_idle();
                    });
 }

@@ -9,7 +9,8 @@
 //    reserve_per_body_byte + reserve_fixed_bytes. When the budget is spent the body is not read
 //    (back-pressure) until memory comes back; past body_timeout_s the answer is 503;
 //  - a route's door check (RouteOptions::door) may answer from the request line and headers
-//    alone, before request memory is reserved or the body read (admission refusals);
+//    alone, before request memory is reserved or the body read (admission refusals); a small
+//    refused body is skipped and the connection kept, so retries need no reconnect;
 //  - the API key (when set) is checked from the headers, in constant time, before anything is
 //    reserved; a request without it may not send a body at all (no route open without the key
 //    takes one), and routes registered for GET/HEAD take no body, so neither reserves request
@@ -60,6 +61,10 @@ struct HttpServerConfig {
   size_t max_header_bytes = 32768;     // request line + headers
   size_t max_headers = 100;
   size_t max_body_bytes = 8u << 20;
+  // A body refused at the door (from its headers) of at most this many bytes is discarded
+  // unread (recv MSG_TRUNC) and the connection kept open, so a client that retries does not pay
+  // a new connection per refusal; a larger or chunked one closes the connection after the answer.
+  size_t max_discard_bytes = 1u << 20;
   size_t stream_buffer_bytes = 64u << 10;  // unsent bytes one stream may queue behind a write
   uint64_t request_memory_bytes = 64ull << 20;
   uint64_t reserve_per_body_byte = 4;  // body + parsed JSON + rendered prompt
@@ -115,8 +120,9 @@ struct HttpServerStats {
 // A route's door check: runs on the I/O thread once the request line and headers are parsed
 // (and the API key checked), before any request memory is reserved or a body byte is read.
 // Returning a response answers the request with it at once: an unread body is then not read
-// into request memory (the connection closes after the answer, its input discarded in the
-// kernel), so a refusal costs the same whatever the body's size. Returning nullopt lets the
+// into request memory but discarded in the kernel (up to max_discard_bytes with a
+// Content-Length the connection stays open for the next request; otherwise it closes after the
+// answer), so a refusal costs the same whatever the body's size. Returning nullopt lets the
 // request go on; the check may leave a DoorPass in req.door_pass for the handler. Must be
 // quick, never block and never throw.
 using DoorCheck = std::function<std::optional<HttpResponse>(HttpRequest& req)>;

@@ -16,7 +16,9 @@
 //                           blocks allow (drafts never preempt or evict anything)
 //   schedule_waiting()      admissions (swapped-in, recomputed or new), FCFS with repeatedly
 //                           preempted requests first, while the budget, max_num_seqs and the
-//                           blocks above the watermark (+ p95 reservation) allow
+//                           blocks above the watermark allow, after reserving what every
+//                           running request and the candidate still need (the rest of their
+//                           prompts, the expected output: reserve_blocks_for)
 //   build_output()
 #pragma once
 
@@ -196,6 +198,11 @@ class Scheduler {
   void push_scheduled(Request* r, int64_t num_new, SchedulerOutput& out);
   int64_t chunk_tokens(const Request* r) const;  // next span length within budget/chunk limit
   int64_t expected_total_tokens(const Request* r) const;  // p95 policy
+  // Output tokens r will probably still produce: its remaining max_tokens capped by the p95
+  // output length of finished requests; 0 until kv_reserve_min_samples finished.
+  int64_t expected_output_left(const Request* r) const;
+  // Blocks r still needs beyond resident_tokens: its whole known sequence plus the expected
+  // output (more under --kv-reserve p95 or when protected). Admission keeps them free.
   int64_t reserve_blocks_for(const Request* r, int64_t resident_tokens) const;
   int64_t running_reserve_blocks() const;
   void enqueue_waiting(Request* r);

@@ -181,13 +181,24 @@ int64_t Scheduler::expected_total_tokens(const Request* r) const {
   return std::max(r->num_tokens(), std::min(cap, reserve_tokens()));
 }
 
+int64_t Scheduler::expected_output_left(const Request* r) const {
+  // Only once outputs were measured: before that, max_tokens (a chat request's default is the
+  // rest of the context) would reserve far more than most requests use.
+  if (output_lengths_.num_samples() < size_t(cfg_.kv_reserve_min_samples)) return 0;
+  const int64_t typical = std::min<int64_t>(r->max_tokens, output_lengths_.p95());
+  return std::clamp<int64_t>(typical - r->num_output_tokens(), 0, max_len_ - r->num_tokens());
+}
+
 int64_t Scheduler::reserve_blocks_for(const Request* r, int64_t resident_tokens) const {
-  int64_t total = 0;
+  // Every known token (the rest of a prompt being prefilled in chunks, or of a recompute) will
+  // need its slot, plus the output such requests typically produce: admitting only the first
+  // chunk let long prompts grow into each other and preempt (and recompute) one another.
+  int64_t total = r->num_tokens() + expected_output_left(r);
   if (r->num_preemptions >= cfg_.protect_after_preemptions) {
     // Limits thrashing: an often-preempted request comes back only with room to finish.
     total = std::min<int64_t>(max_len_, r->num_prompt_tokens + r->max_tokens);
   } else if (reserve_tokens() > 0) {
-    total = expected_total_tokens(r);
+    total = std::max(total, expected_total_tokens(r));
   }
   // Windowed: finishing never takes more than the window's blocks, however long the request.
   return std::max<int64_t>(0, blocks_held(total) - blocks_held(resident_tokens));

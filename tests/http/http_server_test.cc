@@ -396,6 +396,52 @@ TEST(HttpServer, RefusedBodySentAnywayIsDiscardedAndTheClientReadsTheAnswer) {
   EXPECT_EQ(s.stats().request_memory.num_granted, 0u);
 }
 
+// Issue 34: a retrying client should not pay a new connection per refusal. A small body refused
+// at the door is skipped (whether it came with the headers or after the answer) and the same
+// connection serves the next request, which may already be pipelined behind it.
+TEST(HttpServer, DoorRefusalOfASmallBodyKeepsTheConnectionForTheNextRequest) {
+  HttpServer s(test_config(), refuse);
+  std::atomic<bool> full{true};
+  PassCounter passes;
+  s.add_route("POST", "/gen",
+              [](HttpRequest& req, HttpResponse& res) {
+                res.set_content(req.door_pass ? "pass:" + req.body : "none", "text/plain");
+              },
+              {.door = test_door(full, passes)});
+  ASSERT_TRUE(s.start().ok());
+  const int fd = connect_to(s.port());
+  const std::string body(30u << 10, 'x');
+  auto answer = [&] {
+    const std::string r = read_until(fd, 5s, has_response_end);
+    EXPECT_EQ(r.find("Connection: close"), std::string::npos) << r.substr(0, 200);
+    return r;
+  };
+  // 1. Headers and body in one write, a second refused request pipelined behind it.
+  ASSERT_TRUE(send_all(fd, announce("/gen", body.size()) + body + announce("/gen", 3) + "abc"));
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  const std::string refusal = R"({"error":{"code":"queue_full"}})";
+  std::string r = read_until(fd, 5s, [&](const std::string& t) { return count(t, refusal) == 2; });
+  EXPECT_EQ(count(r, "HTTP/1.1 429 "), 2u) << r;
+  EXPECT_EQ(r.find("Connection: close"), std::string::npos) << r;
+  // 2. Headers first; the body comes after the refusal was read.
+  ASSERT_TRUE(send_all(fd, announce("/gen", body.size())));
+  EXPECT_EQ(status_of(answer()), 429);
+  ASSERT_TRUE(send_all(fd, body));
+  // 3. With room, the next request on the same connection is handled, its body intact.
+  full = false;
+  ASSERT_TRUE(send_all(fd, announce("/gen", 2) + "ok"));
+  r = answer();
+  EXPECT_EQ(status_of(r), 200) << r;
+  EXPECT_TRUE(r.ends_with("pass:ok")) << r;
+  ::close(fd);
+  EXPECT_EQ(s.stats().accepted_total, 1u);
+  EXPECT_EQ(s.stats().request_memory.num_granted, 1u);  // the admitted request's body only
+}
+
 // The pass a door hands out lives with the request: destroyed after the handler, when the
 // client leaves mid-body, and when the body times out. A door that throws is a 500.
 TEST(HttpServer, DoorPassIsDestroyedOnEveryExit) {

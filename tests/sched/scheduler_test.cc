@@ -402,6 +402,9 @@ void random_run(bool with_swap, uint32_t seed) {
                 .max_num_seqs = 8,
                 .max_model_len = 512,
                 .long_prefill_chunk_tokens = 32,
+                // Outputs never count as measured: admission reserves only the prompts, so the
+                // outputs' growth still preempts and the swap and recompute paths are exercised.
+                .kv_reserve_min_samples = 1 << 30,
                 .preemption_mode = with_swap ? PreemptionMode::kSwap : PreemptionMode::kRecompute},
             with_swap ? 24 : 0);
   std::mt19937 rng(seed);
@@ -474,8 +477,9 @@ TEST_P(RandomLoadTest, EveryRequestFinishesOrIsRejected) {
 INSTANTIATE_TEST_SUITE_P(NoStarvation, RandomLoadTest,
                          ::testing::Combine(::testing::Bool(), ::testing::Values(1u, 2u, 3u, 4u)));
 
-// Short prompts, long outputs: without a reservation the scheduler admits on prompt size and the
-// outputs then preempt each other; p95 reserves for the lengths seen so far.
+// Short prompts, long outputs: until outputs are measured the scheduler admits on prompt size
+// and the outputs then preempt each other; after kv_reserve_min_samples both policies keep room
+// for the measured output (the default its p95, p95 the total length plus a margin).
 uint64_t preemptions_with(KvReservePolicy policy) {
   Harness h(kv_config(64), SchedConfig{.max_num_batched_tokens = 256,
                                        .max_num_seqs = 16,
@@ -494,11 +498,53 @@ uint64_t preemptions_with(KvReservePolicy policy) {
   return h.sched.counters().num_preemptions;
 }
 
-TEST(Scheduler, P95ReservationReducesPreemptions) {
+TEST(Scheduler, P95ReservationPreemptsNoMoreThanTheDefault) {
   const uint64_t none = preemptions_with(KvReservePolicy::kNone);
   const uint64_t p95 = preemptions_with(KvReservePolicy::kP95);
-  EXPECT_GT(none, 0u);
-  EXPECT_LT(p95, none);
+  EXPECT_GT(none, 0u);  // the first 8, before anything was measured
+  EXPECT_LE(p95, none);
+  EXPECT_LT(none, 40u);  // 114 when only the prompt was checked at admission
+}
+
+// Issue 34 (retry storm): admission used to check only a long prompt's first chunk, so prompts
+// that fit one at a time were admitted together, grew into each other chunk by chunk and
+// preempted (recomputed) one another. Now the rest of every prompt is reserved: the third waits.
+TEST(Scheduler, LongPromptsAreAdmittedOnlyWhenTheirWholePromptFits) {
+  // 64 blocks of 16; each prompt is 400 tokens (25 blocks) prefilled in chunks of 64.
+  Harness h(kv_config(64), SchedConfig{.max_num_batched_tokens = 256,
+                                       .max_num_seqs = 8,
+                                       .max_model_len = 1024,
+                                       .long_prefill_chunk_tokens = 64,
+                                       .preemption_mode = PreemptionMode::kRecompute});
+  for (uint64_t id = 1; id <= 3; ++id) h.add(id, tokens(400, int32_t(id) * 1000), 8);
+  h.step();
+  EXPECT_EQ(h.sched.num_running(), 2u);
+  EXPECT_EQ(h.sched.find(SeqId{3})->state, RequestState::kWaiting);
+  h.run_to_completion();
+  EXPECT_EQ(h.finished.size(), 3u);
+  EXPECT_EQ(h.sched.counters().num_preemptions, 0u);
+  EXPECT_EQ(h.kv.stats().num_used_blocks, 0u);
+}
+
+// Once outputs were measured, admission also keeps room for the output a request will
+// probably produce (its max_tokens capped by the p95 output length), so short prompts with
+// long outputs no longer crowd in and preempt each other as they decode.
+TEST(Scheduler, AdmissionReservesTheMeasuredOutputLength) {
+  Harness h(kv_config(64), SchedConfig{.max_num_batched_tokens = 256,
+                                       .max_num_seqs = 16,
+                                       .max_model_len = 1024,
+                                       .kv_reserve_min_samples = 4,
+                                       .preemption_mode = PreemptionMode::kRecompute});
+  // 16 + 200 tokens = 14 blocks each: 4 fit in 64 blocks (measured alone, no preemption).
+  for (uint64_t id = 1; id <= 4; ++id) h.add(id, tokens(16, int32_t(id) * 1000), 200);
+  h.run_to_completion();
+  ASSERT_EQ(h.sched.counters().num_preemptions, 0u);
+  for (uint64_t id = 5; id <= 20; ++id) h.add(id, tokens(16, int32_t(id) * 1000), 200);
+  h.step();
+  EXPECT_EQ(h.sched.num_running(), 4u);  // 4 x 14 blocks; a fifth would not fit its output
+  h.run_to_completion();
+  EXPECT_EQ(h.finished.size(), 20u);
+  EXPECT_EQ(h.sched.counters().num_preemptions, 0u);
 }
 
 // Issue 34: the predicted-wait check counts the waiting requests' work in tokens: prompt still
