@@ -104,7 +104,9 @@ inline void expect_same_tokens_everywhere(const std::string& model, KvDtype dtyp
     EXPECT_EQ(run_all(*e, rs), alone) << (swap ? "swapped" : "recomputed");
     const EngineStats s = e->stats();
     EXPECT_GT(s.num_preemptions, 0u);
-    if (swap) EXPECT_GT(s.num_preemptions_swap, 0u);
+    if (swap) {
+      EXPECT_GT(s.num_preemptions_swap, 0u);
+    }
     expect_no_leak(*e);
   }
 }

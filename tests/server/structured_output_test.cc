@@ -169,7 +169,7 @@ TEST(ServerStructuredOutput, BadOrConflictingConstraintsAre400NamingTheField) {
 TEST(ServerStructuredOutput, SchemaWhoseCompiledFormIsTooLargeIs400NamingTheField) {
   json props = json::object(), required = json::array();
   for (int i = 0; i < 1500; ++i) {
-    const std::string name = "p" + std::to_string(1000 + i);
+    const std::string name = std::string(1, 'p').append(std::to_string(1000 + i));
     props[name] = {{"type", "integer"}};
     required.push_back(name);
   }
