@@ -92,8 +92,8 @@ class Model {
   // Attention of layer l: normed, quantised input in xn_ -> attn_output into tmp_ [T][n_embd].
   void run_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t n_tokens);
   // Attention of the step's decode tokens, each split over its context (forward_decode.cc).
-  void attend_decode_split(const kernels::KvLayerView& view, int64_t window, float scale,
-                           int64_t n_tokens);
+  void attend_decode_split(const kernels::KvLayerView& view, int64_t window,
+                           kernels::AttnScores scores, int64_t n_tokens);
   void run_mla_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t n_tokens);
   void per_head_matmul(const ExpertMatrices& w, const float* in, int64_t n_tokens, float* out);
   // FFN of an MoE layer: xn [T][n_embd] (normed, quantised for the router) -> tmp_ [T][n_embd].
