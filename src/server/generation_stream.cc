@@ -110,7 +110,9 @@ GenerationStream::GenerationStream(ServerState& st, bool chat, const GenParams& 
       text_offset_(runners_.size(), 0),
       logprobs_(st.tokenizer(), chat) {
   if (params_.stream) st_.counters.num_active_streams.fetch_add(1);
-  if (chat_ && params_.stream && params_.tool_format) {
+  if (chat_ && params_.stream && params_.harmony_channels) {
+    harmony_filters_.resize(runners_.size());
+  } else if (chat_ && params_.stream && params_.tool_format) {
     tool_filters_.assign(runners_.size(), tools::ToolStreamFilter(*params_.tool_format));
   }
 }
@@ -173,11 +175,21 @@ bool GenerationStream::echo_first(size_t i, ChoiceDelta& d, json& prompt_logprob
 void GenerationStream::emit(size_t i, ChoiceDelta& d, std::string& out, json prompt_logprobs) {
   ChoiceRunner& r = *runners_[i];
   if (!tool_filters_.empty()) d.text = tool_filters_[i].push(d.text);
-  if (!d.text.empty() || !d.tokens.empty() || !prompt_logprobs.is_null()) {
+  std::string reasoning;
+  if (!harmony_filters_.empty()) {
+    tools::HarmonyDelta h = harmony_filters_[i].push(d.text);
+    d.text = std::move(h.content);
+    reasoning = std::move(h.reasoning);
+  }
+  if (!d.text.empty() || !reasoning.empty() || !d.tokens.empty() || !prompt_logprobs.is_null()) {
     json c = {{"index", i}};
     if (!prompt_logprobs.is_null()) c["prompt_logprobs"] = std::move(prompt_logprobs);
     if (chat_) {
-      c["delta"] = {{"content", d.text}};
+      c["delta"] = json::object();
+      if (!reasoning.empty()) c["delta"]["reasoning_content"] = std::move(reasoning);
+      if (!d.text.empty() || !c["delta"].contains("reasoning_content")) {
+        c["delta"]["content"] = d.text;
+      }
     } else {
       c["text"] = d.text;
     }
@@ -197,6 +209,7 @@ void GenerationStream::emit(size_t i, ChoiceDelta& d, std::string& out, json pro
   }
   std::string reason = r.finish_reason();
   if (!tool_filters_.empty()) reason = emit_tool_end(i, reason, out);
+  if (!harmony_filters_.empty()) reason = emit_harmony_end(i, reason, out);
   json c = {{"index", i}};
   if (chat_) {
     c["delta"] = json::object();
@@ -211,24 +224,64 @@ void GenerationStream::emit(size_t i, ChoiceDelta& d, std::string& out, json pro
 std::string GenerationStream::emit_tool_end(size_t i, const std::string& finish_reason,
                                             std::string& out) {
   tools::ParsedToolOutput end = tool_filters_[i].finish();
-  limit_calls(end.calls, params_.parallel_tool_calls);
-  auto chunk = [&](json delta) {
+  if (!end.content.empty()) {
+    write_chunk(out, {{"index", i},
+                      {"delta", {{"content", end.content}}},
+                      {"logprobs", nullptr},
+                      {"finish_reason", nullptr}});
+  }
+  return emit_calls(i, std::move(end), finish_reason, out);
+}
+
+std::string GenerationStream::emit_harmony_end(size_t i, const std::string& finish_reason,
+                                               std::string& out) {
+  tools::ParsedToolOutput end = harmony_filters_[i].finish();
+  json delta = json::object();
+  if (!end.reasoning.empty()) delta["reasoning_content"] = end.reasoning;
+  if (!end.content.empty()) delta["content"] = end.content;
+  if (!delta.empty()) {
     write_chunk(out, {{"index", i},
                       {"delta", std::move(delta)},
                       {"logprobs", nullptr},
                       {"finish_reason", nullptr}});
-  };
-  if (!end.content.empty()) chunk({{"content", end.content}});
+  }
+  if (!params_.tool_format) return finish_reason;  // no tools offered: no calls to return
+  return emit_calls(i, std::move(end), finish_reason, out);
+}
+
+std::string GenerationStream::emit_calls(size_t i, tools::ParsedToolOutput end,
+                                         const std::string& finish_reason, std::string& out) {
+  limit_calls(end.calls, params_.parallel_tool_calls);
   for (json& item : tool_call_deltas(end.calls)) {
-    chunk({{"tool_calls", json::array({std::move(item)})}});
+    write_chunk(out, {{"index", i},
+                      {"delta", {{"tool_calls", json::array({std::move(item)})}}},
+                      {"logprobs", nullptr},
+                      {"finish_reason", nullptr}});
   }
   // An output cut at max_tokens stays "length": its last call may be missing.
   return end.calls.empty() || finish_reason == "length" ? finish_reason : "tool_calls";
 }
 
+// A harmony answer's message: the analysis channel as reasoning_content, the final channel as
+// content, and (with tools) the calls.
+json GenerationStream::harmony_message(const std::string& text, std::string& finish_reason) const {
+  tools::ParsedToolOutput p = tools::parse_harmony(text);
+  if (!params_.tool_format) p.calls.clear();
+  limit_calls(p.calls, params_.parallel_tool_calls);
+  json m = {{"role", "assistant"},
+            {"content", p.content.empty() && !p.calls.empty() ? json() : json(p.content)}};
+  if (!p.reasoning.empty()) m["reasoning_content"] = p.reasoning;
+  if (!p.calls.empty()) {
+    m["tool_calls"] = tool_calls_json(p.calls);
+    if (finish_reason != "length") finish_reason = "tool_calls";
+  }
+  return m;
+}
+
 // The chat answer's message; with tools, the calls parsed out of `text` (content null when the
 // answer is only calls) and finish_reason "tool_calls".
 json GenerationStream::chat_message(const std::string& text, std::string& finish_reason) const {
+  if (params_.harmony_channels) return harmony_message(text, finish_reason);
   if (!params_.tool_format) return {{"role", "assistant"}, {"content", text}};
   tools::ParsedToolOutput p = tools::parse_tool_calls(*params_.tool_format, text);
   limit_calls(p.calls, params_.parallel_tool_calls);
