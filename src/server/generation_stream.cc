@@ -317,6 +317,7 @@ void GenerationStream::poll_streamed(http::StreamOutput& out) {
     out.status = 200;
     out.content_type = "text/event-stream";
     out.chunked = true;
+    started_ = true;  // the status line and the role chunks go out once
     if (chat_) {
       for (size_t i = 0; i < runners_.size(); ++i) {
         json c = {{"index", i},
