@@ -48,7 +48,7 @@ void BM_AttentionDecode(benchmark::State& state) {
     for (size_t i = 0; i < flush.size(); i += 64) flush[i]++;
     state.ResumeTiming();
     const AttnQuery query = {q.data(), out.data(), 0, kContext};
-    t.attention({&query, 1}, kHeads, kv, table, 0.125f, scratch.data());
+    t.attention({&query, 1}, kHeads, kv, table, {0.125f}, scratch.data());
     benchmark::DoNotOptimize(out.data());
   }
   state.SetBytesProcessed(state.iterations() * (int64_t)table.size() * stride);

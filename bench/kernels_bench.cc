@@ -149,7 +149,7 @@ void bm_attention(benchmark::State& state, int64_t n_queries, int64_t depth, KvD
   }
   std::vector<float> scratch(attention_scratch_floats(kHd));
   for (auto _ : state) {
-    k.attention(queries, kGroup, kv, table, 0.125f, scratch.data());
+    k.attention(queries, kGroup, kv, table, {0.125f}, scratch.data());
     benchmark::DoNotOptimize(out.data());
   }
   state.counters["GFLOP/s"] =

@@ -29,8 +29,15 @@ void attention_merge(float* out, float* ml, const float* seg_out, const float* s
   ml[1] = ml[1] * a + seg_ml[1] * b;
 }
 
-void attention_finish(float* out, const float* ml, int32_t head_dim) {
-  const float inv = ml[1] > 0.0f ? 1.0f / ml[1] : 0.0f;
+void attention_finish(float* out, const float* ml, int32_t head_dim, const float* sink) {
+  float inv = ml[1] > 0.0f ? 1.0f / ml[1] : 0.0f;
+  if (sink != nullptr) {
+    // The sink as one more merged state {sink, 1} with a zero row. An empty range (m = -inf,
+    // l = 0) gets a = 0: all weight on the sink, a zero row.
+    const float m = std::max(ml[0], *sink);
+    const float a = std::exp(ml[0] - m);
+    inv = a / (ml[1] * a + std::exp(*sink - m));
+  }
   for (int32_t i = 0; i < head_dim; ++i) out[i] *= inv;
 }
 
@@ -68,7 +75,7 @@ namespace {
 
 // Queries [0, nq) x query heads [h0, h0 + ng) against a KV view of one head (see the header).
 void attend_tile(AttnSegmentFn segment, const AttnQuery* queries, int nq, int32_t h0, int ng,
-                 const KvLayerView& kv1, std::span<const uint32_t> block_table, float scale,
+                 const KvLayerView& kv1, std::span<const uint32_t> block_table, AttnScores scores,
                  float* scratch) {
   const int32_t hd = kv1.head_dim;
   float* seg_out = scratch + attention_segment_scratch_floats(hd);  // [q][g][hd]
@@ -96,7 +103,7 @@ void attend_tile(AttnSegmentFn segment, const AttnQuery* queries, int nq, int32_
     }
     if (n == 0) continue;
     // seg_ml is indexed [n][g] with a row of ng heads; kernels write ml[query][head][2].
-    segment({sub, (size_t)n}, ng, kv1, block_table, scale, seg_ml, scratch);
+    segment({sub, (size_t)n}, ng, kv1, block_table, scores, seg_ml, scratch);
     for (int k = 0; k < n; ++k) {
       const int i = idx[k];
       float* rml = run_ml + (int64_t)i * kTileHeads * 2;
@@ -118,7 +125,8 @@ void attend_tile(AttnSegmentFn segment, const AttnQuery* queries, int nq, int32_
       if (!started[i]) {
         std::memset(out, 0, sizeof(float) * hd);  // an empty range attends nothing
       } else {
-        attention_finish(out, run_ml + ((int64_t)i * kTileHeads + g) * 2, hd);
+        attention_finish(out, run_ml + ((int64_t)i * kTileHeads + g) * 2, hd,
+                         scores.sinks != nullptr ? scores.sinks + h0 + g : nullptr);
       }
     }
   }
@@ -128,7 +136,8 @@ void attend_tile(AttnSegmentFn segment, const AttnQuery* queries, int nq, int32_
 
 void attention_by_segments(AttnSegmentFn segment, std::span<const AttnQuery> queries,
                            int32_t n_heads, const KvLayerView& kv,
-                           std::span<const uint32_t> block_table, float scale, float* scratch) {
+                           std::span<const uint32_t> block_table, AttnScores scores,
+                           float* scratch) {
   const int32_t group = gqa_group(n_heads, kv);
   for (size_t i0 = 0; i0 < queries.size(); i0 += kTileQueries) {
     const int nq = (int)std::min<size_t>(kTileQueries, queries.size() - i0);
@@ -137,7 +146,7 @@ void attention_by_segments(AttnSegmentFn segment, std::span<const AttnQuery> que
       for (int32_t g0 = 0; g0 < group; g0 += kTileHeads) {
         const int ng = std::min(group - g0, kTileHeads);
         attend_tile(segment, queries.data() + i0, nq, kv_head * group + g0, ng, kv1, block_table,
-                    scale, scratch);
+                    scores, scratch);
       }
     }
   }

@@ -52,6 +52,19 @@ struct AttnQuery {
   int64_t pos_end;
 };
 
+// How an attention call turns q.k into softmax logits, and what else joins its softmax: the
+// attention variants of the families. logit = scale * q.k, or with softcap > 0 (Gemma-2's
+// attn_logit_softcapping) softcap * tanh(scale * q.k / softcap). sinks (gpt-oss; nullable):
+// one learned logit per query head of the call ([n_heads]) that joins each softmax's
+// denominator with no value row, so a head may attend to almost nothing. A segment
+// (attention_segment) applies the softcap; sinks join only at attention_finish, after the
+// segments' merge, so the split decode and the unsplit call fold them in the same place.
+struct AttnScores {
+  float scale;
+  float softcap = 0.0f;
+  const float* sinks = nullptr;
+};
+
 // Positions per attention chunk (two AVX2 registers of scores).
 constexpr int32_t kAttnChunk = 16;
 
@@ -116,15 +129,16 @@ struct KernelTable {
   // Since flash-decoding, every table's attention is attention_by_segments over its own
   // attention_segment (kernels_internal.h).
   void (*attention)(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
-                    std::span<const uint32_t> block_table, float scale, float* scratch);
+                    std::span<const uint32_t> block_table, AttnScores scores, float* scratch);
 
   // One segment of attention, unnormalised: as attention for queries whose [pos_begin, pos_end)
   // lie inside one segment (non-empty), but each (query, head)'s out row is the sum of
   // exp(s - m) * v, not divided by l, and its state {m, l} (max score, sum of exp(s - m)) goes to
   // ml[query][head][2]. attention_merge and attention_finish turn segments into attention.
+  // scores.sinks is not read here (attention_finish takes each head's sink).
   void (*attention_segment)(std::span<const AttnQuery> queries, int32_t n_heads,
                             const KvLayerView& kv, std::span<const uint32_t> block_table,
-                            float scale, float* ml, float* scratch);
+                            AttnScores scores, float* ml, float* scratch);
 
   // Writes one token's k, v ([n_kv_heads][head_dim] f32) into slot `pos` of the block table.
   void (*kv_store)(const KvLayerView& kv, std::span<const uint32_t> block_table, int64_t pos,
@@ -140,8 +154,9 @@ int64_t attention_scratch_floats(int32_t head_dim);
 // one merge every path uses, so a split computed on other threads gives the same bits.
 void attention_merge(float* out, float* ml, const float* seg_out, const float* seg_ml,
                      int32_t head_dim);
-// Divides a merged row by its sum (zeros when l is 0).
-void attention_finish(float* out, const float* ml, int32_t head_dim);
+// Divides a merged row by its sum (zeros when l is 0). sink (nullable): the head's sink logit,
+// which joins the sum (and the max) first: out * exp(m - m') / (l exp(m - m') + exp(sink - m')).
+void attention_finish(float* out, const float* ml, int32_t head_dim, const float* sink = nullptr);
 // First position of the segment holding pos, and the segments [pos_begin, pos_end) touches.
 inline int64_t attn_segment_begin(int64_t pos) {
   return pos / kAttnSegment * kAttnSegment;

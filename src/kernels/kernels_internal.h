@@ -127,7 +127,7 @@ void matmul_dequant(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
                     int64_t n_tokens, float* y, int ith, int nth);
 // The AVX-512 tables' attention_segment (x86/attention_avx512.cc).
 void attention_segment(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
-                       std::span<const uint32_t> block_table, float scale, float* ml,
+                       std::span<const uint32_t> block_table, AttnScores scores, float* ml,
                        float* scratch);
 }  // namespace avx512
 
@@ -135,14 +135,15 @@ void attention_segment(std::span<const AttnQuery> queries, int32_t n_heads, cons
 // queries x 16 query heads of one KV head, each segment the tile touches is computed and merged
 // in position order into the queries' out rows, which are then normalised.
 using AttnSegmentFn = void (*)(std::span<const AttnQuery>, int32_t, const KvLayerView&,
-                               std::span<const uint32_t>, float, float*, float*);
+                               std::span<const uint32_t>, AttnScores, float*, float*);
 void attention_by_segments(AttnSegmentFn segment, std::span<const AttnQuery> queries,
                            int32_t n_heads, const KvLayerView& kv,
-                           std::span<const uint32_t> block_table, float scale, float* scratch);
+                           std::span<const uint32_t> block_table, AttnScores scores,
+                           float* scratch);
 template <AttnSegmentFn kSegment>
 void attention_of(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
-                  std::span<const uint32_t> block_table, float scale, float* scratch) {
-  attention_by_segments(kSegment, queries, n_heads, kv, block_table, scale, scratch);
+                  std::span<const uint32_t> block_table, AttnScores scores, float* scratch) {
+  attention_by_segments(kSegment, queries, n_heads, kv, block_table, scores, scratch);
 }
 // Scratch of one attention_segment call (the kernels' own part of attention_scratch_floats).
 int64_t attention_segment_scratch_floats(int32_t head_dim);

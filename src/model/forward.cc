@@ -207,11 +207,19 @@ void Model::run_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t
   const int32_t group = hp_.n_head / hp_.n_head_kv;
   const float scale = hp_.attn_scale > 0.0f ? hp_.attn_scale : 1.0f / std::sqrt((float)hd);
   const int64_t window = hp_.layer_window(l);
-  const float cap = hp_.gemma.attn_softcap;
+  // Gemma-2's soft-capped scores and gpt-oss's sinks are variants of the kernels' attention
+  // (kernels::AttnScores); sinks are indexed by query head, so each KV head's call gets its own.
+  const kernels::AttnScores scores = {scale, hp_.gemma.attn_softcap,
+                                      L.attn_sinks.empty() ? nullptr : L.attn_sinks.data()};
+  const auto scores_of = [&](int32_t g) {
+    kernels::AttnScores s = scores;
+    if (s.sinks != nullptr) s.sinks += (int64_t)g * group;
+    return s;
+  };
   // Decode tokens (tiles of one query) go to attend_decode_split, which also splits each over
-  // its context (forward_decode.cc); softcapped and sink attention have no split and stay
-  // here, as would a model whose n_head x 2 split states do not fit in a token's row of v_.
-  const bool split = cap <= 0.0f && L.attn_sinks.empty() && 2 * (int64_t)hp_.n_head <= kvd;
+  // its context (forward_decode.cc), unless a token's n_head x 2 split states do not fit in its
+  // row of v_.
+  const bool split = 2 * (int64_t)hp_.n_head <= kvd;
   bool any_tile = !split;  // a pure decode step skips this phase and its barrier
   for (int64_t t = 1; t < n_tokens && !any_tile; ++t) any_tile = tok_[t].seq == tok_[t - 1].seq;
   const auto attend_tiles = [&](int ith, int nth) {
@@ -238,21 +246,13 @@ void Model::run_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t
                           pos + 1};
         }
         const std::span<const kernels::AttnQuery> queries(tile, (size_t)(t1 - t0));
-        if (cap > 0.0f) {
-          softcap_attention(queries, group, kernels::kv_head_view(view, g), table, scale, cap,
-                            scratch);
-        } else if (!L.attn_sinks.empty()) {
-          sink_attention(queries, group, kernels::kv_head_view(view, g), table, scale,
-                         L.attn_sinks.data() + head0, scratch);
-        } else {
-          kt.attention(queries, group, kernels::kv_head_view(view, g), table, scale, scratch);
-        }
+        kt.attention(queries, group, kernels::kv_head_view(view, g), table, scores_of(g), scratch);
       }
       t0 = t1;
     }
   };
   if (any_tile) pool_.run(attend_tiles);
-  if (split) attend_decode_split(view, window_rows, window, scale, n_tokens);
+  if (split) attend_decode_split(view, window_rows, window, scores, n_tokens);
   pool_.run([&](int ith, int nth) {
     auto [b, e] = thread_share(n_tokens, ith, nth);
     for (int64_t t = b; t < e; ++t) quantize_for(L.wo, xn, t, qd);

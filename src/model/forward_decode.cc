@@ -19,7 +19,7 @@ namespace kvw {
 // Their running softmax state lives in v_: [T][kv_dim] is dead once K/V are in the cache, and a
 // token needs n_head x 2 floats of it (CHECKed: 2 x group <= head_dim).
 void Model::attend_decode_split(const kernels::KvLayerView& view, bool window_rows, int64_t window,
-                                float scale, int64_t n_tokens) {
+                                kernels::AttnScores scores, int64_t n_tokens) {
   const auto& kt = kernels::kernels();
   const int32_t hd = hp_.head_dim, n_kv = hp_.n_head_kv, group = hp_.n_head / hp_.n_head_kv;
   const int64_t qd = hp_.q_dim(), kvd = hp_.kv_dim();
@@ -68,6 +68,10 @@ void Model::attend_decode_split(const kernels::KvLayerView& view, bool window_ro
   }
   auto out_of = [&](int64_t t, int32_t g) { return xn_.data() + t * qd + (int64_t)g * group * hd; };
   auto ml_of = [&](int64_t t, int32_t g) { return v_.data() + t * kvd + (int64_t)g * group * 2; };
+  // Query head h of KV head g's sink (gpt-oss), which joins at the finish, as in kt.attention.
+  auto sink_of = [&](int32_t g, int32_t h) {
+    return scores.sinks != nullptr ? scores.sinks + (int64_t)g * group + h : nullptr;
+  };
   for (int64_t w0 = 0; w0 < n_items; w0 += wave) {
     const int64_t w1 = std::min(n_items, w0 + wave);
     bool any_merge = false;  // contexts within one segment finish where computed: no merge phase
@@ -84,10 +88,10 @@ void Model::attend_decode_split(const kernels::KvLayerView& view, bool window_ro
         const kernels::AttnQuery query = {q_.data() + t * qd + (int64_t)g * group * hd, part,
                                           std::max(b, s0), std::min(e, s0 + kernels::kAttnSegment)};
         kt.attention_segment({&query, 1}, group, kernels::kv_head_view(view, g),
-                             kv_table(tok_[t].seq, window_rows), scale, ml, scratch);
+                             kv_table(tok_[t].seq, window_rows), scores, ml, scratch);
         if (n_seg == 1) {
           for (int32_t h = 0; h < group; ++h)
-            kernels::attention_finish(part + h * hd, ml + 2 * h, hd);
+            kernels::attention_finish(part + h * hd, ml + 2 * h, hd, sink_of(g, h));
         }
       });
     });
@@ -114,7 +118,7 @@ void Model::attend_decode_split(const kernels::KvLayerView& view, bool window_ro
         }
         if (s + 1 == n_seg) {
           for (int32_t h = 0; h < group; ++h)
-            kernels::attention_finish(out + h * hd, ml + 2 * h, hd);
+            kernels::attention_finish(out + h * hd, ml + 2 * h, hd, sink_of(g, h));
         }
       });
     });

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "model/scored_attention.h"
-
 namespace kvw {
 
 void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) {
@@ -19,16 +17,6 @@ void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) {
 void softcap(float* x, int64_t n, float cap) {
   const float inv = 1.0f / cap;
   for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] * inv);
-}
-
-void softcap_attention(std::span<const kernels::AttnQuery> queries, int32_t n_heads,
-                       const kernels::KvLayerView& kv, std::span<const uint32_t> block_table,
-                       float scale, float cap, float* scratch) {
-  const float inv_cap = 1.0f / cap;
-  scored::attention(
-      queries, n_heads, kv, block_table, nullptr,
-      [&](float qk) { return cap * std::tanh(scale * qk * inv_cap); }, scratch,
-      "softcap_attention");
 }
 
 }  // namespace kvw

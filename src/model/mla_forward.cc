@@ -163,7 +163,7 @@ void Model::run_mla_attention(const LayerWeights& L, int32_t l, KvArena& kv, int
           const int64_t off = (t * nh + h0) * row;
           tile[t - t0] = {qa + off, xn + off, 0, tok_[t].pos + 1};
         }
-        kt.attention({tile, (size_t)(t1 - t0)}, (int32_t)n, view, table, mla_scale_, scratch);
+        kt.attention({tile, (size_t)(t1 - t0)}, (int32_t)n, view, table, {mla_scale_}, scratch);
       }
       t0 = t1;
     }

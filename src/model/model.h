@@ -103,7 +103,7 @@ class Model {
     return window_rows ? seqs_[size_t(seq)].window_block_table : seqs_[size_t(seq)].block_table;
   }
   void attend_decode_split(const kernels::KvLayerView& view, bool window_rows, int64_t window,
-                           float scale, int64_t n_tokens);
+                           kernels::AttnScores scores, int64_t n_tokens);
   void run_mla_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t n_tokens);
   void per_head_matmul(const ExpertMatrices& w, const float* in, int64_t n_tokens, float* out);
   // FFN of an MoE layer: xn [T][n_embd] (normed, quantised for the router) -> tmp_ [T][n_embd].

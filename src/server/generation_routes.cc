@@ -252,12 +252,13 @@ std::variant<std::vector<std::unique_ptr<ChoiceRunner>>, ApiError> submit_all(
         return engine_refusal(st, ch.error());
       }
       ticket.hand_over(1);
-      // Tool calls are written with special tokens ([TOOL_CALLS], <|channel|>...): keep them.
+      // Tool calls and harmony channels are written with special tokens ([TOOL_CALLS],
+      // <|channel|>...): keep them.
       runners.push_back(std::make_unique<ChoiceRunner>(
           st, std::move(*ch), stops, p.logprobs, p.ignore_eos, arrival_ns,
           (uint32_t)prompts[k].tokens.size(),
           ChoiceOutput{.discard = prompts[k].max_tokens == 0,
-                       .render_special = p.tool_format.has_value()}));
+                       .render_special = p.tool_format.has_value() || p.harmony_channels}));
     }
   }
   return runners;
@@ -440,6 +441,7 @@ void handle_chat_completions(ServerState& st, HttpRequest& req, HttpResponse& re
     if (auto e = apply_tools(st, tr, std::get<0>(grammar), cr.params, grammar_bytes(st))) {
       return send_error(st, res, *e);
     }
+    cr.params.harmony_channels = st.harmony_output;
     if (auto e = constrain(st, std::get<0>(grammar), cr.params)) return send_error(st, res, *e);
     if (auto e = check_generation_bounds(st, cr.params, 1)) return send_error(st, res, *e);
     if (auto e = bound_message_count(st, cr.messages)) return send_error(st, res, *e);

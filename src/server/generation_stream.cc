@@ -110,7 +110,9 @@ GenerationStream::GenerationStream(ServerState& st, bool chat, const GenParams& 
       text_offset_(runners_.size(), 0),
       logprobs_(st.tokenizer(), chat) {
   if (params_.stream) st_.counters.num_active_streams.fetch_add(1);
-  if (chat_ && params_.stream && params_.tool_format) {
+  if (chat_ && params_.stream && params_.harmony_channels) {
+    harmony_filters_.resize(runners_.size());
+  } else if (chat_ && params_.stream && params_.tool_format) {
     tool_filters_.assign(runners_.size(), tools::ToolStreamFilter(*params_.tool_format,
                                                                   params_.parallel_tool_calls));
   }
@@ -192,11 +194,21 @@ void GenerationStream::emit(size_t i, ChoiceDelta& d, std::string& out, json pro
     d.text = tool_filters_[i].push(d.text);
     calls = tool_filters_[i].take_calls(&first_call);
   }
-  if (!d.text.empty() || !d.tokens.empty() || !prompt_logprobs.is_null()) {
+  std::string reasoning;
+  if (!harmony_filters_.empty()) {
+    tools::HarmonyDelta h = harmony_filters_[i].push(d.text);
+    d.text = std::move(h.content);
+    reasoning = std::move(h.reasoning);
+  }
+  if (!d.text.empty() || !reasoning.empty() || !d.tokens.empty() || !prompt_logprobs.is_null()) {
     json c = {{"index", i}};
     if (!prompt_logprobs.is_null()) c["prompt_logprobs"] = std::move(prompt_logprobs);
     if (chat_) {
-      c["delta"] = {{"content", d.text}};
+      c["delta"] = json::object();
+      if (!reasoning.empty()) c["delta"]["reasoning_content"] = std::move(reasoning);
+      if (!d.text.empty() || !c["delta"].contains("reasoning_content")) {
+        c["delta"]["content"] = d.text;
+      }
     } else {
       c["text"] = d.text;
     }
@@ -217,6 +229,7 @@ void GenerationStream::emit(size_t i, ChoiceDelta& d, std::string& out, json pro
   }
   std::string reason = r.finish_reason();
   if (!tool_filters_.empty()) reason = emit_tool_end(i, reason, out);
+  if (!harmony_filters_.empty()) reason = emit_harmony_end(i, reason, out);
   json c = {{"index", i}};
   if (chat_) {
     c["delta"] = json::object();
@@ -254,9 +267,46 @@ std::string GenerationStream::emit_tool_end(size_t i, const std::string& finish_
   return f.num_calls() == 0 || finish_reason == "length" ? finish_reason : "tool_calls";
 }
 
+std::string GenerationStream::emit_harmony_end(size_t i, const std::string& finish_reason,
+                                               std::string& out) {
+  tools::ParsedToolOutput end = harmony_filters_[i].finish();
+  json delta = json::object();
+  if (!end.reasoning.empty()) delta["reasoning_content"] = end.reasoning;
+  if (!end.content.empty()) delta["content"] = end.content;
+  if (!delta.empty()) {
+    write_chunk(out, {{"index", i},
+                      {"delta", std::move(delta)},
+                      {"logprobs", nullptr},
+                      {"finish_reason", nullptr}});
+  }
+  if (!params_.tool_format) return finish_reason;  // no tools offered: no calls to return
+  // Harmony calls go out at the end, parsed when their message closes.
+  limit_calls(end.calls, params_.parallel_tool_calls);
+  emit_tool_calls(i, end.calls, 0, out);
+  // An output cut at max_tokens stays "length": its last call may be missing.
+  return end.calls.empty() || finish_reason == "length" ? finish_reason : "tool_calls";
+}
+
+// A harmony answer's message: the analysis channel as reasoning_content, the final channel as
+// content, and (with tools) the calls.
+json GenerationStream::harmony_message(const std::string& text, std::string& finish_reason) const {
+  tools::ParsedToolOutput p = tools::parse_harmony(text);
+  if (!params_.tool_format) p.calls.clear();
+  limit_calls(p.calls, params_.parallel_tool_calls);
+  json m = {{"role", "assistant"},
+            {"content", p.content.empty() && !p.calls.empty() ? json() : json(p.content)}};
+  if (!p.reasoning.empty()) m["reasoning_content"] = p.reasoning;
+  if (!p.calls.empty()) {
+    m["tool_calls"] = tool_calls_json(p.calls);
+    if (finish_reason != "length") finish_reason = "tool_calls";
+  }
+  return m;
+}
+
 // The chat answer's message; with tools, the calls parsed out of `text` (content null when the
 // answer is only calls) and finish_reason "tool_calls".
 json GenerationStream::chat_message(const std::string& text, std::string& finish_reason) const {
+  if (params_.harmony_channels) return harmony_message(text, finish_reason);
   if (!params_.tool_format) return {{"role", "assistant"}, {"content", text}};
   tools::ParsedToolOutput p = tools::parse_tool_calls(*params_.tool_format, text);
   limit_calls(p.calls, params_.parallel_tool_calls);
@@ -292,6 +342,7 @@ void GenerationStream::poll_streamed(http::StreamOutput& out) {
     out.status = 200;
     out.content_type = "text/event-stream";
     out.chunked = true;
+    started_ = true;  // the status line and the role chunks go out once
     if (chat_) {
       for (size_t i = 0; i < runners_.size(); ++i) {
         json c = {{"index", i},

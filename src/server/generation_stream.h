@@ -14,6 +14,7 @@
 #include "server/choice_runner.h"
 #include "server/openai_request.h"
 #include "server/prompt_echo.h"
+#include "tools/harmony_stream.h"
 #include "tools/tool_stream.h"
 
 namespace kvw::server {
@@ -88,6 +89,9 @@ class GenerationStream final : public http::ResponseStream {
   // The end: content held back and calls not sent yet. Returns the finish_reason
   // ("tool_calls" when there were calls).
   std::string emit_tool_end(size_t i, const std::string& finish_reason, std::string& out);
+  // Harmony: what the channel filter still held, and its calls (with tools), at the end.
+  std::string emit_harmony_end(size_t i, const std::string& finish_reason, std::string& out);
+  nlohmann::json harmony_message(const std::string& text, std::string& finish_reason) const;
   nlohmann::json chat_message(const std::string& text, std::string& finish_reason) const;
   void write_chunk(std::string& out, nlohmann::json choice);
   static void write_event(std::string& out, const std::string& payload);
@@ -111,6 +115,8 @@ class GenerationStream final : public http::ResponseStream {
   std::vector<bool> ended_;          // [choices]: final chunk written
   std::vector<size_t> text_offset_;  // [choices]: completions logprobs text_offset
   std::vector<tools::ToolStreamFilter> tool_filters_;  // [choices] when streamed with tools
+  // [choices] when streamed with harmony channels (instead of tool_filters_)
+  std::vector<tools::HarmonyStreamFilter> harmony_filters_;
   LogprobBuilder logprobs_;
   bool started_ = false;
   bool done_ = false;

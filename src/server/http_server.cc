@@ -132,6 +132,7 @@ Result<std::unique_ptr<Server>> Server::create(const ServerConfig& cfg, Engine& 
   auto format = choose_tool_format(c.tool_call_parser, *st.prompter, engine.tokenizer());
   if (!format.ok()) return format.error();
   st.tool_format = *format;
+  st.harmony_output = writes_harmony(st.tool_format, *st.prompter, engine.tokenizer());
   LOG(INFO, server) << "tool calls: " << tools::format_name(st.tool_format) << " format"
                     << (c.tool_call_parser.empty() ? " (detected)" : " (--tool-call-parser)")
                     << (st.prompter->supports_tools() ? "" : ", generic tool prompt");

@@ -53,6 +53,9 @@ struct GenParams {
   // Tool calling (server/tool_calling.h): the output is parsed for calls in this format.
   std::optional<tools::ToolCallFormat> tool_format = std::nullopt;
   bool parallel_tool_calls = true;
+  // Chat with a model that writes harmony (gpt-oss): its analysis channel is returned as
+  // reasoning_content and only its final channel as content (tools/harmony_stream.h).
+  bool harmony_channels = false;
 };
 
 // One completions prompt: text, or token ids when the client sent ids.

@@ -30,6 +30,7 @@ struct ServerState {
   int64_t max_token_bytes = 1;  // the most text bytes one token stands for (vocab, specials too)
   std::unique_ptr<ChatPrompter> prompter;
   tools::ToolCallFormat tool_format = tools::ToolCallFormat::kHermes;  // how the model calls tools
+  bool harmony_output = false;  // chat answers are harmony channels (tool_calling.h writes_harmony)
   AdmissionController admission;
   Breaker breaker;
   LatencyWindow latency;

@@ -49,6 +49,15 @@ std::optional<ApiError> lazy_call_grammar(const ServerState& st, const ToolReque
 
 }  // namespace
 
+namespace {
+
+bool in_vocab(const Tokenizer& tok, std::string_view text) {
+  const auto& vocab = tok.vocab().tokens;
+  return std::find(vocab.begin(), vocab.end(), text) != vocab.end();
+}
+
+}  // namespace
+
 Result<tools::ToolCallFormat> choose_tool_format(const std::string& flag,
                                                  const ChatPrompter& prompter,
                                                  const Tokenizer& tok) {
@@ -59,13 +68,18 @@ Result<tools::ToolCallFormat> choose_tool_format(const std::string& flag,
     }
     return *f;
   }
-  const auto& vocab = tok.vocab().tokens;
-  auto has_token = [&](std::string_view text) {
-    return std::find(vocab.begin(), vocab.end(), text) != vocab.end();
-  };
   // A template without tool support gets the generic prompt, which asks for Hermes calls.
   if (!prompter.supports_tools()) return tools::ToolCallFormat::kHermes;
-  return tools::detect_format(prompter.template_source(), has_token);
+  return tools::detect_format(prompter.template_source(),
+                              [&](std::string_view t) { return in_vocab(tok, t); });
+}
+
+bool writes_harmony(tools::ToolCallFormat tool_format, const ChatPrompter& prompter,
+                    const Tokenizer& tok) {
+  if (tool_format == tools::ToolCallFormat::kHarmony) return true;
+  return tools::detect_format(prompter.template_source(), [&](std::string_view t) {
+           return in_vocab(tok, t);
+         }) == tools::ToolCallFormat::kHarmony;
 }
 
 std::optional<ApiError> apply_tools(const ServerState& st, const ToolRequest& tr,

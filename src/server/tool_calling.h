@@ -29,6 +29,11 @@ struct ServerState;
 Result<tools::ToolCallFormat> choose_tool_format(const std::string& flag,
                                                  const ChatPrompter& prompter,
                                                  const Tokenizer& tok);
+// Whether the model answers in harmony channels (gpt-oss: its template or its vocabulary has
+// harmony's markers, or the tool format is harmony): chat answers then split analysis
+// (reasoning_content) from final (content), with or without tools.
+bool writes_harmony(tools::ToolCallFormat tool_format, const ChatPrompter& prompter,
+                    const Tokenizer& tok);
 
 // Sets what the request's tools change in `p` (the format its output is parsed in) and, for
 // tool_choice "required" or a named function, `grammar` (the calls' grammar, compiled within

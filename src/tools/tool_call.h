@@ -40,10 +40,12 @@ struct ToolCall {
   std::string arguments;  // JSON text of an object, as OpenAI's function.arguments
 };
 
-// A model's output split into the text outside the calls and the calls, in order.
+// A model's output split into the text outside the calls and the calls, in order; `reasoning`:
+// what a reasoning model wrote before its answer (harmony's analysis channel), if it has one.
 struct ParsedToolOutput {
   std::string content;
   std::vector<ToolCall> calls;
+  std::string reasoning = {};
 };
 
 }  // namespace kvw::tools

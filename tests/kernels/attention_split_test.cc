@@ -53,22 +53,25 @@ struct DeepKv {
   KvLayerView view;
 };
 
-// Float64 two-pass softmax of one query over [b, e), all heads.
+// Float64 two-pass softmax of one query over [b, e), all heads, with AttnScores' variants.
 std::vector<float> naive(const DeepKv& kv, const float* q, int32_t n_heads, int64_t b, int64_t e,
-                         float scale) {
+                         AttnScores sc) {
   const int32_t hd = kv.view.head_dim, group = n_heads / kKvHeads;
   std::vector<float> out(n_heads * hd), row(hd);
   std::vector<std::vector<float>> ks(e - b), vs(e - b);
   for (int32_t h = 0; h < n_heads; ++h) {
     std::vector<double> s(e - b);
-    double mx = -INFINITY, sum = 0.0;
+    double mx = sc.sinks != nullptr ? sc.sinks[h] : -INFINITY, sum = 0.0;
     for (int64_t p = b; p < e; ++p) {
       kv_load_row(kv.view, false, kv.table, p, h / group, row.data());
       double dot = 0.0;
       for (int32_t i = 0; i < hd; ++i) dot += (double)q[h * hd + i] * row[i];
-      mx = std::fmax(mx, s[p - b] = dot * scale);
+      double x = dot * sc.scale;
+      if (sc.softcap > 0.0f) x = sc.softcap * std::tanh(x / sc.softcap);
+      mx = std::fmax(mx, s[p - b] = x);
     }
     for (double& x : s) sum += (x = std::exp(x - mx));
+    if (sc.sinks != nullptr) sum += std::exp(sc.sinks[h] - mx);
     std::vector<double> acc(hd, 0.0);
     for (int64_t p = b; p < e; ++p) {
       kv_load_row(kv.view, true, kv.table, p, h / group, row.data());
@@ -82,7 +85,7 @@ std::vector<float> naive(const DeepKv& kv, const float* q, int32_t n_heads, int6
 // The split as the model's decode runs it: per KV head, each segment of [b, e) into its own
 // buffer (last segment first), then merged in position order and finished.
 std::vector<float> split(const KernelTable& t, const DeepKv& kv, const float* q, int32_t n_heads,
-                         int64_t b, int64_t e, float scale) {
+                         int64_t b, int64_t e, AttnScores sc) {
   const int32_t hd = kv.view.head_dim, group = n_heads / kKvHeads;
   const int64_t n_seg = attn_num_segments(b, e);
   std::vector<float> parts(n_seg * group * hd), mls(n_seg * group * 2);
@@ -92,7 +95,7 @@ std::vector<float> split(const KernelTable& t, const DeepKv& kv, const float* q,
       const int64_t s0 = attn_segment_begin(b) + s * kAttnSegment;
       const AttnQuery query = {q + g * group * hd, parts.data() + s * group * hd, std::max(b, s0),
                                std::min(e, s0 + kAttnSegment)};
-      t.attention_segment({&query, 1}, group, kv_head_view(kv.view, g), kv.table, scale,
+      t.attention_segment({&query, 1}, group, kv_head_view(kv.view, g), kv.table, sc,
                           mls.data() + s * group * 2, scratch.data());
     }
     for (int32_t h = 0; h < group; ++h) {
@@ -103,7 +106,7 @@ std::vector<float> split(const KernelTable& t, const DeepKv& kv, const float* q,
         attention_merge(o, ml, parts.data() + (s * group + h) * hd,
                         mls.data() + (s * group + h) * 2, hd);
       }
-      attention_finish(o, ml, hd);
+      attention_finish(o, ml, hd, sc.sinks != nullptr ? sc.sinks + g * group + h : nullptr);
     }
   }
   return out;
@@ -123,9 +126,39 @@ TEST(KernelsAttentionSplit, SegmentsMergedInAnyComputeOrderEqualAttentionBitForB
         for (auto [b, e] : {std::pair<int64_t, int64_t>{0, kDepth}, {300, 1201}}) {
           std::vector<float> out(n_heads * hd, NAN), scratch(attention_scratch_floats(hd), NAN);
           const AttnQuery query = {q.data(), out.data(), b, e};
-          t->attention({&query, 1}, n_heads, kv.view, kv.table, scale, scratch.data());
-          EXPECT_EQ(split(*t, kv, q.data(), n_heads, b, e, scale), out) << "[" << b << "," << e;
-          const auto want = naive(kv, q.data(), n_heads, b, e, scale);
+          t->attention({&query, 1}, n_heads, kv.view, kv.table, {scale}, scratch.data());
+          EXPECT_EQ(split(*t, kv, q.data(), n_heads, b, e, {scale}), out) << "[" << b << "," << e;
+          const auto want = naive(kv, q.data(), n_heads, b, e, {scale});
+          EXPECT_LE(testing::max_abs_diff(out.data(), want.data(), (int64_t)want.size()), 2e-5);
+        }
+      }
+    }
+  }
+}
+
+// The same with soft-capped scores and sinks (Gemma-2, gpt-oss): the split decode's segments,
+// merged and finished with each head's sink, give attention's bits, and both stay within
+// rounding of the float64 softmax with the variant.
+TEST(KernelsAttentionSplit, SoftcapAndSinksSplitEqualsAttentionBitForBit) {
+  const int32_t n_heads = 8;
+  std::vector<float> sinks(n_heads);
+  for (int32_t h = 0; h < n_heads; ++h) sinks[h] = 1.5f - 0.4f * (float)h;
+  for (const KernelTable* t : available_kernel_tables()) {
+    for (KvDtype dtype : {KvDtype::kF16, KvDtype::kInt8}) {
+      const int32_t hd = 64;
+      const DeepKv kv(dtype, hd);
+      const auto q = testing::random_floats(n_heads * hd, 23, 3.0f);
+      for (const AttnScores sc :
+           {AttnScores{0.125f, 5.0f, nullptr}, AttnScores{0.125f, 0.0f, sinks.data()},
+            AttnScores{0.125f, 5.0f, sinks.data()}}) {
+        SCOPED_TRACE(std::string(t->isa) + " " + kv_dtype_name(dtype) + " softcap " +
+                     std::to_string(sc.softcap) + (sc.sinks ? " sinks" : ""));
+        for (auto [b, e] : {std::pair<int64_t, int64_t>{0, kDepth}, {300, 1201}, {7, 9}}) {
+          std::vector<float> out(n_heads * hd, NAN), scratch(attention_scratch_floats(hd), NAN);
+          const AttnQuery query = {q.data(), out.data(), b, e};
+          t->attention({&query, 1}, n_heads, kv.view, kv.table, sc, scratch.data());
+          EXPECT_EQ(split(*t, kv, q.data(), n_heads, b, e, sc), out) << "[" << b << "," << e;
+          const auto want = naive(kv, q.data(), n_heads, b, e, sc);
           EXPECT_LE(testing::max_abs_diff(out.data(), want.data(), (int64_t)want.size()), 2e-5);
         }
       }

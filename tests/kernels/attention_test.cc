@@ -62,9 +62,10 @@ void fill(const KernelTable& t, KvArena& arena, int64_t n_pos, uint32_t seed) {
   }
 }
 
-// Two-pass softmax over the stored (possibly f16-rounded) K/V, float64.
+// Two-pass softmax over the stored (possibly f16-rounded) K/V, float64, with the variants of
+// AttnScores: soft-capped logits, and a sink logit per head in the denominator.
 std::vector<float> naive_attention(const KvArena& a, const std::vector<float>& q, int32_t n_heads,
-                                   int64_t pos_begin, int64_t pos_end, float scale) {
+                                   int64_t pos_begin, int64_t pos_end, AttnScores sc) {
   const int32_t hd = a.view.head_dim;
   const int32_t group = n_heads / kKvHeads;
   std::vector<float> out(n_heads * hd);
@@ -74,11 +75,14 @@ std::vector<float> naive_attention(const KvArena& a, const std::vector<float>& q
       double dot = 0.0;
       for (int32_t i = 0; i < hd; ++i)
         dot += (double)q[h * hd + i] * a.read(false, p, h / group, i);
-      s.push_back(dot * scale);
+      double x = dot * sc.scale;
+      if (sc.softcap > 0.0f) x = sc.softcap * std::tanh(x / sc.softcap);
+      s.push_back(x);
     }
-    double mx = -INFINITY, sum = 0.0;
+    double mx = sc.sinks != nullptr ? sc.sinks[h] : -INFINITY, sum = 0.0;
     for (double x : s) mx = std::fmax(mx, x);
     for (double& x : s) sum += (x = std::exp(x - mx));
+    if (sc.sinks != nullptr) sum += std::exp(sc.sinks[h] - mx);
     for (int32_t i = 0; i < hd; ++i) {
       double acc = 0.0;
       for (int64_t p = pos_begin; p < pos_end; ++p)
@@ -121,8 +125,8 @@ TEST(KernelsAttention, MatchesTwoPassSoftmaxForEveryTable) {
       std::vector<float> out(n_heads * c.head_dim, NAN);
       std::vector<float> scratch(attention_scratch_floats(c.head_dim), NAN);
       const AttnQuery query = {q.data(), out.data(), c.pos_begin, c.pos_end};
-      t->attention({&query, 1}, n_heads, arena.view, kBlockTable, scale, scratch.data());
-      const auto want = naive_attention(arena, q, n_heads, c.pos_begin, c.pos_end, scale);
+      t->attention({&query, 1}, n_heads, arena.view, kBlockTable, {scale}, scratch.data());
+      const auto want = naive_attention(arena, q, n_heads, c.pos_begin, c.pos_end, {scale});
       EXPECT_LE(testing::max_abs_diff(out.data(), want.data(), (int64_t)want.size()), 2e-5);
     }
   }
@@ -137,7 +141,7 @@ TEST(KernelsAttention, SingleHeadGqaGroupsEqualHeadsComputedSeparately) {
     const auto q = testing::random_floats(n_heads * hd, 43);
     std::vector<float> all(n_heads * hd), scratch(attention_scratch_floats(hd));
     const AttnQuery query = {q.data(), all.data(), 0, 80};
-    t->attention({&query, 1}, n_heads, arena.view, kBlockTable, 0.125f, scratch.data());
+    t->attention({&query, 1}, n_heads, arena.view, kBlockTable, {0.125f}, scratch.data());
     // Same query repeated in every head of the group: all rows of a group must be equal bits.
     std::vector<float> q_same(q);
     for (int32_t h = 0; h < n_heads; ++h) {
@@ -145,7 +149,7 @@ TEST(KernelsAttention, SingleHeadGqaGroupsEqualHeadsComputedSeparately) {
     }
     std::vector<float> same(n_heads * hd);
     const AttnQuery query_same = {q_same.data(), same.data(), 0, 80};
-    t->attention({&query_same, 1}, n_heads, arena.view, kBlockTable, 0.125f, scratch.data());
+    t->attention({&query_same, 1}, n_heads, arena.view, kBlockTable, {0.125f}, scratch.data());
     for (int32_t h = 0; h < n_heads; ++h) {
       EXPECT_EQ(std::memcmp(same.data() + h * hd, all.data() + (h / gqa) * gqa * hd, hd * 4), 0)
           << t->isa << " head " << h;
@@ -180,20 +184,73 @@ TEST(KernelsAttention, TileOfQueriesEqualsEachQueryAloneBitForBit) {
           }
           std::vector<float> scratch(attention_scratch_floats(hd), NAN);
           const float scale = 1.0f / std::sqrt((float)hd);
-          t->attention(queries, n_heads, arena.view, kBlockTable, scale, scratch.data());
+          t->attention(queries, n_heads, arena.view, kBlockTable, {scale}, scratch.data());
           for (int64_t i = 0; i < n_q; ++i) {
             AttnQuery one = queries[i];
             one.out = alone.data() + i * n_heads * hd;
-            t->attention({&one, 1}, n_heads, arena.view, kBlockTable, scale, scratch.data());
+            t->attention({&one, 1}, n_heads, arena.view, kBlockTable, {scale}, scratch.data());
             // Under the sanitizers the double-precision oracle checks every fourth query and the
             // last; the bit-identity check below still covers all of them.
             if (testing::reduced_sweep() && i % 4 != 0 && i != n_q - 1) continue;
             const auto want =
                 naive_attention(arena, std::vector<float>(one.q, one.q + n_heads * hd), n_heads,
-                                one.pos_begin, one.pos_end, scale);
+                                one.pos_begin, one.pos_end, {scale});
             EXPECT_LE(testing::max_abs_diff(one.out, want.data(), n_heads * hd), 2e-5)
                 << "query at " << first + i;
           }
+          EXPECT_EQ(std::memcmp(tiled.data(), alone.data(), tiled.size() * sizeof(float)), 0);
+        }
+      }
+    }
+  }
+}
+
+// Gemma-2's soft-capped scores and gpt-oss's sinks in every table: within float rounding of the
+// float64 two-pass softmax with the same variant, far from the plain softmax (so the variant is
+// really applied), and a tile of queries equal to each query alone bit for bit (prefill tiles,
+// chunked prefill and decode agree). Sinks are large enough to take a real share of the mass,
+// a cap small enough (5) that tanh bends the scores q x 3 gives.
+TEST(KernelsAttention, SoftcapAndSinksMatchTwoPassSoftmaxAndTilesEqualAlone) {
+  const int32_t gqa = 4, n_heads = kKvHeads * gqa;
+  std::vector<float> sinks(n_heads);
+  for (int32_t h = 0; h < n_heads; ++h) sinks[h] = 0.5f * (float)h - 1.0f;
+  for (const KernelTable* t : available_kernel_tables()) {
+    for (KvDtype dtype : {KvDtype::kF16, KvDtype::kInt8}) {
+      for (int32_t hd : {64, 40}) {
+        for (int variant = 0; variant < 3; ++variant) {
+          const float scale = 1.0f / std::sqrt((float)hd);
+          const AttnScores sc = {scale, variant != 1 ? 5.0f : 0.0f,
+                                 variant != 0 ? sinks.data() : nullptr};
+          SCOPED_TRACE(std::string(t->isa) + " " + kv_dtype_name(dtype) + " hd " +
+                       std::to_string(hd) + " softcap " + std::to_string(sc.softcap) +
+                       (sc.sinks ? " sinks" : ""));
+          KvArena arena(dtype, hd);
+          fill(kernels_ref(), arena, 96, 71);
+          const int64_t first = 40, n_q = 9;  // positions 40..48; odd ones windowed (21, mid-chunk)
+          const auto q = testing::random_floats(n_q * n_heads * hd, 73, 3.0f);
+          std::vector<float> tiled(n_q * n_heads * hd, NAN), alone(n_q * n_heads * hd, NAN);
+          std::vector<AttnQuery> queries;
+          for (int64_t i = 0; i < n_q; ++i) {
+            const int64_t begin = i % 2 ? std::max<int64_t>(0, first + i + 1 - 21) : 0;
+            queries.push_back({q.data() + i * n_heads * hd, tiled.data() + i * n_heads * hd, begin,
+                               first + i + 1});
+          }
+          std::vector<float> scratch(attention_scratch_floats(hd), NAN);
+          t->attention(queries, n_heads, arena.view, kBlockTable, sc, scratch.data());
+          double moved = 0.0;
+          for (int64_t i = 0; i < n_q; ++i) {
+            AttnQuery one = queries[i];
+            one.out = alone.data() + i * n_heads * hd;
+            t->attention({&one, 1}, n_heads, arena.view, kBlockTable, sc, scratch.data());
+            const std::vector<float> qi(one.q, one.q + n_heads * hd);
+            const auto want = naive_attention(arena, qi, n_heads, one.pos_begin, one.pos_end, sc);
+            EXPECT_LE(testing::max_abs_diff(one.out, want.data(), n_heads * hd), 2e-5) << i;
+            if (i > 1) continue;
+            const auto plain =
+                naive_attention(arena, qi, n_heads, one.pos_begin, one.pos_end, {scale});
+            moved = std::max(moved, testing::max_abs_diff(one.out, plain.data(), n_heads * hd));
+          }
+          EXPECT_GT(moved, 1e-2) << "the variant did not change the result";
           EXPECT_EQ(std::memcmp(tiled.data(), alone.data(), tiled.size() * sizeof(float)), 0);
         }
       }

@@ -91,9 +91,9 @@ std::vector<float> prefill_last(Model& m, KvArena& kv, const std::vector<int32_t
   return {l.begin() + (n - 1) * V, l.begin() + n * V};
 }
 
-void expect_split_invariant(KvDtype dtype) {
-  const std::string path =
-      test::write_model(std::string("deep_decode_") + kv_dtype_name(dtype), deep_spec());
+void expect_split_invariant(KvDtype dtype, const MakeModelSpec& spec = deep_spec(),
+                            const std::string& name = "deep_decode") {
+  const std::string path = test::write_model(name + "_" + kv_dtype_name(dtype), spec);
   std::vector<float> first;
   for (int threads : {1, 2, 4}) {
     auto m = test::load_model(path, threads, 512);
@@ -119,6 +119,23 @@ TEST(ForwardDecodeSplit, DeepDecodeLogitsBitIdenticalForOneTwoFourThreadsBatched
 
 TEST(ForwardDecodeSplit, DeepDecodeLogitsBitIdenticalForOneTwoFourThreadsBatchedAndPrefilledInt8) {
   expect_split_invariant(KvDtype::kInt8);
+}
+
+// Gemma-2's soft-capped scores (a cap of 2, so tanh bends them) and gpt-oss's sinks take the
+// same split: window layers of 300 start mid-segment and span two or three segments.
+TEST(ForwardDecodeSplit, SoftcappedGemma2DecodeBitIdenticalForEveryThreadCountAndPrefill) {
+  MakeModelSpec s = test::preset_spec("gemma2-tiny", "q8_0", 5);
+  s.attn_softcap = 2.0f;
+  s.sliding_window = 300;
+  s.n_ctx = 2048;
+  expect_split_invariant(KvDtype::kF16, s, "deep_decode_gemma2");
+}
+
+TEST(ForwardDecodeSplit, SinkGptOssDecodeBitIdenticalForEveryThreadCountAndPrefill) {
+  MakeModelSpec s = test::preset_spec("gpt-oss-tiny", "q8_0", 5);
+  s.sliding_window = 300;
+  s.n_ctx = 2048;
+  expect_split_invariant(KvDtype::kInt8, s, "deep_decode_gptoss");
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
 // krow, vrow: [head_dim] scratch for the decoded K and V rows.
 void attend_head(const float* q, int32_t kv_head, const KvLayerView& kv,
                  std::span<const uint32_t> block_table, int64_t pos_begin, int64_t pos_end,
-                 float scale, float* acc, float* ml, float* krow, float* vrow) {
+                 AttnScores scores, float* acc, float* ml, float* krow, float* vrow) {
   const int32_t hd = kv.head_dim;
   float m = -std::numeric_limits<float>::infinity();
   float l = 0.0f;
@@ -43,7 +43,8 @@ void attend_head(const float* q, int32_t kv_head, const KvLayerView& kv,
     kv_load_row(kv, true, block_table, p, kv_head, vrow);
     float s = 0.0f;
     for (int32_t i = 0; i < hd; ++i) s += q[i] * krow[i];
-    s *= scale;
+    s *= scores.scale;
+    if (scores.softcap > 0.0f) s = scores.softcap * std::tanh(s * (1.0f / scores.softcap));
     if (s > m) {
       const float c = std::exp(m - s);  // 0 on the first position (m = -inf)
       l *= c;
@@ -59,7 +60,7 @@ void attend_head(const float* q, int32_t kv_head, const KvLayerView& kv,
 }
 
 void attention_segment(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
-                       std::span<const uint32_t> block_table, float scale, float* ml,
+                       std::span<const uint32_t> block_table, AttnScores scores, float* ml,
                        float* scratch) {
   const int32_t group = gqa_group(n_heads, kv);
   const int64_t hd = kv.head_dim;
@@ -67,7 +68,7 @@ void attention_segment(std::span<const AttnQuery> queries, int32_t n_heads, cons
     const AttnQuery& query = queries[i];
     for (int32_t h = 0; h < n_heads; ++h) {
       attend_head(query.q + h * hd, h / group, kv, block_table, query.pos_begin, query.pos_end,
-                  scale, query.out + h * hd, ml + (i * n_heads + h) * 2, scratch, scratch + hd);
+                  scores, query.out + h * hd, ml + (i * n_heads + h) * 2, scratch, scratch + hd);
     }
   }
 }

@@ -44,6 +44,16 @@ KVW_INLINE __m512 exp512(__m512 x) {
   return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
 }
 
+// tanh512 / softcap512: avx2_util.h's tanh256 / softcap256 on 16 lanes (same formula).
+KVW_INLINE __m512 softcap512(__m512 x, __m512 cap, __m512 inv_cap) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 y = _mm512_mul_ps(x, inv_cap);
+  const __m512 t = exp512(_mm512_mul_ps(_mm512_abs_ps(y), _mm512_set1_ps(-2.0f)));
+  const __m512 th = _mm512_div_ps(_mm512_sub_ps(one, t), _mm512_add_ps(one, t));
+  const __m512i sign = _mm512_and_si512(_mm512_castps_si512(y), _mm512_set1_epi32(INT32_MIN));
+  return _mm512_mul_ps(cap, _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(th), sign)));
+}
+
 // Scores of N pairs against one chunk, lane p = position p: fma(q[d], k[d], acc) over d in order.
 template <int N>
 KVW_INLINE void score_pairs(const ChunkPair* pairs, const float* kt, int32_t hd, float* out) {
@@ -256,18 +266,29 @@ void load_kt(const KvLayerView& kv, const uint32_t* block_table, const ChunkRows
 // reduction or a scalar exp. Writes the weights over s and each pair's rescale of its previous
 // state to cs. Lane i of every step is pair i's own arithmetic: the bits do not depend on which
 // pairs share the call.
-void softmax_pairs(const ChunkPair* pairs, int n, __m512 scale, float (*s)[kAttnChunk], float* cs) {
+// With softcap > 0 each score is soft-capped after the scale, before the mask.
+void softmax_pairs(const ChunkPair* pairs, int n, __m512 scale, float softcap,
+                   float (*s)[kAttnChunk], float* cs) {
   n = n < kAttnChunk ? n : kAttnChunk;
   const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
   alignas(64) float m_old[kAttnChunk], l_old[kAttnChunk], m_new[kAttnChunk];
   __mmask16 valid[kAttnChunk];
   __m512 r[kAttnChunk];
+  const __m512 cap = _mm512_set1_ps(softcap);
+  const __m512 inv_cap = _mm512_set1_ps(softcap > 0.0f ? 1.0f / softcap : 0.0f);
   for (int i = 0; i < kAttnChunk; ++i) {
     // Lanes past n: an empty pair with state (0, 0), whose results are dropped.
     valid[i] = i < n ? (__mmask16)(((1u << pairs[i].qb) - 1) & ~((1u << pairs[i].qa) - 1)) : 0;
     m_old[i] = i < n ? pairs[i].st->m : 0.0f;
     l_old[i] = i < n ? pairs[i].st->l : 0.0f;
-    r[i] = i < n ? _mm512_mask_mul_ps(neg_inf, valid[i], _mm512_load_ps(s[i]), scale) : neg_inf;
+    if (i >= n) {
+      r[i] = neg_inf;
+    } else if (softcap > 0.0f) {
+      const __m512 x = softcap512(_mm512_mul_ps(_mm512_load_ps(s[i]), scale), cap, inv_cap);
+      r[i] = _mm512_mask_mov_ps(neg_inf, valid[i], x);
+    } else {
+      r[i] = _mm512_mask_mul_ps(neg_inf, valid[i], _mm512_load_ps(s[i]), scale);
+    }
     _mm512_store_ps(s[i], r[i]);
   }
   transpose16(r);
@@ -300,7 +321,7 @@ void softmax_pairs(const ChunkPair* pairs, int n, __m512 scale, float (*s)[kAttn
 // Queries [0, nq) x query heads [h0, h0 + ng) of KV head kv_head (see the file comment).
 // Unnormalised: each pair's state goes to ml[query][head][2] (heads of n_heads) instead.
 void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t kv_head,
-                 const KvLayerView& kv, const uint32_t* block_table, float scale, float* ml,
+                 const KvLayerView& kv, const uint32_t* block_table, AttnScores scores, float* ml,
                  int32_t n_heads, float* scratch) {
   const int32_t hd = kv.head_dim;
   float* kt = scratch;                  // [hd][kAttnChunk]
@@ -332,7 +353,7 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
       std::memset(queries[i].out + (int64_t)(h0 + g) * hd, 0, hd * sizeof(float));
     }
   }
-  const __m512 vscale = _mm512_set1_ps(scale);
+  const __m512 vscale = _mm512_set1_ps(scores.scale);
   for (int64_t c0 = lo / kAttnChunk * kAttnChunk; c0 < hi; c0 += kAttnChunk) {
     // Load the chunk's positions that some query attends; other lanes score zero (masked).
     const int la = (int)((lo > c0 ? lo : c0) - c0);
@@ -361,7 +382,8 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
       score_pairs<kScoreBatch>(pairs + k, kt, hd, pv[k]);
     for (; k + 2 <= np; k += 2) score_pairs<2>(pairs + k, kt, hd, pv[k]);
     for (; k < np; ++k) score_pairs<1>(pairs + k, kt, hd, pv[k]);
-    for (k = 0; k < np; k += kAttnChunk) softmax_pairs(pairs + k, np - k, vscale, pv + k, cs + k);
+    for (k = 0; k < np; k += kAttnChunk)
+      softmax_pairs(pairs + k, np - k, vscale, scores.softcap, pv + k, cs + k);
     for (k = 0; k < np;) {
       const int run = x86::same_range_run(pairs, k, np, kAccBatch);
       float* out[kAccBatch];
@@ -400,12 +422,12 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
 }  // namespace
 
 void attention_segment(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
-                       std::span<const uint32_t> block_table, float scale, float* ml,
+                       std::span<const uint32_t> block_table, AttnScores scores, float* ml,
                        float* scratch) {
   x86::for_each_tile(queries, n_heads, kv,
                      [&](const AttnQuery* tile, int nq, int32_t h0, int ng, int32_t kv_head) {
                        float* tile_ml = ml + (tile - queries.data()) * (int64_t)n_heads * 2;
-                       attend_tile(tile, nq, h0, ng, kv_head, kv, block_table.data(), scale,
+                       attend_tile(tile, nq, h0, ng, kv_head, kv, block_table.data(), scores,
                                    tile_ml, n_heads, scratch);
                      });
 }

@@ -20,7 +20,7 @@ void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, 
 void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out);
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 void attention_segment(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
-                       std::span<const uint32_t> block_table, float scale, float* ml,
+                       std::span<const uint32_t> block_table, AttnScores scores, float* ml,
                        float* scratch);
 void kv_store(const KvLayerView& kv, std::span<const uint32_t> block_table, int64_t pos,
               const float* k, const float* v);

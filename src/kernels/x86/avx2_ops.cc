@@ -112,7 +112,7 @@ KVW_INLINE void accumulate_pairs(float* const* out, const float* c, const float*
 // arithmetic is the same whatever pairs it is grouped with.
 // Unnormalised: each pair's state goes to ml[query][head][2] (heads of n_heads) instead.
 void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t kv_head,
-                 const KvLayerView& kv, const uint32_t* block_table, float scale, float* ml,
+                 const KvLayerView& kv, const uint32_t* block_table, AttnScores scores, float* ml,
                  int32_t n_heads, float* scratch) {
   const int32_t hd = kv.head_dim;
   float* kt = scratch;                  // [hd][kAttnChunk]
@@ -135,7 +135,10 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
   const __m256i lane_lo = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256i lane_hi = _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15);
   const __m256 neg_inf = _mm256_set1_ps(-__builtin_inff());
-  const __m256 vscale = _mm256_set1_ps(scale);
+  const __m256 vscale = _mm256_set1_ps(scores.scale);
+  const bool capped = scores.softcap > 0.0f;
+  const __m256 cap = _mm256_set1_ps(scores.softcap);
+  const __m256 inv_cap = _mm256_set1_ps(capped ? 1.0f / scores.softcap : 0.0f);
   for (int64_t c0 = lo / kAttnChunk * kAttnChunk; c0 < hi; c0 += kAttnChunk) {
     // Load the chunk's positions that some query attends; other lanes score zero (masked).
     const int la = (int)((lo > c0 ? lo : c0) - c0);
@@ -166,10 +169,14 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
           _mm256_and_si256(_mm256_cmpgt_epi32(lane_lo, va), _mm256_cmpgt_epi32(vb, lane_lo)));
       const __m256 valid1 = _mm256_castsi256_ps(
           _mm256_and_si256(_mm256_cmpgt_epi32(lane_hi, va), _mm256_cmpgt_epi32(vb, lane_hi)));
-      const __m256 s0 =
-          _mm256_blendv_ps(neg_inf, _mm256_mul_ps(_mm256_load_ps(pv[k]), vscale), valid0);
-      const __m256 s1 =
-          _mm256_blendv_ps(neg_inf, _mm256_mul_ps(_mm256_load_ps(pv[k] + 8), vscale), valid1);
+      __m256 x0 = _mm256_mul_ps(_mm256_load_ps(pv[k]), vscale);
+      __m256 x1 = _mm256_mul_ps(_mm256_load_ps(pv[k] + 8), vscale);
+      if (capped) {
+        x0 = x86::softcap256(x0, cap, inv_cap);
+        x1 = x86::softcap256(x1, cap, inv_cap);
+      }
+      const __m256 s0 = _mm256_blendv_ps(neg_inf, x0, valid0);
+      const __m256 s1 = _mm256_blendv_ps(neg_inf, x1, valid1);
       SoftmaxState& s = *pairs[k].st;
       const float chunk_max = x86::hmax(_mm256_max_ps(s0, s1));
       const float m = chunk_max > s.m ? chunk_max : s.m;
@@ -259,12 +266,12 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
 }
 
 void attention_segment(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
-                       std::span<const uint32_t> block_table, float scale, float* ml,
+                       std::span<const uint32_t> block_table, AttnScores scores, float* ml,
                        float* scratch) {
   x86::for_each_tile(queries, n_heads, kv,
                      [&](const AttnQuery* tile, int nq, int32_t h0, int ng, int32_t kv_head) {
                        float* tile_ml = ml + (tile - queries.data()) * (int64_t)n_heads * 2;
-                       attend_tile(tile, nq, h0, ng, kv_head, kv, block_table.data(), scale,
+                       attend_tile(tile, nq, h0, ng, kv_head, kv, block_table.data(), scores,
                                    tile_ml, n_heads, scratch);
                      });
 }

@@ -71,4 +71,19 @@ static KVW_INLINE __m256 exp256(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
+// tanh(x) for 8 lanes: sign(x) (1 - t) / (1 + t) with t = exp(-2|x|) (exp256, so t never
+// underflows to a denormal). Absolute error ~1e-7: near 0, where 1 - t cancels, the relative
+// error grows, but a soft-capped score (cap x tanh) only ever needs the absolute one.
+static KVW_INLINE __m256 tanh256(__m256 x) {
+  const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+  const __m256 t = exp256(_mm256_mul_ps(_mm256_andnot_ps(sign, x), _mm256_set1_ps(-2.0f)));
+  const __m256 y = _mm256_div_ps(_mm256_sub_ps(one, t), _mm256_add_ps(one, t));
+  return _mm256_or_ps(y, _mm256_and_ps(x, sign));
+}
+
+// cap x tanh(x / cap): Gemma-2's soft-capping of attention scores (kernels.h AttnScores).
+static KVW_INLINE __m256 softcap256(__m256 x, __m256 cap, __m256 inv_cap) {
+  return _mm256_mul_ps(cap, tanh256(_mm256_mul_ps(x, inv_cap)));
+}
+
 }  // namespace kvw::kernels::x86

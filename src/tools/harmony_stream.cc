@@ -1,0 +1,156 @@
+#include "tools/harmony_stream.h"
+
+#include <algorithm>
+
+#include "tools/tool_parser.h"
+
+namespace kvw::tools {
+namespace {
+
+constexpr std::string_view kChannel = "<|channel|>", kStart = "<|start|>", kMessage = "<|message|>";
+constexpr std::string_view kEnds[] = {"<|end|>", "<|call|>", "<|return|>", kStart};
+
+// "to=functions.NAME" in a message header -> NAME (empty when the message is not a call).
+std::string_view recipient(std::string_view header) {
+  constexpr std::string_view kTo = "to=functions.";
+  const size_t at = header.find(kTo);
+  if (at == std::string_view::npos) return {};
+  std::string_view name = header.substr(at + kTo.size());
+  return name.substr(0, name.find_first_of(" \t\n<"));
+}
+
+// Where the earliest end marker starts in `text` (npos when none) and which it is.
+size_t find_end(std::string_view text, std::string_view* marker) {
+  size_t best = std::string_view::npos;
+  for (std::string_view e : kEnds) {
+    const size_t at = text.find(e);
+    if (at < best) best = at, *marker = e;
+  }
+  return best;
+}
+
+// Length of the longest tail of `text` that an end marker begins with (held back: the next
+// push may complete it).
+size_t marker_tail(std::string_view text) {
+  size_t best = 0;
+  for (std::string_view e : kEnds) {
+    for (size_t n = std::min(e.size() - 1, text.size()); n > best; --n) {
+      if (text.substr(text.size() - n) == e.substr(0, n)) {
+        best = n;
+        break;
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+HarmonyRoute harmony_route(std::string_view header, std::string_view* call_name) {
+  *call_name = recipient(header);
+  if (!call_name->empty()) return HarmonyRoute::kCall;
+  const size_t at = header.find(kChannel);
+  if (at == std::string_view::npos) return HarmonyRoute::kContent;
+  std::string_view channel = header.substr(at + kChannel.size());
+  channel = channel.substr(0, channel.find_first_of(" \t\n<"));
+  return channel == "analysis" ? HarmonyRoute::kReasoning : HarmonyRoute::kContent;
+}
+
+void HarmonyStreamFilter::end_message(std::string_view body, std::string_view end_marker) {
+  if (end_marker != kStart) call_ += end_marker;  // a malformed call comes back whole
+  std::optional<ToolCall> call = call_from_parts(call_name_, body);
+  if (call) {
+    done_.calls.push_back(std::move(*call));
+  } else {
+    done_.content += call_;
+  }
+  call_.clear();
+}
+
+bool HarmonyStreamFilter::step(HarmonyDelta& out) {
+  switch (state_) {
+    case State::kStart: {
+      if (held_.empty()) return false;
+      for (std::string_view m : {kChannel, kStart}) {
+        if (held_.starts_with(m)) {
+          state_ = State::kHeader;
+          return true;
+        }
+        if (m.starts_with(held_)) return false;  // may still become a header
+      }
+      state_ = State::kPlain;
+      return true;
+    }
+    case State::kPlain:
+      out.content += held_;
+      held_.clear();
+      return false;
+    case State::kHeader: {
+      const size_t at = held_.find(kMessage);
+      if (at == std::string::npos) return false;
+      std::string_view name;
+      route_ = harmony_route(std::string_view(held_).substr(0, at), &name);
+      any_message_ = true;
+      if (route_ == HarmonyRoute::kCall) {
+        call_name_ = std::string(name);
+        call_ = held_.substr(0, at + kMessage.size());
+      }
+      held_.erase(0, at + kMessage.size());
+      state_ = State::kBody;
+      return true;
+    }
+    case State::kBody: {
+      std::string_view marker;
+      const size_t end = find_end(held_, &marker);
+      const size_t n = end != std::string::npos ? end : held_.size() - marker_tail(held_);
+      const std::string_view body = std::string_view(held_).substr(0, n);
+      if (route_ == HarmonyRoute::kReasoning) out.reasoning += body;
+      if (route_ == HarmonyRoute::kContent) out.content += body;
+      if (route_ == HarmonyRoute::kCall) call_ += body;
+      if (end == std::string::npos) {
+        held_.erase(0, n);
+        return false;
+      }
+      if (route_ == HarmonyRoute::kCall) {
+        end_message(std::string_view(call_).substr(call_.rfind(kMessage) + kMessage.size()),
+                    marker);
+      }
+      // <|start|> opens the next header; the other markers are dropped.
+      held_.erase(0, n + (marker == kStart ? 0 : marker.size()));
+      state_ = State::kHeader;
+      return true;
+    }
+  }
+  return false;
+}
+
+HarmonyDelta HarmonyStreamFilter::push(std::string_view text) {
+  held_ += text;
+  HarmonyDelta out;
+  while (step(out)) {
+  }
+  return out;
+}
+
+ParsedToolOutput HarmonyStreamFilter::finish() {
+  ParsedToolOutput out = std::move(done_);
+  if (state_ == State::kBody) {
+    if (route_ == HarmonyRoute::kReasoning) out.reasoning += held_;
+    if (route_ == HarmonyRoute::kContent) out.content += held_;
+    if (route_ == HarmonyRoute::kCall) {
+      // A call cut at the end of the output: parse what came.
+      call_ += held_;
+      done_ = {};
+      end_message(std::string_view(call_).substr(call_.rfind(kMessage) + kMessage.size()), {});
+      out.content += done_.content;
+      for (ToolCall& c : done_.calls) out.calls.push_back(std::move(c));
+    }
+  } else if (!any_message_) {
+    out.content += held_;  // never a harmony message: the whole output is content
+  }
+  held_.clear();
+  state_ = State::kPlain;
+  return out;
+}
+
+}  // namespace kvw::tools

@@ -1,0 +1,54 @@
+// tools/harmony_stream.h: GPT-OSS "harmony" output routed by channel as it streams. A reply is a
+// run of messages, each a header ending in <|message|> and a body ending in <|end|>, <|call|>,
+// <|return|> or the next <|start|>:
+//   analysis                    -> reasoning (reasoning_content, as vLLM returns it)
+//   commentary to=functions.F   -> a tool call, parsed when its message ends
+//   final, commentary preambles -> content
+// Body text goes out as soon as it cannot be the start of an end marker; headers and calls are
+// held. An output that does not begin with a harmony header is plain content. The whole-text
+// parse (parse_harmony) routes the same way, so a streamed answer adds up to the unstreamed one
+// (for outputs whose calls parse).
+// Owner: one choice of one stream (connection strand); not thread-safe.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "tools/tool_call.h"
+
+namespace kvw::tools {
+
+enum class HarmonyRoute { kReasoning, kContent, kCall };
+// Where the body of a message with this header goes; `call_name` gets the function of a call.
+HarmonyRoute harmony_route(std::string_view header, std::string_view* call_name);
+
+// Text of one push split by where it goes.
+struct HarmonyDelta {
+  std::string reasoning;
+  std::string content;
+};
+
+class HarmonyStreamFilter {
+ public:
+  HarmonyDelta push(std::string_view text);
+  // The output ended: what is still held (a cut-off body's tail; everything when no message
+  // ever started) and the calls, in order. A call whose arguments do not parse comes back as
+  // content, its raw message text. Call once.
+  ParsedToolOutput finish();
+
+ private:
+  enum class State { kStart, kPlain, kHeader, kBody };
+  // Moves what held_ decides into `out`; returns false when it needs more text.
+  bool step(HarmonyDelta& out);
+  void end_message(std::string_view body, std::string_view end_marker);
+
+  State state_ = State::kStart;
+  HarmonyRoute route_ = HarmonyRoute::kContent;
+  std::string held_;          // text not decided yet
+  std::string call_;          // the current call message's header and body so far
+  std::string call_name_;     // its function
+  bool any_message_ = false;  // some message's header was complete
+  ParsedToolOutput done_;     // calls (and malformed calls' text) so far
+};
+
+}  // namespace kvw::tools

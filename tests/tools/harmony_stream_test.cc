@@ -1,0 +1,117 @@
+// gpt-oss harmony output by channel (issue 29): analysis is reasoning, final is content, calls
+// are calls; streamed at any split the parts add up to the whole-text parse, and reasoning
+// never leaks into content (nor a marker into either).
+#include "tools/harmony_stream.h"
+
+#include <gtest/gtest.h>
+
+#include "tools/tool_parser.h"
+
+namespace kvw::tools {
+namespace {
+
+// Hand-written harmony replies, as gpt-oss writes them after "<|start|>assistant".
+constexpr std::string_view kThinkThenAnswer =
+    "<|channel|>analysis<|message|>User asks 2+2. Simple.<|end|>"
+    "<|start|>assistant<|channel|>final<|message|>2 + 2 = 4.<|return|>";
+constexpr std::string_view kThinkThenCall =
+    "<|channel|>analysis<|message|>Need the weather.<|end|>"
+    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+    "<|message|>{\"city\":\"Paris\"}<|call|>";
+constexpr std::string_view kPreambleThenAnswer =
+    "<|channel|>analysis<|message|>Two steps.<|end|>"
+    "<|start|>assistant<|channel|>commentary<|message|>Let me think.<|end|>"
+    "<|start|>assistant<|channel|>final<|message|>Done.<|return|>";
+
+struct Streamed {
+  std::string reasoning, content;
+  ParsedToolOutput end;
+};
+
+// Pushes `text` in pieces of `step` bytes and collects what went out, then finish().
+Streamed stream(std::string_view text, size_t step) {
+  HarmonyStreamFilter f;
+  Streamed s;
+  for (size_t i = 0; i < text.size(); i += step) {
+    HarmonyDelta d = f.push(text.substr(i, step));
+    s.reasoning += d.reasoning;
+    s.content += d.content;
+  }
+  s.end = f.finish();
+  return s;
+}
+
+TEST(HarmonyChannels, AnalysisIsReasoningAndFinalIsContent) {
+  ParsedToolOutput p = parse_harmony(kThinkThenAnswer);
+  EXPECT_EQ(p.reasoning, "User asks 2+2. Simple.");
+  EXPECT_EQ(p.content, "2 + 2 = 4.");
+  EXPECT_TRUE(p.calls.empty());
+  p = parse_harmony(kThinkThenCall);
+  EXPECT_EQ(p.reasoning, "Need the weather.");
+  EXPECT_EQ(p.content, "");
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(p.calls[0].name, "get_weather");
+  EXPECT_EQ(p.calls[0].arguments, R"({"city":"Paris"})");
+  // A commentary preamble (no recipient) is for the user, as the final answer is.
+  p = parse_harmony(kPreambleThenAnswer);
+  EXPECT_EQ(p.reasoning, "Two steps.");
+  EXPECT_EQ(p.content, "Let me think.Done.");
+}
+
+TEST(HarmonyChannels, StreamedAtEverySplitAddsUpToTheWholeParse) {
+  for (std::string_view text : {kThinkThenAnswer, kThinkThenCall, kPreambleThenAnswer}) {
+    const ParsedToolOutput whole = parse_harmony(text);
+    for (size_t step : {1, 2, 3, 5, 7, 11, 64}) {
+      SCOPED_TRACE(std::string(text.substr(0, 40)) + " step " + std::to_string(step));
+      const Streamed s = stream(text, step);
+      EXPECT_EQ(s.reasoning + s.end.reasoning, whole.reasoning);
+      EXPECT_EQ(s.content + s.end.content, whole.content);
+      ASSERT_EQ(s.end.calls.size(), whole.calls.size());
+      for (size_t i = 0; i < whole.calls.size(); ++i) {
+        EXPECT_EQ(s.end.calls[i].name, whole.calls[i].name);
+        EXPECT_EQ(s.end.calls[i].arguments, whole.calls[i].arguments);
+      }
+      for (const std::string* part : {&s.reasoning, &s.content}) {
+        EXPECT_EQ(part->find("<|"), std::string::npos) << *part;
+      }
+    }
+  }
+}
+
+TEST(HarmonyChannels, ReasoningStreamsBeforeTheAnswerEnds) {
+  HarmonyStreamFilter f;
+  HarmonyDelta d = f.push("<|channel|>analysis<|message|>Thinking hard");
+  EXPECT_EQ(d.reasoning, "Thinking hard");
+  EXPECT_EQ(d.content, "");
+  d = f.push(" still<|e");  // "<|e" may begin <|end|>: held
+  EXPECT_EQ(d.reasoning, " still");
+  d = f.push("nd|><|start|>assistant<|channel|>final<|message|>Yes");
+  EXPECT_EQ(d.reasoning, "");
+  EXPECT_EQ(d.content, "Yes");
+  const ParsedToolOutput end = f.finish();
+  EXPECT_EQ(end.content, "");
+  EXPECT_EQ(end.reasoning, "");
+}
+
+TEST(HarmonyChannels, CutOffOutputsKeepWhatCame) {
+  // max_tokens inside the analysis: the reasoning so far, no content.
+  Streamed s = stream("<|channel|>analysis<|message|>Let me see, the", 4);
+  EXPECT_EQ(s.reasoning + s.end.reasoning, "Let me see, the");
+  EXPECT_EQ(s.content + s.end.content, "");
+  // Cut inside the next header: the unfinished header is dropped.
+  s = stream("<|channel|>analysis<|message|>Hm.<|end|><|start|>assistant<|chan", 3);
+  EXPECT_EQ(s.reasoning + s.end.reasoning, "Hm.");
+  EXPECT_EQ(s.content + s.end.content, "");
+}
+
+TEST(HarmonyChannels, OutputWithoutHarmonyHeadersIsPlainContent) {
+  const Streamed s = stream("Hello there <|end|>", 2);
+  EXPECT_EQ(s.content + s.end.content, "Hello there <|end|>");
+  EXPECT_EQ(s.reasoning + s.end.reasoning, "");
+  EXPECT_EQ(parse_harmony("Hello there").content, "Hello there");
+  // Only the start of a header, and nothing more: still content.
+  EXPECT_EQ(parse_harmony("<|chan").content, "<|chan");
+}
+
+}  // namespace
+}  // namespace kvw::tools
