@@ -117,8 +117,12 @@ inline std::string write_preset(const char* name, uint64_t seed, GgmlType type =
   spec->seed = seed;
   spec->weight_type = type;
   spec->tied = false;  // a tied head repeats tokens under random weights (see the check above)
+  // The seed is part of the name: ctest runs tests of one preset with other seeds in parallel,
+  // and a shared path let one overwrite the other's weights mid-test (the flaky EnginePhi3 and
+  // EngineHybridWindow failures under ctest -j).
   const std::string path = ::testing::TempDir() + "/engine_" + name + "_" +
-                           std::string(type_traits(type).name) + ".gguf";
+                           std::string(type_traits(type).name) + "_" + std::to_string(seed) +
+                           ".gguf";
   EXPECT_TRUE(make_model(*spec, path).ok());
   return path;
 }
