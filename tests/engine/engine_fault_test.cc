@@ -16,8 +16,10 @@ namespace kvw {
 namespace {
 
 using testutil::config_with_blocks;
+using testutil::expect_all_free;
 using testutil::make_engine;
 using testutil::prompt;
+using testutil::run_batch;
 using testutil::run_one;
 
 constexpr int32_t kFaulty = 13;  // max_tokens of the request the hooks pick
@@ -28,27 +30,6 @@ GenerationRequest greedy(std::vector<int32_t> p, int32_t max_tokens) {
   r.max_tokens = max_tokens;
   r.ignore_eos = true;  // random weights: fixed lengths make outputs comparable
   return r;
-}
-
-std::vector<TokenChannel::Collected> run_batch(Engine& e,
-                                               const std::vector<GenerationRequest>& rs) {
-  std::vector<std::shared_ptr<TokenChannel>> chs;
-  for (const auto& r : rs) {
-    auto ch = e.submit(r);
-    EXPECT_TRUE(ch.ok()) << ch.message();
-    chs.push_back(*ch);
-  }
-  std::vector<TokenChannel::Collected> out;
-  for (auto& ch : chs) out.push_back(ch->collect());
-  return out;
-}
-
-void expect_no_leak(Engine& e) {
-  e.shutdown();
-  const KvManager& kv = e.kv_manager();
-  kv.check_invariants();
-  EXPECT_EQ(kv.num_sequences(), 0u);
-  EXPECT_EQ(kv.num_allocatable_blocks(), kv.num_blocks());
 }
 
 // Four prompts (50 tokens: three full blocks each) of which the third is the faulty one.
@@ -94,7 +75,7 @@ TEST(EngineFaults, ForwardThrowForOneSequenceEndsItAloneAndCachesNoneOfItsKv) {
   again.max_tokens = 9;
   const auto clean = alone_outputs(model, {again});
   EXPECT_EQ(run_one(*e, again).tokens, clean[0]);
-  expect_no_leak(*e);
+  expect_all_free(*e);
 }
 
 // A fault that strikes the batched pass but not the sequences alone (as a scratch allocation
@@ -125,7 +106,7 @@ TEST(EngineFaults, BatchedForwardThrowThatNoSequenceRepeatsAloneFailsNobody) {
     EXPECT_EQ(out[i].tokens, alone[i]) << "request " << i;
   }
   EXPECT_EQ(e->stats().num_request_faults, 0u);
-  expect_no_leak(*e);
+  expect_all_free(*e);
 }
 
 TEST(EngineFaults, EmissionThrowEndsThatRequestAloneWithItsBlocksFreed) {
@@ -146,7 +127,7 @@ TEST(EngineFaults, EmissionThrowEndsThatRequestAloneWithItsBlocksFreed) {
   EXPECT_NE(out[2].error.find("emission"), std::string::npos) << out[2].error;
   EXPECT_EQ(out[2].tokens.size(), 3u) << "the tokens before the fault, none after";
   EXPECT_EQ(e->stats().num_request_faults, 1u);
-  expect_no_leak(*e);
+  expect_all_free(*e);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // tests/engine/engine_spec_util.h: what the speculative-decoding tests (prompt lookup in
-// engine_spec_test.cc, a draft model in engine_draft_test.cc) share: running a batch, the check
-// that an engine gave every KV block back, and greedy identity under preemption.
+// engine_spec_test.cc, a draft model in engine_draft_test.cc) share: greedy identity under
+// preemption (running a batch and the all-blocks-back check come from engine_test_util.h).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -15,26 +15,8 @@
 
 namespace kvw::spectest {
 
-inline std::vector<TokenChannel::Collected> run_batch(Engine& e,
-                                                      const std::vector<GenerationRequest>& rs) {
-  std::vector<std::shared_ptr<TokenChannel>> chs;
-  for (const auto& r : rs) {
-    auto ch = e.submit(r);
-    EXPECT_TRUE(ch.ok()) << ch.message();
-    if (ch.ok()) chs.push_back(*ch);
-  }
-  std::vector<TokenChannel::Collected> out;
-  for (auto& ch : chs) out.push_back(ch->collect());
-  return out;
-}
-
-inline void expect_all_free(Engine& e) {
-  e.shutdown();
-  const KvManager& kv = e.kv_manager();
-  kv.check_invariants();
-  EXPECT_EQ(kv.num_sequences(), 0u);
-  EXPECT_EQ(kv.num_allocatable_blocks(), kv.num_blocks());
-}
+using testutil::expect_all_free;
+using testutil::run_batch;
 
 // `rs` on 12 KV blocks (too few for all at once) with `spec`, preempted by swap or recompute:
 // every output equals `want` (plain greedy), preemptions happened, drafts were accepted, and

@@ -21,6 +21,7 @@ namespace {
 using testutil::config_with_blocks;
 using testutil::make_engine;
 using testutil::prompt;
+using testutil::run_batch;
 using testutil::run_one;
 
 // Greedy by default; `s` may add penalties (still deterministic: argmax after them).
@@ -33,26 +34,8 @@ GenerationRequest greedy(std::vector<int32_t> p, int32_t max_tokens, const GenSa
   return r;
 }
 
-// Submits all at once, collects all; returns the token lists in order.
-std::vector<TokenChannel::Collected> run_batch(Engine& e,
-                                               const std::vector<GenerationRequest>& rs) {
-  std::vector<std::shared_ptr<TokenChannel>> chs;
-  for (const auto& r : rs) {
-    auto ch = e.submit(r);
-    EXPECT_TRUE(ch.ok()) << ch.message();
-    chs.push_back(*ch);
-  }
-  std::vector<TokenChannel::Collected> out;
-  for (auto& ch : chs) out.push_back(ch->collect());
-  return out;
-}
-
 void expect_no_leak(Engine& e) {
-  e.shutdown();
-  const KvManager& kv = e.kv_manager();
-  kv.check_invariants();
-  EXPECT_EQ(kv.num_sequences(), 0u);
-  EXPECT_EQ(kv.num_allocatable_blocks(), kv.num_blocks());
+  testutil::expect_all_free(e);
   EXPECT_FALSE(e.scheduler().has_unfinished());
 }
 

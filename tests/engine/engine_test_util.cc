@@ -85,4 +85,25 @@ TokenChannel::Collected run_one(Engine& e, const GenerationRequest& r) {
   return (*ch)->collect();
 }
 
+std::vector<TokenChannel::Collected> run_batch(Engine& e,
+                                               const std::vector<GenerationRequest>& rs) {
+  std::vector<std::shared_ptr<TokenChannel>> chs;
+  for (const auto& r : rs) {
+    auto ch = e.submit(r);
+    EXPECT_TRUE(ch.ok()) << ch.message();
+    if (ch.ok()) chs.push_back(*ch);
+  }
+  std::vector<TokenChannel::Collected> out;
+  for (auto& ch : chs) out.push_back(ch->collect());
+  return out;
+}
+
+void expect_all_free(Engine& e) {
+  e.shutdown();
+  const KvManager& kv = e.kv_manager();
+  kv.check_invariants();
+  EXPECT_EQ(kv.num_sequences(), 0u);
+  EXPECT_EQ(kv.num_allocatable_blocks(), kv.num_blocks());
+}
+
 }  // namespace kvw::testutil

@@ -24,5 +24,9 @@ std::vector<int32_t> prompt(uint64_t seed, int len, int32_t n_vocab);
 
 std::unique_ptr<Engine> make_engine(const EngineConfig& cfg);
 TokenChannel::Collected run_one(Engine& e, const GenerationRequest& r);
+// Submits all at once, collects all; the results in order.
+std::vector<TokenChannel::Collected> run_batch(Engine& e, const std::vector<GenerationRequest>& rs);
+// Shuts `e` down and checks that every KV block came back and no sequence is left.
+void expect_all_free(Engine& e);
 
 }  // namespace kvw::testutil
