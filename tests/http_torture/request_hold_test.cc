@@ -105,6 +105,12 @@ void print(const char* what, const MixResult& m, double budget_mib) {
 }
 
 TEST(FrontDoor, SixtyFourChoiceRequestsWithMaximalStopsGetRequestMemoryRefusalsWithinBudget) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // Its point is VmHWM against the budget, which the sanitizers' shadow memory hides, and it
+  // needs 128-token answers to refuse some (74 s under ASan). The same holdings and their 503
+  // run under ASan in the all-fit mix below and in RequestHold.* (tests/server).
+  GTEST_SKIP() << "RSS test; Release only";
+#endif
   constexpr uint64_t kBudget = 384ull << 20;
   // 4.25 MiB per body reservation; 6 MiB holds the state of a few of these requests (~1.5 MiB
   // each) beside one body's reservation.
