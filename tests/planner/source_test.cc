@@ -184,7 +184,9 @@ void expect_engine_matches(const std::string& path, int64_t T, int n_threads) {
   KvArena arena((*model)->kv_config((uint32_t)b->num_blocks, 16, kvw::KvDtype::kF16,
                                     (uint32_t)b->num_window_slots));
   EXPECT_EQ(b->kv_pool_bytes, arena.bytes());
-  if (b->hybrid_window > 0) EXPECT_EQ(b->num_window_slots, uint64_t(16 + (T + 15) / 16)) << path;
+  if (b->hybrid_window > 0) {
+    EXPECT_EQ(b->num_window_slots, uint64_t(16 + (T + 15) / 16)) << path;
+  }
   EXPECT_EQ(b->total_bytes,
             b->weights_bytes + b->workspace_bytes + b->kv_pool_bytes + b->reserve_bytes);
 }
