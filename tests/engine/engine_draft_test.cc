@@ -28,20 +28,13 @@ namespace {
 using spectest::expect_all_free;
 using spectest::run_batch;
 using testutil::config_with_blocks;
+using testutil::greedy;
 using testutil::make_engine;
 using testutil::run_one;
 
 SpecConfig draft_spec(const std::string& draft, int32_t k = 4) {
   return SpecConfig{
       .enabled = true, .num_speculative_tokens = k, .max_seqs = 16, .draft_model = draft};
-}
-
-GenerationRequest greedy(std::vector<int32_t> p, int32_t max_tokens) {
-  GenerationRequest r;
-  r.prompt = std::move(p);
-  r.max_tokens = max_tokens;
-  r.ignore_eos = true;  // random weights: fixed lengths make outputs comparable
-  return r;
 }
 
 // A copy of `src` keeping only its first `n_layer` layers: a cheaper model that agrees with the

@@ -15,14 +15,6 @@
 
 namespace kvw::testutil {
 
-inline GenerationRequest greedy(std::vector<int32_t> p, int32_t max_tokens) {
-  GenerationRequest r;
-  r.prompt = std::move(p);
-  r.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  return r;
-}
-
 // Config over `model` with `dtype` KV whose budget leaves exactly `num_blocks` blocks.
 inline EngineConfig config_for(const std::string& model, uint32_t num_blocks, KvDtype dtype) {
   EngineConfig cfg = testutil::config_with_blocks(model, num_blocks);

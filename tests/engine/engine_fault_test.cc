@@ -17,20 +17,13 @@ namespace {
 
 using testutil::config_with_blocks;
 using testutil::expect_all_free;
+using testutil::greedy;
 using testutil::make_engine;
 using testutil::prompt;
 using testutil::run_batch;
 using testutil::run_one;
 
 constexpr int32_t kFaulty = 13;  // max_tokens of the request the hooks pick
-
-GenerationRequest greedy(std::vector<int32_t> p, int32_t max_tokens) {
-  GenerationRequest r;
-  r.prompt = std::move(p);
-  r.max_tokens = max_tokens;
-  r.ignore_eos = true;  // random weights: fixed lengths make outputs comparable
-  return r;
-}
 
 // Four prompts (50 tokens: three full blocks each) of which the third is the faulty one.
 std::vector<GenerationRequest> batch(int32_t n_vocab) {

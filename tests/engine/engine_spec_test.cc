@@ -18,6 +18,7 @@ namespace {
 using spectest::expect_all_free;
 using spectest::run_batch;
 using testutil::config_with_blocks;
+using testutil::greedy;
 using testutil::make_engine;
 using testutil::run_one;
 
@@ -27,14 +28,6 @@ SpecConfig spec_on(int32_t k = 4, int32_t ngram_min = 2) {
                     .prompt_lookup_max = 4,
                     .prompt_lookup_min = ngram_min,
                     .max_seqs = 16};
-}
-
-GenerationRequest greedy(std::vector<int32_t> p, int32_t max_tokens) {
-  GenerationRequest r;
-  r.prompt = std::move(p);
-  r.max_tokens = max_tokens;
-  r.ignore_eos = true;  // random weights: fixed lengths make outputs comparable
-  return r;
 }
 
 // A text that quotes itself: a random phrase of `len` tokens, `times` times over, so the

@@ -19,20 +19,11 @@ namespace kvw {
 namespace {
 
 using testutil::config_with_blocks;
+using testutil::greedy;
 using testutil::make_engine;
 using testutil::prompt;
 using testutil::run_batch;
 using testutil::run_one;
-
-// Greedy by default; `s` may add penalties (still deterministic: argmax after them).
-GenerationRequest greedy(std::vector<int32_t> p, int32_t max_tokens, const GenSampling& s = {}) {
-  GenerationRequest r;
-  r.prompt = std::move(p);
-  r.max_tokens = max_tokens;
-  r.sampling = s;
-  r.ignore_eos = true;  // random weights: fixed lengths make outputs comparable
-  return r;
-}
 
 void expect_no_leak(Engine& e) {
   testutil::expect_all_free(e);

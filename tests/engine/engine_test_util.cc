@@ -79,6 +79,15 @@ std::unique_ptr<Engine> make_engine(const EngineConfig& cfg) {
   return e.ok() ? std::move(*e) : nullptr;
 }
 
+GenerationRequest greedy(std::vector<int32_t> p, int32_t max_tokens, const GenSampling& s) {
+  GenerationRequest r;
+  r.prompt = std::move(p);
+  r.max_tokens = max_tokens;
+  r.sampling = s;
+  r.ignore_eos = true;
+  return r;
+}
+
 TokenChannel::Collected run_one(Engine& e, const GenerationRequest& r) {
   auto ch = e.submit(r);
   EXPECT_TRUE(ch.ok()) << ch.message();

@@ -23,6 +23,9 @@ EngineConfig config_with_blocks(const std::string& model, uint32_t num_blocks,
 std::vector<int32_t> prompt(uint64_t seed, int len, int32_t n_vocab);
 
 std::unique_ptr<Engine> make_engine(const EngineConfig& cfg);
+// `max_tokens` greedy tokens after `p` (EOS ignored: random weights, and fixed lengths make
+// outputs comparable); `s` may add penalties (still deterministic: argmax after them).
+GenerationRequest greedy(std::vector<int32_t> p, int32_t max_tokens, const GenSampling& s = {});
 TokenChannel::Collected run_one(Engine& e, const GenerationRequest& r);
 // Submits all at once, collects all; the results in order.
 std::vector<TokenChannel::Collected> run_batch(Engine& e, const std::vector<GenerationRequest>& rs);

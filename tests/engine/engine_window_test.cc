@@ -13,6 +13,7 @@ namespace kvw {
 namespace {
 
 using testutil::config_with_blocks;
+using testutil::greedy;
 using testutil::make_engine;
 using testutil::prompt;
 using testutil::run_one;
@@ -27,14 +28,6 @@ std::string window_model_path() {
   const Status st = make_model(spec, path);
   EXPECT_TRUE(st.ok()) << st.message();
   return path;
-}
-
-GenerationRequest greedy(std::vector<int32_t> p, int32_t max_tokens) {
-  GenerationRequest r;
-  r.prompt = std::move(p);
-  r.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  return r;
 }
 
 TEST(EngineWindow, PromptLongerThanTheWholePoolCompletesLikeInABigPool) {

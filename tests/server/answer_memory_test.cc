@@ -18,21 +18,13 @@ namespace kvw::server {
 namespace {
 
 using harness::Harness;
+using harness::wait_for;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 constexpr uint64_t kCapacity = 256u << 10;
 constexpr uint64_t kFixed = 4u << 10;
-
-bool wait_for(const std::function<bool()>& cond, std::chrono::milliseconds timeout = 10s) {
-  const auto end = Clock::now() + timeout;
-  while (!cond()) {
-    if (Clock::now() > end) return false;
-    std::this_thread::sleep_for(2ms);
-  }
-  return true;
-}
 
 ServerConfig small_request_memory() {
   ServerConfig cfg;

@@ -16,6 +16,7 @@ namespace {
 
 using harness::Harness;
 using harness::long_model;
+using harness::wait_for;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
@@ -65,15 +66,6 @@ double sample(const std::string& text, const std::string& series) {
     at += series.size();
   }
   return -1;
-}
-
-bool wait_for(const std::function<bool()>& cond, std::chrono::milliseconds timeout = 10s) {
-  const auto end = Clock::now() + timeout;
-  while (!cond()) {
-    if (Clock::now() > end) return false;
-    std::this_thread::sleep_for(2ms);
-  }
-  return true;
 }
 
 // A server over the long model with one running slot (max_num_seqs 1), /metrics wired as

@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "model/model_maker.h"
@@ -127,6 +129,17 @@ inline void expect_error(const httplib::Result& r, int status, const std::string
   if (!param.empty()) {
     EXPECT_EQ(j["error"]["param"], param) << r->body;
   }
+}
+
+// Polls `cond` every 2 ms until it holds (true) or `timeout` passes (false).
+inline bool wait_for(const std::function<bool()>& cond,
+                     std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
 }
 
 }  // namespace kvw::server::harness

@@ -18,6 +18,7 @@ namespace kvw::server {
 namespace {
 
 using harness::Harness;
+using harness::wait_for;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
@@ -27,15 +28,6 @@ using raw_socket::read_until_close;
 using raw_socket::send_all;
 
 constexpr const char* kKey = "sk-test-30";
-
-bool wait_for(const std::function<bool()>& cond, std::chrono::milliseconds timeout = 10s) {
-  const auto end = Clock::now() + timeout;
-  while (!cond()) {
-    if (Clock::now() > end) return false;
-    std::this_thread::sleep_for(2ms);
-  }
-  return true;
-}
 
 // A server with --api-key and the observability routes wired as `kvwarden serve` wires them.
 struct KeyedServer {

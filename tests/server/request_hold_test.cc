@@ -26,18 +26,10 @@ namespace {
 using harness::expect_error;
 using harness::Harness;
 using harness::sse_events;
+using harness::wait_for;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
-
-bool wait_for(const std::function<bool()>& cond, std::chrono::milliseconds timeout = 30s) {
-  const auto end = Clock::now() + timeout;
-  while (!cond()) {
-    if (Clock::now() > end) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
 
 // 4 token-id prompts x n 4, 16 maximal stop strings that never match, logprobs 5.
 json big_request(int max_tokens) {
@@ -74,7 +66,8 @@ TEST(RequestHold, GenerationHoldsItsStateInRequestMemoryUntilTheAnswerIsWritten)
   // While it generates, request memory holds exactly its state (the body's reservation was
   // resized to it), not 0 as when the lease went back with the handler.
   const bool held = wait_for(
-      [&] { return h.server->transport().request_memory.used == expected || status.load() != 0; });
+      [&] { return h.server->transport().request_memory.used == expected || status.load() != 0; },
+      30s);
   const uint64_t seen = h.server->transport().request_memory.used;
   client.join();
   EXPECT_TRUE(held);
@@ -84,7 +77,7 @@ TEST(RequestHold, GenerationHoldsItsStateInRequestMemoryUntilTheAnswerIsWritten)
   EXPECT_EQ(j["choices"].size(), 16u);
   EXPECT_EQ(j["usage"]["completion_tokens"], 16 * 120);
   // Given back once the last byte is written (just after the client has it).
-  EXPECT_TRUE(wait_for([&] { return h.server->transport().request_memory.used == 0; }));
+  EXPECT_TRUE(wait_for([&] { return h.server->transport().request_memory.used == 0; }, 30s));
 }
 
 // A client with a tiny receive window: the answer cannot all be written while it does not read.
@@ -117,7 +110,7 @@ TEST(RequestHold, StateThatDoesNotFitNowIs503AndStateThatNeverFitsIs400) {
                            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
                            "Content-Type: application/json\r\nContent-Length: " +
                                std::to_string(body.size()) + "\r\n\r\n" + body));
-  ASSERT_TRUE(wait_for([&] { return h.server->transport().request_memory.used == one; }))
+  ASSERT_TRUE(wait_for([&] { return h.server->transport().request_memory.used == one; }, 30s))
       << h.server->transport().request_memory.used << " used, " << one << " expected";
   auto second = h.post("/v1/completions", big_request(400));
   expect_error(second, 503, "request_memory_exhausted");
@@ -133,7 +126,7 @@ TEST(RequestHold, StateThatDoesNotFitNowIs503AndStateThatNeverFitsIs400) {
   EXPECT_TRUE(first.starts_with("HTTP/1.1 200")) << first.substr(0, 300);
   EXPECT_NE(first.find("\"total_tokens\""), std::string::npos) << "the whole answer arrived";
   EXPECT_EQ(h.server->refusals().get(RefusalReason::kRequestMemory), 1u);
-  EXPECT_TRUE(wait_for([&] { return h.server->transport().request_memory.used == 0; }));
+  EXPECT_TRUE(wait_for([&] { return h.server->transport().request_memory.used == 0; }, 30s));
   EXPECT_LE(h.server->transport().request_memory.peak, cfg.http.request_memory_bytes);
 }
 
