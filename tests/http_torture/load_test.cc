@@ -100,8 +100,8 @@ TEST_F(HttpConcurrency, ThousandConnectionsAllGetDefiniteAnswers) {
   expect_server_healthy(*served_, "1000 concurrent connections");
 }
 
-// Capacity 2 running + 4 queued; bursts of 10x that, five times over ~12 s, with /health probed
-// every 250 ms throughout.
+// Capacity 2 running + 4 queued; bursts of 10x that within 60 ms, five times over ~12 s, with
+// /health probed every 250 ms throughout.
 class HttpOverload : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -124,7 +124,9 @@ TEST_F(HttpOverload, TenTimesCapacityIsServedOrRefusedCleanly) {
   std::vector<PlannedRequest> reqs;
   for (int b = 0; b < kBursts; ++b) {
     for (int i = 0; i < 10 * kCapacity; ++i) {
-      Millis at{b * kBurstGapMs + i * 5};  // a burst arrives within 0.3 s
+      // A burst arrives within 60 ms: at 5 ms apart (0.3 s) a quiet machine finished the short
+      // sampled answers as fast as they came and the queue never overflowed.
+      Millis at{b * kBurstGapMs + i};
       switch (i % 4) {
         case 0:
           reqs.push_back({make_post_json("/v1/completions", completion_body(model, 64, false)), at,
@@ -168,7 +170,7 @@ TEST_F(HttpOverload, TenTimesCapacityIsServedOrRefusedCleanly) {
   EXPECT_EQ(answered, num_load) << "requests lost";
   EXPECT_EQ(completed + refused, num_load) << "every answer is a completion or a clean refusal";
   EXPECT_GT(completed, 0) << "overload must not refuse everything";
-  EXPECT_GT(refused, 0) << "10x capacity within 0.3 s must overflow a queue of 4";
+  EXPECT_GT(refused, 0) << "10x capacity within 60 ms must overflow a queue of 4";
   expect_server_healthy(*served_, "overload");
 }
 
