@@ -18,15 +18,16 @@ cleanup() {
 trap cleanup EXIT
 fail() {
   echo "FAIL: $*"
-  for f in serve tight; do [ -f "$WORK/$f.err" ] && echo "--- $f stderr:" && tail -20 "$WORK/$f.err"; done
+  for f in serve lc tight; do [ -f "$WORK/$f.err" ] && echo "--- $f stderr:" && tail -20 "$WORK/$f.err"; done
   exit 1
 }
 json() { /usr/bin/python3 -c "import json,sys; print(json.load(open('$1'))$2)"; }
-# start_server NAME ARGS...: starts `kvwarden serve` on a free port; sets PID and URL.
+# start_server NAME ARGS...: starts `kvwarden serve` on a free port (on $MODEL if set, else the
+# tiny model); sets PID and URL.
 start_server() {
   local name="$1"
   shift
-  "$KVW" serve --model "$WORK/m.gguf" --port 0 --threads 1 "$@" >"$WORK/$name.out" \
+  "$KVW" serve --model "${MODEL:-$WORK/m.gguf}" --port 0 --threads 1 "$@" >"$WORK/$name.out" \
     2>"$WORK/$name.err" &
   PID=$!
   for _ in $(seq 1 120); do
@@ -79,14 +80,24 @@ scenario b bursts.json "$URL" --duration 5 --spike-start 1.5 --spike-duration 2 
   --ramp-to 12 --random-max-rate 12 --random-interval 2
 
 # long-context fragmentation: 4 conversations x 6 rounds growing to 512 tokens (the model's
-# context is 1024; regenerated text can tokenize longer than it was generated), scraped often
-# enough to see the KV pool in use during a run this short (96-token answers keep it busy for
-# a few scrapes even on a fast idle CPU, where 16-token ones finished between two).
+# context is 1024; regenerated text can tokenize longer than it was generated), against a
+# server of its own with a wider model: on the tiny one the whole run took 40 ms on a fast CPU,
+# one or two /metrics scrapes, and CI once saw the KV pool empty in all of them. This one runs
+# for about half a second, a dozen scrapes with four conversations in flight.
+"$KVW" make-model --out "$WORK/wide.gguf" --seed 1 --context 1024 --dim 512 --layers 8 --heads 8 \
+  --kv-heads 2 --ffn 1024 --weight-type q8_0 2>/dev/null || fail "make-model (wide)"
+MODEL="$WORK/wide.gguf" start_server lc
+TIGHT_PID=$PID
 scenario lc long_context_fragmentation.json "$URL" --num-conversations 4 --rounds 6 \
   --max-context 512 --output-len fixed:96 --scrape-interval 0.05
 [ "$(json "$WORK/lc.json" "['completed']")" = "24" ] || fail "long-context: completed != 24"
+echo "long-context: $(json "$WORK/lc.json" "['duration']") s, max KV usage" \
+  "$(json "$WORK/lc.json" "['max_server_kv_usage_ratio']")"
 /usr/bin/python3 -c "import json,sys; sys.exit(0 if json.load(open('$WORK/lc.json'))['max_server_kv_usage_ratio'] > 0 else 1)" ||
   fail "long-context: no KV usage seen in /metrics"
+kill "$TIGHT_PID" && wait "$TIGHT_PID" 2>/dev/null
+TIGHT_PID=""
+URL=$SERVE_URL
 # concurrency interference: 256-token prompts alone (2), then 16 in flight (32).
 scenario ci concurrency_interference.json "$URL" --input-len fixed:256 --output-len fixed:16
 [ "$(json "$WORK/ci-concurrency-interference-16-concurrent.json" "['completed']")" = "32" ] ||
