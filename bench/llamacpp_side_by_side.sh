@@ -13,7 +13,9 @@
 #   tgN @ dD      llama-batched-bench -npp D -ntg N -npl 1   vs  bench-model -p 0 -n N -d D
 #   tgG xS @ d32  llama-batched-bench -npp 32 -ntg G -npl S  vs  bench-model -p 0 -n G -d 32 -s S
 #                 (S sequences decoding together: aggregate tokens/s)
-# Environment: THREADS (nproc), REPS (3), PROMPTS (512,2048), GEN (128), DEPTH (4096),
+# DEPTH=0 or STREAMS=0 leaves that test out.
+# Environment: LCPP_BUILD (LLAMA_CPP_DIR/build: llama.cpp's build directory, built with
+# -DGGML_NATIVE=ON), THREADS (nproc), REPS (3), PROMPTS (512,2048), GEN (128), DEPTH (4096),
 # STREAMS (16), STREAM_GEN (64), KVW (build/apps/kvwarden/kvwarden),
 # OUT (bench/results/side-by-side-<UTC time>: every raw JSON of the sitting, llama.cpp's system
 # info and the table, kept so each figure in the README can be audited),
@@ -36,13 +38,25 @@ KVW=${KVW:-build/apps/kvwarden/kvwarden}
 OUT=${OUT:-bench/results/side-by-side-$(date -u +%Y%m%dT%H%MZ)}
 mkdir -p "$OUT"
 
-BIN=$LCPP/build/bin
+LCPP_BUILD=${LCPP_BUILD:-$LCPP/build}
+BIN=$LCPP_BUILD/bin
 if [ ! -x "$BIN/llama-bench" ] || [ ! -x "$BIN/llama-batched-bench" ]; then
-  echo "building llama.cpp in $LCPP/build ..." >&2
-  cmake -S "$LCPP" -B "$LCPP/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+  echo "building llama.cpp in $LCPP_BUILD ..." >&2
+  cmake -S "$LCPP" -B "$LCPP_BUILD" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_TESTS=OFF >/dev/null
-  cmake --build "$LCPP/build" -j"$(nproc)" --target llama-bench llama-batched-bench >/dev/null
+  cmake --build "$LCPP_BUILD" -j"$(nproc)" --target llama-bench llama-batched-bench >/dev/null
 fi
+# On a CPU that reports AMX, a -DGGML_NATIVE=ON build of llama.cpp d32676d77 crashed at its
+# first prompt batch in this VM (AMX tiles; its decode ran at 33 tok/s on a 1.1B Q4_0 file);
+# a build with the instruction sets named (AVX-512 F/BW/VL/VNNI/BF16, AVX2, FMA, F16C, no AMX)
+# ran every test, decoding at 16 tok/s. Say which one the table is against.
+if grep -q "^GGML_NATIVE:BOOL=OFF" "$LCPP_BUILD/CMakeCache.txt" 2>/dev/null; then
+  LCPP_FLAGS="GGML_NATIVE=OFF: $(grep -oE '^GGML_(AVX[A-Z0-9_]*|FMA|F16C|AMX_[A-Z0-9]*):BOOL=ON' \
+    "$LCPP_BUILD/CMakeCache.txt" | sed 's/:BOOL=ON//' | tr '\n' ' ')"
+else
+  LCPP_FLAGS="GGML_NATIVE=ON"
+fi
+echo "llama.cpp build: $LCPP_FLAGS" | tee "$OUT/lcpp_build_flags.txt" >&2
 LCPP_COMMIT=${LCPP_COMMIT:-$(git -C "$LCPP" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 
 # Each repetition runs every test on both tools back to back, so a slow spell of a shared
@@ -59,23 +73,23 @@ for model in "$@"; do
       -o json >"$OUT/$i.lcpp_bench.$rep.json" 2>>"$OUT/$i.lcpp_bench.err"
     "$KVW" bench-model -m "$model" -p "$PROMPTS" -n "$GEN" -t "$THREADS" -r 1 $probes \
       --json "$OUT/$i.kvw_1.$rep.json" >/dev/null 2>>"$OUT/$i.kvw.err"
-    for fa in off on; do
+    [ "$DEPTH" -gt 0 ] && for fa in off on; do
       "$BIN/llama-batched-bench" -m "$model" -c $((DEPTH + GEN + 16)) -b 2048 -ub 512 \
         -npp "$DEPTH" -ntg "$GEN" -npl 1 -t "$THREADS" -tb "$THREADS" -fa $fa --no-mmap \
         --output-format jsonl 2>/dev/null | grep '^{' >>"$OUT/$i.lcpp_batched.jsonl" ||
         echo "llama-batched-bench @ d$DEPTH -fa $fa printed no result (run $rep)" >&2
     done
-    "$KVW" bench-model -m "$model" -p 0 -n "$GEN" -d "$DEPTH" -t "$THREADS" -r 1 --no-probes \
-      --json "$OUT/$i.kvw_2.$rep.json" >/dev/null 2>>"$OUT/$i.kvw.err"
-    for fa in off on; do
+    [ "$DEPTH" -gt 0 ] && "$KVW" bench-model -m "$model" -p 0 -n "$GEN" -d "$DEPTH" -t "$THREADS" \
+      -r 1 --no-probes --json "$OUT/$i.kvw_2.$rep.json" >/dev/null 2>>"$OUT/$i.kvw.err"
+    [ "$STREAMS" -gt 0 ] && for fa in off on; do
       "$BIN/llama-batched-bench" -m "$model" -c $((STREAMS * (32 + STREAM_GEN) + 16)) -b 2048 \
         -ub 512 -npp 32 -ntg "$STREAM_GEN" -npl "$STREAMS" -t "$THREADS" -tb "$THREADS" \
         -fa $fa --no-mmap --output-format jsonl 2>/dev/null |
         grep '^{' >>"$OUT/$i.lcpp_batched.jsonl" ||
         echo "llama-batched-bench x$STREAMS -fa $fa printed no result (run $rep)" >&2
     done
-    "$KVW" bench-model -m "$model" -p 0 -n "$STREAM_GEN" -d 32 -s "$STREAMS" -t "$THREADS" \
-      -r 1 --no-probes --json "$OUT/$i.kvw_3.$rep.json" >/dev/null 2>>"$OUT/$i.kvw.err"
+    [ "$STREAMS" -gt 0 ] && "$KVW" bench-model -m "$model" -p 0 -n "$STREAM_GEN" -d 32 \
+      -s "$STREAMS" -t "$THREADS" -r 1 --no-probes --json "$OUT/$i.kvw_3.$rep.json" >/dev/null 2>>"$OUT/$i.kvw.err"
   done
 done
 
@@ -86,7 +100,7 @@ import json, os, statistics, sys
 out, n, commit, reps = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 machine = None
 shares = []  # (model, type, {prefill test: matmul GOP/s}) for the share of the compute probe
-print(f"\nllama.cpp {commit} vs kvwarden; median of {reps} interleaved runs; "
+print(f"\nllama.cpp {commit} ({open(out + '/lcpp_build_flags.txt').read().strip()}) vs kvwarden; median of {reps} interleaved runs; "
       "ratio = kvwarden / llama.cpp\n")
 print("| model | test | llama.cpp t/s (flash attn) | kvwarden t/s | ratio |")
 print("|---|---|---|---|---|")
@@ -108,7 +122,10 @@ for i in range(1, n + 1):
     ours, gops, model = {}, {}, None
     for part in (1, 2, 3):
         for rep in range(1, reps + 1):
-            rep_json = json.load(open(f"{out}/{i}.kvw_{part}.{rep}.json"))
+            path = f"{out}/{i}.kvw_{part}.{rep}.json"
+            if not os.path.exists(path):  # DEPTH=0 / STREAMS=0 skipped that test
+                continue
+            rep_json = json.load(open(path))
             if rep_json["machine"]["read_gbs"] > 0:
                 machine = machine or rep_json["machine"]
             (model,) = rep_json["models"]
