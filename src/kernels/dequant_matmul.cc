@@ -1,4 +1,4 @@
-// kernels/dequant_matmul.cc: matmul of the weight types that have no integer kernel (Q4_1, Q5_0,
+// kernels/dequant_matmul.cc: matmul of the weight types that have no integer kernel (Q4_1,
 // Q5_1, IQ4_NL, Q2_K, Q3_K, IQ4_XS, MXFP4): each weight row is dequantised to f32 with gguf's
 // reference conversion, a chunk at a time, and dotted with the f32 activations. This is the ref
 // table's kernel; the x86 tables run x86/avx2_dequant.cc, the same arithmetic in SIMD, so the
@@ -43,7 +43,6 @@ float reduce_lanes(float* acc) {
 bool is_dequant_type(GgmlType wtype) {
   switch (wtype) {
     case GgmlType::kQ4_1:
-    case GgmlType::kQ5_0:
     case GgmlType::kQ5_1:
     case GgmlType::kIQ4_NL:
     case GgmlType::kQ2_K:
