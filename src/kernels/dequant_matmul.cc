@@ -44,7 +44,6 @@ bool is_dequant_type(GgmlType wtype) {
   switch (wtype) {
     case GgmlType::kQ4_1:
     case GgmlType::kQ5_1:
-    case GgmlType::kIQ4_NL:
     case GgmlType::kQ2_K:
     case GgmlType::kQ3_K:
     case GgmlType::kIQ4_XS:

@@ -1,6 +1,6 @@
-// kernels/packed.cc: the load-time packed layout of Q8_0 / Q4_0 / Q5_0 matrices (float types:
-// packed_float.cc, K-quants: packed_kquants.cc) for prefill-speed GEMM,
-// the packer, and the scalar matmul_packed every SIMD table reproduces bit for bit.
+// kernels/packed.cc: the load-time packed layout of Q8_0 / Q4_0 / Q5_0 / IQ4_NL matrices (float
+// types: packed_float.cc, K-quants: packed_kquants.cc) for prefill-speed GEMM, the packer, and the
+// scalar matmul_packed every SIMD table reproduces bit for bit.
 //
 // Layout of an n_rows x n_in matrix, nb = n_in / 32 blocks per row, same bytes as GGUF:
 //
@@ -11,6 +11,8 @@
 //       Q8_0: 8 steps, byte k of step s = q[r][4s + k] + 128       256 bytes per block
 //       Q4_0: 4 steps, byte k of step s = GGUF qs[r][4s + k]       128 bytes per block
 //             (low nibble: element 4s + k, high nibble: element 16 + 4s + k; q = nibble - 8)
+//       IQ4_NL: as Q4_0, q = kIq4NlValues[nibble], looked up as kIq4NlValues + 128 (or signed
+//             where no VNNI: |q| x sign(x, q) as Q8_0)
 //       Q5_0: 32 fifth-bit bytes [8 rows][4], then the nibbles as Q4_0     160 bytes per block
 //             (fifth-bit byte k of row r: bit s = element 4s + k's, bit 4 + s = element
 //             16 + 4s + k's, so a step's fifth bits are one 16-bit shift and a mask away;
@@ -21,7 +23,8 @@
 // 4 elements, and the 8 lanes of the float accumulator are the 8 rows (no horizontal sum). The
 // scales of all blocks come first so that, for an even nb, every quant load is 32-byte aligned
 // (GGUF tensors are) and never splits a cache line. Weights are unsigned (q + 128, or the raw
-// nibble, the 5-bit value) as VNNI's u8 x s8 dpbusd needs; the offset (128, 8, 16) is removed
+// nibble, the 5-bit value, the IQ4_NL level + 128) as VNNI's u8 x s8 dpbusd needs; the offset
+// (128, 8, 16, 128) is removed
 // exactly with the activation block sum: isum = sum(w_u * x) - off * sum(x).
 //
 // Arithmetic per (row, token): acc = 0; for b in order: acc = fma(float(isum_b), d_w * d_x, acc)
@@ -43,11 +46,13 @@ namespace {
 constexpr int64_t kScaleBytes = kPackRows * 2;  // per block of one group
 
 bool packable_type(GgmlType wtype) {
-  return wtype == GgmlType::kQ8_0 || wtype == GgmlType::kQ4_0 || wtype == GgmlType::kQ5_0;
+  return wtype == GgmlType::kQ8_0 || wtype == GgmlType::kQ4_0 || wtype == GgmlType::kQ5_0 ||
+         wtype == GgmlType::kIQ4_NL;
 }
 
 int64_t gguf_block_bytes(GgmlType wtype) {
   if (wtype == GgmlType::kQ8_0) return sizeof(BlockQ8_0);
+  if (wtype == GgmlType::kIQ4_NL) return sizeof(BlockIQ4_NL);
   return wtype == GgmlType::kQ4_0 ? sizeof(BlockQ4_0) : sizeof(BlockQ5_0);
 }
 
@@ -66,20 +71,24 @@ int unsigned_quant(GgmlType wtype, const uint8_t* row, int64_t b, int j) {
     const int nibble = j < 16 ? (q & 0xF) : (q >> 4);
     return nibble | (int)((q5_0_fifth_bits(blk) >> j) & 1) << 4;
   }
+  if (wtype == GgmlType::kIQ4_NL) {
+    const uint8_t q = reinterpret_cast<const BlockIQ4_NL*>(row)[b].qs[j % 16];
+    return kIq4NlValues[j < 16 ? (q & 0xF) : (q >> 4)] + 128;
+  }
   const uint8_t q = reinterpret_cast<const BlockQ4_0*>(row)[b].qs[j % 16];
   return j < 16 ? (q & 0xF) : (q >> 4);
 }
 
 // -offset x sum(x) for the block's activations: exact, as the SIMD tables compute it.
 int32_t correction(GgmlType wtype, const ActBlockExtra& ex) {
-  if (wtype == GgmlType::kQ8_0) return ex.neg128;
+  if (wtype == GgmlType::kQ8_0 || wtype == GgmlType::kIQ4_NL) return ex.neg128;
   return wtype == GgmlType::kQ4_0 ? ex.neg128 >> 4 : ex.neg128 >> 3;
 }
 
 // Bytes of one block's quants in a group (the fifth-bit plane of Q5_0 first).
 int64_t group_quant_bytes(GgmlType wtype) {
   if (wtype == GgmlType::kQ8_0) return 256;
-  return wtype == GgmlType::kQ4_0 ? 128 : 32 + 128;
+  return wtype == GgmlType::kQ5_0 ? 32 + 128 : 128;
 }
 
 // One group of kPackRows GGUF rows (src) into the packed layout (dst); they must not overlap.
@@ -97,8 +106,8 @@ void pack_group(GgmlType wtype, const PackedGeometry& g, const uint8_t* src, uin
         for (int j = 0; j < 32; ++j) {
           q[(j / 4) * 32 + r * 4 + j % 4] = (uint8_t)unsigned_quant(wtype, row, b, j);
         }
-      } else if (wtype == GgmlType::kQ4_0) {
-        const uint8_t* qs = reinterpret_cast<const BlockQ4_0*>(row)[b].qs;
+      } else if (wtype != GgmlType::kQ5_0) {  // Q4_0, IQ4_NL: d then 16 nibble bytes
+        const uint8_t* qs = row + b * block_bytes + 2;
         for (int j = 0; j < 16; ++j) q[(j / 4) * 32 + r * 4 + j % 4] = qs[j];
       } else {
         const BlockQ5_0& blk = reinterpret_cast<const BlockQ5_0*>(row)[b];
@@ -125,6 +134,7 @@ int packed_quant(GgmlType wtype, const PackedGeometry& g, const uint8_t* group, 
   const int fifth_plane = wtype == GgmlType::kQ5_0 ? 32 : 0;
   const uint8_t byte = q[fifth_plane + ((j % 16) / 4) * 32 + r * 4 + j % 4];
   const int nibble = j < 16 ? (byte & 0xF) : (byte >> 4);
+  if (wtype == GgmlType::kIQ4_NL) return kIq4NlValues[nibble] + 128;
   if (wtype != GgmlType::kQ5_0) return nibble;
   const int bit = (j % 16) / 4 + (j < 16 ? 0 : 4);  // the step, plus 4 for the high half
   return nibble | ((q[r * 4 + j % 4] >> bit) & 1) << 4;

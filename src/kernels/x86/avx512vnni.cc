@@ -38,9 +38,9 @@ constexpr int kTokens = kInt8PairTileTokens;
 
 // One block of a 12-token tile's activations, interleaved: step s's 4 bytes of every token side
 // by side, then every token's scale and weight-offset correction (Q8_0: neg128, Q4_0:
-// neg128 >> 4, Q5_0: neg128 >> 3). Read from the rows in place, the 12 tokens need 12 address
-// registers and the tile spilled them; interleaved, one pointer and constant displacements address
-// them all.
+// neg128 >> 4, Q5_0: neg128 >> 3, IQ4_NL: neg128). Read from the rows in place, the 12 tokens need
+// 12 address registers and the tile spilled them; interleaved, one pointer and constant
+// displacements address them all.
 struct TileBlock {
   int32_t q[8][kTokens];
   float d[kTokens];
@@ -70,7 +70,7 @@ void interleave_tile(const PackedArgs& a, int64_t t0, int n, TileBlock* dst) {
       t.d[c] = extras[c][b].d;
       const int32_t neg128 = extras[c][b].neg128;
       t.corr[c] =
-          T == GgmlType::kQ8_0 ? neg128 : (T == GgmlType::kQ4_0 ? neg128 >> 4 : neg128 >> 3);
+          T == GgmlType::kQ4_0 ? neg128 >> 4 : (T == GgmlType::kQ5_0 ? neg128 >> 3 : neg128);
     }
     for (int c = n; c < kTokens; ++c) {
       t.d[c] = 0.0f;
@@ -89,6 +89,10 @@ KVW_INLINE void pair_tile(const PackedArgs& a, int64_t grp, const TileBlock* xb,
   const int64_t gb = a.g.group_bytes;
   const int64_t quants = a.g.nb * 2 * kPackRows;
   const __m512i low4 = _mm512_set1_epi8(0x0F);
+  alignas(16) int8_t levels[16];
+  for (int i = 0; i < 16; ++i) levels[i] = (int8_t)(kIq4NlValues[i] + 128);
+  const __m512i iq4_levels =
+      _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(levels)));
   __m512 acc[C];
 #pragma GCC unroll 16
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
@@ -123,11 +127,16 @@ KVW_INLINE void pair_tile(const PackedArgs& a, int64_t grp, const TileBlock* xb,
         }
       }
     } else {
+      // Q4_0's nibbles, or IQ4_NL's looked up as levels + 128 (x86::iq4_nl_isums).
 #pragma GCC unroll 4
       for (int s = 0; s < 4; ++s) {
         const __m512i v = load_pair(g0, gb, quants + b * 128 + 32 * s);
-        const __m512i lo = _mm512_and_si512(v, low4);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        __m512i lo = _mm512_and_si512(v, low4);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        if constexpr (T == GgmlType::kIQ4_NL) {
+          lo = _mm512_shuffle_epi8(iq4_levels, lo);
+          hi = _mm512_shuffle_epi8(iq4_levels, hi);
+        }
 #pragma GCC unroll 16
         for (int c = 0; c < C; ++c) {
           isum[c] = _mm512_dpbusd_epi32(isum[c], lo, _mm512_set1_epi32(xb->q[s][c]));
@@ -204,8 +213,10 @@ void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, 
     pair_groups<GgmlType::kQ8_0>(a, g_begin, g_end, xt);
   } else if (wtype == GgmlType::kQ4_0) {
     pair_groups<GgmlType::kQ4_0>(a, g_begin, g_end, xt);
-  } else {
+  } else if (wtype == GgmlType::kQ5_0) {
     pair_groups<GgmlType::kQ5_0>(a, g_begin, g_end, xt);
+  } else {
+    pair_groups<GgmlType::kIQ4_NL>(a, g_begin, g_end, xt);
   }
   if (rows.end > full) {
     matmul_packed_tail(wtype, w, n_rows, n_in, xq, n_tokens, y, rows.begin, rows.end);
