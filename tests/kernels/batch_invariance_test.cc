@@ -137,6 +137,10 @@ TEST(KernelsBatchInvariance, PackedMatmulRowsAreBitIdenticalAloneInBatchesAndAcr
     for (GgmlType wtype : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kIQ4_NL,
                            GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
       for (const Case& c : cases) {
+        // Q5_0/IQ4_NL differ from Q4_0 only inside a block (the token walk is shared): under
+        // the sanitizers, where CI's time is short, their first case is enough.
+        const bool nibble_variant = wtype == GgmlType::kQ5_0 || wtype == GgmlType::kIQ4_NL;
+        if (testing::reduced_sweep() && nibble_variant && &c != &cases[0]) continue;
         SCOPED_TRACE(std::string(t->isa) + " " + testing::type_name(wtype) + " rows " +
                      std::to_string(c.n_rows) + " n_in " + std::to_string(c.n_in));
         auto w = testing::make_weights(wtype, c.n_rows, c.n_in, 25);
