@@ -1,5 +1,5 @@
-// kernels/dequant_matmul.cc: matmul of the weight types that have no integer kernel (Q4_1, Q5_0,
-// Q5_1, IQ4_NL, Q2_K, Q3_K, IQ4_XS, MXFP4): each weight row is dequantised to f32 with gguf's
+// kernels/dequant_matmul.cc: matmul of the weight types that have no integer kernel (Q4_1,
+// Q5_1, Q2_K, Q3_K, IQ4_XS, MXFP4): each weight row is dequantised to f32 with gguf's
 // reference conversion, a chunk at a time, and dotted with the f32 activations. This is the ref
 // table's kernel; the x86 tables run x86/avx2_dequant.cc, the same arithmetic in SIMD, so the
 // output is bit-identical across tables as well as across token counts and thread counts.
@@ -10,9 +10,9 @@
 // lanes are then summed pairwise in a fixed tree. Tiling over tokens only changes how often a
 // chunk is dequantised, never the order of a row's sum.
 //
-// Why not an integer path like Q4_0's: the 32-element types only appear on the few tensors
-// llama-quantize could not give a K-quant (row lengths not a multiple of 256), and f32
-// activations need no separate buffer in the model or the planner. Q2_K/Q3_K/IQ4_XS/MXFP4
+// Why not an integer path like Q4_0's: Q4_1/Q5_1 only appear on the few tensors llama-quantize
+// could not give a K-quant (row lengths not a multiple of 256); Q5_0 and IQ4_NL, the common
+// fallbacks, have one now (packed.cc). Q2_K/Q3_K/IQ4_XS/MXFP4
 // (whole files of them) take this path too for now: correctness first, an int8 path later. Decode
 // reads each row once (dequantising costs about as much as the f32 dot); prefill dequantises a
 // chunk once per kTileTokens tokens.
@@ -43,9 +43,7 @@ float reduce_lanes(float* acc) {
 bool is_dequant_type(GgmlType wtype) {
   switch (wtype) {
     case GgmlType::kQ4_1:
-    case GgmlType::kQ5_0:
     case GgmlType::kQ5_1:
-    case GgmlType::kIQ4_NL:
     case GgmlType::kQ2_K:
     case GgmlType::kQ3_K:
     case GgmlType::kIQ4_XS:

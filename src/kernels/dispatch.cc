@@ -25,6 +25,8 @@ RowRange split_range(int64_t n, int ith, int nth, int64_t align) {
 GgmlType act_type(GgmlType wtype) {
   switch (wtype) {
     case GgmlType::kQ4_0:
+    case GgmlType::kQ5_0:
+    case GgmlType::kIQ4_NL:
     case GgmlType::kQ8_0:
       return GgmlType::kQ8_0;
     case GgmlType::kQ4_K:
@@ -35,9 +37,7 @@ GgmlType act_type(GgmlType wtype) {
     case GgmlType::kF16:
     case GgmlType::kBF16:
     case GgmlType::kQ4_1:
-    case GgmlType::kQ5_0:
     case GgmlType::kQ5_1:
-    case GgmlType::kIQ4_NL:
     case GgmlType::kQ2_K:
     case GgmlType::kQ3_K:
     case GgmlType::kIQ4_XS:

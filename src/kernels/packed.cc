@@ -1,6 +1,6 @@
-// kernels/packed.cc: the load-time packed layout of Q8_0 / Q4_0 matrices (float types:
-// packed_float.cc, K-quants: packed_kquants.cc) for prefill-speed GEMM,
-// the packer, and the scalar matmul_packed every SIMD table reproduces bit for bit.
+// kernels/packed.cc: the load-time packed layout of Q8_0 / Q4_0 / Q5_0 / IQ4_NL matrices (float
+// types: packed_float.cc, K-quants: packed_kquants.cc) for prefill-speed GEMM, the packer, and the
+// scalar matmul_packed every SIMD table reproduces bit for bit.
 //
 // Layout of an n_rows x n_in matrix, nb = n_in / 32 blocks per row, same bytes as GGUF:
 //
@@ -11,14 +11,21 @@
 //       Q8_0: 8 steps, byte k of step s = q[r][4s + k] + 128       256 bytes per block
 //       Q4_0: 4 steps, byte k of step s = GGUF qs[r][4s + k]       128 bytes per block
 //             (low nibble: element 4s + k, high nibble: element 16 + 4s + k; q = nibble - 8)
+//       IQ4_NL: as Q4_0, q = kIq4NlValues[nibble], looked up as kIq4NlValues + 128 (or signed
+//             where no VNNI: |q| x sign(x, q) as Q8_0)
+//       Q5_0: 32 fifth-bit bytes [8 rows][4], then the nibbles as Q4_0     160 bytes per block
+//             (fifth-bit byte k of row r: bit s = element 4s + k's, bit 4 + s = element
+//             16 + 4s + k's, so a step's fifth bits are one 16-bit shift and a mask away;
+//             q = (nibble | fifth << 4) - 16)
 //
 // One 256-bit load of a step holds 4 consecutive weights of each of the 8 rows, which meet a
 // token's 4 activation bytes broadcast to every lane: one multiply-add instruction does 8 rows x
 // 4 elements, and the 8 lanes of the float accumulator are the 8 rows (no horizontal sum). The
 // scales of all blocks come first so that, for an even nb, every quant load is 32-byte aligned
 // (GGUF tensors are) and never splits a cache line. Weights are unsigned (q + 128, or the raw
-// nibble) as VNNI's u8 x s8 dpbusd needs; the offset is removed exactly with the activation block
-// sum: isum = sum(w_u * x) - off * sum(x).
+// nibble, the 5-bit value, the IQ4_NL level + 128) as VNNI's u8 x s8 dpbusd needs; the offset
+// (128, 8, 16, 128) is removed
+// exactly with the activation block sum: isum = sum(w_u * x) - off * sum(x).
 //
 // Arithmetic per (row, token): acc = 0; for b in order: acc = fma(float(isum_b), d_w * d_x, acc)
 // with d_w * d_x one float multiply. isum_b is exact, so every table, tile shape, token count
@@ -39,26 +46,56 @@ namespace {
 constexpr int64_t kScaleBytes = kPackRows * 2;  // per block of one group
 
 bool packable_type(GgmlType wtype) {
-  return wtype == GgmlType::kQ8_0 || wtype == GgmlType::kQ4_0;
+  return wtype == GgmlType::kQ8_0 || wtype == GgmlType::kQ4_0 || wtype == GgmlType::kQ5_0 ||
+         wtype == GgmlType::kIQ4_NL;
+}
+
+int64_t gguf_block_bytes(GgmlType wtype) {
+  if (wtype == GgmlType::kQ8_0) return sizeof(BlockQ8_0);
+  if (wtype == GgmlType::kIQ4_NL) return sizeof(BlockIQ4_NL);
+  return wtype == GgmlType::kQ4_0 ? sizeof(BlockQ4_0) : sizeof(BlockQ5_0);
+}
+
+uint32_t q5_0_fifth_bits(const BlockQ5_0& blk) {
+  uint32_t qh;
+  std::memcpy(&qh, blk.qh, 4);
+  return qh;
 }
 
 // Element j of block b of GGUF row `row` as (unsigned stored value, offset).
 int unsigned_quant(GgmlType wtype, const uint8_t* row, int64_t b, int j) {
   if (wtype == GgmlType::kQ8_0) return reinterpret_cast<const BlockQ8_0*>(row)[b].qs[j] + 128;
+  if (wtype == GgmlType::kQ5_0) {
+    const BlockQ5_0& blk = reinterpret_cast<const BlockQ5_0*>(row)[b];
+    const uint8_t q = blk.qs[j % 16];
+    const int nibble = j < 16 ? (q & 0xF) : (q >> 4);
+    return nibble | (int)((q5_0_fifth_bits(blk) >> j) & 1) << 4;
+  }
+  if (wtype == GgmlType::kIQ4_NL) {
+    const uint8_t q = reinterpret_cast<const BlockIQ4_NL*>(row)[b].qs[j % 16];
+    return kIq4NlValues[j < 16 ? (q & 0xF) : (q >> 4)] + 128;
+  }
   const uint8_t q = reinterpret_cast<const BlockQ4_0*>(row)[b].qs[j % 16];
   return j < 16 ? (q & 0xF) : (q >> 4);
 }
 
 // -offset x sum(x) for the block's activations: exact, as the SIMD tables compute it.
 int32_t correction(GgmlType wtype, const ActBlockExtra& ex) {
-  return wtype == GgmlType::kQ8_0 ? ex.neg128 : ex.neg128 >> 4;
+  if (wtype == GgmlType::kQ8_0 || wtype == GgmlType::kIQ4_NL) return ex.neg128;
+  return wtype == GgmlType::kQ4_0 ? ex.neg128 >> 4 : ex.neg128 >> 3;
+}
+
+// Bytes of one block's quants in a group (the fifth-bit plane of Q5_0 first).
+int64_t group_quant_bytes(GgmlType wtype) {
+  if (wtype == GgmlType::kQ8_0) return 256;
+  return wtype == GgmlType::kQ5_0 ? 32 + 128 : 128;
 }
 
 // One group of kPackRows GGUF rows (src) into the packed layout (dst); they must not overlap.
 void pack_group(GgmlType wtype, const PackedGeometry& g, const uint8_t* src, uint8_t* dst) {
   uint8_t* scales = dst;
   uint8_t* quants = dst + g.nb * kScaleBytes;
-  const int64_t block_bytes = wtype == GgmlType::kQ8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+  const int64_t block_bytes = gguf_block_bytes(wtype);
   for (int64_t r = 0; r < kPackRows; ++r) {
     const uint8_t* row = src + r * g.row_bytes;
     for (int64_t b = 0; b < g.nb; ++b) {
@@ -69,9 +106,21 @@ void pack_group(GgmlType wtype, const PackedGeometry& g, const uint8_t* src, uin
         for (int j = 0; j < 32; ++j) {
           q[(j / 4) * 32 + r * 4 + j % 4] = (uint8_t)unsigned_quant(wtype, row, b, j);
         }
-      } else {
-        const uint8_t* qs = reinterpret_cast<const BlockQ4_0*>(row)[b].qs;
+      } else if (wtype != GgmlType::kQ5_0) {  // Q4_0, IQ4_NL: d then 16 nibble bytes
+        const uint8_t* qs = row + b * block_bytes + 2;
         for (int j = 0; j < 16; ++j) q[(j / 4) * 32 + r * 4 + j % 4] = qs[j];
+      } else {
+        const BlockQ5_0& blk = reinterpret_cast<const BlockQ5_0*>(row)[b];
+        const uint32_t qh = q5_0_fifth_bits(blk);
+        for (int k = 0; k < 4; ++k) {
+          uint8_t fifth = 0;
+          for (int s = 0; s < 4; ++s) {
+            fifth |= ((qh >> (4 * s + k)) & 1) << s;
+            fifth |= ((qh >> (16 + 4 * s + k)) & 1) << (4 + s);
+          }
+          q[r * 4 + k] = fifth;
+        }
+        for (int j = 0; j < 16; ++j) q[32 + (j / 4) * 32 + r * 4 + j % 4] = blk.qs[j];
       }
     }
   }
@@ -82,8 +131,13 @@ int packed_quant(GgmlType wtype, const PackedGeometry& g, const uint8_t* group, 
                  int64_t b, int j) {
   const uint8_t* q = group + g.nb * kScaleBytes + b * g.quant_bytes;
   if (wtype == GgmlType::kQ8_0) return q[(j / 4) * 32 + r * 4 + j % 4];
-  const uint8_t byte = q[((j % 16) / 4) * 32 + r * 4 + j % 4];
-  return j < 16 ? (byte & 0xF) : (byte >> 4);
+  const int fifth_plane = wtype == GgmlType::kQ5_0 ? 32 : 0;
+  const uint8_t byte = q[fifth_plane + ((j % 16) / 4) * 32 + r * 4 + j % 4];
+  const int nibble = j < 16 ? (byte & 0xF) : (byte >> 4);
+  if (wtype == GgmlType::kIQ4_NL) return kIq4NlValues[nibble] + 128;
+  if (wtype != GgmlType::kQ5_0) return nibble;
+  const int bit = (j % 16) / 4 + (j < 16 ? 0 : 4);  // the step, plus 4 for the high half
+  return nibble | ((q[r * 4 + j % 4] >> bit) & 1) << 4;
 }
 
 const ActBlockExtra* act_extras(const uint8_t* x_row, int64_t nb) {
@@ -149,7 +203,7 @@ PackedGeometry packed_geometry(GgmlType wtype, int64_t n_rows, int64_t n_in) {
   g.nb = n_in / kQK8_0;
   g.row_bytes = (int64_t)*row_bytes(wtype, n_in);
   g.group_bytes = kPackRows * g.row_bytes;
-  g.quant_bytes = wtype == GgmlType::kQ8_0 ? 256 : 128;
+  g.quant_bytes = group_quant_bytes(wtype);
   g.n_groups = n_rows / kPackRows;
   g.x_row_bytes = act_row_bytes(wtype, n_in);
   g.extras_offset = act_extras_offset(g.nb);
@@ -178,7 +232,7 @@ void matmul_packed_tail(GgmlType wtype, const void* w, int64_t n_rows, int64_t n
   const PackedGeometry g = packed_geometry(wtype, n_rows, n_in);
   const auto* w8 = static_cast<const uint8_t*>(w);
   const auto* x8 = static_cast<const uint8_t*>(xq);
-  const int64_t block_bytes = wtype == GgmlType::kQ8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+  const int64_t block_bytes = gguf_block_bytes(wtype);
   for (int64_t r = std::max(row_begin, g.n_groups * kPackRows); r < row_end; ++r) {
     const uint8_t* row = w8 + r * g.row_bytes;  // past the groups: GGUF layout
     for (int64_t t = 0; t < n_tokens; ++t) {

@@ -175,8 +175,8 @@ Result<ModelShape> shape_from_gguf(const GgufFile& f) {
     if (t.name.ends_with("_exps.weight")) g.routed_expert_bytes += t.num_bytes;
     type_counts[std::string(type_traits(t.type).name)] += 1;
     // Matmul weights are 2-D and not norms; kvwarden's kernels quantise their input rows to
-    // Q8_0 (for Q4_0/Q8_0 weights) or Q8_K (for K-quants), sized by the row length shape[0].
-    // Stacked experts (ffn_*_exps) are 3-D: n_expert matrices of the same row length.
+    // Q8_0 (for Q4_0/Q5_0/IQ4_NL/Q8_0 weights) or Q8_K (for K-quants), sized by the row length
+    // shape[0]. Stacked experts (ffn_*_exps) are 3-D: n_expert matrices of the same row length.
     // gpt-oss's per-expert biases (ffn_*_exps.bias) are 2-D tables added, not multiplied.
     const bool matmul = (t.shape.size() == 2 || t.shape.size() == 3) &&
                         t.name != "token_embd.weight" && !t.name.ends_with(".bias");
@@ -184,14 +184,15 @@ Result<ModelShape> shape_from_gguf(const GgufFile& f) {
     if (!matmul && !tied_output) continue;
     const int64_t n_in = t.shape[0];
     // As weights.cc packs them (the tied output head stays in the file's layout).
-    const bool q8 = t.type == GgmlType::kQ4_0 || t.type == GgmlType::kQ8_0;
+    const bool q8 = t.type == GgmlType::kQ4_0 || t.type == GgmlType::kQ5_0 ||
+                    t.type == GgmlType::kIQ4_NL || t.type == GgmlType::kQ8_0;
     const bool fp =
         t.type == GgmlType::kF32 || t.type == GgmlType::kF16 || t.type == GgmlType::kBF16;
     if ((q8 || fp) && !tied_output && kernels::kernels_ref().packs(t.type, t.shape[1], n_in)) {
       std::vector<int64_t>& widths = q8 ? g.packed_q8_0_n_in : g.packed_float_n_in;
       if (std::find(widths.begin(), widths.end(), n_in) == widths.end()) widths.push_back(n_in);
     }
-    if (t.type == GgmlType::kQ4_0 || t.type == GgmlType::kQ8_0) {
+    if (q8) {
       g.act_q8_0_row_bytes = std::max<int64_t>(
           g.act_q8_0_row_bytes, kernels::act_row_bytes(GgmlType::kQ8_0, n_in / 32 * 32));
     } else if (t.type == GgmlType::kQ4_K || t.type == GgmlType::kQ5_K ||

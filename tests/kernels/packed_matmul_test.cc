@@ -1,10 +1,12 @@
-// tests/kernels/packed_matmul_test.cc: the load-time packed GEMM of Q8_0/Q4_0 (kernels/packed.cc),
+// tests/kernels/packed_matmul_test.cc: the load-time packed GEMM of Q8_0/Q4_0/Q5_0/IQ4_NL
+// (kernels/packed.cc),
 // of Q4_K/Q5_K/Q6_K (kernels/packed_kquants.cc) and of F32/F16/BF16 (kernels/packed_float.cc).
 // Every table's matmul_packed must equal ref::matmul_packed bit for bit (same exact int32 block
 // sums and per-block fma, or the same serial fma chain), and stay within float rounding of the
 // unpacked ref matmul.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -15,9 +17,9 @@
 namespace kvw::kernels {
 namespace {
 
-const GgmlType kPackedTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K,
-                                 GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kF32,
-                                 GgmlType::kF16,  GgmlType::kBF16};
+const GgmlType kPackedTypes[] = {
+    GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kIQ4_NL, GgmlType::kQ4_K,
+    GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kF32,  GgmlType::kF16,    GgmlType::kBF16};
 const GgmlType kKquantTypes[] = {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
 const GgmlType kFloatTypes[] = {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16};
 
@@ -81,6 +83,9 @@ TEST(KernelsPackedMatmul, PacksQuantsAndFloatsWithAtLeastOneGroup) {
   for (const KernelTable* t : available_kernel_tables()) {
     EXPECT_TRUE(t->packs(GgmlType::kQ8_0, 8, 32)) << t->isa;
     EXPECT_TRUE(t->packs(GgmlType::kQ4_0, 13, 2048)) << t->isa;
+    EXPECT_TRUE(t->packs(GgmlType::kQ5_0, 8, 1152)) << t->isa;  // Gemma-3-1B's n_embd
+    EXPECT_FALSE(t->packs(GgmlType::kQ5_0, 7, 1152)) << t->isa;
+    EXPECT_TRUE(t->packs(GgmlType::kIQ4_NL, 8, 896)) << t->isa;  // Qwen2.5-0.5B's n_embd
     EXPECT_FALSE(t->packs(GgmlType::kQ8_0, 7, 2048)) << t->isa;
     for (GgmlType k : kKquantTypes) {
       EXPECT_TRUE(t->packs(k, 8, 256)) << t->isa;
@@ -161,13 +166,27 @@ TEST(KernelsPackedMatmul, EveryTableMatchesPackedRefBitForBitAndUnpackedRefClose
 // maddubs' int16 pairs; the int32 block sums must stay exact.
 TEST(KernelsPackedMatmul, ExtremeQuantsDoNotSaturate) {
   const int64_t n_rows = 16, n_in = 64, n_tokens = 19;  // a full 12-token tile and a tail
-  for (GgmlType wtype : {GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+  for (GgmlType wtype : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kIQ4_NL}) {
     auto w = testing::make_weights(wtype, n_rows, n_in, 34);
     const int64_t nb = n_in / 32;
     for (int64_t i = 0; i < n_rows * nb; ++i) {
       if (wtype == GgmlType::kQ8_0) {
         auto* b = reinterpret_cast<BlockQ8_0*>(w.data()) + i;
         for (int j = 0; j < 32; ++j) b->qs[j] = (int8_t)((i + j) % 3 == 0 ? -128 : 127);
+      } else if (wtype == GgmlType::kQ5_0) {
+        // q 15 (nibble 15, fifth bit 1) or -16 (0, 0): 4 maddubs pairs of 31 x 128 per int16.
+        auto* b = reinterpret_cast<BlockQ5_0*>(w.data()) + i;
+        for (int j = 0; j < 16; ++j) b->qs[j] = (uint8_t)((i + j) % 3 == 0 ? 0x0F : 0xF0);
+        uint32_t qh = 0;
+        for (int j = 0; j < 32; ++j) {
+          const int nibble = j < 16 ? b->qs[j] & 0xF : b->qs[j - 16] >> 4;
+          qh |= (uint32_t)(nibble == 0xF) << j;
+        }
+        std::memcpy(b->qh, &qh, 4);
+      } else if (wtype == GgmlType::kIQ4_NL) {
+        // Levels -127 (index 0) and 113 (15): |q| x sign(x, q) pairs near 2^15 without VNNI.
+        auto* b = reinterpret_cast<BlockIQ4_NL*>(w.data()) + i;
+        for (int j = 0; j < 16; ++j) b->qs[j] = (uint8_t)((i + j) % 3 == 0 ? 0x0F : 0xF0);
       } else {
         auto* b = reinterpret_cast<BlockQ4_0*>(w.data()) + i;
         for (int j = 0; j < 16; ++j) b->qs[j] = (uint8_t)((i + j) % 3 == 0 ? 0x0F : 0xF0);
@@ -185,6 +204,57 @@ TEST(KernelsPackedMatmul, ExtremeQuantsDoNotSaturate) {
       EXPECT_LT(testing::nmse(got, want), 1e-12);
     }
   }
+}
+
+// Q5_0 and IQ4_NL against an independent oracle: gguf's reference dequantisation of the weights
+// and of the Q8_0 activations, multiplied in double (a lost or misplaced fifth bit or level moves
+// this far beyond rounding), on Gemma-3-1B's 1152-wide rows with a tail row past the groups. The
+// GGUF-layout matmul of every table (matrices too small to pack) gives the packed bits exactly,
+// so a matrix's result does not depend on whether it was packed.
+void expect_matches_dequantised_and_unpacked(GgmlType wtype) {
+  const int64_t n_rows = 17, n_in = 1152, n_tokens = 13;
+  const auto w = testing::make_weights(wtype, n_rows, n_in, 38);
+  const auto x = testing::random_floats(n_tokens * n_in, 39);
+  std::vector<float> wf(n_rows * n_in);
+  dequantize_row(wtype, w.data(), wf.data(), n_rows * n_in);
+  for (const KernelTable* t : available_kernel_tables()) {
+    SCOPED_TRACE(std::string(t->isa) + " " + testing::type_name(wtype));
+    const auto xq = testing::quantize_act(*t, wtype, x.data(), n_tokens, n_in);
+    const int64_t xrb = act_row_bytes(wtype, n_in);
+    std::vector<float> oracle(n_tokens * n_rows);
+    for (int64_t tok = 0; tok < n_tokens; ++tok) {
+      std::vector<float> xf(n_in);
+      dequantize_row(GgmlType::kQ8_0, xq.data() + tok * xrb, xf.data(), n_in);
+      for (int64_t r = 0; r < n_rows; ++r) {
+        double sum = 0.0;
+        for (int64_t i = 0; i < n_in; ++i) sum += (double)wf[r * n_in + i] * xf[i];
+        oracle[tok * n_rows + r] = (float)sum;
+      }
+    }
+    const auto wp = packed(*t, wtype, w, n_rows, n_in);
+    const auto got = matmul_packed(*t, wtype, wp.data(), n_rows, n_in, xq.data(), n_tokens, 2);
+    EXPECT_LT(testing::nmse(got, oracle), 1e-12);
+    // Slices of at most 4 GGUF rows: too few to pack, so matmul reads them unpacked.
+    const int64_t rb = (int64_t)*row_bytes(wtype, n_in);
+    for (int64_t r = 0; r < n_rows; r += 4) {
+      const int64_t n = std::min<int64_t>(4, n_rows - r);
+      ASSERT_FALSE(t->packs(wtype, n, n_in));
+      const auto part = testing::matmul(*t, wtype, w.data() + r * rb, n, n_in, xq.data(), n_tokens);
+      for (int64_t tok = 0; tok < n_tokens; ++tok) {
+        ASSERT_EQ(
+            std::memcmp(part.data() + tok * n, got.data() + tok * n_rows + r, n * sizeof(float)), 0)
+            << "rows " << r << " token " << tok;
+      }
+    }
+  }
+}
+
+TEST(KernelsPackedMatmul, Q5_0MatchesDequantisedWeightsAndItsUnpackedFormExactly) {
+  expect_matches_dequantised_and_unpacked(GgmlType::kQ5_0);
+}
+
+TEST(KernelsPackedMatmul, Iq4NlMatchesDequantisedWeightsAndItsUnpackedFormExactly) {
+  expect_matches_dequantised_and_unpacked(GgmlType::kIQ4_NL);
 }
 
 // K-quant extremes: the largest quants (15, 31, 63) under varied 6-bit scales and mins (0, 1, 62,

@@ -201,6 +201,11 @@ TEST(EngineBudget, EqualsTheEnginesBuffersForF32Q8AndKQuantModels) {
   expect_engine_matches(make(s, "planner_f32.gguf"), 64, 2);
   s.weight_type = GgmlType::kQ8_0;
   expect_engine_matches(make(s, "planner_q8.gguf"), 128, 1);
+  // Q5_0 and IQ4_NL (llama-quantize's fallbacks) pack and read Q8_0 rows as Q8_0 does.
+  s.weight_type = GgmlType::kQ5_0;
+  expect_engine_matches(make(s, "planner_q5_0.gguf"), 48, 2);
+  s.weight_type = GgmlType::kIQ4_NL;
+  expect_engine_matches(make(s, "planner_iq4_nl.gguf"), 48, 2);
   s.weight_type = GgmlType::kQ6_K;
   s.arch = "qwen2";
   s.tied = true;

@@ -1,8 +1,8 @@
 // kernels/ref/matmul_ref.cc: scalar oracle for activation quantisation and matmul over every
-// weight type. Quantised weights pair with Q8_0 (Q4_0, Q8_0) or Q8_K (K-quants) activations and
-// take integer dot products per block, as ggml's vec_dot_q*_q8_* do; float weights take f32;
-// Q4_1/Q5_0/Q5_1/IQ4_NL go to matmul_dequant (dequant_matmul.cc), shared by every table.
-// Pure functions of their arguments; safe to call from any number of threads on disjoint output.
+// weight type. Quantised weights pair with Q8_0 (Q4_0, Q5_0, IQ4_NL, Q8_0) or Q8_K (K-quants)
+// activations and take integer dot products per block, as ggml's vec_dot_q*_q8_* do; float weights
+// take f32; Q4_1/Q5_1 go to matmul_dequant (dequant_matmul.cc), shared by every table. Pure
+// functions of their arguments; safe to call from any number of threads on disjoint output.
 #include <cmath>
 #include <cstring>
 
@@ -105,6 +105,38 @@ float dot_q4_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb) {
   return sum;
 }
 
+// Q5_0 with matmul_packed's arithmetic (packed.cc: acc = fma(isum, d_w * d_x, acc)), so a
+// matrix too small to pack gives the bits its packed form would, in every table.
+float dot_q5_0(const BlockQ5_0* w, const BlockQ8_0* x, int64_t nb) {
+  float acc = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    uint32_t qh;
+    std::memcpy(&qh, w[b].qh, 4);
+    int sumi = 0;
+    for (int j = 0; j < kQK5_0 / 2; ++j) {
+      const int lo = (w[b].qs[j] & 0xF) | (int)((qh >> j) & 1) << 4;
+      const int hi = (w[b].qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+      sumi += (lo - 16) * x[b].qs[j] + (hi - 16) * x[b].qs[j + kQK5_0 / 2];
+    }
+    acc = std::fma((float)sumi, f16_to_f32(w[b].d) * f16_to_f32(x[b].d), acc);
+  }
+  return acc;
+}
+
+// IQ4_NL with matmul_packed's arithmetic, as dot_q5_0.
+float dot_iq4_nl(const BlockIQ4_NL* w, const BlockQ8_0* x, int64_t nb) {
+  float acc = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    int sumi = 0;
+    for (int j = 0; j < kQK4_NL / 2; ++j) {
+      sumi += kIq4NlValues[w[b].qs[j] & 0xF] * x[b].qs[j] +
+              kIq4NlValues[w[b].qs[j] >> 4] * x[b].qs[j + kQK4_NL / 2];
+    }
+    acc = std::fma((float)sumi, f16_to_f32(w[b].d) * f16_to_f32(x[b].d), acc);
+  }
+  return acc;
+}
+
 // Sub-block j of 32 elements: scale sc[j], min m[j]; min term uses the Q8_K group sums.
 float dot_q4_k(const BlockQ4_K* w, const BlockQ8_K* x, int64_t nb) {
   float sum = 0.0f;
@@ -185,6 +217,12 @@ float dot_row(GgmlType wtype, const uint8_t* w, const uint8_t* x, int64_t n) {
     case GgmlType::kQ4_0:
       return dot_q4_0(reinterpret_cast<const BlockQ4_0*>(w), reinterpret_cast<const BlockQ8_0*>(x),
                       n / kQK4_0);
+    case GgmlType::kQ5_0:
+      return dot_q5_0(reinterpret_cast<const BlockQ5_0*>(w), reinterpret_cast<const BlockQ8_0*>(x),
+                      n / kQK5_0);
+    case GgmlType::kIQ4_NL:
+      return dot_iq4_nl(reinterpret_cast<const BlockIQ4_NL*>(w),
+                        reinterpret_cast<const BlockQ8_0*>(x), n / kQK4_NL);
     case GgmlType::kQ4_K:
       return dot_q4_k(reinterpret_cast<const BlockQ4_K*>(w), reinterpret_cast<const BlockQ8_K*>(x),
                       n / kQK_K);
@@ -195,9 +233,7 @@ float dot_row(GgmlType wtype, const uint8_t* w, const uint8_t* x, int64_t n) {
       return dot_q6_k(reinterpret_cast<const BlockQ6_K*>(w), reinterpret_cast<const BlockQ8_K*>(x),
                       n / kQK_K);
     case GgmlType::kQ4_1:  // matmul_dequant
-    case GgmlType::kQ5_0:
     case GgmlType::kQ5_1:
-    case GgmlType::kIQ4_NL:
     case GgmlType::kQ2_K:
     case GgmlType::kQ3_K:
     case GgmlType::kIQ4_XS:

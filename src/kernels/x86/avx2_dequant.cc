@@ -1,10 +1,10 @@
-// kernels/x86/avx2_dequant.cc: matmul_dequant (kernels/dequant_matmul.cc) for Q4_1, Q5_0, Q5_1,
-// IQ4_NL, Q2_K, Q3_K, IQ4_XS and MXFP4 in AVX2, bit for bit (the last four unpacked 32 elements
+// kernels/x86/avx2_dequant.cc: matmul_dequant (kernels/dequant_matmul.cc) for Q4_1, Q5_1,
+// Q2_K, Q3_K, IQ4_XS and MXFP4 in AVX2, bit for bit (the last four unpacked 32 elements
 // at a time by x86/lowbit_unpack.h). Compiled with -mavx2 -mfma -mf16c -ffp-contract=off; every x86
 // table's matmul routes these types here.
 //
 // Why it is bit-identical to the scalar kernel: a weight is the same float expression
-// (float(q - 16) * d, float(q) * d + m, d * level) with the fp16 scale converted exactly by F16C,
+// (float(q) * d + m, d * level) with the fp16 scale converted exactly by F16C,
 // and each of the 32 lanes accumulates one FMA (std::fma in the scalar kernel) per element
 // i, i + 32, ... in order: a block's elements 8k..8k+7 go to register k (lanes 8k..8k+7). The
 // lanes are then reduced with the scalar kernel's tree.
@@ -59,13 +59,8 @@ inline void to_floats_i8(__m256i q, __m256 out[4]) {
 // The 32 weights of block b of a row, as the scalar dequantisation computes them.
 template <GgmlType T>
 inline void unpack(const uint8_t* row, int64_t b, __m256 w[4]) {
-  if constexpr (T == GgmlType::kQ5_0) {
-    const auto& blk = reinterpret_cast<const BlockQ5_0*>(row)[b];
-    const __m256i q = _mm256_or_si256(nibbles(blk.qs), fifth_bits(blk.qh));
-    to_floats_i8(_mm256_sub_epi8(q, _mm256_set1_epi8(16)), w);
-    const __m256 d = _mm256_set1_ps(half_to_float(blk.d));
-    for (int k = 0; k < 4; ++k) w[k] = _mm256_mul_ps(w[k], d);
-  } else if constexpr (T == GgmlType::kQ4_1 || T == GgmlType::kQ5_1) {
+  static_assert(T == GgmlType::kQ4_1 || T == GgmlType::kQ5_1);
+  {
     using Block = std::conditional_t<T == GgmlType::kQ4_1, BlockQ4_1, BlockQ5_1>;
     const auto& blk = reinterpret_cast<const Block*>(row)[b];
     __m256i q = nibbles(blk.qs);
@@ -74,16 +69,6 @@ inline void unpack(const uint8_t* row, int64_t b, __m256 w[4]) {
     const __m256 d = _mm256_set1_ps(half_to_float(blk.d));
     const __m256 m = _mm256_set1_ps(half_to_float(blk.m));
     for (int k = 0; k < 4; ++k) w[k] = _mm256_add_ps(_mm256_mul_ps(w[k], d), m);
-  } else {
-    static_assert(T == GgmlType::kIQ4_NL);
-    const auto& blk = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
-    const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues));
-    const __m256i idx = nibbles(blk.qs);
-    const __m256i v = _mm256_set_m128i(_mm_shuffle_epi8(table, _mm256_extracti128_si256(idx, 1)),
-                                       _mm_shuffle_epi8(table, _mm256_castsi256_si128(idx)));
-    to_floats_i8(v, w);
-    const __m256 d = _mm256_set1_ps(half_to_float(blk.d));
-    for (int k = 0; k < 4; ++k) w[k] = _mm256_mul_ps(d, w[k]);
   }
 }
 
@@ -104,11 +89,9 @@ void row_tile(const uint8_t* row, int64_t nb, const float* x, int64_t n_in, int6
   for (int t = 0; t < NT; ++t) {
     for (int k = 0; k < 4; ++k) acc[t][k] = _mm256_setzero_ps();
   }
-  constexpr int64_t kBlockBytes = T == GgmlType::kQ5_0     ? sizeof(BlockQ5_0)
-                                  : T == GgmlType::kQ4_1   ? sizeof(BlockQ4_1)
-                                  : T == GgmlType::kQ5_1   ? sizeof(BlockQ5_1)
-                                  : T == GgmlType::kIQ4_NL ? sizeof(BlockIQ4_NL)
-                                                           : x86::lowbit_bytes_per_32<T>();
+  constexpr int64_t kBlockBytes = T == GgmlType::kQ4_1   ? sizeof(BlockQ4_1)
+                                  : T == GgmlType::kQ5_1 ? sizeof(BlockQ5_1)
+                                                         : x86::lowbit_bytes_per_32<T>();
   [[maybe_unused]] x86::LowbitScales sc;  // Q2_K/Q3_K/IQ4_XS: the current super-block's
   for (int64_t b = 0; b < nb; ++b) {
     // One row is read a block at a time with a long dependent chain per block, so the core does
@@ -167,14 +150,10 @@ void matmul_dequant(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
   const RowRange range = split_range(n_rows, ith, nth, kRowAlign);
   const auto* w8 = static_cast<const uint8_t*>(w);
   switch (wtype) {
-    case GgmlType::kQ5_0:
-      return rows<GgmlType::kQ5_0>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
     case GgmlType::kQ4_1:
       return rows<GgmlType::kQ4_1>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
     case GgmlType::kQ5_1:
       return rows<GgmlType::kQ5_1>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
-    case GgmlType::kIQ4_NL:
-      return rows<GgmlType::kIQ4_NL>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
     case GgmlType::kQ2_K:
       return rows<GgmlType::kQ2_K>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
     case GgmlType::kQ3_K:

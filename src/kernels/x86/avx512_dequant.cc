@@ -1,11 +1,11 @@
-// kernels/x86/avx512_dequant.cc: matmul_dequant (kernels/dequant_matmul.cc) for Q4_1, Q5_0, Q5_1,
-// IQ4_NL, Q2_K, Q3_K, IQ4_XS and MXFP4 in AVX-512, bit for bit (the last four unpacked 32
+// kernels/x86/avx512_dequant.cc: matmul_dequant (kernels/dequant_matmul.cc) for Q4_1, Q5_1,
+// Q2_K, Q3_K, IQ4_XS and MXFP4 in AVX-512, bit for bit (the last four unpacked 32
 // elements at a time by x86/lowbit_unpack.h). Compiled with the AVX-512 flags and
 // -ffp-contract=off; the avx512 and avx512vnni tables' matmul routes these types here (the AVX2
 // tables: avx2_dequant.cc).
 //
 // Why it is bit-identical to the scalar kernel: a weight is the same float expression
-// (float(q - 16) * d, float(q) * d + m, d * level) with the fp16 scale converted exactly by F16C,
+// (float(q) * d + m, d * level) with the fp16 scale converted exactly by F16C,
 // and each of the 32 lanes of two zmm accumulators adds w * x as one FMA (std::fma there) for
 // elements i, i + 32, ... in order: a block's elements 0-15 to register 0, 16-31 to register 1.
 // The lanes are then reduced with the scalar kernel's tree. Fifth bits come straight from qh as
@@ -52,14 +52,8 @@ inline void unpack(const uint8_t* row, int64_t b, __m512 w[2]) {
     q[1] = _mm_mask_add_epi8(q[1], (__mmask16)(bits >> 16), q[1], x10);
   };
   __m128i q[2];
-  if constexpr (T == GgmlType::kQ5_0) {
-    const auto& blk = reinterpret_cast<const BlockQ5_0*>(row)[b];
-    nibbles(blk.qs, q);
-    add_fifth_bits(blk.qh, q);
-    const __m128i x10 = _mm_set1_epi8(16);
-    const __m512 d = _mm512_set1_ps(half_to_float(blk.d));
-    for (int k = 0; k < 2; ++k) w[k] = _mm512_mul_ps(to_floats(_mm_sub_epi8(q[k], x10)), d);
-  } else if constexpr (T == GgmlType::kQ4_1 || T == GgmlType::kQ5_1) {
+  static_assert(T == GgmlType::kQ4_1 || T == GgmlType::kQ5_1);
+  {
     using Block = std::conditional_t<T == GgmlType::kQ4_1, BlockQ4_1, BlockQ5_1>;
     const auto& blk = reinterpret_cast<const Block*>(row)[b];
     nibbles(blk.qs, q);
@@ -67,13 +61,6 @@ inline void unpack(const uint8_t* row, int64_t b, __m512 w[2]) {
     const __m512 d = _mm512_set1_ps(half_to_float(blk.d));
     const __m512 m = _mm512_set1_ps(half_to_float(blk.m));
     for (int k = 0; k < 2; ++k) w[k] = _mm512_add_ps(_mm512_mul_ps(to_floats(q[k]), d), m);
-  } else {
-    static_assert(T == GgmlType::kIQ4_NL);
-    const auto& blk = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
-    const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues));
-    nibbles(blk.qs, q);
-    const __m512 d = _mm512_set1_ps(half_to_float(blk.d));
-    for (int k = 0; k < 2; ++k) w[k] = _mm512_mul_ps(d, to_floats(_mm_shuffle_epi8(table, q[k])));
   }
 }
 
@@ -93,11 +80,9 @@ void row_tile(const uint8_t* row, int64_t nb, const float* x, int64_t n_in, int6
               int64_t n_rows, int64_t r, float* y) {
   __m512 acc[NT][2];
   for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
-  constexpr int64_t kBlockBytes = T == GgmlType::kQ5_0     ? sizeof(BlockQ5_0)
-                                  : T == GgmlType::kQ4_1   ? sizeof(BlockQ4_1)
-                                  : T == GgmlType::kQ5_1   ? sizeof(BlockQ5_1)
-                                  : T == GgmlType::kIQ4_NL ? sizeof(BlockIQ4_NL)
-                                                           : x86::lowbit_bytes_per_32<T>();
+  constexpr int64_t kBlockBytes = T == GgmlType::kQ4_1   ? sizeof(BlockQ4_1)
+                                  : T == GgmlType::kQ5_1 ? sizeof(BlockQ5_1)
+                                                         : x86::lowbit_bytes_per_32<T>();
   [[maybe_unused]] x86::LowbitScales sc;  // Q2_K/Q3_K/IQ4_XS: the current super-block's
   for (int64_t b = 0; b < nb; ++b) {
     // One row is read a block at a time with a long dependent chain per block, so the core does
@@ -166,14 +151,10 @@ void matmul_dequant(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
   const RowRange range = split_range(n_rows, ith, nth, kRowAlign);
   const auto* w8 = static_cast<const uint8_t*>(w);
   switch (wtype) {
-    case GgmlType::kQ5_0:
-      return rows<GgmlType::kQ5_0>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
     case GgmlType::kQ4_1:
       return rows<GgmlType::kQ4_1>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
     case GgmlType::kQ5_1:
       return rows<GgmlType::kQ5_1>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
-    case GgmlType::kIQ4_NL:
-      return rows<GgmlType::kIQ4_NL>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
     case GgmlType::kQ2_K:
       return rows<GgmlType::kQ2_K>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
     case GgmlType::kQ3_K:

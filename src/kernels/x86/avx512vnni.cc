@@ -38,8 +38,9 @@ constexpr int kTokens = kInt8PairTileTokens;
 
 // One block of a 12-token tile's activations, interleaved: step s's 4 bytes of every token side
 // by side, then every token's scale and weight-offset correction (Q8_0: neg128, Q4_0:
-// neg128 >> 4). Read from the rows in place, the 12 tokens need 12 address registers and the tile
-// spilled them; interleaved, one pointer and constant displacements address them all.
+// neg128 >> 4, Q5_0: neg128 >> 3, IQ4_NL: neg128). Read from the rows in place, the 12 tokens need
+// 12 address registers and the tile spilled them; interleaved, one pointer and constant
+// displacements address them all.
 struct TileBlock {
   int32_t q[8][kTokens];
   float d[kTokens];
@@ -50,7 +51,7 @@ static_assert(sizeof(TileBlock) == kInt8PairTileBlockBytes, "packed_scratch_byte
 // Tokens [t0, t0 + n) of the Q8_0 activation rows into nb TileBlocks; tokens past n are zero.
 // Written in order, reading the n rows as n streams (writing a token at a time, 48 bytes apart,
 // cost ~4% of a Q4_0 prefill).
-template <bool kQ8>
+template <GgmlType T>
 void interleave_tile(const PackedArgs& a, int64_t t0, int n, TileBlock* dst) {
   const BlockQ8_0* blocks[kTokens];
   const ActBlockExtra* extras[kTokens];
@@ -67,7 +68,9 @@ void interleave_tile(const PackedArgs& a, int64_t t0, int n, TileBlock* dst) {
     }
     for (int c = 0; c < n; ++c) {
       t.d[c] = extras[c][b].d;
-      t.corr[c] = kQ8 ? extras[c][b].neg128 : extras[c][b].neg128 >> 4;
+      const int32_t neg128 = extras[c][b].neg128;
+      t.corr[c] =
+          T == GgmlType::kQ4_0 ? neg128 >> 4 : (T == GgmlType::kQ5_0 ? neg128 >> 3 : neg128);
     }
     for (int c = n; c < kTokens; ++c) {
       t.d[c] = 0.0f;
@@ -80,12 +83,16 @@ void interleave_tile(const PackedArgs& a, int64_t t0, int n, TileBlock* dst) {
 // arithmetic of x86::packed_tile (exact int32 isum, d = d_w * d_x, acc = fma(isum, d, acc)), so
 // a row gives the same bits in a pair tile, a single-group tile or decode. 512-bit dpbusd does
 // twice the work per instruction, and the per-(token, block) scale work covers 16 rows, not 8.
-template <bool kQ8, int C>
+template <GgmlType T, int C>
 KVW_INLINE void pair_tile(const PackedArgs& a, int64_t grp, const TileBlock* xb, int64_t t0) {
   const uint8_t* g0 = a.w + grp * a.g.group_bytes;
   const int64_t gb = a.g.group_bytes;
   const int64_t quants = a.g.nb * 2 * kPackRows;
   const __m512i low4 = _mm512_set1_epi8(0x0F);
+  alignas(16) int8_t levels[16];
+  for (int i = 0; i < 16; ++i) levels[i] = (int8_t)(kIq4NlValues[i] + 128);
+  const __m512i iq4_levels =
+      _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(levels)));
   __m512 acc[C];
 #pragma GCC unroll 16
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
@@ -93,7 +100,7 @@ KVW_INLINE void pair_tile(const PackedArgs& a, int64_t grp, const TileBlock* xb,
     __m512i isum[C];
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) isum[c] = _mm512_set1_epi32(xb->corr[c]);
-    if constexpr (kQ8) {
+    if constexpr (T == GgmlType::kQ8_0) {
 #pragma GCC unroll 8
       for (int s = 0; s < 8; ++s) {
         const __m512i w = load_pair(g0, gb, quants + b * 256 + 32 * s);
@@ -102,12 +109,34 @@ KVW_INLINE void pair_tile(const PackedArgs& a, int64_t grp, const TileBlock* xb,
           isum[c] = _mm512_dpbusd_epi32(isum[c], w, _mm512_set1_epi32(xb->q[s][c]));
         }
       }
+    } else if constexpr (T == GgmlType::kQ5_0) {
+      // x86::q5_0_step on both groups: each step's fifth bits moved to bit 4.
+      const __m512i bit4 = _mm512_set1_epi8(0x10);
+      const __m512i fifth = load_pair(g0, gb, quants + b * 160);
+#pragma GCC unroll 4
+      for (int s = 0; s < 4; ++s) {
+        const __m512i v = load_pair(g0, gb, quants + b * 160 + 32 + 32 * s);
+        const __m512i lo = _mm512_or_si512(_mm512_and_si512(v, low4),
+                                           _mm512_and_si512(_mm512_slli_epi16(fifth, 4 - s), bit4));
+        const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), low4),
+                                           _mm512_and_si512(_mm512_srli_epi16(fifth, s), bit4));
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) {
+          isum[c] = _mm512_dpbusd_epi32(isum[c], lo, _mm512_set1_epi32(xb->q[s][c]));
+          isum[c] = _mm512_dpbusd_epi32(isum[c], hi, _mm512_set1_epi32(xb->q[s + 4][c]));
+        }
+      }
     } else {
+      // Q4_0's nibbles, or IQ4_NL's looked up as levels + 128 (x86::iq4_nl_isums).
 #pragma GCC unroll 4
       for (int s = 0; s < 4; ++s) {
         const __m512i v = load_pair(g0, gb, quants + b * 128 + 32 * s);
-        const __m512i lo = _mm512_and_si512(v, low4);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        __m512i lo = _mm512_and_si512(v, low4);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        if constexpr (T == GgmlType::kIQ4_NL) {
+          lo = _mm512_shuffle_epi8(iq4_levels, lo);
+          hi = _mm512_shuffle_epi8(iq4_levels, hi);
+        }
 #pragma GCC unroll 16
         for (int c = 0; c < C; ++c) {
           isum[c] = _mm512_dpbusd_epi32(isum[c], lo, _mm512_set1_epi32(xb->q[s][c]));
@@ -135,9 +164,9 @@ KVW_INLINE void pair_tile(const PackedArgs& a, int64_t grp, const TileBlock* xb,
 // thread, reused by every pair); an odd last group takes the single-group tile on the rows.
 // xt: the thread's scratch, one token block's tiles (packed_scratch_bytes: ~256 KiB of
 // activations plus a twelfth).
-template <bool kQ8>
+template <GgmlType T>
 void pair_groups(const PackedArgs& a, int64_t g_begin, int64_t g_end, TileBlock* xt) {
-  if (a.n_tokens == 1) return x86::packed_groups<DotAvx512Vnni, kQ8, kTokens>(a, g_begin, g_end);
+  if (a.n_tokens == 1) return x86::packed_groups<DotAvx512Vnni, T, kTokens>(a, g_begin, g_end);
   x86::walk_token_blocks<kTokens, 2>(
       a.g.x_row_bytes, a.n_tokens, g_begin, g_end,
       [&](int64_t tb, int64_t te) {
@@ -145,18 +174,18 @@ void pair_groups(const PackedArgs& a, int64_t g_begin, int64_t g_end, TileBlock*
         const int64_t n_tiles = (te - tb + kTokens - 1) / kTokens;
         for (int64_t i = 0; i < n_tiles; ++i) {
           const int64_t t0 = tb + i * kTokens;
-          interleave_tile<kQ8>(a, t0, (int)std::min<int64_t>(kTokens, te - t0), xt + i * a.g.nb);
+          interleave_tile<T>(a, t0, (int)std::min<int64_t>(kTokens, te - t0), xt + i * a.g.nb);
         }
       },
       [&](int64_t grp, int ng, int64_t tb, int64_t te) {
         if (ng == 2) {
           x86::token_tiles<kTokens>(tb, te, [&](auto n, int64_t t) {
             const TileBlock* xb = xt + (t - tb) / kTokens * a.g.nb;
-            pair_tile<kQ8, decltype(n)::value>(a, grp, xb, t);
+            pair_tile<T, decltype(n)::value>(a, grp, xb, t);
           });
         } else {
           x86::token_tiles<kTokens>(tb, te, [&](auto n, int64_t t) {
-            x86::packed_tile<DotAvx512Vnni, kQ8, decltype(n)::value>(a, grp, t);
+            x86::packed_tile<DotAvx512Vnni, T, decltype(n)::value>(a, grp, t);
           });
         }
       });
@@ -181,9 +210,13 @@ void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, 
   const int64_t g_end = (rows.end < full ? rows.end : full) / kPackRows;
   TileBlock* xt = static_cast<TileBlock*>(scratch);
   if (wtype == GgmlType::kQ8_0) {
-    pair_groups<true>(a, g_begin, g_end, xt);
+    pair_groups<GgmlType::kQ8_0>(a, g_begin, g_end, xt);
+  } else if (wtype == GgmlType::kQ4_0) {
+    pair_groups<GgmlType::kQ4_0>(a, g_begin, g_end, xt);
+  } else if (wtype == GgmlType::kQ5_0) {
+    pair_groups<GgmlType::kQ5_0>(a, g_begin, g_end, xt);
   } else {
-    pair_groups<false>(a, g_begin, g_end, xt);
+    pair_groups<GgmlType::kIQ4_NL>(a, g_begin, g_end, xt);
   }
   if (rows.end > full) {
     matmul_packed_tail(wtype, w, n_rows, n_in, xq, n_tokens, y, rows.begin, rows.end);

@@ -1,9 +1,9 @@
-// kernels/x86/packed_tile.h: the packed Q8_0 / Q4_0 GEMM of the x86 tables (layout and arithmetic
-// in kernels/packed.cc). A tile is one group of 8 rows x C tokens: one __m256 float accumulator
-// per token whose 8 lanes are the 8 rows, one __m256i exact int32 block sum per token. Per block
-// and step, a 256-bit load holds 4 weights of each row and meets each token's 4 activation bytes
-// broadcast to every lane: one dpbusd with VNNI; |w| x sign(x, w) maddubs + madd on plain AVX2.
-// Batch invariance: the int32 block sums are exact and the float part is the same
+// kernels/x86/packed_tile.h: the packed Q8_0 / Q4_0 / Q5_0 / IQ4_NL GEMM of the x86 tables (layout
+// and arithmetic in kernels/packed.cc). A tile is one group of 8 rows x C tokens: one __m256 float
+// accumulator per token whose 8 lanes are the 8 rows, one __m256i exact int32 block sum per token.
+// Per block and step, a 256-bit load holds 4 weights of each row and meets each token's 4
+// activation bytes broadcast to every lane: one dpbusd with VNNI; |w| x sign(x, w) maddubs + madd
+// on plain AVX2. Batch invariance: the int32 block sums are exact and the float part is the same
 // acc = fma(float(isum), d_w * d_x, acc) per lane in every tile width, so the tile shape, token
 // block and thread split never change a result (and ref::matmul_packed gives the same bits).
 // Header-only templates, instantiated per ISA with a Dot type of internal linkage:
@@ -174,13 +174,138 @@ KVW_INLINE void q4_0_isums(const uint8_t* q, const XBlock& x, __m256i* isum) {
   }
 }
 
+// Q5_0: the nibbles as Q4_0 with each step's fifth bits (packed.cc) moved to bit 4, values
+// n = q + 16 in 0..31; sum(n x) - 16 sum(x).
+// Step s's 32 low and 32 high 5-bit weights of a Q5_0 block (q: its fifth-bit plane, then the
+// nibbles). The 16-bit shifts move bit s (low half) or bit 4 + s (high half) of each fifth-bit
+// byte to bit 4 without carrying a bit across bytes.
+KVW_INLINE void q5_0_step(const uint8_t* q, __m256i fifth, int s, __m256i& lo, __m256i& hi) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i bit4 = _mm256_set1_epi8(0x10);
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 + 32 * s));
+  lo = _mm256_or_si256(_mm256_and_si256(v, low4),
+                       _mm256_and_si256(_mm256_slli_epi16(fifth, 4 - s), bit4));
+  hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4),
+                       _mm256_and_si256(_mm256_srli_epi16(fifth, s), bit4));
+}
+
+template <class Dot, int C>
+KVW_INLINE void q5_0_isums(const uint8_t* q, const XBlock& x, __m256i* isum) {
+  const __m256i fifth = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+  if constexpr (Dot::kVnni) {
+    constexpr int kChains = chains(C);
+    __m256i part[kChains][C];
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      part[0][c] = _mm256_srai_epi32(x.neg128(c), 3);
+#pragma GCC unroll 4
+      for (int k = 1; k < kChains; ++k) part[k][c] = _mm256_setzero_si256();
+    }
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) {
+      __m256i lo, hi;
+      q5_0_step(q, fifth, s, lo, hi);
+      __m256i(&p0)[C] = part[(2 * s) % kChains];
+      __m256i(&p1)[C] = part[(2 * s + 1) % kChains];
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) {
+        p0[c] = Dot::dpbusd(p0[c], lo, bcast4(x.q(c, s)));
+        p1[c] = Dot::dpbusd(p1[c], hi, bcast4(x.q(c, s + 4)));
+      }
+    }
+    sum_chains<kChains, C>(part, isum);
+  } else {
+    // int16 lanes sum 4 maddubs pairs of at most 2 x 31 x 128 (31744 < 2^15, exact), so two
+    // steps at a time before widening to int32.
+    const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) isum[c] = _mm256_srai_epi32(x.neg128(c), 3);
+#pragma GCC unroll 2
+    for (int s2 = 0; s2 < 4; s2 += 2) {
+      __m256i h[C];
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) h[c] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+      for (int s = s2; s < s2 + 2; ++s) {
+        __m256i lo, hi;
+        q5_0_step(q, fifth, s, lo, hi);
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) {
+          h[c] = _mm256_add_epi16(h[c], _mm256_maddubs_epi16(lo, bcast4(x.q(c, s))));
+          h[c] = _mm256_add_epi16(h[c], _mm256_maddubs_epi16(hi, bcast4(x.q(c, s + 4))));
+        }
+      }
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c)
+        isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(h[c], ones));
+    }
+  }
+}
+
+// IQ4_NL: Q4_0's nibbles index kIq4NlValues (a vpshufb per half). VNNI: levels + 128 unsigned,
+// sum((q + 128) x) - 128 sum(x); plain AVX2: the signed levels, |q| x sign(x, q) as Q8_0.
+template <class Dot, int C>
+KVW_INLINE void iq4_nl_isums(const uint8_t* q, const XBlock& x, __m256i* isum) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  alignas(16) int8_t levels[16];
+  for (int i = 0; i < 16; ++i) levels[i] = (int8_t)(kIq4NlValues[i] + (Dot::kVnni ? 128 : 0));
+  const __m256i table =
+      _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(levels)));
+  if constexpr (Dot::kVnni) {
+    constexpr int kChains = chains(C);
+    __m256i part[kChains][C];
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      part[0][c] = x.neg128(c);
+#pragma GCC unroll 4
+      for (int k = 1; k < kChains; ++k) part[k][c] = _mm256_setzero_si256();
+    }
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * s));
+      const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, low4));
+      const __m256i hi =
+          _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+      __m256i(&p0)[C] = part[(2 * s) % kChains];
+      __m256i(&p1)[C] = part[(2 * s + 1) % kChains];
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) {
+        p0[c] = Dot::dpbusd(p0[c], lo, bcast4(x.q(c, s)));
+        p1[c] = Dot::dpbusd(p1[c], hi, bcast4(x.q(c, s + 4)));
+      }
+    }
+    sum_chains<kChains, C>(part, isum);
+  } else {
+    // |q| <= 127 against |x| <= 127: one maddubs pair stays below 2^15, so widen each.
+    const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) isum[c] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * s));
+      const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, low4));
+      const __m256i hi =
+          _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+      const __m256i lo_abs = _mm256_abs_epi8(lo), hi_abs = _mm256_abs_epi8(hi);
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) {
+        const __m256i pl = _mm256_maddubs_epi16(lo_abs, _mm256_sign_epi8(bcast4(x.q(c, s)), lo));
+        const __m256i ph =
+            _mm256_maddubs_epi16(hi_abs, _mm256_sign_epi8(bcast4(x.q(c, s + 4)), hi));
+        isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(pl, ones));
+        isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(ph, ones));
+      }
+    }
+  }
+}
+
 // Measured on the 2-core Xeon (AVX512-VNNI), 5632x2048 decode with 4 dpbusd chains, GB/s at
 // 1 thread: Q8_0 12.7 (512 B ahead), 13.6 (1 KiB), 13.4 (2 KiB), 18.2 (4 KiB) against 13-17 for
 // the unpacked kernel; Q4_0 10.4 / 10.3 / 10.5 / 11.1 against 6.5 (noisy: a CI run shared it).
 constexpr int kPrefetchBytes = 4096;
 
 // Group `grp` (rows 8 grp .. 8 grp + 7) x tokens [t0, t0 + C).
-template <class Dot, bool kQ8, int C>
+template <class Dot, GgmlType T, int C>
 KVW_INLINE void packed_tile(const PackedArgs& a, int64_t grp, int64_t t0) {
   const uint8_t* scales = a.w + grp * a.g.group_bytes;
   const uint8_t* quants = scales + a.g.nb * 2 * kPackRows;
@@ -195,7 +320,10 @@ KVW_INLINE void packed_tile(const PackedArgs& a, int64_t grp, int64_t t0) {
       // (then the next group's) bytes. The distance advances by a block's share of the group,
       // scales included (144 bytes for Q4_0), so the prefetches cover the stream without gaps:
       // advancing by the quants alone (128) skipped 16 lines at every group boundary.
-      constexpr int kBlockBytes = (kQ8 ? 256 : 128) + 2 * kPackRows;
+      constexpr int kBlockBytes = (T == GgmlType::kQ8_0   ? 256
+                                   : T == GgmlType::kQ5_0 ? 160
+                                                          : 128) +
+                                  2 * kPackRows;
       const uintptr_t ahead =
           reinterpret_cast<uintptr_t>(scales) + b * kBlockBytes + kPrefetchBytes;
 #pragma GCC unroll 5
@@ -204,10 +332,15 @@ KVW_INLINE void packed_tile(const PackedArgs& a, int64_t grp, int64_t t0) {
       }
     }
     __m256i isum[C];
-    if constexpr (kQ8) {
+    if constexpr (T == GgmlType::kQ8_0) {
       q8_0_isums<Dot, C>(quants + b * 256, x, isum);
-    } else {
+    } else if constexpr (T == GgmlType::kQ4_0) {
       q4_0_isums<Dot, C>(quants + b * 128, x, isum);
+    } else if constexpr (T == GgmlType::kQ5_0) {
+      q5_0_isums<Dot, C>(quants + b * 160, x, isum);
+    } else {
+      static_assert(T == GgmlType::kIQ4_NL);
+      iq4_nl_isums<Dot, C>(quants + b * 128, x, isum);
     }
     const __m256 dw =
         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * b)));
@@ -227,18 +360,17 @@ KVW_INLINE void packed_tile(const PackedArgs& a, int64_t grp, int64_t t0) {
 
 // Groups [g_begin, g_end) for all tokens: decode streams the groups once with one token,
 // batches take tiles of C tokens in tile_walk.h's order.
-template <class Dot, bool kQ8, int C>
+template <class Dot, GgmlType T, int C>
 void packed_groups(const PackedArgs& a, int64_t g_begin, int64_t g_end) {
   if (a.n_tokens == 1) {
-    for (int64_t grp = g_begin; grp < g_end; ++grp) packed_tile<Dot, kQ8, 1>(a, grp, 0);
+    for (int64_t grp = g_begin; grp < g_end; ++grp) packed_tile<Dot, T, 1>(a, grp, 0);
     return;
   }
-  walk_token_blocks<C, 1>(a.g.x_row_bytes, a.n_tokens, g_begin, g_end,
-                          [&](int64_t grp, int, int64_t tb, int64_t te) {
-                            token_tiles<C>(tb, te, [&](auto n, int64_t t) {
-                              packed_tile<Dot, kQ8, decltype(n)::value>(a, grp, t);
-                            });
-                          });
+  walk_token_blocks<C, 1>(
+      a.g.x_row_bytes, a.n_tokens, g_begin, g_end, [&](int64_t grp, int, int64_t tb, int64_t te) {
+        token_tiles<C>(
+            tb, te, [&](auto n, int64_t t) { packed_tile<Dot, T, decltype(n)::value>(a, grp, t); });
+      });
 }
 
 // KernelTable::matmul_packed for one AVX2 ISA: full groups here, rows past them in packed.cc;
@@ -264,9 +396,13 @@ void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, 
   const int64_t g_begin = rows.begin / kPackRows;
   const int64_t g_end = (rows.end < full ? rows.end : full) / kPackRows;
   if (wtype == GgmlType::kQ8_0) {
-    packed_groups<Dot, true, C>(a, g_begin, g_end);
+    packed_groups<Dot, GgmlType::kQ8_0, C>(a, g_begin, g_end);
+  } else if (wtype == GgmlType::kQ4_0) {
+    packed_groups<Dot, GgmlType::kQ4_0, C>(a, g_begin, g_end);
+  } else if (wtype == GgmlType::kQ5_0) {
+    packed_groups<Dot, GgmlType::kQ5_0, C>(a, g_begin, g_end);
   } else {
-    packed_groups<Dot, false, C>(a, g_begin, g_end);
+    packed_groups<Dot, GgmlType::kIQ4_NL, C>(a, g_begin, g_end);
   }
   if (rows.end > full) {
     matmul_packed_tail(wtype, w, n_rows, n_in, xq, n_tokens, y, rows.begin, rows.end);
