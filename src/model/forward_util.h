@@ -8,10 +8,11 @@
 
 namespace kvw {
 
-// Which activation rows a weight type's matmul reads: Q8_0 rows for Q4_0/Q8_0, Q8_K rows for
+// Which activation rows a weight type's matmul reads: Q8_0 rows for Q4_0/Q8_0/MXFP4, Q8_K rows for
 // K-quants, and f32 rows as they are for float weights.
 inline bool uses_q8_0(GgmlType t) {
-  return t == GgmlType::kQ4_0 || t == GgmlType::kQ8_0;
+  // MXFP4: the int8 dot of kernels/packed_mxfp4.cc
+  return t == GgmlType::kQ4_0 || t == GgmlType::kQ8_0 || t == GgmlType::kMXFP4;
 }
 inline bool uses_q8_k(GgmlType t) {
   return t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ6_K;

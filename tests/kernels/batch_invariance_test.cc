@@ -22,6 +22,7 @@ int64_t n_in_for(GgmlType wtype) {
   switch (wtype) {
     case GgmlType::kQ4_0:
     case GgmlType::kQ8_0:
+    case GgmlType::kMXFP4:
       return 544;  // 17 blocks: also exercises the odd-block tail of the AVX-512 path
     case GgmlType::kF32:
     case GgmlType::kF16:
@@ -31,7 +32,6 @@ int64_t n_in_for(GgmlType wtype) {
     case GgmlType::kQ5_0:
     case GgmlType::kQ5_1:
     case GgmlType::kIQ4_NL:
-    case GgmlType::kMXFP4:
       return 544;  // a 512-element dequantised chunk and a 32-element one
     case GgmlType::kQ2_K:
     case GgmlType::kQ3_K:
@@ -134,8 +134,8 @@ TEST(KernelsBatchInvariance, PackedMatmulRowsAreBitIdenticalAloneInBatchesAndAcr
                         {205, 256, 16, {1, 3, 9, 12, 15, 16}},
                         {40, 8192, 40, {25, 37, 40}}};
   for (const KernelTable* t : testing::sweep_tables()) {
-    for (GgmlType wtype :
-         {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
+    for (GgmlType wtype : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kMXFP4, GgmlType::kF32,
+                           GgmlType::kF16, GgmlType::kBF16}) {
       for (const Case& c : cases) {
         SCOPED_TRACE(std::string(t->isa) + " " + testing::type_name(wtype) + " rows " +
                      std::to_string(c.n_rows) + " n_in " + std::to_string(c.n_in));
