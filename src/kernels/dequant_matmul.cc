@@ -1,8 +1,8 @@
 // kernels/dequant_matmul.cc: matmul of the weight types that have no integer kernel (Q4_1,
-// Q5_1, Q2_K, Q3_K, IQ4_XS, MXFP4): each weight row is dequantised to f32 with gguf's
-// reference conversion, a chunk at a time, and dotted with the f32 activations. This is the ref
-// table's kernel; the x86 tables run x86/avx2_dequant.cc, the same arithmetic in SIMD, so the
-// output is bit-identical across tables as well as across token counts and thread counts.
+// Q5_1, Q2_K, Q3_K, IQ4_XS): each weight row is dequantised to f32 with gguf's reference
+// conversion, a chunk at a time, and dotted with the f32 activations. This is the ref table's
+// kernel; the x86 tables run x86/avx2_dequant.cc, the same arithmetic in SIMD, so the output is
+// bit-identical across tables as well as across token counts and thread counts.
 //
 // Arithmetic per (row, token): kLanes float accumulators, element i adds w_i * x_i to lane
 // i % kLanes as one fused multiply-add (std::fma: exactly rounded, so the SIMD kernels' FMA
@@ -12,7 +12,7 @@
 //
 // Why not an integer path like Q4_0's: Q4_1/Q5_1 only appear on the few tensors llama-quantize
 // could not give a K-quant (row lengths not a multiple of 256); Q5_0 and IQ4_NL, the common
-// fallbacks, have one now (packed.cc). Q2_K/Q3_K/IQ4_XS/MXFP4
+// fallbacks, and MXFP4 have one now (packed.cc, packed_mxfp4.cc). Q2_K/Q3_K/IQ4_XS
 // (whole files of them) take this path too for now: correctness first, an int8 path later. Decode
 // reads each row once (dequantising costs about as much as the f32 dot); prefill dequantises a
 // chunk once per kTileTokens tokens.
@@ -47,7 +47,6 @@ bool is_dequant_type(GgmlType wtype) {
     case GgmlType::kQ2_K:
     case GgmlType::kQ3_K:
     case GgmlType::kIQ4_XS:
-    case GgmlType::kMXFP4:
       return true;
     default:
       return false;

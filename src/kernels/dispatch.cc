@@ -28,6 +28,7 @@ GgmlType act_type(GgmlType wtype) {
     case GgmlType::kQ5_0:
     case GgmlType::kIQ4_NL:
     case GgmlType::kQ8_0:
+    case GgmlType::kMXFP4:  // int8 dot, packed_mxfp4.cc
       return GgmlType::kQ8_0;
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:
@@ -41,7 +42,6 @@ GgmlType act_type(GgmlType wtype) {
     case GgmlType::kQ2_K:
     case GgmlType::kQ3_K:
     case GgmlType::kIQ4_XS:
-    case GgmlType::kMXFP4:
       return GgmlType::kF32;
     case GgmlType::kQ8_K:
       break;

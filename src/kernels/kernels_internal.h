@@ -38,7 +38,7 @@ struct MatmulGeometry {
 };
 MatmulGeometry matmul_geometry(GgmlType wtype, int64_t n_in);
 
-// Q4_1, Q5_1, Q2_K, Q3_K, IQ4_XS, MXFP4: f32 activations, weight rows dequantised a
+// Q4_1, Q5_1, Q2_K, Q3_K, IQ4_XS: f32 activations, weight rows dequantised a
 // chunk at a time and dotted in one fixed order (kernels/dequant_matmul.cc). Every table's matmul
 // routes these types to matmul_dequant (the x86 tables to avx2::matmul_dequant, the same arithmetic
 // in SIMD), so results are bit-identical across tables; packs() is false for them.
@@ -188,6 +188,27 @@ namespace avx512vnni {
 void matmul_packed_kquant(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
                           const void* xq, int64_t n_tokens, float* y, int ith, int nth);
 }
+
+// MXFP4 on an int8 dot with Q8_0 activations (kernels/packed_mxfp4.cc): the packed layout of
+// groups of kPackRows rows (PackedGeometry with quant_bytes 128 and an E8M0 byte per row and
+// block in place of Q4_0's fp16 scales), the scalar kernels, and each x86 ISA's tiles
+// (x86/packed_mxfp4_tile.h). packs() and pack() above route MXFP4 here; every table's unpacked
+// matmul is matmul_mxfp4 (the same arithmetic on GGUF rows).
+float mxfp4_block_scale(uint8_t e);  // 2^(e - 128), ggml's E8M0 half
+PackedGeometry mxfp4_packed_geometry(int64_t n_rows, int64_t n_in);
+void pack_mxfp4(const void* src, void* dst, int64_t n_rows, int64_t n_in);
+// Rows [row_begin, row_end) of GGUF-layout MXFP4 rows, all tokens.
+void matmul_mxfp4_rows(const void* w, int64_t n_rows, int64_t n_in, const void* xq,
+                       int64_t n_tokens, float* y, int64_t row_begin, int64_t row_end);
+void matmul_mxfp4(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
+                  int64_t n_tokens, float* y, int ith, int nth);
+// Rows [row_begin, row_end) that lie past the last full group of a packed MXFP4 matrix.
+void matmul_packed_mxfp4_tail(const void* w, int64_t n_rows, int64_t n_in, const void* xq,
+                              int64_t n_tokens, float* y, int64_t row_begin, int64_t row_end);
+namespace ref {
+void matmul_packed_mxfp4(const void* w, int64_t n_rows, int64_t n_in, const void* xq,
+                         int64_t n_tokens, float* y, int ith, int nth);
+}  // namespace ref
 
 // Query heads per KV head; CHECKs n_kv_heads > 0 divides n_heads.
 int32_t gqa_group(int32_t n_heads, const KvLayerView& kv);

@@ -160,6 +160,7 @@ void write_act_extras(void* q8_0_row, int64_t nb) {
 bool packs(GgmlType wtype, int64_t n_rows, int64_t n_in) {
   if (is_float_type(wtype)) return n_rows >= kFloatPackRows && n_in > 0;
   if (is_kquant_type(wtype)) return n_rows >= kPackRows && n_in > 0 && n_in % kQK_K == 0;
+  if (wtype == GgmlType::kMXFP4) return n_rows >= kPackRows && n_in > 0 && n_in % kQKMxfp4 == 0;
   return packable_type(wtype) && n_rows >= kPackRows && n_in > 0 && n_in % kQK8_0 == 0;
 }
 
@@ -214,6 +215,7 @@ PackedGeometry packed_geometry(GgmlType wtype, int64_t n_rows, int64_t n_in) {
 void pack(GgmlType wtype, const void* src, void* dst, int64_t n_rows, int64_t n_in) {
   if (is_float_type(wtype)) return pack_float(wtype, src, dst, n_rows, n_in);
   if (is_kquant_type(wtype)) return pack_kquant(wtype, src, dst, n_rows, n_in);
+  if (wtype == GgmlType::kMXFP4) return pack_mxfp4(src, dst, n_rows, n_in);
   const PackedGeometry g = packed_geometry(wtype, n_rows, n_in);
   const auto* s = static_cast<const uint8_t*>(src);
   auto* d = static_cast<uint8_t*>(dst);
@@ -263,6 +265,8 @@ void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, 
   if (is_kquant_type(wtype)) {
     return matmul_packed_kquant(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
   }
+  if (wtype == GgmlType::kMXFP4)
+    return matmul_packed_mxfp4(w, n_rows, n_in, xq, n_tokens, y, ith, nth);
   const PackedGeometry g = packed_geometry(wtype, n_rows, n_in);
   const RowRange rows = split_range(n_rows, ith, nth, kRowAlign);
   const auto* w8 = static_cast<const uint8_t*>(w);

@@ -12,14 +12,14 @@ namespace kvw::planner {
 namespace {
 
 // Activation row bytes kvwarden's kernels quantise matmul inputs to, for a uniform weight type:
-// Q4_0/Q5_0/IQ4_NL/Q8_0 weights take Q8_0 rows (with their per-block extras for the packed GEMM),
+// Q4_0/Q5_0/IQ4_NL/Q8_0/MXFP4 weights take Q8_0 rows (with the packed GEMM's per-block extras),
 // K-quants take Q8_K rows, float weights read f32 directly.
 void uniform_act_rows(const Dtype& w, int64_t max_in, int64_t& q80, int64_t& q8k) {
   q80 = q8k = 0;
   auto t = ggml_type_from_name(w.name);
   if (!t) return;
   if (*t == GgmlType::kQ4_0 || *t == GgmlType::kQ5_0 || *t == GgmlType::kIQ4_NL ||
-      *t == GgmlType::kQ8_0) {
+      *t == GgmlType::kQ8_0 || *t == GgmlType::kMXFP4) {
     q80 = kernels::act_row_bytes(GgmlType::kQ8_0, max_in / 32 * 32);
   } else if (*t == GgmlType::kQ4_K || *t == GgmlType::kQ5_K || *t == GgmlType::kQ6_K) {
     q8k = max_in / 256 * type_traits(GgmlType::kQ8_K).block_bytes;

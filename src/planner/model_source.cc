@@ -192,7 +192,8 @@ Result<ModelShape> shape_from_gguf(const GgufFile& f) {
       std::vector<int64_t>& widths = q8 ? g.packed_q8_0_n_in : g.packed_float_n_in;
       if (std::find(widths.begin(), widths.end(), n_in) == widths.end()) widths.push_back(n_in);
     }
-    if (q8) {
+    // MXFP4 packs too (kernels/packed_mxfp4.cc) but with no scratch: only its activations count.
+    if (q8 || t.type == GgmlType::kMXFP4) {
       g.act_q8_0_row_bytes = std::max<int64_t>(
           g.act_q8_0_row_bytes, kernels::act_row_bytes(GgmlType::kQ8_0, n_in / 32 * 32));
     } else if (t.type == GgmlType::kQ4_K || t.type == GgmlType::kQ5_K ||

@@ -24,6 +24,7 @@ int64_t n_in_for(GgmlType wtype) {
     case GgmlType::kQ5_0:
     case GgmlType::kIQ4_NL:
     case GgmlType::kQ8_0:
+    case GgmlType::kMXFP4:
       return 544;  // 17 blocks: also exercises the odd-block tail of the AVX-512 path
     case GgmlType::kF32:
     case GgmlType::kF16:
@@ -31,7 +32,6 @@ int64_t n_in_for(GgmlType wtype) {
       return 516;  // n_in % 16 == 4: scalar tails
     case GgmlType::kQ4_1:
     case GgmlType::kQ5_1:
-    case GgmlType::kMXFP4:
       return 544;  // a 512-element dequantised chunk and a 32-element one
     case GgmlType::kQ2_K:
     case GgmlType::kQ3_K:
@@ -135,11 +135,12 @@ TEST(KernelsBatchInvariance, PackedMatmulRowsAreBitIdenticalAloneInBatchesAndAcr
                         {40, 8192, 40, {25, 37, 40}}};
   for (const KernelTable* t : testing::sweep_tables()) {
     for (GgmlType wtype : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kIQ4_NL,
-                           GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
+                           GgmlType::kMXFP4, GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
       for (const Case& c : cases) {
-        // Q5_0/IQ4_NL differ from Q4_0 only inside a block (the token walk is shared): under
+        // Q5_0/IQ4_NL/MXFP4 differ from Q4_0 only inside a block (the token walk is shared): under
         // the sanitizers, where CI's time is short, their first case is enough.
-        const bool nibble_variant = wtype == GgmlType::kQ5_0 || wtype == GgmlType::kIQ4_NL;
+        const bool nibble_variant =
+            wtype == GgmlType::kQ5_0 || wtype == GgmlType::kIQ4_NL || wtype == GgmlType::kMXFP4;
         if (testing::reduced_sweep() && nibble_variant && &c != &cases[0]) continue;
         SCOPED_TRACE(std::string(t->isa) + " " + testing::type_name(wtype) + " rows " +
                      std::to_string(c.n_rows) + " n_in " + std::to_string(c.n_in));

@@ -17,9 +17,10 @@
 namespace kvw::kernels {
 namespace {
 
-const GgmlType kPackedTypes[] = {
-    GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kIQ4_NL, GgmlType::kQ4_K,
-    GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kF32,  GgmlType::kF16,    GgmlType::kBF16};
+const GgmlType kPackedTypes[] = {GgmlType::kQ8_0,   GgmlType::kQ4_0,  GgmlType::kQ5_0,
+                                 GgmlType::kIQ4_NL, GgmlType::kMXFP4, GgmlType::kQ4_K,
+                                 GgmlType::kQ5_K,   GgmlType::kQ6_K,  GgmlType::kF32,
+                                 GgmlType::kF16,    GgmlType::kBF16};
 const GgmlType kKquantTypes[] = {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
 const GgmlType kFloatTypes[] = {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16};
 
@@ -87,6 +88,8 @@ TEST(KernelsPackedMatmul, PacksQuantsAndFloatsWithAtLeastOneGroup) {
     EXPECT_FALSE(t->packs(GgmlType::kQ5_0, 7, 1152)) << t->isa;
     EXPECT_TRUE(t->packs(GgmlType::kIQ4_NL, 8, 896)) << t->isa;  // Qwen2.5-0.5B's n_embd
     EXPECT_FALSE(t->packs(GgmlType::kQ8_0, 7, 2048)) << t->isa;
+    EXPECT_TRUE(t->packs(GgmlType::kMXFP4, 8, 2880)) << t->isa;  // gpt-oss's hidden size
+    EXPECT_FALSE(t->packs(GgmlType::kMXFP4, 7, 2880)) << t->isa;
     for (GgmlType k : kKquantTypes) {
       EXPECT_TRUE(t->packs(k, 8, 256)) << t->isa;
       EXPECT_FALSE(t->packs(k, 7, 2048)) << t->isa;
@@ -158,6 +161,64 @@ TEST(KernelsPackedMatmul, EveryTableMatchesPackedRefBitForBitAndUnpackedRefClose
           ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
         }
       }
+    }
+  }
+}
+
+// MXFP4: every code (levels +-12 the largest) under the extreme exponents (0 and 1: denormal
+// scales; 254) and a typical one, against activations of +-127: each table equals the packed ref
+// bit for bit (packed and unpacked), and the ref equals a float64 dot of gguf's dequantised
+// weights with the activations.
+TEST(KernelsPackedMatmul, Mxfp4ExtremesMatchTheDequantisedWeights) {
+  const int64_t n_rows = 19, n_in = 96, n_tokens = 13;  // 2 groups + 3 tail rows; tile + tail
+  const int64_t nb = n_in / 32;
+  std::vector<uint8_t> w(n_rows * nb * sizeof(BlockMXFP4));
+  const uint8_t exps[] = {0, 1, 127, 120, 254 - 40};
+  for (int64_t i = 0; i < n_rows * nb; ++i) {
+    auto* b = reinterpret_cast<BlockMXFP4*>(w.data()) + i;
+    b->e = exps[i % 5];
+    // Mostly +-12 (codes 7 and 15), the worst case for maddubs' int16 sums, and every code.
+    for (int j = 0; j < 16; ++j) {
+      b->qs[j] = (uint8_t)(i % 3 == 0 ? (j | ((15 - j) << 4)) : ((i + j) % 2 ? 0x7F : 0xF7));
+    }
+  }
+  std::vector<float> x(n_tokens * n_in);
+  // Integers with -127 in every block: Q8_0's scale is 1 and its quants are x, exactly.
+  for (int64_t i = 0; i < (int64_t)x.size(); ++i)
+    x[i] = i % 7 == 0 ? -127.0f : (float)(i % 11 * 25 - 125);
+  const auto xq = testing::quantize_act(kernels_ref(), GgmlType::kMXFP4, x.data(), n_tokens, n_in);
+  const auto wp = packed(kernels_ref(), GgmlType::kMXFP4, w, n_rows, n_in);
+  const auto want = matmul_packed(kernels_ref(), GgmlType::kMXFP4, wp.data(), n_rows, n_in,
+                                  xq.data(), n_tokens, 1);
+  std::vector<float> wf(n_rows * n_in);
+  dequantize_row(GgmlType::kMXFP4, w.data(), wf.data(), n_rows * n_in);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t r = 0; r < n_rows; ++r) {
+      // Block by block: within a block every term shares the scale, so its double sum is exact
+      // (a running sum would lose a 2^-8 block next to cancelling 2^86 terms).
+      double dot = 0.0;
+      for (int64_t b = 0; b < nb; ++b) {
+        double block = 0.0;
+        for (int64_t i = 32 * b; i < 32 * b + 32; ++i) {
+          block += (double)wf[r * n_in + i] * x[t * n_in + i];
+        }
+        dot += block;
+      }
+      // The int32 block sums are exact; the one rounding is the float accumulation.
+      EXPECT_NEAR(want[t * n_rows + r], dot, 1e-6 * std::fabs(dot) + 1e-30) << r << " " << t;
+    }
+  }
+  for (const KernelTable* t : available_kernel_tables()) {
+    SCOPED_TRACE(t->isa);
+    const auto wpt = packed(*t, GgmlType::kMXFP4, w, n_rows, n_in);
+    ASSERT_EQ(wpt, wp);
+    for (int nth : {1, 2}) {
+      const auto got =
+          matmul_packed(*t, GgmlType::kMXFP4, wpt.data(), n_rows, n_in, xq.data(), n_tokens, nth);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+      const auto unpacked =
+          testing::matmul(*t, GgmlType::kMXFP4, w.data(), n_rows, n_in, xq.data(), n_tokens);
+      EXPECT_EQ(std::memcmp(unpacked.data(), want.data(), got.size() * sizeof(float)), 0);
     }
   }
 }

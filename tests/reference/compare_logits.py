@@ -51,6 +51,10 @@ TOLERANCES = {
     "kv_f16_gptoss": (1.5e-2, 0.99),
     "kv_int8_gptoss": (0.3, 0.99),
     "q8_0_gptoss": (0.4, 0.99),
+    # MXFP4 experts with 8-bit activations, modelled in the reference; what remains is the odd
+    # quant that an f32 rounding difference moves across a rounding boundary: worst over seeds
+    # 85-96 (the 7 where every feature matters) 0.062, 0.0 on two.
+    "mxfp4_gptoss": (0.2, 0.99),
     "kv_int8": (6e-2, 0.99),  # 2.8e-2 (int8 KV, one f32 scale per token and kv head)
     # MLA int8: one scale per token for the whole latent row (kv_lora_rank + rope dims, 80 here,
     # 576 in DeepSeek-V2), so more rounding than one per 32-dim head: 5.7e-2 over 12 seeds.

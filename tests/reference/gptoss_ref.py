@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from gguf_reader import GgufFile
+from gguf_reader import GGML_TYPES, GgufFile
 from llama_ref import apply_rope, rms_norm, rope_tables
 
 ALPHA, LIMIT = 1.702, 7.0
@@ -70,6 +70,18 @@ class GptOssHparams:
         return p == 0 or il % p < p - 1
 
 
+def q8_0_activations(v):
+    """v rounded as the engine and llama.cpp quantise the input of an MXFP4 matmul (Q8_0, as
+    quantize_row_q8_0 in float32: d = amax / 127, q = rint(v * (1 / d)), stored d in fp16), back
+    in float64: MXFP4 weights meet 8-bit activations in an int8 dot product in both."""
+    v32 = v.astype(np.float32).reshape(-1, 32)
+    d = np.abs(v32).max(axis=1, keepdims=True) / np.float32(127)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    q = np.rint(v32 * inv)
+    return (q * d.astype(np.float16).astype(np.float64)).reshape(v.shape)
+
+
 def swiglu_oai(g, u):
     g = np.minimum(g, LIMIT)
     u = np.clip(u, -LIMIT, LIMIT)
@@ -96,6 +108,10 @@ class GptOssRef:
                  "ffn_gate_exps.bias", "ffn_up_exps.weight", "ffn_up_exps.bias",
                  "ffn_down_exps.weight", "ffn_down_exps.bias")
         self.layers = [{k: w(f"blk.{il}.{k}") for k in names} for il in range(hp.n_layer)]
+        # Expert inputs are rounded to 8 bits when the experts are MXFP4 (q8_0_activations).
+        mxfp4 = [name for name, (tname, _, _) in GGML_TYPES.items() if tname == "MXFP4"]
+        self.expert_act = (q8_0_activations if f.tensors["blk.0.ffn_gate_exps.weight"].ggml_type
+                           in mxfp4 else (lambda v: v))
         self.min_routing_margin = math.inf
 
     def mask(self, n, local):
@@ -149,11 +165,13 @@ class GptOssRef:
                 wts /= wts.sum()
             else:
                 wts = all_probs[t, chosen]
+            ht = self.expert_act(h[t])
             for e, wt in zip(chosen, wts):
-                g = L["ffn_gate_exps.weight"][e] @ h[t] + eb * L["ffn_gate_exps.bias"][e]
-                u = L["ffn_up_exps.weight"][e] @ h[t] + eb * L["ffn_up_exps.bias"][e]
+                g = L["ffn_gate_exps.weight"][e] @ ht + eb * L["ffn_gate_exps.bias"][e]
+                u = L["ffn_up_exps.weight"][e] @ ht + eb * L["ffn_up_exps.bias"][e]
                 a = swiglu_oai(g, u) if hp.use_oai_swiglu else g / (1.0 + np.exp(-g)) * u
-                y = L["ffn_down_exps.weight"][e] @ a + eb * L["ffn_down_exps.bias"][e]
+                y = (L["ffn_down_exps.weight"][e] @ self.expert_act(a)
+                     + eb * L["ffn_down_exps.bias"][e])
                 out[t] += wt * y
         return out
 

@@ -237,7 +237,7 @@ float dot_row(GgmlType wtype, const uint8_t* w, const uint8_t* x, int64_t n) {
     case GgmlType::kQ2_K:
     case GgmlType::kQ3_K:
     case GgmlType::kIQ4_XS:
-    case GgmlType::kMXFP4:
+    case GgmlType::kMXFP4:  // matmul_mxfp4
     case GgmlType::kQ8_K:
       break;
   }
@@ -271,6 +271,8 @@ void quantize_act(GgmlType wtype, const float* x, int64_t n_tokens, int64_t n_in
 
 void matmul(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
             int64_t n_tokens, float* y, int ith, int nth) {
+  if (wtype == GgmlType::kMXFP4)
+    return matmul_mxfp4(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
   if (is_dequant_type(wtype)) {
     return matmul_dequant(wtype, w, n_rows, n_in, static_cast<const float*>(xq), n_tokens, y, ith,
                           nth);

@@ -173,10 +173,9 @@ void matmul(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const v
     case GgmlType::kQ2_K:
     case GgmlType::kQ3_K:
     case GgmlType::kIQ4_XS:
-    case GgmlType::kMXFP4:
       return matmul_dequant(wtype, w, n_rows, n_in, static_cast<const float*>(xq), n_tokens, y, ith,
                             nth);
-    default:
+    default:  // K-quants; MXFP4 (matmul_mxfp4)
       return avx2::matmul(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
   }
   const MatmulGeometry g = matmul_geometry(wtype, n_in);

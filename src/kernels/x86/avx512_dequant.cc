@@ -161,8 +161,6 @@ void matmul_dequant(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
       return rows<GgmlType::kQ3_K>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
     case GgmlType::kIQ4_XS:
       return rows<GgmlType::kIQ4_XS>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
-    case GgmlType::kMXFP4:
-      return rows<GgmlType::kMXFP4>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
     default:
       // The generic kernel CHECKs the type.
       return kvw::kernels::matmul_dequant(wtype, w, n_rows, n_in, x, n_tokens, y, ith, nth);

@@ -8,6 +8,7 @@
 
 #include "gguf/quant_blocks.h"
 #include "kernels/kernels_internal.h"
+#include "kernels/x86/packed_mxfp4_zmm.h"
 #include "kernels/x86/packed_tile.h"
 
 namespace kvw::kernels {
@@ -199,6 +200,10 @@ void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, 
   }
   if (is_kquant_type(wtype)) {
     return avx512vnni::matmul_packed_kquant(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
+  }
+  if (wtype == GgmlType::kMXFP4) {
+    return x86::matmul_packed_mxfp4_pairs<DotAvx512Vnni>(w, n_rows, n_in, xq, n_tokens, y, ith,
+                                                         nth);
   }
   const PackedGeometry g = packed_geometry(wtype, n_rows, n_in);
   const RowRange rows = split_range(n_rows, ith, nth, kRowAlign);
