@@ -1,5 +1,6 @@
 #include "model/hparams.h"
 
+#include <atomic>
 #include <cmath>
 
 #include "gguf/gguf_file.h"
@@ -301,7 +302,13 @@ Status read_gptoss(const GgufFile& f, const std::string& a, ModelHParams& hp) {
   return {};
 }
 
+std::atomic<uint64_t> g_hparams_reads{0};
+
 }  // namespace
+
+uint64_t hparams_reads() {
+  return g_hparams_reads.load(std::memory_order_relaxed);
+}
 
 int32_t ModelHParams::kv_window() const {
   for (int32_t l = 0; l < n_layer; ++l) {
@@ -311,6 +318,7 @@ int32_t ModelHParams::kv_window() const {
 }
 
 Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
+  g_hparams_reads.fetch_add(1, std::memory_order_relaxed);
   ModelHParams hp;
   auto arch = f.get_string("general.architecture");
   if (!arch) return Error{arch.message()};

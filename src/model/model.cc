@@ -51,14 +51,19 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelO
 
 Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<GgufFile> file,
                                            const ModelOptions& opt) {
-  if (opt.max_batch_tokens <= 0) return Error{"max batch tokens must be > 0"};
   auto hp = hparams_from_gguf(*file);
   if (!hp) return Error{hp.message()};
-  apply_rope_override(opt.rope, hp->rope);
-  if (hp->rope.scale_factor <= 0.0f) return Error{"rope scale factor must be > 0"};
+  return load(std::move(file), std::move(*hp), opt);
+}
+
+Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<GgufFile> file, ModelHParams hp,
+                                           const ModelOptions& opt) {
+  if (opt.max_batch_tokens <= 0) return Error{"max batch tokens must be > 0"};
+  apply_rope_override(opt.rope, hp.rope);
+  if (hp.rope.scale_factor <= 0.0f) return Error{"rope scale factor must be > 0"};
   // Weights on huge pages: decode streams all of them every step (gguf_file.h says why).
   KVW_RETURN_IF_ERROR(file->move_tensors_to_memory());
-  auto w = weights_from_gguf(*file, *hp);
+  auto w = weights_from_gguf(*file, hp);
   if (!w) return Error{w.message()};
   if (opt.pack_weights) {
     // Prefill-speed GEMM: Q8_0/Q4_0/F32/F16/BF16 matrices are repacked once, in place
@@ -69,7 +74,7 @@ Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<GgufFile> file,
                      << kernels::kernels().isa << " matmul_packed";
   }
   return std::unique_ptr<Model>(
-      new Model(std::move(file), std::move(hp.value()), std::move(w.value()), opt));
+      new Model(std::move(file), std::move(hp), std::move(w.value()), opt));
 }
 
 Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,

@@ -67,6 +67,10 @@ class Model {
   // The same from a file already open (the caller planned with it); the Model keeps it.
   static Result<std::unique_ptr<Model>> load(std::unique_ptr<GgufFile> file,
                                              const ModelOptions& opt);
+  // The same with the file's hyper-parameters already read (hparams_from_gguf of this file,
+  // without opt.rope's overrides, which load applies): start-up parses them once.
+  static Result<std::unique_ptr<Model>> load(std::unique_ptr<GgufFile> file, ModelHParams hp,
+                                             const ModelOptions& opt);
   ~Model();
 
   const ModelHParams& hparams() const { return hp_; }

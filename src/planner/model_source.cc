@@ -124,7 +124,13 @@ Result<ModelShape> shape_from_config_json(const std::string& json_text, const st
   return m;
 }
 
-static Result<ModelShape> shape_of(const GgufFile& f, const ModelHParams& hp) {
+Result<ModelShape> shape_from_gguf(const GgufFile& f) {
+  auto hp = hparams_from_gguf(f);
+  if (!hp.ok()) return hp.error();
+  return shape_from_gguf(f, *hp);
+}
+
+Result<ModelShape> shape_from_gguf(const GgufFile& f, const ModelHParams& hp) {
   ModelShape m;
   const std::string path = f.path();
   m.name = path.substr(path.find_last_of('/') + 1);
@@ -193,12 +199,6 @@ static Result<ModelShape> shape_of(const GgufFile& f, const ModelHParams& hp) {
   m.gguf = g;
   KVW_RETURN_IF_ERROR(m.validate());
   return m;
-}
-
-Result<ModelShape> shape_from_gguf(const GgufFile& f) {
-  auto hp = hparams_from_gguf(f);
-  if (!hp.ok()) return hp.error();
-  return shape_of(f, *hp);
 }
 
 Result<ModelShape> load_model_shape(const std::string& spec) {
