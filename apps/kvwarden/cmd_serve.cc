@@ -26,7 +26,6 @@
 #include "gguf/gguf_file.h"
 #include "kv_events/zmq_publisher.h"
 #include "planner/engine_budget.h"
-#include "planner/model_source.h"
 #include "server/http_server.h"
 #include "server/observability.h"
 
@@ -72,10 +71,16 @@ std::string read_file(const std::string& path) {
   return os.str();
 }
 
+// The model file and its hyper-parameters, opened and read once for all of start-up.
+struct ServeModel {
+  std::unique_ptr<GgufFile> file;
+  ModelHParams hparams;
+};
+
 // Flags that CLI11 leaves as text become config fields here; messages name the flag. Returns
 // the model file, opened and parsed once for all of start-up: its context sets the default
 // --max-model-len, then the engine plans with it and keeps it.
-Result<std::unique_ptr<GgufFile>> resolve(ServeFlags& f) {
+Result<ServeModel> resolve(ServeFlags& f) {
   EngineConfig& e = f.engine;
   if (e.model_path.empty()) {
     e.model_path = find_default_model();
@@ -144,12 +149,12 @@ Result<std::unique_ptr<GgufFile>> resolve(ServeFlags& f) {
   if (!e.sched.spec.draft_model.empty()) e.sched.spec.enabled = true;
   auto file = GgufFile::open(e.model_path);
   if (!file.ok()) return file.error();
+  auto hp = hparams_from_gguf(**file);
+  if (!hp.ok()) return hp.error();
   if (f.max_model_len > 0) {
     e.sched.max_model_len = f.max_model_len;
   } else {
-    auto shape = planner::shape_from_gguf(**file);
-    if (!shape.ok()) return shape.error();
-    const int64_t positions = scaled_context(shape->max_position, e.rope);
+    const int64_t positions = scaled_context(hp->n_ctx_train, e.rope);
     e.sched.max_model_len = positions > 0 ? std::min(kMaxDefaultModelLen, positions) : 4096;
   }
   if (!f.chat_template_file.empty()) {
@@ -196,7 +201,7 @@ Result<std::unique_ptr<GgufFile>> resolve(ServeFlags& f) {
                                                 .max_model_len = e.sched.max_model_len});
   KVW_RETURN_IF_ERROR(e.validate());
   KVW_RETURN_IF_ERROR(f.server.validate());
-  return std::move(*file);
+  return ServeModel{std::move(*file), std::move(*hp)};
 }
 
 // The serve configuration, for diagnostics dumps.
@@ -294,7 +299,7 @@ int run(ServeFlags f) {
   // HTTP threads, created later, run as ordinary threads.
   sched_param batch{};
   const bool batched = sched_setscheduler(0, SCHED_BATCH, &batch) == 0;
-  auto engine = Engine::create(f.engine, std::move(*file));
+  auto engine = Engine::create(f.engine, std::move(file->file), std::move(file->hparams));
   if (batched) sched_setscheduler(0, SCHED_OTHER, &batch);
   if (!engine.ok()) return fail(engine.message(), 1);
   auto srv = server::Server::create(f.server, **engine);

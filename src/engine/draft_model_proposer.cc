@@ -32,7 +32,14 @@ Status check_same_vocabulary(const GgufFile& target, const GgufFile& draft) {
 
 Result<std::unique_ptr<DraftModelProposer>> DraftModelProposer::create(
     std::unique_ptr<GgufFile> file, const DraftModelOptions& opt) {
-  auto model = Model::load(std::move(file), opt.model);
+  auto hp = hparams_from_gguf(*file);
+  if (!hp.ok()) return Error{"--draft-model: " + hp.message()};
+  return create(std::move(file), std::move(*hp), opt);
+}
+
+Result<std::unique_ptr<DraftModelProposer>> DraftModelProposer::create(
+    std::unique_ptr<GgufFile> file, ModelHParams hp, const DraftModelOptions& opt) {
+  auto model = Model::load(std::move(file), std::move(hp), opt.model);
   if (!model.ok()) return Error{"--draft-model: " + model.message()};
   std::unique_ptr<DraftModelProposer> p(new DraftModelProposer());
   p->model_ = std::move(*model);

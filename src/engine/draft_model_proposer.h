@@ -49,6 +49,10 @@ class DraftModelProposer : public DraftProposer {
  public:
   static Result<std::unique_ptr<DraftModelProposer>> create(std::unique_ptr<GgufFile> file,
                                                             const DraftModelOptions& opt);
+  // The same with the file's hyper-parameters already read (the engine planned with them).
+  static Result<std::unique_ptr<DraftModelProposer>> create(std::unique_ptr<GgufFile> file,
+                                                            ModelHParams hp,
+                                                            const DraftModelOptions& opt);
   void propose(std::span<DraftSlot> slots) override;
   void release(SeqId seq) override;
 

@@ -29,10 +29,18 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& cfg) {
 
 Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& cfg,
                                                std::unique_ptr<GgufFile> file) {
+  CHECK(file != nullptr) << "Engine::create: no file for --model " << cfg.model_path;
+  auto hp = hparams_from_gguf(*file);
+  if (!hp.ok()) return hp.error();
+  return create(cfg, std::move(file), std::move(*hp));
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& cfg,
+                                               std::unique_ptr<GgufFile> file, ModelHParams hp) {
   CHECK(file != nullptr && file->path() == cfg.model_path)
       << "Engine::create: the open file is not --model " << cfg.model_path;
   auto e = std::make_unique<Engine>(PassKey{});
-  KVW_RETURN_IF_ERROR(e->init(cfg, std::move(file)));
+  KVW_RETURN_IF_ERROR(e->init(cfg, std::move(file), std::move(hp)));
   e->thread_ = std::thread([raw = e.get()] {
     set_thread_name("kvw-engine");
     raw->run();
@@ -40,12 +48,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& cfg,
   return e;
 }
 
-Status Engine::plan_budget(const GgufFile& file, const GgufFile* draft_file) {
-  auto shape = planner::shape_from_gguf(file);
+Status Engine::plan_budget(const GgufFile& file, const ModelHParams& hp, const GgufFile* draft_file,
+                           const ModelHParams* draft_hp) {
+  auto shape = planner::shape_from_gguf(file, hp);
   if (!shape.ok()) return shape.error();
   std::optional<planner::ModelShape> draft_shape;
   if (draft_file != nullptr) {
-    auto ds = planner::shape_from_gguf(*draft_file);
+    auto ds = planner::shape_from_gguf(*draft_file, *draft_hp);
     if (!ds.ok()) return Error{"--draft-model: " + ds.message()};
     draft_shape = std::move(*ds);
   }
@@ -137,24 +146,29 @@ Status Engine::lock_memory() const {
                "start without --mlock)"};
 }
 
-Status Engine::init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file) {
+Status Engine::init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file, ModelHParams hp) {
   KVW_RETURN_IF_ERROR(cfg.validate());
   cfg_ = cfg;
   std::unique_ptr<GgufFile> draft_file;
+  std::optional<ModelHParams> draft_hp;
   if (!cfg.sched.spec.draft_model.empty()) {
     auto df = GgufFile::open(cfg.sched.spec.draft_model);
     if (!df.ok()) return Error{"--draft-model: " + df.message()};
     draft_file = std::move(*df);
     KVW_RETURN_IF_ERROR(check_same_vocabulary(*file, *draft_file));
+    auto dh = hparams_from_gguf(*draft_file);
+    if (!dh.ok()) return Error{"--draft-model: " + dh.message()};
+    draft_hp = std::move(*dh);
   }
-  KVW_RETURN_IF_ERROR(plan_budget(*file, draft_file.get()));  // plan before allocating anything
+  // Plan before allocating anything.
+  KVW_RETURN_IF_ERROR(plan_budget(*file, hp, draft_file.get(), draft_hp ? &*draft_hp : nullptr));
   ModelOptions mo;
   mo.n_threads = cfg.n_threads;
   mo.max_batch_tokens = (int32_t)cfg.sched.max_num_batched_tokens;
   mo.activation_clamp = cfg.activation_clamp;
   mo.rope = cfg.rope;
   mo.max_model_len = cfg.sched.max_model_len;  // phi3: LongRoPE long or short factors
-  auto model = Model::load(std::move(file), mo);
+  auto model = Model::load(std::move(file), std::move(hp), mo);
   if (!model.ok()) return model.error();
   model_ = std::move(*model);
   if (model_->workspace_bytes() != budget_.workspace_bytes) {
@@ -198,7 +212,9 @@ Status Engine::init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file) {
                       << cfg.swap_path;
   }
   sched_ = std::make_unique<Scheduler>(cfg.sched, kv_.get());
-  if (draft_file != nullptr) KVW_RETURN_IF_ERROR(load_draft(std::move(draft_file), mo));
+  if (draft_file != nullptr) {
+    KVW_RETURN_IF_ERROR(load_draft(std::move(draft_file), std::move(*draft_hp), mo));
+  }
   limits_ = EngineLimits{.max_model_len = sched_->max_model_len(),
                          .n_vocab = model_->hparams().n_vocab,
                          .max_num_seqs = cfg.sched.max_num_seqs,
@@ -229,14 +245,15 @@ Status Engine::init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file) {
   return Status::ok_status();
 }
 
-Status Engine::load_draft(std::unique_ptr<GgufFile> file, const ModelOptions& target_options) {
+Status Engine::load_draft(std::unique_ptr<GgufFile> file, ModelHParams hp,
+                          const ModelOptions& target_options) {
   DraftModelOptions o{.model = target_options,
                       .num_blocks = (uint32_t)budget_.num_blocks,
                       .block_size = cfg_.block_size,
                       .kv_dtype = cfg_.kv_dtype,
                       .max_seqs = cfg_.sched.spec.max_seqs};
   o.model.max_model_len = cfg_.sched.max_model_len;
-  auto d = DraftModelProposer::create(std::move(file), o);
+  auto d = DraftModelProposer::create(std::move(file), std::move(hp), o);
   if (!d.ok()) return d.error();
   draft_ = std::move(*d);
   if (draft_->model().workspace_bytes() + draft_->logits_bytes() != budget_.draft_workspace_bytes ||

@@ -57,6 +57,10 @@ class Engine {
   // file is planned with, then kept by the Model; create() opens and parses nothing else.
   static Result<std::unique_ptr<Engine>> create(const EngineConfig& cfg,
                                                 std::unique_ptr<GgufFile> file);
+  // The same with its hyper-parameters already read (hparams_from_gguf of `file`): the plan
+  // and the Model both take them, so start-up parses them once.
+  static Result<std::unique_ptr<Engine>> create(const EngineConfig& cfg,
+                                                std::unique_ptr<GgufFile> file, ModelHParams hp);
   ~Engine();  // shutdown()
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -103,12 +107,15 @@ class Engine {
     int32_t max_tokens = 0;         // GenerationRequest::max_tokens (the test fault hooks)
     bool emit_failed = false;       // an event could not be queued: it ends with `error`
   };
-  Status init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file);
+  Status init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file, ModelHParams hp);
   Status check_memory_available(uint64_t logits_bytes) const;
   Status lock_memory() const;
-  Status plan_budget(const GgufFile& file, const GgufFile* draft_file);
+  // draft_file and draft_hp: both or neither (--draft-model).
+  Status plan_budget(const GgufFile& file, const ModelHParams& hp, const GgufFile* draft_file,
+                     const ModelHParams* draft_hp);
   // --draft-model: loads it into the planned draft rows and hands it to the scheduler.
-  Status load_draft(std::unique_ptr<GgufFile> file, const ModelOptions& target_options);
+  Status load_draft(std::unique_ptr<GgufFile> file, ModelHParams hp,
+                    const ModelOptions& target_options);
   void run();
   void admit_pending();
   void admit_one(PendingRequest& p);  // may throw (bad_alloc): admit_pending ends that request

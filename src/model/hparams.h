@@ -155,5 +155,8 @@ struct ModelHParams {
 
 // Reads and validates hyper-parameters; errors name the file and key.
 Result<ModelHParams> hparams_from_gguf(const GgufFile& file);
+// Calls of hparams_from_gguf in this process so far: start-up reads a file's hyper-parameters
+// once and passes them along (the serve start-up test counts them).
+uint64_t hparams_reads();
 
 }  // namespace kvw

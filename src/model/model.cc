@@ -2,12 +2,14 @@
 
 #include <algorithm>
 
+#include "core/check.h"
 #include "core/ids.h"
 #include "core/log.h"
 #include "kernels/kernels.h"
 #include "kv/window_slots.h"
 #include "model/forward_util.h"
 #include "model/moe_router.h"
+#include "model/workspace_layout.h"
 
 namespace kvw {
 namespace {
@@ -49,14 +51,19 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelO
 
 Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<GgufFile> file,
                                            const ModelOptions& opt) {
-  if (opt.max_batch_tokens <= 0) return Error{"max batch tokens must be > 0"};
   auto hp = hparams_from_gguf(*file);
   if (!hp) return Error{hp.message()};
-  apply_rope_override(opt.rope, hp->rope);
-  if (hp->rope.scale_factor <= 0.0f) return Error{"rope scale factor must be > 0"};
+  return load(std::move(file), std::move(*hp), opt);
+}
+
+Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<GgufFile> file, ModelHParams hp,
+                                           const ModelOptions& opt) {
+  if (opt.max_batch_tokens <= 0) return Error{"max batch tokens must be > 0"};
+  apply_rope_override(opt.rope, hp.rope);
+  if (hp.rope.scale_factor <= 0.0f) return Error{"rope scale factor must be > 0"};
   // Weights on huge pages: decode streams all of them every step (gguf_file.h says why).
   KVW_RETURN_IF_ERROR(file->move_tensors_to_memory());
-  auto w = weights_from_gguf(*file, *hp);
+  auto w = weights_from_gguf(*file, hp);
   if (!w) return Error{w.message()};
   if (opt.pack_weights) {
     // Prefill-speed GEMM: Q8_0/Q4_0/F32/F16/BF16 matrices are repacked once, in place
@@ -67,7 +74,7 @@ Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<GgufFile> file,
                      << kernels::kernels().isa << " matmul_packed";
   }
   return std::unique_ptr<Model>(
-      new Model(std::move(file), std::move(hp.value()), std::move(w.value()), opt));
+      new Model(std::move(file), std::move(hp), std::move(w.value()), opt));
 }
 
 Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
@@ -82,89 +89,45 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
       pool_(opt.n_threads, "kvw-fwd"),
       max_tokens_(opt.max_batch_tokens),
       clamp_(opt.activation_clamp) {
+  // Every buffer from one description the planner sums too (model/workspace_layout.h).
+  dims_ = model_dims(hp_);
+  dims_.matmul = matmul_needs(*file_, hp_);
+  if (!opt.pack_weights) dims_.matmul.packed.clear();  // nothing repacked: no GEMM scratch
+  const WorkspaceLayout ws = workspace_layout(dims_, max_tokens_, pool_.num_threads());
+  check_workspace_fits(ws);
   const MoeParams& moe = hp_.moe;
-  const int64_t T = max_tokens_;
-  const int64_t A = T * moe.n_expert_used;  // MoE (token, expert) assignments per step
-  const MlaParams& mla = hp_.mla;
-  const int64_t shared_ff = moe.n_ff_shared;
-  const int64_t ff_rows =
-      std::max({T * hp_.n_ff, A * moe.n_ff_exp, T * shared_ff, T * mla.q_lora_rank});
-  // xn_ also holds MLA's attention output, n_head latent rows per token.
-  const int64_t max_in =
-      std::max({(int64_t)hp_.n_embd, (int64_t)hp_.q_dim(), (int64_t)hp_.n_ff, (int64_t)moe.n_ff_exp,
-                shared_ff, mla.is_mla() ? (int64_t)hp_.n_head * hp_.cache_head_dim() : 0});
-  tok_.resize(T);
-  logit_src_.resize(T);
-  x_.resize(T * hp_.n_embd);
-  xn_.resize(T * max_in);
-  // Activation buffers sized for the widest input of any weight of that format, one row per
-  // token, or per assignment when experts are gathered; the packed GEMM's per-thread scratch for
-  // the matrix that needs the most (an expert or a head sees at most T tokens too).
-  int64_t q80 = 0, q8k = 0, gemm_scratch = 0;
-  auto need = [&](const WeightMatrix& m) {
-    const GgmlType t = m.type;
-    if (m.packed) {
-      gemm_scratch = std::max(gemm_scratch, kernels::packed_scratch_bytes(t, m.n_in, T));
-    }
-    if (uses_q8_0(t)) {
-      q80 = std::max(q80, kernels::act_row_bytes(t, m.n_in));
-    } else if (uses_q8_k(t)) {
-      q8k = std::max(q8k, kernels::act_row_bytes(t, m.n_in));
-    }
-  };
-  need(w_.output);
-  for (const auto& l : w_.layers) {
-    for (const auto* m :
-         {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down, &l.router, &l.gate_exps.first,
-          &l.up_exps.first, &l.down_exps.first, &l.shexp_gate, &l.shexp_up, &l.shexp_down, &l.wq_a,
-          &l.wq_b, &l.wkv_a, &l.k_b.first, &l.v_b.first}) {
-      if (m->data != nullptr) need(*m);
-    }
-  }
-  const int64_t act_rows = std::max(T, A);
-  act_q8_0_.resize(act_rows * q80);
-  act_q8_k_.resize(act_rows * q8k);
-  q_.resize(T * hp_.q_dim());
-  k_.resize(T * std::max(hp_.kv_dim(), hp_.cache_head_dim()));
-  v_.resize(T * hp_.kv_dim());
-  tmp_.resize(T * hp_.n_embd);
-  gate_.resize(ff_rows);
-  up_.resize(ff_rows);
-  cs_.resize(T * hp_.rope.n_rot);
-  if (hp_.has_rope_swa) cs_swa_.resize(T * hp_.rope.n_rot);
-  attn_scratch_.resize((size_t)pool_.num_threads() *
-                       kernels::attention_scratch_floats(hp_.cache_head_dim()));
-  gemm_scratch_floats_ = (gemm_scratch + 63) / 64 * 16;  // threads a cache line apart
-  gemm_scratch_.resize((size_t)pool_.num_threads() * gemm_scratch_floats_);
-  if (moe.is_moe()) {
-    router_logits_.resize(T * moe.n_expert);
-    router_scratch_.resize(pool_.num_threads() * router_scratch_floats(moe));
-    route_ids_.resize(A);
-    route_weights_.resize(A);
-    route_slot_.resize(A);
-    assign_tok_.resize(A);
-    expert_begin_.resize(moe.n_expert + 1);
-    moe_rows_.resize(A * hp_.n_embd);
-  }
-  if (mla.is_mla()) {
-    const int64_t H = hp_.n_head, R = mla.kv_lora_rank;
-    mla_scale_ = mla_score_scale(hp_);
-    mla_q_.resize(T * H * hp_.cache_head_dim());
-    mla_in_.resize(H * T * std::max<int64_t>(mla.qk_nope_dim, R));
-    mla_out_.resize(H * T * std::max<int64_t>(R, mla.v_head_dim));
-    mla_row_.resize(pool_.num_threads() * R);
-    const LayerWeights& l0 = w_.layers[0];
-    const int64_t act = std::max(kernels::act_row_bytes(l0.k_b.first.type, l0.k_b.first.n_in),
-                                 kernels::act_row_bytes(l0.v_b.first.type, R));
-    mla_act_.resize(H * T * act);
-  }
-  workspace_bytes_ =
-      4 * (x_.size() + xn_.size() + q_.size() + k_.size() + v_.size() + tmp_.size() + gate_.size() +
-           up_.size() + cs_.size() + cs_swa_.size() + attn_scratch_.size() + gemm_scratch_.size() +
-           router_logits_.size() + router_scratch_.size() + route_ids_.size() +
-           route_weights_.size() + route_slot_.size() + assign_tok_.size() + expert_begin_.size() +
-           moe_rows_.size() + mla_q_.size() + mla_in_.size() + mla_out_.size() + mla_row_.size()) +
-      act_q8_0_.size() + act_q8_k_.size() + mla_act_.size();
+  tok_.resize(ws.tokens);
+  logit_src_.resize(ws.tokens);
+  x_.resize(ws.x);
+  xn_.resize(ws.xn);
+  act_q8_0_.resize(ws.act_q8_0_bytes);
+  act_q8_k_.resize(ws.act_q8_k_bytes);
+  q_.resize(ws.q);
+  k_.resize(ws.k);
+  v_.resize(ws.v);
+  tmp_.resize(ws.tmp);
+  gate_.resize(ws.gate);
+  up_.resize(ws.up);
+  cs_.resize(ws.cs);
+  cs_swa_.resize(ws.cs_swa);
+  attn_scratch_.resize(ws.attn_scratch);
+  gemm_scratch_floats_ = ws.gemm_scratch_per_thread;
+  gemm_scratch_.resize(ws.gemm_scratch);
+  router_logits_.resize(ws.router_logits);
+  router_scratch_.resize(ws.router_scratch);
+  route_ids_.resize(ws.route_ids);
+  route_weights_.resize(ws.route_weights);
+  route_slot_.resize(ws.route_slot);
+  assign_tok_.resize(ws.assign_tok);
+  expert_begin_.resize(ws.expert_begin);
+  moe_rows_.resize(ws.moe_rows);
+  if (hp_.mla.is_mla()) mla_scale_ = mla_score_scale(hp_);
+  mla_q_.resize(ws.mla_q);
+  mla_in_.resize(ws.mla_in);
+  mla_out_.resize(ws.mla_out);
+  mla_row_.resize(ws.mla_row);
+  mla_act_.resize(ws.mla_act_bytes);
+  workspace_bytes_ = ws.bytes();
   LOG(INFO, model) << hp_.arch << " " << hp_.n_layer << " layers, n_embd " << hp_.n_embd
                    << ", heads " << hp_.n_head << "/" << hp_.n_head_kv << ", n_ff " << hp_.n_ff
                    << (moe.is_moe() ? ", experts " + std::to_string(moe.n_expert_used) + " of " +
@@ -179,6 +142,39 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
 
 Model::~Model() = default;
 
+// The layout's matmul needs come from the file's tensor table (as the planner reads it); every
+// weight the loader made must fit them, or a step would write past its buffers.
+void Model::check_workspace_fits(const WorkspaceLayout& ws) const {
+  const MatmulNeeds& n = dims_.matmul;
+  auto check = [&](const WeightMatrix& m, const char* what) {
+    if (m.data == nullptr) return;
+    const int64_t row = kernels::act_row_bytes(m.type, m.n_in);
+    CHECK(!uses_q8_0(m.type) || row <= n.act_q8_0_row_bytes)
+        << what << ": Q8_0 row " << row << " B > " << n.act_q8_0_row_bytes;
+    CHECK(!uses_q8_k(m.type) || row <= n.act_q8_k_row_bytes)
+        << what << ": Q8_K row " << row << " B > " << n.act_q8_k_row_bytes;
+    const int64_t scratch = kernels::packed_scratch_bytes(m.type, m.n_in, ws.tokens);
+    CHECK(!m.packed || scratch <= 4 * ws.gemm_scratch_per_thread)
+        << what << ": GEMM scratch " << scratch << " B > " << 4 * ws.gemm_scratch_per_thread;
+  };
+  check(w_.output, "output");
+  for (const auto& l : w_.layers) {
+    for (const auto* m :
+         {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down, &l.router, &l.gate_exps.first,
+          &l.up_exps.first, &l.down_exps.first, &l.shexp_gate, &l.shexp_up, &l.shexp_down, &l.wq_a,
+          &l.wq_b, &l.wkv_a, &l.k_b.first, &l.v_b.first}) {
+      check(*m, "layer matrix");
+    }
+  }
+  if (hp_.mla.is_mla()) {
+    const LayerWeights& l0 = w_.layers[0];
+    const int64_t act = std::max(kernels::act_row_bytes(l0.k_b.first.type, l0.k_b.first.n_in),
+                                 kernels::act_row_bytes(l0.v_b.first.type, dims_.kv_lora_rank));
+    CHECK(act <= n.mla_act_row_bytes)
+        << "MLA per-head row " << act << " B > " << n.mla_act_row_bytes;
+  }
+}
+
 void Model::matmul(const kernels::KernelTable& kt, const WeightMatrix& w, const void* act,
                    int64_t n_tokens, float* y, int ith, int nth) {
   kvw::matmul(kt, w, act, n_tokens, y, ith, nth, gemm_scratch_.data() + ith * gemm_scratch_floats_);
@@ -186,15 +182,8 @@ void Model::matmul(const kernels::KernelTable& kt, const WeightMatrix& w, const 
 
 KvArenaConfig Model::kv_config(uint32_t num_blocks, int32_t block_size, KvDtype dtype,
                                uint32_t num_window_slots) const {
-  KvArenaConfig c{.n_layer = hp_.n_layer,
-                  .n_kv_heads = hp_.cache_heads(),
-                  .head_dim = hp_.cache_head_dim(),
-                  .block_size = block_size,
-                  .num_blocks = num_blocks,
-                  .dtype = dtype,
-                  .shared_kv = hp_.mla.is_mla(),
-                  .num_window_slots = 0,
-                  .window_layers = {}};
+  KvArenaConfig c = kv_arena_shape(dims_, block_size, dtype);
+  c.num_blocks = num_blocks;
   if (num_window_slots > 0 && hp_.sliding_window > 0 && hp_.kv_window() == 0) {
     c.num_window_slots = num_window_slots;
     for (int32_t l = 0; l < hp_.n_layer; ++l) c.window_layers.push_back(hp_.is_swa_layer(l));

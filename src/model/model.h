@@ -20,6 +20,7 @@
 #include "model/hparams.h"
 #include "model/rope.h"
 #include "model/weights.h"
+#include "model/workspace_layout.h"
 
 namespace kvw {
 
@@ -66,6 +67,10 @@ class Model {
   // The same from a file already open (the caller planned with it); the Model keeps it.
   static Result<std::unique_ptr<Model>> load(std::unique_ptr<GgufFile> file,
                                              const ModelOptions& opt);
+  // The same with the file's hyper-parameters already read (hparams_from_gguf of this file,
+  // without opt.rope's overrides, which load applies): start-up parses them once.
+  static Result<std::unique_ptr<Model>> load(std::unique_ptr<GgufFile> file, ModelHParams hp,
+                                             const ModelOptions& opt);
   ~Model();
 
   const ModelHParams& hparams() const { return hp_; }
@@ -73,6 +78,8 @@ class Model {
   const ModelWeights& weights() const { return w_; }
   int32_t max_batch_tokens() const { return max_tokens_; }
   uint64_t workspace_bytes() const { return workspace_bytes_; }
+  // What the workspace and KV rows were sized from (the planner sums the same).
+  const ModelDims& dims() const { return dims_; }
   int num_threads() const { return pool_.num_threads(); }
   // Runs fn(ith, nth) on the model's threads (the caller is thread 0), between forward passes:
   // the engine samples a batch's rows there.
@@ -94,6 +101,7 @@ class Model {
  private:
   Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w, const ModelOptions& opt);
   Status validate(std::span<const SeqInput> seqs, const KvArena& kv) const;
+  void check_workspace_fits(const WorkspaceLayout& ws) const;  // CHECKs every weight's needs
   void run_layer(int32_t l, KvArena& kv, int64_t n_tokens);
   // Attention of layer l: normed, quantised input in xn_ -> attn_output into tmp_ [T][n_embd].
   void run_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t n_tokens);
@@ -131,6 +139,7 @@ class Model {
   int32_t max_tokens_;
   float clamp_;  // ModelOptions::activation_clamp
   uint64_t workspace_bytes_ = 0;
+  ModelDims dims_;  // the workspace_layout() and KV shape this model was sized with
 
   // Per-step token layout, rebuilt each forward() (capacity reserved at load).
   struct TokenInfo {
@@ -141,7 +150,7 @@ class Model {
   std::vector<int64_t> logit_src_;  // [max_tokens] token index of each logit row
   std::span<const SeqInput> seqs_;
 
-  // Workspace, allocated once. T = max_tokens.
+  // Workspace, allocated once (sizes: workspace_layout). T = max_tokens.
   std::vector<float> x_;             // [T][n_embd] residual stream
   std::vector<float> xn_;            // [T][max(n_embd, q_dim, n_ff)] normed / matmul input
   std::vector<uint8_t> act_q8_0_;    // [T][act_row_bytes(Q8_0, max_in)]

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gguf/gguf_writer.h"
+#include "model/families/family.h"
 #include "model/model_maker_gptoss.h"
 #include "model/model_maker_tensors.h"
 #include "model/model_maker_validate.h"
@@ -192,7 +193,7 @@ void write_llama_tensors(const MakeModelSpec& s, int64_t n_vocab, TensorMaker& t
       tm.vector(p + "attn_k.bias", kv, 0.0f, 0.1f);
       tm.vector(p + "attn_v.bias", kv, 0.0f, 0.1f);
     }
-    if (s.arch == "qwen3" || s.arch == "qwen3moe" || s.arch == "gemma3") {
+    if (find_family(s.arch)->qk_norm) {
       tm.vector(p + "attn_q_norm.weight", hd, 1.0f, 0.3f);  // per-head, std 0.3: they matter
       tm.vector(p + "attn_k_norm.weight", hd, 1.0f, 0.3f);
     }
@@ -351,12 +352,8 @@ Result<ExpertGating> parse_expert_gating(const std::string& name) {
 }
 
 Status MakeModelSpec::validate() const {
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen2moe" && arch != "qwen3" &&
-      arch != "qwen3moe" && arch != "deepseek2" && arch != "gemma2" && arch != "gemma3" &&
-      arch != "phi3" && arch != "gpt-oss")
-    return Error{
-        "--arch must be llama, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3, deepseek2, "
-        "phi3 or gpt-oss"};
+  // The families the reader knows (model/families), no others.
+  if (find_family(arch) == nullptr) return Error{"--arch must be one of " + supported_families()};
   if (arch != "phi3" && (n_rot != 0 || longrope))
     return Error{"--rope-dim and --longrope need --arch phi3"};
   if (arch != "gpt-oss" && expert_type != GgmlType::kMXFP4)

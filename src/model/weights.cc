@@ -2,7 +2,9 @@
 
 #include <string>
 
+#include "core/check.h"
 #include "gguf/gguf_file.h"
+#include "model/families/family.h"
 
 namespace kvw {
 namespace {
@@ -185,6 +187,10 @@ Status load_mla(Loader& ld, const std::string& p, const ModelHParams& hp, LayerW
 Result<ModelWeights> weights_from_gguf(const GgufFile& f, const ModelHParams& hp) {
   Loader ld(f);
   ModelWeights w;
+  const ModelFamily* found = find_family(hp.arch);
+  CHECK(found != nullptr) << "weights_from_gguf: '" << hp.arch
+                          << "' is not a family (hparams_from_gguf refuses it)";
+  const ModelFamily& family = *found;
   const int64_t d = hp.n_embd, ff = hp.n_ff;
   KVW_ASSIGN(w.token_embd, ld.matrix("token_embd.weight", d, hp.n_vocab));
   KVW_ASSIGN(w.output_norm, ld.vector("output_norm.weight", d));
@@ -201,10 +207,7 @@ Result<ModelWeights> weights_from_gguf(const GgufFile& f, const ModelHParams& hp
     const std::string p = "blk." + std::to_string(i) + ".";
     LayerWeights& l = w.layers[i];
     KVW_ASSIGN(l.attn_norm, ld.vector(p + "attn_norm.weight", d));
-    // gpt-oss names its FFN input norm post_attention_norm (llama.cpp's attn_post_norm).
-    const bool gptoss = hp.arch == "gpt-oss";
-    KVW_ASSIGN(l.ffn_norm,
-               ld.vector(p + (gptoss ? "post_attention_norm.weight" : "ffn_norm.weight"), d));
+    KVW_ASSIGN(l.ffn_norm, ld.vector(p + std::string(family.ffn_norm) + ".weight", d));
     if (hp.gemma.post_norms) {
       KVW_ASSIGN(l.post_attn_norm, ld.vector(p + "post_attention_norm.weight", d));
       KVW_ASSIGN(l.post_ffw_norm, ld.vector(p + "post_ffw_norm.weight", d));
@@ -246,7 +249,7 @@ Result<ModelWeights> weights_from_gguf(const GgufFile& f, const ModelHParams& hp
       KVW_ASSIGN(l.shexp_gate, ld.matrix(p + "ffn_gate_shexp.weight", d, fs));
       KVW_ASSIGN(l.shexp_up, ld.matrix(p + "ffn_up_shexp.weight", d, fs));
       KVW_ASSIGN(l.shexp_down, ld.matrix(p + "ffn_down_shexp.weight", fs, d));
-      if (hp.arch == "qwen2moe") {
+      if (family.shared_expert_gate) {
         KVW_ASSIGN(l.shexp_gate_inp, ld.vector(p + "ffn_gate_inp_shexp.weight", d));
       }
     }

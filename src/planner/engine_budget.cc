@@ -5,114 +5,59 @@
 #include <sstream>
 
 #include "gguf/tensor_types.h"
-#include "kernels/kernels.h"
 #include "planner/memory_plan.h"
 
 namespace kvw::planner {
-namespace {
 
-// Activation row bytes kvwarden's kernels quantise matmul inputs to, for a uniform weight type:
-// Q4_0/Q5_0/IQ4_NL/Q8_0/MXFP4 weights take Q8_0 rows (with the packed GEMM's per-block extras),
-// K-quants take Q8_K rows, float weights read f32 directly.
-void uniform_act_rows(const Dtype& w, int64_t max_in, int64_t& q80, int64_t& q8k) {
-  q80 = q8k = 0;
-  auto t = ggml_type_from_name(w.name);
-  if (!t) return;
-  if (*t == GgmlType::kQ4_0 || *t == GgmlType::kQ5_0 || *t == GgmlType::kIQ4_NL ||
-      *t == GgmlType::kQ8_0 || *t == GgmlType::kMXFP4) {
-    q80 = kernels::act_row_bytes(GgmlType::kQ8_0, max_in / 32 * 32);
-  } else if (*t == GgmlType::kQ4_K || *t == GgmlType::kQ5_K || *t == GgmlType::kQ6_K) {
-    q8k = max_in / 256 * type_traits(GgmlType::kQ8_K).block_bytes;
-  }
-}
-
-// Model::Model's packed-GEMM scratch per thread: packed_scratch_bytes of the matrix that needs
-// the most, rounded up to a cache line. A GGUF file lists its packed row lengths; otherwise every
-// matrix has the uniform weight type and one of the model's row lengths.
-uint64_t gemm_scratch_per_thread(const ModelShape& m, int64_t max_in, const Dtype& weight_dtype,
-                                 int64_t T) {
-  int64_t most = 0;
-  if (m.gguf) {
-    for (int64_t n_in : m.gguf->packed_float_n_in)
-      most = std::max(most, kernels::packed_scratch_bytes(GgmlType::kF32, n_in, T));
-    for (int64_t n_in : m.gguf->packed_q8_0_n_in)
-      most = std::max(most, kernels::packed_scratch_bytes(GgmlType::kQ8_0, n_in, T));
-  } else if (auto t = ggml_type_from_name(weight_dtype.name)) {
-    for (int64_t n_in : {m.n_embd, max_in, m.n_ff, m.moe_ff, m.shared_ff(), m.q_lora_rank,
-                         m.kv_lora_rank, m.n_head * m.head_dim}) {
-      if (n_in > 0) most = std::max(most, kernels::packed_scratch_bytes(*t, n_in, T));
+ModelDims engine_dims(const ModelShape& m, const Dtype& weight_dtype) {
+  if (m.gguf) return m.gguf->dims;
+  // The engine's head lengths: MLA queries and keys are qk_nope + qk_rope long, and the cache
+  // row (and the attention's head length) is kv_lora_rank + qk_rope.
+  const bool mla = m.is_mla();
+  ModelDims d{.n_layer = m.n_layer,
+              .n_embd = m.n_embd,
+              .n_head = m.n_head,
+              .n_head_kv = m.n_kv_head,
+              .head_dim = mla ? m.qk_nope_head_dim + m.qk_rope_head_dim : m.head_dim,
+              .n_ff = m.n_ff,
+              .n_rot = m.rope_dims > 0 ? m.rope_dims
+                       : mla           ? m.qk_rope_head_dim
+                                       : m.head_dim,
+              .local_rope = m.local_rope,
+              .cache_heads = mla ? 1 : m.n_kv_head,
+              .cache_head_dim = mla ? m.kv_lora_rank + m.qk_rope_head_dim : m.head_dim,
+              .shared_kv = mla,
+              .n_expert = m.is_moe() ? m.n_routed_experts : 0,
+              .n_expert_used = m.is_moe() ? m.n_experts_per_tok : 0,
+              .n_ff_exp = m.is_moe() ? m.moe_ff : 0,
+              .n_ff_shared = m.shared_ff(),
+              .q_lora_rank = m.q_lora_rank,
+              .kv_lora_rank = m.kv_lora_rank,
+              .qk_nope_dim = m.qk_nope_head_dim,
+              .v_head_dim = m.v_head_dim,
+              .matmul = {}};
+  // No tensor table: every matrix has the uniform weight type and one of the model's row
+  // lengths; the widest activation row rounded down to whole blocks of that type.
+  const auto t = ggml_type_from_name(weight_dtype.name);
+  if (t) {
+    const int64_t block = type_traits(*t).block_elems;
+    d.matmul.add_act(*t, max_matmul_in(d) / block * block);
+    for (int64_t n_in : {m.n_embd, max_matmul_in(d), m.n_ff, m.moe_ff, m.shared_ff(), m.q_lora_rank,
+                         m.kv_lora_rank, m.qk_nope_head_dim, m.n_head * m.head_dim}) {
+      if (n_in > 0) d.matmul.add_packed(*t, n_in);
     }
   }
-  return (uint64_t)(most + 63) / 64 * 64;
+  if (mla) d.matmul.add_mla(t ? *t : GgmlType::kF32, m.kv_lora_rank);
+  return d;
 }
 
-}  // namespace
-
 uint64_t engine_kv_bytes_per_token_layer(const ModelShape& m, KvDtype dtype) {
-  if (m.is_mla()) {  // one latent row serves as K and V (KvArenaConfig::shared_kv)
-    return (uint64_t)((m.kv_lora_rank + m.qk_rope_head_dim) * kv_elem_bytes(dtype) +
-                      kv_scale_bytes(dtype));
-  }
-  return (uint64_t)(2 * m.n_kv_head * (m.head_dim * kv_elem_bytes(dtype) + kv_scale_bytes(dtype)));
+  return kv_bytes_per_token_layer(engine_dims(m, Dtype{}), dtype);
 }
 
 uint64_t engine_workspace_bytes(const ModelShape& m, int64_t max_num_batched_tokens,
                                 int64_t n_threads, const Dtype& weight_dtype) {
-  const uint64_t T = (uint64_t)max_num_batched_tokens;
-  // The engine's head lengths: MLA queries and keys are qk_nope + qk_rope long, and the cache
-  // row (and the attention's head length) is kv_lora_rank + qk_rope.
-  const int64_t qk_head = m.is_mla() ? m.qk_nope_head_dim + m.qk_rope_head_dim : m.head_dim;
-  const int64_t cache_head = m.is_mla() ? m.kv_lora_rank + m.qk_rope_head_dim : m.head_dim;
-  const int64_t q_dim = m.n_head * qk_head, kv_dim = m.n_kv_head * qk_head;
-  const int64_t shared_ff = m.shared_ff();
-  const int64_t max_in = std::max(
-      {m.n_embd, q_dim, m.n_ff, m.moe_ff, shared_ff, m.is_mla() ? m.n_head * cache_head : 0});
-  const int64_t n_rot = m.gguf && m.gguf->n_rot > 0 ? m.gguf->n_rot
-                        : m.is_mla()                ? m.qk_rope_head_dim
-                                                    : m.head_dim;
-  int64_t q80 = 0, q8k = 0;
-  if (m.gguf) {
-    q80 = m.gguf->act_q8_0_row_bytes;
-    q8k = m.gguf->act_q8_k_row_bytes;
-  } else {
-    uniform_act_rows(weight_dtype, max_in, q80, q8k);
-  }
-  // MoE: A = T x experts_per_tok (token, expert) assignments; E = routed experts.
-  const uint64_t E = m.is_moe() ? (uint64_t)m.n_routed_experts : 0;
-  const uint64_t A = m.is_moe() ? T * (uint64_t)m.n_experts_per_tok : 0;
-  // x, xn, q, k, v, tmp, cs (f32), gate and up (T x n_ff, A x moe_ff, T x the shared experts'
-  // width or T x q_lora_rank, the largest), as Model::Model allocates them.
-  const uint64_t ff_floats = std::max({T * (uint64_t)m.n_ff, A * (uint64_t)m.moe_ff,
-                                       T * (uint64_t)shared_ff, T * (uint64_t)m.q_lora_rank});
-  // (the rope row twice when the windowed layers have their own rope).
-  const uint64_t floats_per_token =
-      (uint64_t)(m.n_embd + max_in + q_dim + std::max(kv_dim, cache_head) + kv_dim + m.n_embd +
-                 (m.local_rope ? 2 : 1) * n_rot);
-  const uint64_t scratch_floats =
-      (uint64_t)n_threads * (uint64_t)kernels::attention_scratch_floats((int32_t)cache_head);
-  // Router logits [T][E], router scratch [threads][2E], ids, weights, slots and tokens of each
-  // assignment [A] x 4, expert starts [E + 1], gathered rows [A][n_embd] (4-byte elements).
-  const uint64_t moe_elems =
-      m.is_moe() ? T * E + (uint64_t)n_threads * 2 * E + 4 * A + E + 1 + A * (uint64_t)m.n_embd : 0;
-  // MLA: absorbed queries [T][H][cache_head], per-head inputs and outputs [H][T][...], one
-  // dequantised row per thread, quantised per-head inputs [H x T][row bytes].
-  uint64_t mla_floats = 0, mla_act = 0;
-  if (m.is_mla()) {
-    const uint64_t H = (uint64_t)m.n_head, R = (uint64_t)m.kv_lora_rank;
-    mla_floats = T * H * (uint64_t)cache_head +
-                 H * T * std::max<uint64_t>((uint64_t)m.qk_nope_head_dim, R) +
-                 H * T * std::max<uint64_t>(R, (uint64_t)m.v_head_dim) + (uint64_t)n_threads * R;
-    int64_t row = m.gguf ? m.gguf->mla_act_row_bytes : 0;
-    if (!m.gguf) {
-      const auto t = ggml_type_from_name(weight_dtype.name);
-      row = t ? kernels::act_row_bytes(*t, (int64_t)R) : (int64_t)R * 4;
-    }
-    mla_act = H * T * (uint64_t)row;
-  }
-  const uint64_t act_rows = std::max(T, A);
-  return 4 * (T * floats_per_token + 2 * ff_floats + scratch_floats + moe_elems + mla_floats) +
-         act_rows * (uint64_t)(q80 + q8k) + mla_act +
-         (uint64_t)n_threads * gemm_scratch_per_thread(m, max_in, weight_dtype, (int64_t)T);
+  return workspace_layout(engine_dims(m, weight_dtype), max_num_batched_tokens, n_threads).bytes();
 }
 
 int64_t engine_window(const ModelShape& m) {

@@ -1,8 +1,8 @@
 // planner/engine_budget.h: the start-up memory budget of kvwarden's own CPU engine, computed
 // from a model shape before anything is allocated. The engine calls plan_engine_budget() to size
 // its KV arena, and prints the returned table; `kvwarden plan` shows the same numbers.
-// Pure functions; the formulas mirror src/model (Model::Model workspace, KvArena layout) and are
-// tested against them.
+// Pure functions; the workspace and KV rows are src/model's own (model/workspace_layout.h), so
+// they equal what Model::Model and the KV arena allocate by construction.
 #pragma once
 
 #include <cstdint>
@@ -147,16 +147,18 @@ int64_t engine_hybrid_window(const ModelShape& m, bool swa_full);
 int64_t engine_window_slots_bound(int64_t window, int64_t block_size, int64_t max_num_seqs,
                                   int64_t max_num_batched_tokens);
 
+// The dimensions kvwarden's engine sizes its memory from (model/workspace_layout.h): a GGUF
+// shape's own (GgufFacts::dims, read as Model::Model reads them); for a catalogue or config.json
+// shape, a conversion of its fields, every matrix of the uniform `weight_dtype`.
+ModelDims engine_dims(const ModelShape& m, const Dtype& weight_dtype);
+
 // Bytes of the engine's KV layout per token per layer: 2 * n_kv_heads * head_dim * bytes(dtype),
-// plus for int8 one f32 scale per token per KV head for K and for V.
+// plus for int8 one f32 scale per token per KV head for K and for V (MLA: one latent row).
+// kv_bytes_per_token_layer(engine_dims(m)): the KV arena's own formula.
 uint64_t engine_kv_bytes_per_token_layer(const ModelShape& m, KvDtype dtype);
 
-// Model::Model's workspace for T tokens: 4 B x (T x (2 n_embd + max(n_embd, q_dim, n_ff, moe_ff)
-// + q_dim + 2 kv_dim + n_rot) + 2 max(T n_ff, A moe_ff) + n_threads x 2 head_dim + MoE routing)
-// + max(T, A) x (Q8_0 row + Q8_K row), where A = T x experts_per_tok (0 for dense models) and
-// MoE routing = T E + n_threads 2 E + 4 A + E + 1 + A n_embd for E routed experts, plus
-// n_threads x the packed GEMM's scratch (kernels::packed_scratch_bytes of the matrix needing the
-// most, rounded up to 64 B).
+// Model::Model's workspace for T tokens on n_threads threads: workspace_layout(engine_dims(m))
+// .bytes(), the same buffers the model allocates.
 uint64_t engine_workspace_bytes(const ModelShape& m, int64_t max_num_batched_tokens,
                                 int64_t n_threads, const Dtype& weight_dtype);
 

@@ -11,6 +11,7 @@
 
 #include "core/kv_dtype.h"
 #include "core/status.h"
+#include "model/workspace_layout.h"
 
 namespace kvw::planner {
 
@@ -24,18 +25,11 @@ enum class WindowPattern {
 
 // Extra facts only a GGUF file gives; they make kvwarden's own engine budget exact.
 struct GgufFacts {
-  uint64_t weight_bytes = 0;       // sum of every tensor's bytes in the file
-  uint64_t num_params = 0;         // sum of every tensor's elements
-  int64_t n_rot = 0;               // rope.dimension_count
-  int64_t act_q8_0_row_bytes = 0;  // widest Q8_0 activation row any matmul needs (0: none)
-  int64_t act_q8_k_row_bytes = 0;  // widest Q8_K activation row any matmul needs (0: none)
-  // MLA: the widest activation row of the per-head up-projections (attn_k_b / attn_v_b, or the
-  // fused attn_kv_b's value rows), quantised for every head and token of a step.
-  int64_t mla_act_row_bytes = 0;
-  // Distinct row lengths of the matrices the engine repacks for its GEMM, F32/F16/BF16 and
-  // Q8_0/Q4_0 (K-quants need no GEMM scratch): they size its per-thread scratch.
-  std::vector<int64_t> packed_float_n_in;
-  std::vector<int64_t> packed_q8_0_n_in;
+  uint64_t weight_bytes = 0;  // sum of every tensor's bytes in the file
+  uint64_t num_params = 0;    // sum of every tensor's elements
+  // The engine's dimensions and matmul needs, as Model::Model reads them from the same file:
+  // its workspace and KV rows are workspace_layout() / kv_bytes_per_token_layer() of these.
+  ModelDims dims;
   uint64_t routed_expert_bytes = 0;  // ffn_{gate,up,down}_exps tensors, all experts
   // Weight bytes one single-sequence decode step streams: every tensor but the embedding (tied:
   // it is the output head), with only expert_used_count of expert_count routed experts.
@@ -63,6 +57,9 @@ struct ModelShape {
   bool tied_embeddings = false;  // output head reuses the embedding matrix
   bool qkv_bias = false;         // Qwen2: biases on q, k, v projections
   bool qk_norm = false;          // Qwen3: RMSNorm on q and k heads
+  // Rotated dims per head (partial rotary, e.g. Phi-4-mini's 0.75); 0: all of head_dim (MLA:
+  // qk_rope_head_dim). Set from GGUF files; catalogue entries leave it 0.
+  int64_t rope_dims = 0;
 
   int64_t sliding_window = 0;  // tokens; 0 = none
   WindowPattern window_pattern = WindowPattern::kNone;

@@ -7,8 +7,8 @@
 #include <sstream>
 
 #include "gguf/gguf_file.h"
-#include "kernels/kernels.h"
 #include "model/hparams.h"
+#include "model/workspace_layout.h"
 #include "planner/catalog.h"
 
 namespace kvw::planner {
@@ -127,101 +127,69 @@ Result<ModelShape> shape_from_config_json(const std::string& json_text, const st
 Result<ModelShape> shape_from_gguf(const GgufFile& f) {
   auto hp = hparams_from_gguf(f);
   if (!hp.ok()) return hp.error();
+  return shape_from_gguf(f, *hp);
+}
+
+Result<ModelShape> shape_from_gguf(const GgufFile& f, const ModelHParams& hp) {
   ModelShape m;
   const std::string path = f.path();
   m.name = path.substr(path.find_last_of('/') + 1);
   m.source = path + " (GGUF metadata and tensor table)";
-  m.arch = hp->arch;
-  m.n_layer = hp->n_layer;
-  m.n_embd = hp->n_embd;
-  m.n_head = hp->n_head;
-  m.n_kv_head = hp->n_head_kv;
-  m.head_dim = hp->head_dim;
-  m.n_ff = hp->n_ff;
-  m.n_vocab = hp->n_vocab;
-  m.max_position = hp->n_ctx_train;
-  m.tied_embeddings = hp->tied_embeddings;
-  m.qkv_bias = hp->qkv_bias;
-  m.n_routed_experts = hp->moe.n_expert;
-  m.n_experts_per_tok = hp->moe.n_expert_used;
-  m.n_shared_experts = hp->moe.n_expert_shared;
-  m.shared_expert_ff = hp->moe.n_ff_shared;
-  m.moe_ff = hp->moe.is_moe() ? hp->moe.n_ff_exp : 0;
-  m.first_k_dense = hp->moe.n_layer_dense_lead;
-  if (hp->mla.is_mla()) {
-    m.kv_lora_rank = hp->mla.kv_lora_rank;
-    m.q_lora_rank = hp->mla.q_lora_rank;
-    m.qk_rope_head_dim = hp->mla.qk_rope_dim;
-    m.qk_nope_head_dim = hp->mla.qk_nope_dim;
-    m.v_head_dim = hp->mla.v_head_dim;
-    m.head_dim = hp->mla.v_head_dim;  // as shape_from_config_json: MLA's head_dim is v_head_dim
+  m.arch = hp.arch;
+  m.n_layer = hp.n_layer;
+  m.n_embd = hp.n_embd;
+  m.n_head = hp.n_head;
+  m.n_kv_head = hp.n_head_kv;
+  m.head_dim = hp.head_dim;
+  m.n_ff = hp.n_ff;
+  m.n_vocab = hp.n_vocab;
+  m.max_position = hp.n_ctx_train;
+  m.tied_embeddings = hp.tied_embeddings;
+  m.qkv_bias = hp.qkv_bias;
+  m.n_routed_experts = hp.moe.n_expert;
+  m.n_experts_per_tok = hp.moe.n_expert_used;
+  m.n_shared_experts = hp.moe.n_expert_shared;
+  m.shared_expert_ff = hp.moe.n_ff_shared;
+  m.moe_ff = hp.moe.is_moe() ? hp.moe.n_ff_exp : 0;
+  m.first_k_dense = hp.moe.n_layer_dense_lead;
+  if (hp.mla.is_mla()) {
+    m.kv_lora_rank = hp.mla.kv_lora_rank;
+    m.q_lora_rank = hp.mla.q_lora_rank;
+    m.qk_rope_head_dim = hp.mla.qk_rope_dim;
+    m.qk_nope_head_dim = hp.mla.qk_nope_dim;
+    m.v_head_dim = hp.mla.v_head_dim;
+    m.head_dim = hp.mla.v_head_dim;  // as shape_from_config_json: MLA's head_dim is v_head_dim
   }
-  if (hp->sliding_window > 0) {
-    m.sliding_window = hp->sliding_window;
+  if (hp.sliding_window > 0) {
+    m.sliding_window = hp.sliding_window;
     m.window_pattern = WindowPattern::kAll;
-    if (hp->kv_window() == 0) {  // some layers global (gemma2, gemma3): the engine's per-layer map
+    if (hp.kv_window() == 0) {  // some layers global (gemma2, gemma3): the engine's per-layer map
       m.window_pattern = WindowPattern::kNone;
-      for (int32_t l = 0; l < hp->n_layer; ++l) m.layer_window.push_back(hp->layer_window(l));
+      for (int32_t l = 0; l < hp.n_layer; ++l) m.layer_window.push_back(hp.layer_window(l));
     }
   }
-  m.local_rope = hp->has_rope_swa;
-  m.qk_norm = hp->qk_norm;
+  m.local_rope = hp.has_rope_swa;
+  m.qk_norm = hp.qk_norm;
+  m.rope_dims = hp.rope.n_rot;
   GgufFacts g;
-  g.n_rot = hp->rope.n_rot;
   std::map<std::string, int> type_counts;
   for (const GgufTensorInfo& t : f.tensors()) {
     g.weight_bytes += t.num_bytes;
     g.num_params += t.num_elements;
     if (t.name.ends_with("_exps.weight")) g.routed_expert_bytes += t.num_bytes;
     type_counts[std::string(type_traits(t.type).name)] += 1;
-    // Matmul weights are 2-D and not norms; kvwarden's kernels quantise their input rows to
-    // Q8_0 (for Q4_0/Q5_0/IQ4_NL/Q8_0 weights) or Q8_K (for K-quants), sized by the row length
-    // shape[0]. Stacked experts (ffn_*_exps) are 3-D: n_expert matrices of the same row length.
-    // gpt-oss's per-expert biases (ffn_*_exps.bias) are 2-D tables added, not multiplied.
-    const bool matmul = (t.shape.size() == 2 || t.shape.size() == 3) &&
-                        t.name != "token_embd.weight" && !t.name.ends_with(".bias");
-    const bool tied_output = hp->tied_embeddings && t.name == "token_embd.weight";
-    if (!matmul && !tied_output) continue;
-    const int64_t n_in = t.shape[0];
-    // As weights.cc packs them (the tied output head stays in the file's layout).
-    const bool q8 = t.type == GgmlType::kQ4_0 || t.type == GgmlType::kQ5_0 ||
-                    t.type == GgmlType::kIQ4_NL || t.type == GgmlType::kQ8_0;
-    const bool fp =
-        t.type == GgmlType::kF32 || t.type == GgmlType::kF16 || t.type == GgmlType::kBF16;
-    if ((q8 || fp) && !tied_output && kernels::kernels_ref().packs(t.type, t.shape[1], n_in)) {
-      std::vector<int64_t>& widths = q8 ? g.packed_q8_0_n_in : g.packed_float_n_in;
-      if (std::find(widths.begin(), widths.end(), n_in) == widths.end()) widths.push_back(n_in);
-    }
-    // MXFP4 packs too (kernels/packed_mxfp4.cc) but with no scratch: only its activations count.
-    if (q8 || t.type == GgmlType::kMXFP4) {
-      g.act_q8_0_row_bytes = std::max<int64_t>(
-          g.act_q8_0_row_bytes, kernels::act_row_bytes(GgmlType::kQ8_0, n_in / 32 * 32));
-    } else if (t.type == GgmlType::kQ4_K || t.type == GgmlType::kQ5_K ||
-               t.type == GgmlType::kQ6_K) {
-      g.act_q8_k_row_bytes = std::max<int64_t>(
-          g.act_q8_k_row_bytes, n_in / 256 * type_traits(GgmlType::kQ8_K).block_bytes);
-    }
   }
-  if (hp->mla.is_mla()) {
-    // As Model::Model sizes mla_act_: blk.0's k_b (row length nope, or kv_lora_rank when fused
-    // into attn_kv_b) and v_b (kv_lora_rank) in their stored types.
-    const char* kb = hp->mla.split_kv_b ? "blk.0.attn_k_b.weight" : "blk.0.attn_kv_b.weight";
-    const char* vb = hp->mla.split_kv_b ? "blk.0.attn_v_b.weight" : "blk.0.attn_kv_b.weight";
-    for (const char* name : {kb, vb}) {
-      if (const GgufTensorInfo* t = f.find_tensor(name); t != nullptr && !t->shape.empty()) {
-        g.mla_act_row_bytes =
-            std::max(g.mla_act_row_bytes, kernels::act_row_bytes(t->type, t->shape[0]));
-      }
-    }
-  }
+  // The engine's own dimensions and matmul needs: what Model::Model sizes its workspace from.
+  g.dims = model_dims(hp);
+  g.dims.matmul = matmul_needs(f, hp);
   // One decode token reads every matrix but the embedding (one row of it), and of the routed
   // experts only the used ones.
   const GgufTensorInfo* emb = f.find_tensor("token_embd.weight");
   g.decode_bytes_per_token = g.weight_bytes - g.routed_expert_bytes -
-                             (hp->tied_embeddings || emb == nullptr ? 0 : emb->num_bytes);
-  if (hp->moe.is_moe()) {
+                             (hp.tied_embeddings || emb == nullptr ? 0 : emb->num_bytes);
+  if (hp.moe.is_moe()) {
     g.decode_bytes_per_token +=
-        g.routed_expert_bytes / (uint64_t)hp->moe.n_expert * (uint64_t)hp->moe.n_expert_used;
+        g.routed_expert_bytes / (uint64_t)hp.moe.n_expert * (uint64_t)hp.moe.n_expert_used;
   }
   for (const auto& [type, count] : type_counts) {
     if (!g.weight_type_summary.empty()) g.weight_type_summary += ", ";

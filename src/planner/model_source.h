@@ -10,7 +10,8 @@
 
 namespace kvw {
 class GgufFile;
-}
+struct ModelHParams;
+}  // namespace kvw
 
 namespace kvw::planner {
 
@@ -20,6 +21,8 @@ Result<ModelShape> shape_from_config_json(const std::string& json_text, const st
 
 // Reads hyper-parameters and exact tensor bytes from an open GGUF file.
 Result<ModelShape> shape_from_gguf(const GgufFile& file);
+// The same with its hyper-parameters already read (hparams_from_gguf of `file`).
+Result<ModelShape> shape_from_gguf(const GgufFile& file, const ModelHParams& hp);
 
 // `spec` ending in .gguf or .json is read from disk; anything else is a catalogue name.
 Result<ModelShape> load_model_shape(const std::string& spec);

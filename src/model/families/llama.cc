@@ -1,0 +1,14 @@
+// model/families/llama.cc: Llama and the files that share its layout ("llama"): Llama 1-3,
+// Mistral (attention.sliding_window on every layer), Mixtral-style MoE (expert_count; experts
+// feed_forward_length wide, softmax top-k renormalised: hparams.cc's shared defaults). Its GGUF
+// Q/K weights are permuted on conversion, so RoPE rotates adjacent pairs.
+#include "model/families/family.h"
+
+namespace kvw::families {
+
+// Listed in families.cc.
+extern const ModelFamily kLlama;
+
+const ModelFamily kLlama{.arch = "llama"};
+
+}  // namespace kvw::families
