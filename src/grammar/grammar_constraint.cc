@@ -14,7 +14,16 @@ GrammarConstraint::GrammarConstraint(std::shared_ptr<const Grammar> g,
       matcher_(std::move(g)),
       strip_space_(strip_leading_space),
       max_cached_(max_cached_masks),
-      context_masks_(std::move(context_masks)) {}
+      context_masks_(std::move(context_masks)),
+      dfa_(matcher_.grammar().dfa) {}
+
+void GrammarConstraint::follow_dfa(std::string_view bytes) {
+  if (!dfa_) return;
+  dfa_state_ = dfa_->walk(dfa_state_, bytes);
+  // Both recognise the same language, so the Matcher's acceptance keeps the DFA live; should
+  // they ever differ, the Matcher (what accept() checks) decides alone from here on.
+  if (dfa_state_ == ByteDfa::kDead) dfa_.reset();
+}
 
 void GrammarConstraint::fill_allowed(std::vector<uint64_t>* bits) {
   if (free_) {
@@ -24,7 +33,11 @@ void GrammarConstraint::fill_allowed(std::vector<uint64_t>* bits) {
   }
   if (max_cached_ == 0) return compute_allowed(bits);
   std::string key;
-  matcher_.state_key(&key);
+  if (dfa_) {
+    key.assign(1, 'D').append(reinterpret_cast<const char*>(&dfa_state_), 4);
+  } else {
+    matcher_.state_key(&key);
+  }
   key.push_back(strip_space_ ? 'S' : '-');
   auto it = cache_.find(key);
   if (it != cache_.end()) {
@@ -42,7 +55,12 @@ void GrammarConstraint::fill_allowed(std::vector<uint64_t>* bits) {
 }
 
 void GrammarConstraint::compute_allowed(std::vector<uint64_t>* bits) {
-  if (!fill_from_context_masks(bits)) {
+  if (dfa_) {
+    // ~1 table lookup per reached trie node: cheaper than assembling context-mask entries.
+    ++num_trie_walks_;
+    bits->assign(((size_t)trie_->n_vocab() + 63) / 64, 0);
+    walk_trie_dfa(*dfa_, *trie_, dfa_state_, strip_space_, &dfa_walk_, bits->data());
+  } else if (!fill_from_context_masks(bits)) {
     ++num_trie_walks_;
     bits->assign(((size_t)trie_->n_vocab() + 63) / 64, 0);
     walk_trie(matcher_, *trie_, matcher_.state(), strip_space_, &walk_, bits->data());
@@ -128,7 +146,7 @@ Error GrammarConstraint::overflow_error() {
 
 size_t GrammarConstraint::memory_bytes() const {
   size_t n = sizeof(*this) + matcher_.arena_bytes() + mask_cache_bytes() + bits_.capacity() * 8;
-  n += walk_.memory_bytes() + key_.capacity() * 4 + pending_.capacity();
+  n += walk_.memory_bytes() + key_.capacity() * 4 + pending_.capacity() + dfa_walk_.capacity() * 4;
   for (const auto& t : triggers_) n += sizeof(t) + t.text.capacity();
   for (const auto& k : cache_order_) n += 2 * k.capacity();  // key in the map and the FIFO
   return n;
@@ -137,6 +155,7 @@ size_t GrammarConstraint::memory_bytes() const {
 Status GrammarConstraint::accept_text(std::string_view text) {
   if (ended_) return Error{"the grammar has already ended"};
   if (!matcher_.accept_bytes(text)) return Error{"text is not allowed by the grammar here"};
+  follow_dfa(text);
   if (!text.empty()) strip_space_ = false;
   return Status::ok_status();
 }
@@ -163,6 +182,7 @@ Status GrammarConstraint::accept(int32_t token) {
   if (!matcher_.accept_bytes(bytes)) {
     return Error{"token " + std::to_string(token) + " is not allowed by the grammar here"};
   }
+  follow_dfa(bytes);
   if (matcher_.overflowed()) return overflow_error();
   strip_space_ = false;
   return Status::ok_status();
@@ -212,6 +232,7 @@ Status GrammarConstraint::watch(int32_t token) {
   pending_.shrink_to_fit();
   triggers_.clear();
   if (!matcher_.accept_bytes(from_trigger)) return Status::ok_status();  // stays free
+  follow_dfa(from_trigger);
   free_ = false;
   strip_space_ = false;
   if (matcher_.overflowed()) return overflow_error();
