@@ -68,6 +68,32 @@ void GrammarConstraint::compute_allowed(std::vector<uint64_t>* bits) {
   if (matcher_.can_end()) {
     for (int32_t id : trie_->eog_ids()) (*bits)[id >> 6] |= uint64_t{1} << (id & 63);
   }
+  for (const auto& [id, text] : control_tokens_) {
+    if (accepts_text(text)) (*bits)[id >> 6] |= uint64_t{1} << (id & 63);
+  }
+}
+
+std::string_view GrammarConstraint::token_text(int32_t token) const {
+  const std::string_view bytes = trie_->token_bytes(token);
+  if (!bytes.empty()) return bytes;
+  for (const auto& [id, text] : control_tokens_) {
+    if (id == token) return text;
+  }
+  return {};
+}
+
+bool GrammarConstraint::accepts_text(std::string_view text) {
+  if (dfa_) return dfa_->walk(dfa_state_, text) != ByteDfa::kDead;
+  const Matcher::Mark before = matcher_.mark();
+  MatchState at = matcher_.state();
+  bool ok = true;
+  for (size_t i = 0; ok && i < text.size(); ++i) {
+    MatchState next;
+    ok = matcher_.advance(at, (uint8_t)text[i], &next);
+    at = next;
+  }
+  matcher_.rollback(before);
+  return ok;
 }
 
 // The union over the state's stacks of (tokens allowed whatever lies below the stack's top
@@ -148,6 +174,7 @@ size_t GrammarConstraint::memory_bytes() const {
   size_t n = sizeof(*this) + matcher_.arena_bytes() + mask_cache_bytes() + bits_.capacity() * 8;
   n += walk_.memory_bytes() + key_.capacity() * 4 + pending_.capacity() + dfa_walk_.capacity() * 4;
   for (const auto& t : triggers_) n += sizeof(t) + t.text.capacity();
+  for (const auto& c : control_tokens_) n += sizeof(c) + c.second.capacity();
   for (const auto& k : cache_order_) n += 2 * k.capacity();  // key in the map and the FIFO
   return n;
 }
@@ -175,7 +202,7 @@ Status GrammarConstraint::accept(int32_t token) {
     ended_ = true;
     return Status::ok_status();
   }
-  std::string_view bytes = trie_->token_bytes(token);
+  std::string_view bytes = token_text(token);
   if (bytes.empty())
     return Error{"token " + std::to_string(token) + " is never allowed by a grammar"};
   if (strip_space_ && bytes[0] == ' ') bytes.remove_prefix(1);
@@ -189,7 +216,14 @@ Status GrammarConstraint::accept(int32_t token) {
 }
 
 void GrammarConstraint::set_triggers(std::vector<GrammarTrigger> triggers) {
-  triggers_ = std::move(triggers);
+  triggers_.clear();
+  control_tokens_.clear();
+  for (GrammarTrigger& t : triggers) {
+    if (t.token_id >= 0 && t.token_id < trie_->n_vocab() && !t.text.empty()) {
+      control_tokens_.push_back({t.token_id, t.text});
+    }
+    if (t.fires) triggers_.push_back(std::move(t));
+  }
   free_ = !triggers_.empty();
 }
 
@@ -199,7 +233,8 @@ Status GrammarConstraint::watch(int32_t token) {
     return Status::ok_status();
   }
   if (triggers_.empty()) return Status::ok_status();  // refused once: free for good
-  pending_ += trie_->token_bytes(token);  // empty for control tokens: they write no text
+  // Empty for other control tokens: they write no text the grammar could see.
+  pending_ += token_text(token);
   constexpr std::string_view kSpace = " \t\r\n";
   const size_t first = pending_.find_first_not_of(kSpace);
   const std::string_view text =

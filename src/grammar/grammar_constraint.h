@@ -46,9 +46,11 @@ class GrammarConstraint {
                     std::shared_ptr<ContextMaskCache> context_masks = nullptr);
 
   // Makes the constraint lazy (call before the first token): no mask until a trigger appears
-  // in the output, then the grammar starts at the trigger's first byte. Output the grammar
-  // refuses right at the trigger leaves the constraint off for good (the text then parses as
-  // plain content), never an error. Empty: constrained from the first token (the default).
+  // in the output (as text, or as its control token), then the grammar starts at the
+  // trigger's first byte. Output the grammar refuses right at the trigger leaves the
+  // constraint off for good (the text then parses as plain content), never an error. No
+  // firing trigger: constrained from the first token (the default). Every entry with a
+  // token_id (firing or not) is a control token the grammar may write as its text.
   void set_triggers(std::vector<GrammarTrigger> triggers);
   bool waiting_for_trigger() const { return free_; }
 
@@ -87,6 +89,8 @@ class GrammarConstraint {
   // Lazy: the output is free (no trigger yet, or the grammar refused the trigger's text).
   bool free_ = false;
   std::vector<GrammarTrigger> triggers_;  // cleared once one fired or was refused
+  // Control tokens that stand for grammar text (GrammarTrigger::token_id), by id.
+  std::vector<std::pair<int32_t, std::string>> control_tokens_;
   std::string pending_;     // output tail a trigger may still complete (< longest trigger + token)
   bool start_open_ = true;  // the output's non-space text so far may begin an at_start trigger
   WalkScratch walk_;
@@ -104,6 +108,9 @@ class GrammarConstraint {
   uint32_t dfa_state_ = ByteDfa::kStart;
   std::vector<uint32_t> dfa_walk_;  // [max_depth + 1] walk_trie_dfa's scratch
   void follow_dfa(std::string_view bytes);
+  // The text a token stands for: its trie bytes, or a control token's text.
+  std::string_view token_text(int32_t token) const;
+  bool accepts_text(std::string_view text);  // from the committed state; changes nothing
   void compute_allowed(std::vector<uint64_t>* bits);
   bool fill_from_context_masks(std::vector<uint64_t>* bits);
   static Error overflow_error();
