@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "grammar/byte_dfa.h"
+
 namespace kvw::grammar {
 
 bool CharClass::contains(uint32_t cp) const {
@@ -49,7 +51,7 @@ size_t Grammar::size_bytes() const {
   size_t n = sizeof(Grammar) + elems.size() * sizeof(Elem);
   for (const auto& r : rules) n += sizeof(Rule) + r.name.size() + r.alts.size() * 4;
   for (const auto& c : char_classes) n += sizeof(CharClass) + c.ranges.size() * 8;
-  return n;
+  return n + (dfa ? dfa->memory_bytes() : 0);
 }
 
 namespace {

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,6 +40,8 @@ struct CharClass {
   void finish();  // sorts/merges ranges and fills `ascii`
 };
 
+class ByteDfa;
+
 struct Rule {
   std::string name;
   std::vector<uint32_t> alts;  // start index of each alternative in Grammar::elems
@@ -52,8 +55,11 @@ struct Grammar {
   std::vector<Rule> rules;
   std::vector<CharClass> char_classes;
   uint32_t root = 0;  // rule id of "root"
+  // The same language as a byte automaton, for regular grammars (regex, choice: byte_dfa.h's
+  // with_dfa); null otherwise. Masks then walk the trie through its table.
+  std::shared_ptr<const ByteDfa> dfa;
 
-  // Bytes the compiled form occupies (what the memory limit is checked against).
+  // Bytes the compiled form occupies, its DFA included (what the memory limit is checked against).
   size_t size_bytes() const;
   // Refuses left recursion (a rule that can reach itself without consuming input), rules that
   // can never finish, and chains of rules nested deeper than kMaxLeftDepth without consuming

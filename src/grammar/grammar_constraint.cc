@@ -14,7 +14,16 @@ GrammarConstraint::GrammarConstraint(std::shared_ptr<const Grammar> g,
       matcher_(std::move(g)),
       strip_space_(strip_leading_space),
       max_cached_(max_cached_masks),
-      context_masks_(std::move(context_masks)) {}
+      context_masks_(std::move(context_masks)),
+      dfa_(matcher_.grammar().dfa) {}
+
+void GrammarConstraint::follow_dfa(std::string_view bytes) {
+  if (!dfa_) return;
+  dfa_state_ = dfa_->walk(dfa_state_, bytes);
+  // Both recognise the same language, so the Matcher's acceptance keeps the DFA live; should
+  // they ever differ, the Matcher (what accept() checks) decides alone from here on.
+  if (dfa_state_ == ByteDfa::kDead) dfa_.reset();
+}
 
 void GrammarConstraint::fill_allowed(std::vector<uint64_t>* bits) {
   if (free_) {
@@ -24,7 +33,11 @@ void GrammarConstraint::fill_allowed(std::vector<uint64_t>* bits) {
   }
   if (max_cached_ == 0) return compute_allowed(bits);
   std::string key;
-  matcher_.state_key(&key);
+  if (dfa_) {
+    key.assign(1, 'D').append(reinterpret_cast<const char*>(&dfa_state_), 4);
+  } else {
+    matcher_.state_key(&key);
+  }
   key.push_back(strip_space_ ? 'S' : '-');
   auto it = cache_.find(key);
   if (it != cache_.end()) {
@@ -42,7 +55,12 @@ void GrammarConstraint::fill_allowed(std::vector<uint64_t>* bits) {
 }
 
 void GrammarConstraint::compute_allowed(std::vector<uint64_t>* bits) {
-  if (!fill_from_context_masks(bits)) {
+  if (dfa_) {
+    // ~1 table lookup per reached trie node: cheaper than assembling context-mask entries.
+    ++num_trie_walks_;
+    bits->assign(((size_t)trie_->n_vocab() + 63) / 64, 0);
+    walk_trie_dfa(*dfa_, *trie_, dfa_state_, strip_space_, &dfa_walk_, bits->data());
+  } else if (!fill_from_context_masks(bits)) {
     ++num_trie_walks_;
     bits->assign(((size_t)trie_->n_vocab() + 63) / 64, 0);
     walk_trie(matcher_, *trie_, matcher_.state(), strip_space_, &walk_, bits->data());
@@ -50,6 +68,32 @@ void GrammarConstraint::compute_allowed(std::vector<uint64_t>* bits) {
   if (matcher_.can_end()) {
     for (int32_t id : trie_->eog_ids()) (*bits)[id >> 6] |= uint64_t{1} << (id & 63);
   }
+  for (const auto& [id, text] : control_tokens_) {
+    if (accepts_text(text)) (*bits)[id >> 6] |= uint64_t{1} << (id & 63);
+  }
+}
+
+std::string_view GrammarConstraint::token_text(int32_t token) const {
+  const std::string_view bytes = trie_->token_bytes(token);
+  if (!bytes.empty()) return bytes;
+  for (const auto& [id, text] : control_tokens_) {
+    if (id == token) return text;
+  }
+  return {};
+}
+
+bool GrammarConstraint::accepts_text(std::string_view text) {
+  if (dfa_) return dfa_->walk(dfa_state_, text) != ByteDfa::kDead;
+  const Matcher::Mark before = matcher_.mark();
+  MatchState at = matcher_.state();
+  bool ok = true;
+  for (size_t i = 0; ok && i < text.size(); ++i) {
+    MatchState next;
+    ok = matcher_.advance(at, (uint8_t)text[i], &next);
+    at = next;
+  }
+  matcher_.rollback(before);
+  return ok;
 }
 
 // The union over the state's stacks of (tokens allowed whatever lies below the stack's top
@@ -128,8 +172,9 @@ Error GrammarConstraint::overflow_error() {
 
 size_t GrammarConstraint::memory_bytes() const {
   size_t n = sizeof(*this) + matcher_.arena_bytes() + mask_cache_bytes() + bits_.capacity() * 8;
-  n += walk_.memory_bytes() + key_.capacity() * 4 + pending_.capacity();
+  n += walk_.memory_bytes() + key_.capacity() * 4 + pending_.capacity() + dfa_walk_.capacity() * 4;
   for (const auto& t : triggers_) n += sizeof(t) + t.text.capacity();
+  for (const auto& c : control_tokens_) n += sizeof(c) + c.second.capacity();
   for (const auto& k : cache_order_) n += 2 * k.capacity();  // key in the map and the FIFO
   return n;
 }
@@ -137,6 +182,7 @@ size_t GrammarConstraint::memory_bytes() const {
 Status GrammarConstraint::accept_text(std::string_view text) {
   if (ended_) return Error{"the grammar has already ended"};
   if (!matcher_.accept_bytes(text)) return Error{"text is not allowed by the grammar here"};
+  follow_dfa(text);
   if (!text.empty()) strip_space_ = false;
   return Status::ok_status();
 }
@@ -156,20 +202,28 @@ Status GrammarConstraint::accept(int32_t token) {
     ended_ = true;
     return Status::ok_status();
   }
-  std::string_view bytes = trie_->token_bytes(token);
+  std::string_view bytes = token_text(token);
   if (bytes.empty())
     return Error{"token " + std::to_string(token) + " is never allowed by a grammar"};
   if (strip_space_ && bytes[0] == ' ') bytes.remove_prefix(1);
   if (!matcher_.accept_bytes(bytes)) {
     return Error{"token " + std::to_string(token) + " is not allowed by the grammar here"};
   }
+  follow_dfa(bytes);
   if (matcher_.overflowed()) return overflow_error();
   strip_space_ = false;
   return Status::ok_status();
 }
 
 void GrammarConstraint::set_triggers(std::vector<GrammarTrigger> triggers) {
-  triggers_ = std::move(triggers);
+  triggers_.clear();
+  control_tokens_.clear();
+  for (GrammarTrigger& t : triggers) {
+    if (t.token_id >= 0 && t.token_id < trie_->n_vocab() && !t.text.empty()) {
+      control_tokens_.push_back({t.token_id, t.text});
+    }
+    if (t.fires) triggers_.push_back(std::move(t));
+  }
   free_ = !triggers_.empty();
 }
 
@@ -179,7 +233,8 @@ Status GrammarConstraint::watch(int32_t token) {
     return Status::ok_status();
   }
   if (triggers_.empty()) return Status::ok_status();  // refused once: free for good
-  pending_ += trie_->token_bytes(token);  // empty for control tokens: they write no text
+  // Empty for other control tokens: they write no text the grammar could see.
+  pending_ += token_text(token);
   constexpr std::string_view kSpace = " \t\r\n";
   const size_t first = pending_.find_first_not_of(kSpace);
   const std::string_view text =
@@ -212,6 +267,7 @@ Status GrammarConstraint::watch(int32_t token) {
   pending_.shrink_to_fit();
   triggers_.clear();
   if (!matcher_.accept_bytes(from_trigger)) return Status::ok_status();  // stays free
+  follow_dfa(from_trigger);
   free_ = false;
   strip_space_ = false;
   if (matcher_.overflowed()) return overflow_error();

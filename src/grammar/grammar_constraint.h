@@ -1,7 +1,9 @@
 // grammar/grammar_constraint.h: one sequence's constrained decoding: which tokens the grammar
 // allows next (mask), and the grammar state advanced by the sampled token (accept).
 // mask() walks the shared TokenTrie with the Matcher, pruning a subtree at its first rejected
-// byte, so the cost follows the allowed prefixes, not n_vocab separate token tests.
+// byte, so the cost follows the allowed prefixes, not n_vocab separate token tests. A regular
+// grammar (Grammar::dfa: regex, choice) walks it through the DFA's table instead, and its masks
+// are cached by DFA state; the Matcher still follows every token (accept, can_end, done).
 // End-of-generation tokens are allowed only where the grammar may end.
 // Owner: one sequence (engine thread); not thread-safe. Grammar and TokenTrie are shared.
 #pragma once
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "grammar/byte_dfa.h"
 #include "grammar/context_mask_cache.h"
 #include "grammar/grammar.h"
 #include "grammar/grammar_trigger.h"
@@ -43,9 +46,11 @@ class GrammarConstraint {
                     std::shared_ptr<ContextMaskCache> context_masks = nullptr);
 
   // Makes the constraint lazy (call before the first token): no mask until a trigger appears
-  // in the output, then the grammar starts at the trigger's first byte. Output the grammar
-  // refuses right at the trigger leaves the constraint off for good (the text then parses as
-  // plain content), never an error. Empty: constrained from the first token (the default).
+  // in the output (as text, or as its control token), then the grammar starts at the
+  // trigger's first byte. Output the grammar refuses right at the trigger leaves the
+  // constraint off for good (the text then parses as plain content), never an error. No
+  // firing trigger: constrained from the first token (the default). Every entry with a
+  // token_id (firing or not) is a control token the grammar may write as its text.
   void set_triggers(std::vector<GrammarTrigger> triggers);
   bool waiting_for_trigger() const { return free_; }
 
@@ -72,6 +77,7 @@ class GrammarConstraint {
   size_t memory_bytes() const;
   uint64_t num_cache_hits() const { return num_cache_hits_; }
   uint64_t num_trie_walks() const { return num_trie_walks_; }  // masks that walked the trie
+  bool uses_dfa() const { return dfa_ != nullptr; }
   // Uncertain tokens checked against full stacks (context-mask path), in all.
   uint64_t num_uncertain_checked() const { return num_uncertain_checked_; }
 
@@ -83,6 +89,8 @@ class GrammarConstraint {
   // Lazy: the output is free (no trigger yet, or the grammar refused the trigger's text).
   bool free_ = false;
   std::vector<GrammarTrigger> triggers_;  // cleared once one fired or was refused
+  // Control tokens that stand for grammar text (GrammarTrigger::token_id), by id.
+  std::vector<std::pair<int32_t, std::string>> control_tokens_;
   std::string pending_;     // output tail a trigger may still complete (< longest trigger + token)
   bool start_open_ = true;  // the output's non-space text so far may begin an at_start trigger
   WalkScratch walk_;
@@ -96,6 +104,13 @@ class GrammarConstraint {
   uint64_t num_cache_hits_ = 0;
   uint64_t num_trie_walks_ = 0;
   uint64_t num_uncertain_checked_ = 0;
+  std::shared_ptr<const ByteDfa> dfa_;  // Grammar::dfa; dropped if it ever disagrees
+  uint32_t dfa_state_ = ByteDfa::kStart;
+  std::vector<uint32_t> dfa_walk_;  // [max_depth + 1] walk_trie_dfa's scratch
+  void follow_dfa(std::string_view bytes);
+  // The text a token stands for: its trie bytes, or a control token's text.
+  std::string_view token_text(int32_t token) const;
+  bool accepts_text(std::string_view text);  // from the committed state; changes nothing
   void compute_allowed(std::vector<uint64_t>* bits);
   bool fill_from_context_masks(std::vector<uint64_t>* bits);
   static Error overflow_error();

@@ -1,5 +1,6 @@
 #include "grammar/regex.h"
 
+#include "grammar/byte_dfa.h"
 #include "grammar/gbnf_parser.h"
 #include "grammar/gbnf_text.h"
 
@@ -229,7 +230,7 @@ Result<std::shared_ptr<const Grammar>> compile_regex(std::string_view regex, siz
   if (!text.ok()) return text.error();
   auto g = parse_gbnf(text.value(), max_bytes);
   if (!g.ok()) return Error{"regex: " + g.message()};
-  return g;
+  return with_dfa(std::move(g.value()), max_bytes);
 }
 
 Result<std::shared_ptr<const Grammar>> compile_choice(const std::vector<std::string>& choices,
@@ -237,7 +238,9 @@ Result<std::shared_ptr<const Grammar>> compile_choice(const std::vector<std::str
   if (choices.empty()) return Error{"choice: the list of choices is empty"};
   auto body = gbnf_alternatives(choices, "choice");
   if (!body.ok()) return body.error();
-  return parse_gbnf("root ::= " + body.value() + "\n", max_bytes);
+  auto g = parse_gbnf("root ::= " + body.value() + "\n", max_bytes);
+  if (!g.ok()) return g.error();
+  return with_dfa(std::move(g.value()), max_bytes);
 }
 
 }  // namespace kvw::grammar

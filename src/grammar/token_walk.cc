@@ -118,6 +118,29 @@ void walk_trie(Matcher& m, const TokenTrie& trie, const MatchState& root, bool s
   m.rollback(marks[0]);
 }
 
+void walk_trie_dfa(const ByteDfa& dfa, const TokenTrie& trie, uint32_t state, bool strip_space,
+                   std::vector<uint32_t>* states, uint64_t* bits) {
+  const TokenTrie::Node* nodes = trie.nodes().data();
+  const int32_t* ids = trie.token_ids().data();
+  const uint32_t n = (uint32_t)trie.nodes().size();
+  states->resize(trie.max_depth() + 1u);
+  uint32_t* at = states->data();  // at[d] = state after the current node's first d bytes
+  at[0] = state;
+  for (uint32_t i = 0; i < n;) {
+    const TokenTrie::Node& nd = nodes[i];
+    const uint32_t next = nd.depth == 1 && strip_space && nd.byte == ' '
+                              ? state  // the stripped leading space: no grammar input
+                              : dfa.next(at[nd.depth - 1], nd.byte);
+    if (next == ByteDfa::kDead) {
+      i = nd.skip;  // no token below continues the language
+      continue;
+    }
+    at[nd.depth] = next;
+    for (uint32_t t = nd.tok_begin; t < nd.tok_end; ++t) set_bit(bits, ids[t]);
+    ++i;
+  }
+}
+
 void walk_token_list(Matcher& m, const TokenTrie& trie, const MatchState& root,
                      std::span<const int32_t> ids, std::span<const uint16_t> lcp, WalkScratch* w,
                      uint64_t* bits) {

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "grammar/byte_dfa.h"
 #include "grammar/matcher.h"
 #include "grammar/token_trie.h"
 
@@ -35,6 +36,12 @@ inline constexpr uint64_t kMaxWalkSteps = 1ull << 24;
 // rejects after some prefix emptied the stack (m.can_end) is appended to it instead.
 void walk_trie(Matcher& m, const TokenTrie& trie, const MatchState& root, bool strip_space,
                WalkScratch* w, uint64_t* bits, std::vector<int32_t>* uncertain = nullptr);
+
+// Sets bit id of `bits` ([n_vocab / 64], zeroed by the caller) for every trie token whose bytes
+// lead `dfa` from `state` to a live state: walk_trie's mask for a regular grammar, at one table
+// lookup per trie node reached. strip_space as walk_trie. states: scratch, resized here.
+void walk_trie_dfa(const ByteDfa& dfa, const TokenTrie& trie, uint32_t state, bool strip_space,
+                   std::vector<uint32_t>* states, uint64_t* bits);
 
 // Sets the bits of the tokens of `ids` (sorted by bytes; lcp[j] = common prefix length of
 // ids[j - 1] and ids[j]) accepted from `root`.

@@ -111,7 +111,8 @@ GenerationStream::GenerationStream(ServerState& st, bool chat, const GenParams& 
       logprobs_(st.tokenizer(), chat) {
   if (params_.stream) st_.counters.num_active_streams.fetch_add(1);
   if (chat_ && params_.stream && params_.harmony_channels) {
-    harmony_filters_.resize(runners_.size());
+    harmony_filters_.assign(runners_.size(),
+                            tools::HarmonyStreamFilter(params_.parallel_tool_calls));
   } else if (chat_ && params_.stream && params_.tool_format) {
     tool_filters_.assign(runners_.size(), tools::ToolStreamFilter(*params_.tool_format,
                                                                   params_.parallel_tool_calls));
@@ -199,6 +200,8 @@ void GenerationStream::emit(size_t i, ChoiceDelta& d, std::string& out, json pro
     tools::HarmonyDelta h = harmony_filters_[i].push(d.text);
     d.text = std::move(h.content);
     reasoning = std::move(h.reasoning);
+    calls = harmony_filters_[i].take_calls(&first_call);
+    if (!params_.tool_format) calls.clear();  // no tools offered: no calls to return
   }
   if (!d.text.empty() || !reasoning.empty() || !d.tokens.empty() || !prompt_logprobs.is_null()) {
     json c = {{"index", i}};
@@ -269,7 +272,9 @@ std::string GenerationStream::emit_tool_end(size_t i, const std::string& finish_
 
 std::string GenerationStream::emit_harmony_end(size_t i, const std::string& finish_reason,
                                                std::string& out) {
-  tools::ParsedToolOutput end = harmony_filters_[i].finish();
+  tools::HarmonyStreamFilter& f = harmony_filters_[i];
+  size_t first_index = 0;
+  tools::ParsedToolOutput end = f.finish(&first_index);
   json delta = json::object();
   if (!end.reasoning.empty()) delta["reasoning_content"] = end.reasoning;
   if (!end.content.empty()) delta["content"] = end.content;
@@ -280,11 +285,10 @@ std::string GenerationStream::emit_harmony_end(size_t i, const std::string& fini
                       {"finish_reason", nullptr}});
   }
   if (!params_.tool_format) return finish_reason;  // no tools offered: no calls to return
-  // Harmony calls go out at the end, parsed when their message closes.
-  limit_calls(end.calls, params_.parallel_tool_calls);
-  emit_tool_calls(i, end.calls, 0, out);
+  // The calls not sent yet (one cut off at the end; each other went out as its message ended).
+  emit_tool_calls(i, end.calls, first_index, out);
   // An output cut at max_tokens stays "length": its last call may be missing.
-  return end.calls.empty() || finish_reason == "length" ? finish_reason : "tool_calls";
+  return f.num_calls() == 0 || finish_reason == "length" ? finish_reason : "tool_calls";
 }
 
 // A harmony answer's message: the analysis channel as reasoning_content, the final channel as

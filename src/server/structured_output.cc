@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "grammar/byte_dfa.h"
 #include "grammar/gbnf_parser.h"
 #include "grammar/json_schema.h"
 #include "grammar/regex.h"
@@ -75,7 +76,10 @@ Outcome text_of(const json& v, const std::string& param,
 }
 
 Result<GrammarPtr> gbnf(std::string_view text, size_t max_bytes) {
-  return grammar::parse_gbnf(text, max_bytes);
+  auto g = grammar::parse_gbnf(text, max_bytes);
+  if (!g.ok()) return g;
+  // A regular grammar also gets a DFA (masks by table lookups); others keep the Matcher walk.
+  return grammar::with_dfa(std::move(g.value()), max_bytes);
 }
 Result<GrammarPtr> regex(std::string_view text, size_t max_bytes) {
   return grammar::compile_regex(text, max_bytes);

@@ -28,6 +28,19 @@ std::string new_call_id() {
 // fragment never splits a UTF-8 character (each chunk must be valid JSON text).
 constexpr size_t kFragmentBytes = 32;
 
+// The vocabulary's control tokens that do not end generation (~0.1 ms at 152k tokens: once per
+// request with tools).
+std::vector<tools::ControlToken> control_tokens(const Tokenizer& tok) {
+  std::vector<tools::ControlToken> out;
+  const Vocab& v = tok.vocab();
+  for (int32_t id = 0; id < (int32_t)v.types.size(); ++id) {
+    if (v.types[id] == TokenType::kControl && !tok.is_end_of_generation(id)) {
+      out.push_back({.id = id, .text = v.tokens[id]});
+    }
+  }
+  return out;
+}
+
 // tool_choice "auto": the calls' grammar, switched on when the model starts a call (its
 // format's trigger), so a call the model chooses to write follows its schema. Not with another
 // structured output (it constrains the whole answer) or ignore_eos (the grammar ends at EOS).
@@ -43,7 +56,8 @@ std::optional<ApiError> lazy_call_grammar(const ServerState& st, const ToolReque
   auto g = grammar::parse_gbnf(*text, max_bytes);
   if (!g.ok()) return std::nullopt;
   grammar = std::move(*g);
-  p.constraint.triggers = std::move(triggers);
+  p.constraint.triggers =
+      tools::with_control_tokens(std::move(triggers), *text, control_tokens(st.tokenizer()));
   return std::nullopt;
 }
 
@@ -101,6 +115,8 @@ std::optional<ApiError> apply_tools(const ServerState& st, const ToolRequest& tr
   auto g = grammar::parse_gbnf(*text, max_bytes);
   if (!g.ok()) return invalid_param("tools", "'tools': " + g.message());
   grammar = std::move(*g);
+  // Not lazy (nothing fires): the markers' control tokens only.
+  p.constraint.triggers = tools::with_control_tokens({}, *text, control_tokens(st.tokenizer()));
   return std::nullopt;
 }
 

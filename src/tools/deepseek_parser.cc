@@ -16,8 +16,9 @@ constexpr std::string_view kCallEnd = "<｜tool▁call▁end｜>";
 constexpr std::string_view kCallsEnd = "<｜tool▁calls▁end｜>";
 constexpr std::string_view kSep = "<｜tool▁sep｜>";
 
-// The text between <｜tool▁call▁begin｜> and <｜tool▁call▁end｜>.
-std::optional<ToolCall> parse_call(std::string_view s) {
+}  // namespace
+
+std::optional<ToolCall> parse_deepseek_call(std::string_view s) {
   const size_t sep = s.find(kSep);
   if (sep == std::string_view::npos) return std::nullopt;
   std::string_view head = trim(s.substr(0, sep));
@@ -37,8 +38,6 @@ std::optional<ToolCall> parse_call(std::string_view s) {
   return call_from_parts(head, rest);
 }
 
-}  // namespace
-
 ParsedToolOutput parse_deepseek_v3(std::string_view text) {
   const ParsedToolOutput as_content{.content = std::string(text), .calls = {}};
   size_t start = text.find(kCallsBegin);
@@ -51,7 +50,7 @@ ParsedToolOutput parse_deepseek_v3(std::string_view text) {
     size_t end = text.find(kCallEnd, body);
     if (end == std::string_view::npos) end = text.find(kCallsEnd, body);  // cut short
     const size_t body_end = end == std::string_view::npos ? text.size() : end;
-    std::optional<ToolCall> call = parse_call(text.substr(body, body_end - body));
+    std::optional<ToolCall> call = parse_deepseek_call(text.substr(body, body_end - body));
     if (!call) return as_content;
     out.calls.push_back(std::move(*call));
     at = body_end;

@@ -1,6 +1,7 @@
 #include "tools/harmony_stream.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "tools/tool_parser.h"
 
@@ -60,7 +61,7 @@ void HarmonyStreamFilter::end_message(std::string_view body, std::string_view en
   if (end_marker != kStart) call_ += end_marker;  // a malformed call comes back whole
   std::optional<ToolCall> call = call_from_parts(call_name_, body);
   if (call) {
-    done_.calls.push_back(std::move(*call));
+    if (parallel_ || num_calls_ == 0) done_.calls.push_back(std::move(*call)), ++num_calls_;
   } else {
     done_.content += call_;
   }
@@ -127,13 +128,26 @@ bool HarmonyStreamFilter::step(HarmonyDelta& out) {
 HarmonyDelta HarmonyStreamFilter::push(std::string_view text) {
   held_ += text;
   HarmonyDelta out;
-  while (step(out)) {
+  const size_t calls_before = num_calls_;
+  while (num_calls_ == calls_before && step(out)) {
   }
   return out;
 }
 
-ParsedToolOutput HarmonyStreamFilter::finish() {
+std::vector<ToolCall> HarmonyStreamFilter::take_calls(size_t* first_index) {
+  *first_index = num_taken_;
+  num_taken_ += done_.calls.size();
+  return std::exchange(done_.calls, {});
+}
+
+ParsedToolOutput HarmonyStreamFilter::finish(size_t* first_index) {
+  HarmonyDelta rest;  // what the last push left after a call
+  while (step(rest)) {
+  }
+  if (first_index) *first_index = num_taken_;
   ParsedToolOutput out = std::move(done_);
+  out.content = rest.content + out.content;
+  out.reasoning = rest.reasoning + out.reasoning;
   if (state_ == State::kBody) {
     if (route_ == HarmonyRoute::kReasoning) out.reasoning += held_;
     if (route_ == HarmonyRoute::kContent) out.content += held_;

@@ -4,15 +4,16 @@
 //   analysis                    -> reasoning (reasoning_content, as vLLM returns it)
 //   commentary to=functions.F   -> a tool call, parsed when its message ends
 //   final, commentary preambles -> content
-// Body text goes out as soon as it cannot be the start of an end marker; headers and calls are
-// held. An output that does not begin with a harmony header is plain content. The whole-text
-// parse (parse_harmony) routes the same way, so a streamed answer adds up to the unstreamed one
-// (for outputs whose calls parse).
-// Owner: one choice of one stream (connection strand); not thread-safe.
+// Body text goes out as soon as it cannot be the start of an end marker; headers are held, and
+// a call goes out (take_calls) as soon as its message ends. An output that does not begin with a
+// harmony header is plain content. The whole-text parse (parse_harmony) routes the same way, so a
+// streamed answer adds up to the unstreamed one (for outputs whose calls parse). Owner: one choice
+// of one stream (connection strand); not thread-safe.
 #pragma once
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tools/tool_call.h"
 
@@ -30,11 +31,21 @@ struct HarmonyDelta {
 
 class HarmonyStreamFilter {
  public:
+  // parallel = false keeps only the first call (parallel_tool_calls).
+  explicit HarmonyStreamFilter(bool parallel = true) : parallel_(parallel) {}
+  // New output text -> reasoning and content safe to send now. A call whose message ends is
+  // queued for take_calls(); the text after it waits for the next push (or finish()), so the
+  // call follows what this push returned, as in the output.
   HarmonyDelta push(std::string_view text);
+  // The calls whose message ended since the last take, in order; *first_index = the index
+  // (OpenAI's tool_calls[].index) of the first of them.
+  std::vector<ToolCall> take_calls(size_t* first_index);
   // The output ended: what is still held (a cut-off body's tail; everything when no message
-  // ever started) and the calls, in order. A call whose arguments do not parse comes back as
-  // content, its raw message text. Call once.
-  ParsedToolOutput finish();
+  // ever started) and the calls not taken yet, in order; *first_index (optional) = the index of
+  // the first of them. A call whose arguments do not parse comes back as content, its raw
+  // message text. Call once.
+  ParsedToolOutput finish(size_t* first_index = nullptr);
+  size_t num_calls() const { return num_calls_; }  // whole calls so far (taken or not)
 
  private:
   enum class State { kStart, kPlain, kHeader, kBody };
@@ -48,7 +59,10 @@ class HarmonyStreamFilter {
   std::string call_;          // the current call message's header and body so far
   std::string call_name_;     // its function
   bool any_message_ = false;  // some message's header was complete
-  ParsedToolOutput done_;     // calls (and malformed calls' text) so far
+  ParsedToolOutput done_;     // calls not taken yet (and malformed calls' text) so far
+  bool parallel_ = true;
+  size_t num_calls_ = 0;  // whole calls, taken or not
+  size_t num_taken_ = 0;  // handed out by take_calls()
 };
 
 }  // namespace kvw::tools

@@ -96,4 +96,20 @@ std::vector<grammar::GrammarTrigger> tool_call_triggers(ToolCallFormat format) {
   return {{.text = "<tool_call>", .at_start = false}};
 }
 
+std::vector<grammar::GrammarTrigger> with_control_tokens(
+    std::vector<grammar::GrammarTrigger> triggers, std::string_view gbnf,
+    std::span<const ControlToken> control_tokens) {
+  for (const ControlToken& c : control_tokens) {
+    if (c.text.empty()) continue;
+    bool is_trigger = false;
+    for (grammar::GrammarTrigger& t : triggers) {
+      if (t.text == c.text && t.fires) t.token_id = c.id, is_trigger = true;
+    }
+    if (!is_trigger && gbnf.find(c.text) != std::string_view::npos) {
+      triggers.push_back({.text = c.text, .at_start = false, .token_id = c.id, .fires = false});
+    }
+  }
+  return triggers;
+}
+
 }  // namespace kvw::tools

@@ -7,6 +7,7 @@
 
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -28,5 +29,18 @@ Result<std::string> tool_call_gbnf(ToolCallFormat format, std::span<const Functi
 // {"name" opening the answer. Empty for harmony (its calls follow an analysis message written
 // in control tokens): no lazy grammar.
 std::vector<grammar::GrammarTrigger> tool_call_triggers(ToolCallFormat format);
+
+// A control token of the vocabulary (rendered only on request, so absent from the token trie).
+struct ControlToken {
+  int32_t id = -1;
+  std::string text;
+};
+// `triggers` with the ids of the control tokens whose text they are, plus (fires = false) each
+// other control token whose text `gbnf` (a tool_call_gbnf grammar) writes in a literal, so the
+// model may write a marker as its one control token wherever the grammar expects the marker's
+// text. The stream decodes control tokens as text when tools are on, so the parsers see them.
+std::vector<grammar::GrammarTrigger> with_control_tokens(
+    std::vector<grammar::GrammarTrigger> triggers, std::string_view gbnf,
+    std::span<const ControlToken> control_tokens);
 
 }  // namespace kvw::tools

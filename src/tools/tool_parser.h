@@ -31,6 +31,8 @@ ParsedToolOutput parse_llama3_json(std::string_view text);
 ParsedToolOutput parse_mistral(std::string_view text);
 ParsedToolOutput parse_deepseek_v3(std::string_view text);
 ParsedToolOutput parse_harmony(std::string_view text);
+// One DeepSeek call: the text between <｜tool▁call▁begin｜> and <｜tool▁call▁end｜>.
+std::optional<ToolCall> parse_deepseek_call(std::string_view body);
 
 // Shared helpers (tool_parser.cc).
 // Where the JSON value that starts at `at` ends (one past it), or npos when it does not end

@@ -91,6 +91,14 @@ std::vector<ToolCall> ToolStreamFilter::take_calls(size_t* first_index) {
 }
 
 ParsedToolOutput ToolStreamFilter::finish(size_t* first_index) {
+  // A push stops after a call that became whole (the text after it waits, to keep the order);
+  // decide that text now, as further pushes would.
+  std::string pushed;
+  for (size_t held = SIZE_MAX, ready = SIZE_MAX; held != held_.size() || ready != ready_.size();) {
+    held = held_.size();
+    ready = ready_.size();
+    pushed += push("");
+  }
   ParsedToolOutput out;
   if (!in_call_) {
     // Separators after the last call are not content.
@@ -100,6 +108,7 @@ ParsedToolOutput ToolStreamFilter::finish(size_t* first_index) {
   } else {
     out = parse_tool_calls(format_, held_);
   }
+  out.content = pushed + out.content;
   held_.clear();
   add_calls(std::exchange(out.calls, {}));  // after the calls not taken yet
   size_t first = 0;

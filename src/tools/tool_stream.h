@@ -3,8 +3,8 @@
 // for Llama 3 JSON, a '{' opening the answer) is held back until it is decided; from a marker
 // on, the text is held until the call closes (</tool_call>, the JSON object's last brace, ...),
 // then the call goes out and what follows is filtered again. A call that closes but does not
-// parse, and the formats that are decided only at the end (DeepSeek, harmony), are parsed
-// once the output ends, as the non-streamed answer is.
+// parse is parsed once the output ends, as the non-streamed answer is. Harmony outputs go
+// through HarmonyStreamFilter instead.
 // Owner: one choice of one stream (connection strand); not thread-safe.
 #pragma once
 
@@ -17,7 +17,7 @@
 namespace kvw::tools {
 
 // For a text that begins with a call start: the bytes of it that make whole calls now, and
-// those calls. bytes = 0: no whole call yet (or a format decided only at the end). malformed:
+// those calls. bytes = 0: no whole call yet (always for harmony). malformed:
 // the first call has closed but does not parse.
 struct LeadingCalls {
   size_t bytes = 0;

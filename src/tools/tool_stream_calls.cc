@@ -1,6 +1,6 @@
 // tools/tool_stream_calls.cc: where the first whole call of a streamed output ends, per
 // format, so ToolStreamFilter can send each call as soon as it closes (hermes, llama3_json,
-// mistral). DeepSeek and harmony outputs are decided at the end.
+// mistral, DeepSeek). Harmony has its own filter (harmony_stream.h).
 #include "tools/tool_parser.h"
 #include "tools/tool_stream.h"
 
@@ -71,6 +71,36 @@ LeadingCalls mistral(std::string_view text) {
   return one_call(end, call_from_parts(text.substr(at, args - at), text.substr(open, end - open)));
 }
 
+// [<｜tool▁calls▁begin｜>]<｜tool▁call▁begin｜>...<｜tool▁call▁end｜>[<｜tool▁calls▁end｜>]: whole
+// at the call's end marker, once the next text shows whether the list's end marker follows
+// (taken with the last call, so that it is not content).
+LeadingCalls deepseek(std::string_view text) {
+  constexpr std::string_view kCallsBegin = "<｜tool▁calls▁begin｜>";
+  constexpr std::string_view kCallBegin = "<｜tool▁call▁begin｜>";
+  constexpr std::string_view kCallEnd = "<｜tool▁call▁end｜>";
+  constexpr std::string_view kCallsEnd = "<｜tool▁calls▁end｜>";
+  const size_t at = skip_space(text, text.starts_with(kCallsBegin) ? kCallsBegin.size() : 0);
+  const std::string_view rest = text.substr(at);
+  if (!rest.starts_with(kCallBegin)) {
+    if (kCallBegin.starts_with(rest)) return {};  // more to come
+    return {.bytes = 0, .calls = {}, .malformed = true};
+  }
+  const size_t body = at + kCallBegin.size();
+  const size_t end = text.find(kCallEnd, body);
+  if (end == std::string_view::npos) return {};
+  LeadingCalls call =
+      one_call(end + kCallEnd.size(), parse_deepseek_call(text.substr(body, end - body)));
+  if (call.malformed) return call;
+  const size_t next = skip_space(text, call.bytes);
+  const std::string_view after = text.substr(next);
+  if (after.starts_with(kCallsEnd)) {
+    call.bytes = next + kCallsEnd.size();
+  } else if (kCallsEnd.starts_with(after)) {
+    return {};  // the list's end marker may follow: the next text (or finish()) decides
+  }
+  return call;
+}
+
 }  // namespace
 
 LeadingCalls leading_calls(ToolCallFormat format, std::string_view text) {
@@ -82,6 +112,7 @@ LeadingCalls leading_calls(ToolCallFormat format, std::string_view text) {
     case ToolCallFormat::kMistral:
       return mistral(text);
     case ToolCallFormat::kDeepSeekV3:
+      return deepseek(text);
     case ToolCallFormat::kHarmony:
       break;
   }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 
+#include "grammar/byte_dfa.h"
 #include "grammar/gbnf_parser.h"
 #include "grammar/json_schema.h"
 #include "test_vocab.h"
@@ -181,6 +182,58 @@ TEST(GrammarConstraint, LazyGrammarStartsAtItsTrigger) {
   ASSERT_TRUE(later.accept(kHi).ok());
   ASSERT_TRUE(later.accept(kName).ok());
   EXPECT_TRUE(later.waiting_for_trigger()) << "not the answer's first text";
+}
+
+// Issue 31: a model may write a trigger as one control token, which has no bytes in the trie
+// (it is not rendered unless asked), so matching text alone never sees it. Given its id, the
+// token fires the lazy grammar; the running grammar then allows the control tokens it knows
+// wherever their text fits, and each stands for its text. Same with the grammar's DFA.
+TEST(GrammarConstraint, ControlTokenTriggersFireByIdAndStandForTheirText) {
+  auto g = parse_gbnf(R"(root ::= "<tool_call>" [0-9]+ "</tool_call>")");
+  ASSERT_TRUE(g.ok()) << g.message();
+  enum { kEos, kHi, kOpen, kClose, kOne, kTwo, kN };
+  auto trie = std::make_shared<const TokenTrie>(
+      std::vector<std::string>{"<eos>", "Hi", "", "", "1", "2"}, std::vector<int32_t>{kEos});
+  auto finite = [&](GrammarConstraint& c) {
+    std::vector<float> logits(kN, 0.0f);
+    c.mask(logits.data());
+    std::vector<int32_t> out;
+    for (int32_t i = 0; i < kN; ++i)
+      if (!std::isinf(logits[i])) out.push_back(i);
+    return out;
+  };
+  const std::vector<GrammarTrigger> markers = {
+      {.text = "<tool_call>", .token_id = kOpen},
+      {.text = "</tool_call>", .token_id = kClose, .fires = false}};
+  for (const auto& grammar : {g.value(), with_dfa(g.value(), 1 << 20)}) {
+    GrammarConstraint by_text(grammar, trie);
+    by_text.set_triggers({{.text = "<tool_call>"}});
+    ASSERT_TRUE(by_text.accept(kHi).ok());
+    ASSERT_TRUE(by_text.accept(kOpen).ok());
+    EXPECT_TRUE(by_text.waiting_for_trigger()) << "text alone never sees the control token";
+
+    GrammarConstraint c(grammar, trie);
+    c.set_triggers(markers);
+    ASSERT_TRUE(c.accept(kHi).ok());
+    EXPECT_TRUE(c.waiting_for_trigger());
+    ASSERT_TRUE(c.accept(kOpen).ok());
+    EXPECT_FALSE(c.waiting_for_trigger());
+    EXPECT_EQ(finite(c), (std::vector<int32_t>{kOne, kTwo}));
+    ASSERT_TRUE(c.accept(kTwo).ok());
+    EXPECT_EQ(finite(c), (std::vector<int32_t>{kClose, kOne, kTwo}));
+    ASSERT_TRUE(c.accept(kClose).ok());
+    EXPECT_EQ(finite(c), (std::vector<int32_t>{kEos}));
+    ASSERT_TRUE(c.accept(kEos).ok());
+    EXPECT_TRUE(c.done());
+
+    // No firing trigger: constrained from the first token, which may be the control token.
+    GrammarConstraint forced(grammar, trie);
+    forced.set_triggers({{.text = "<tool_call>", .token_id = kOpen, .fires = false}});
+    EXPECT_FALSE(forced.waiting_for_trigger());
+    EXPECT_EQ(finite(forced), (std::vector<int32_t>{kOpen}));
+    EXPECT_FALSE(forced.accept(kClose).ok());
+    ASSERT_TRUE(forced.accept(kOpen).ok());
+  }
 }
 
 }  // namespace

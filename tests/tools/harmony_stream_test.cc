@@ -113,5 +113,106 @@ TEST(HarmonyChannels, OutputWithoutHarmonyHeadersIsPlainContent) {
   EXPECT_EQ(parse_harmony("<|chan").content, "<|chan");
 }
 
+// Two calls, each in its own commentary message (as gpt-oss writes them when the stop token
+// <|call|> is rendered and the turn goes on).
+constexpr std::string_view kTwoCalls =
+    "<|channel|>analysis<|message|>Weather, then time.<|end|>"
+    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+    "<|message|>{\"city\":\"Paris\"}<|call|>"
+    "<|start|>assistant<|channel|>commentary to=functions.get_time <|constrain|>json"
+    "<|message|>{}<|call|>"
+    "<|start|>assistant<|channel|>final<|message|>Both asked.<|return|>";
+
+struct Taken {
+  std::string reasoning, content;
+  std::vector<ToolCall> calls;
+  std::vector<size_t> ready_at;  // [calls] bytes pushed when the call was taken
+};
+
+// Pushes `text` cut at the given byte offsets, taking calls after every push as the server
+// does after every token; then finish().
+Taken stream_taking_calls(std::string_view text, const std::vector<size_t>& cuts,
+                          bool parallel = true) {
+  HarmonyStreamFilter f(parallel);
+  Taken t;
+  size_t at = 0;
+  auto take = [&](std::vector<ToolCall> calls, size_t first) {
+    EXPECT_EQ(first, t.calls.size()) << "indices follow the calls' order";
+    for (ToolCall& c : calls) t.calls.push_back(std::move(c)), t.ready_at.push_back(at);
+  };
+  for (size_t cut : cuts) {
+    HarmonyDelta d = f.push(text.substr(at, cut - at));
+    at = cut;
+    t.reasoning += d.reasoning;
+    t.content += d.content;
+    size_t first = 0;
+    std::vector<ToolCall> calls = f.take_calls(&first);
+    take(std::move(calls), first);
+  }
+  size_t first = 0;
+  ParsedToolOutput end = f.finish(&first);
+  t.reasoning += end.reasoning;
+  t.content += end.content;
+  take(std::move(end.calls), first);
+  return t;
+}
+
+void expect_whole_parse(const Taken& t, std::string_view text) {
+  const ParsedToolOutput whole = parse_harmony(text);
+  EXPECT_EQ(t.reasoning, whole.reasoning);
+  EXPECT_EQ(t.content, whole.content);
+  ASSERT_EQ(t.calls.size(), whole.calls.size());
+  for (size_t i = 0; i < whole.calls.size(); ++i) {
+    EXPECT_EQ(t.calls[i].name, whole.calls[i].name);
+    EXPECT_EQ(t.calls[i].arguments, whole.calls[i].arguments);
+  }
+}
+
+// Issue 31: each harmony call goes out when its message ends, not when the output does; at
+// every split the stream adds up to the whole parse.
+TEST(HarmonyChannels, EachCallGoesOutWhenItsMessageEnds) {
+  std::vector<size_t> bytewise;
+  for (size_t i = 1; i <= kTwoCalls.size(); ++i) bytewise.push_back(i);
+  const Taken t = stream_taking_calls(kTwoCalls, bytewise);
+  ASSERT_EQ(t.calls.size(), 2u);
+  EXPECT_EQ(t.calls[0].name, "get_weather");
+  EXPECT_EQ(t.calls[0].arguments, R"({"city":"Paris"})");
+  EXPECT_EQ(t.calls[1].name, "get_time");
+  const size_t first_call_end = kTwoCalls.find("<|call|>") + 8;
+  EXPECT_EQ(t.ready_at[0], first_call_end);
+  EXPECT_EQ(t.ready_at[1], kTwoCalls.find("<|call|>", first_call_end) + 8);
+  EXPECT_EQ(t.reasoning, "Weather, then time.");
+  EXPECT_EQ(t.content, "Both asked.");
+  expect_whole_parse(t, kTwoCalls);
+  for (std::string_view text : {kTwoCalls, kThinkThenCall}) {
+    for (size_t cut = 0; cut <= text.size(); ++cut) {
+      SCOPED_TRACE("cut at " + std::to_string(cut));
+      expect_whole_parse(stream_taking_calls(text, {cut, text.size()}), text);
+    }
+  }
+  // parallel_tool_calls false: only the first call.
+  const Taken one = stream_taking_calls(kTwoCalls, bytewise, /*parallel=*/false);
+  ASSERT_EQ(one.calls.size(), 1u);
+  EXPECT_EQ(one.calls[0].name, "get_weather");
+}
+
+// A call whose arguments do not parse, or that is cut off, comes back as its raw text, at
+// every split as in the whole parse.
+TEST(HarmonyChannels, MalformedCallsDegradeToContentAtEverySplit) {
+  const std::vector<std::string_view> texts = {
+      "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":"
+      "<|call|><|start|>assistant<|channel|>final<|message|>Sorry.<|return|>",
+      "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"ci"};
+  for (std::string_view text : texts) {
+    const ParsedToolOutput whole = parse_harmony(text);
+    EXPECT_TRUE(whole.calls.empty());
+    EXPECT_NE(whole.content.find("get_weather"), std::string::npos) << "the raw call is kept";
+    for (size_t cut = 0; cut <= text.size(); ++cut) {
+      SCOPED_TRACE("cut at " + std::to_string(cut));
+      expect_whole_parse(stream_taking_calls(text, {cut, text.size()}), text);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvw::tools

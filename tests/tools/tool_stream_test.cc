@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tools/tool_parser.h"
+
 namespace kvw::tools {
 namespace {
 
@@ -151,15 +153,88 @@ TEST(ToolStreamFilter, MistralListAndArgsFormsGoOutWhenTheyClose) {
   EXPECT_EQ(fed.calls[1].name, "g");
 }
 
-TEST(ToolStreamFilter, DeepSeekCallsAreDecidedAtTheEnd) {
-  ToolStreamFilter f(ToolCallFormat::kDeepSeekV3);
-  Fed fed = feed_bytewise(f,
-                          "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n"
-                          "```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>");
-  EXPECT_TRUE(fed.calls.empty());
-  ParsedToolOutput end = f.finish();
-  ASSERT_EQ(end.calls.size(), 1u);
-  EXPECT_EQ(end.calls[0].name, "f");
+// Hand-written DeepSeek outputs: V3 / R1 (the name after "function", fenced JSON, a newline
+// between calls) and V3.1 (name<｜tool▁sep｜>JSON).
+constexpr std::string_view kDeepSeekV3 =
+    "Let me check "
+    "both.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+    "```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function"
+    "<｜tool▁sep｜>get_time\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+constexpr std::string_view kDeepSeekV31 =
+    "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Oslo\", "
+    "\"days\": "
+    "2}<｜tool▁call▁end｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{}<｜tool▁call▁end｜>"
+    "<｜tool▁calls▁end｜>";
+
+// Streamed in two pieces cut at byte `cut`, calls taken after each piece.
+Fed feed_split(ToolStreamFilter& f, std::string_view text, size_t cut) {
+  Fed out;
+  for (std::string_view piece : {text.substr(0, cut), text.substr(cut)}) {
+    out.content += f.push(piece);
+    size_t first = 0;
+    for (ToolCall& c : f.take_calls(&first)) out.calls.push_back(std::move(c));
+  }
+  return out;
+}
+
+// What a client reassembles (content and calls, the calls that finish() adds included) equals
+// the non-streamed parse.
+void expect_adds_up(ToolStreamFilter& f, Fed fed, std::string_view text, ToolCallFormat format) {
+  size_t first = 0;
+  ParsedToolOutput end = f.finish(&first);
+  EXPECT_EQ(first, fed.calls.size());
+  for (ToolCall& c : end.calls) fed.calls.push_back(std::move(c));
+  const ParsedToolOutput whole = parse_tool_calls(format, text);
+  EXPECT_EQ(trim(fed.content + end.content), trim(whole.content));
+  ASSERT_EQ(fed.calls.size(), whole.calls.size());
+  for (size_t i = 0; i < whole.calls.size(); ++i) {
+    EXPECT_EQ(fed.calls[i].name, whole.calls[i].name);
+    EXPECT_EQ(fed.calls[i].arguments, whole.calls[i].arguments);
+  }
+}
+
+// Issue 31: each DeepSeek call goes out as soon as it closes (the list's end marker is not
+// content), and at every split the stream adds up to the whole parse.
+TEST(ToolStreamFilter, DeepSeekCallsGoOutOneByOne) {
+  for (std::string_view text : {kDeepSeekV3, kDeepSeekV31}) {
+    SCOPED_TRACE(std::string(text.substr(0, 40)));
+    ToolStreamFilter f(ToolCallFormat::kDeepSeekV3);
+    Fed fed = feed_bytewise(f, text);
+    ASSERT_EQ(fed.calls.size(), 2u);
+    EXPECT_EQ(fed.calls[0].name, "get_weather");
+    EXPECT_EQ(fed.calls[1].name, "get_time");
+    EXPECT_EQ(fed.calls[1].arguments, "{}");
+    EXPECT_LT(fed.ready_at[0], text.find("get_time")) << "out before the next call is written";
+    EXPECT_EQ(fed.ready_at[1], text.size());
+    EXPECT_EQ(fed.content, text == kDeepSeekV3 ? "Let me check both." : "");
+    expect_adds_up(f, std::move(fed), text, ToolCallFormat::kDeepSeekV3);
+    for (size_t cut = 0; cut <= text.size(); ++cut) {
+      ToolStreamFilter g(ToolCallFormat::kDeepSeekV3);
+      expect_adds_up(g, feed_split(g, text, cut), text, ToolCallFormat::kDeepSeekV3);
+    }
+  }
+}
+
+// A call that does not parse, and one cut off by max_tokens, come back as content, as the
+// non-streamed parse gives them.
+TEST(ToolStreamFilter, MalformedDeepSeekCallsDegradeToContent) {
+  const std::vector<std::string_view> texts = {
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": "
+      "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Pa",
+      "<｜tool▁calls▁begin｜>not a call<｜tool▁calls▁end｜>"};
+  for (std::string_view text : texts) {
+    ToolStreamFilter f(ToolCallFormat::kDeepSeekV3);
+    Fed fed = feed_bytewise(f, text);
+    EXPECT_TRUE(fed.calls.empty());
+    ParsedToolOutput end = f.finish();
+    EXPECT_TRUE(end.calls.empty());
+    EXPECT_EQ(fed.content + end.content, text);
+    for (size_t cut = 0; cut <= text.size(); ++cut) {
+      ToolStreamFilter g(ToolCallFormat::kDeepSeekV3);
+      expect_adds_up(g, feed_split(g, text, cut), text, ToolCallFormat::kDeepSeekV3);
+    }
+  }
 }
 
 }  // namespace
