@@ -157,6 +157,13 @@ Status Engine::init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file) {
   auto model = Model::load(std::move(file), mo);
   if (!model.ok()) return model.error();
   model_ = std::move(*model);
+  if (cfg.kernel_fault_hook) {
+    model_->set_task_hook([this](int ith) {
+      if (ith == 0) return;  // worker threads only: the engine thread is thread 0
+      for (const auto& [id, max_tokens] : kernel_fault_pass_)
+        cfg_.kernel_fault_hook(id, max_tokens);
+    });
+  }
   if (model_->workspace_bytes() != budget_.workspace_bytes) {
     LOG(WARN, engine) << "workspace " << model_->workspace_bytes() << " B, planned "
                       << budget_.workspace_bytes << " B";

@@ -15,6 +15,7 @@
 #include <memory>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -223,6 +224,10 @@ class Engine {
     ErrorKind kind;
   };
   std::vector<ForwardFault> forward_faults_;
+  // Tests only (EngineConfig::kernel_fault_hook): (request id, max_tokens) of the sequences in
+  // the forward pass running now; written by the engine thread before the pass, read by the
+  // kernel threads during it (ThreadPool::run orders the two).
+  std::vector<std::pair<uint64_t, int32_t>> kernel_fault_pass_;
   const ForwardFault* forward_fault(SeqId id) const;  // null: its pass did not fail
   std::vector<PendingRequest> pending_;
   std::vector<uint64_t> cancels_;
