@@ -213,7 +213,9 @@ class Engine {
   std::vector<SampleJob> sample_jobs_;                      // per-step rows to sample, reused
   std::vector<PromptChunk> prompt_chunks_;                  // per-step, reused
   std::vector<std::pair<uint32_t, uint32_t>> prompt_rows_;  // per-step (chunk, row), reused
-  std::vector<int32_t> step_tokens_;  // per-step speculative inputs: [last, d1..dk] per seq
+  // Per-step inputs not contiguous elsewhere: [last, d1..dk] per drafted decode, and prefill
+  // chunks across the end of a shared prompt. [<= max_num_batched_tokens] int32, reserved.
+  std::vector<int32_t> step_tokens_;
   // Hybrid window models: per-step window-slot tables, one per scheduled sequence, reused
   // (at most max_num_seqs of at most max_model_len / block_size entries).
   std::vector<std::vector<uint32_t>> window_tables_;
