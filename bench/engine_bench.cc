@@ -46,7 +46,9 @@ Result<Row> run_one(const std::string& model, int num_seqs, int n_prompt, int n_
   std::vector<std::shared_ptr<TokenChannel>> chs;
   for (int i = 0; i < num_seqs; ++i) {
     GenerationRequest r;
-    for (int j = 0; j < n_prompt; ++j) r.prompt.push_back(tok(rng));
+    std::vector<int32_t> p;
+    for (int j = 0; j < n_prompt; ++j) p.push_back(tok(rng));
+    r.prompt = std::move(p);
     r.max_tokens = n_decode;
     r.ignore_eos = true;
     auto ch = eng.submit(r);

@@ -66,7 +66,9 @@ Result<double> run_once(const Options& o, obs::ObservabilityContext* obs) {
   std::vector<std::shared_ptr<TokenChannel>> chs;
   for (int i = 0; i < o.num_seqs; ++i) {
     GenerationRequest r;
-    for (int j = 0; j < o.n_prompt; ++j) r.prompt.push_back(tok(rng));
+    std::vector<int32_t> p;
+    for (int j = 0; j < o.n_prompt; ++j) p.push_back(tok(rng));
+    r.prompt = std::move(p);
     r.max_tokens = o.n_decode;
     r.ignore_eos = true;
     auto ch = eng.submit(r);

@@ -67,20 +67,35 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::run(const std::function<void(int, int)>& fn) {
-  if (num_threads_ == 1) {
-    fn(0, 1);
-    return;
+void ThreadPool::run_task(const std::function<void(int, int)>& fn, int ith) noexcept {
+  try {
+    if (task_hook_) task_hook_(ith);
+    fn(ith, num_threads_);
+  } catch (...) {
+    if (!failed_.exchange(true, std::memory_order_acq_rel)) error_ = std::current_exception();
   }
-  job_ = &fn;
-  pending_.store(num_threads_ - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);
-  generation_.notify_all();
-  fn(0, num_threads_);
+}
+
+void ThreadPool::run(const std::function<void(int, int)>& fn) {
+  if (num_threads_ > 1) {
+    job_ = &fn;
+    pending_.store(num_threads_ - 1, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
+    generation_.notify_all();
+  }
+  run_task(fn, 0);
+  // Even after a fault every worker finishes the phase: fn and what it captures live on this
+  // thread's stack until run() returns.
   for (int left = pending_.load(std::memory_order_acquire); left != 0;) {
     left = wait_change(pending_, left);
   }
   job_ = nullptr;
+  if (failed_.load(std::memory_order_acquire)) {
+    std::exception_ptr e = std::move(error_);
+    error_ = nullptr;
+    failed_.store(false, std::memory_order_relaxed);
+    std::rethrow_exception(e);
+  }
 }
 
 void ThreadPool::worker(int ith) {
@@ -88,7 +103,7 @@ void ThreadPool::worker(int ith) {
   for (;;) {
     seen = wait_change(generation_, seen);
     if (seen == kStop) return;
-    (*job_)(ith, num_threads_);
+    run_task(*job_, ith);
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
   }
 }

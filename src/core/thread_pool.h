@@ -2,6 +2,9 @@
 // run(fn) calls fn(ith, nth) once on each of nth threads (the caller is thread 0) and returns
 // when all are done. Threads are created once; run() never allocates.
 // Owner: the thread that calls run(); run() is not re-entrant.
+// Faults: an exception thrown by fn on any thread is caught there (a worker never ends the
+// process with it); run() waits for every thread to finish the phase, then rethrows the first
+// one on the calling thread, so the caller's error handling sees it as its own (issue 30).
 //
 // A forward pass is a few hundred short phases, so the start and end of a phase are
 // spin-then-block barriers on atomics: a thread spins briefly (a phase is often done within
@@ -11,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <string>
 #include <thread>
@@ -34,16 +38,27 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int num_threads() const { return num_threads_; }
+  // Rethrows (after all threads are done) the first exception any thread's fn threw.
   void run(const std::function<void(int ith, int nth)>& fn);
+  // Tests only (fault injection): runs before fn on every thread of every phase; what it throws
+  // is that thread's fault. Set while no run() is in progress. Empty (the default) costs a branch.
+  void set_task_hook(std::function<void(int ith)> hook) { task_hook_ = std::move(hook); }
 
  private:
   void worker(int ith);
+  // fn(ith, nth) with the task hook; an exception is kept in error_ (the first one wins).
+  void run_task(const std::function<void(int, int)>& fn, int ith) noexcept;
 
   int num_threads_;
   std::vector<std::thread> workers_;
   const std::function<void(int, int)>* job_ = nullptr;  // published by generation_ (release)
   std::atomic<uint64_t> generation_{0};  // bumped to start a phase; ~0 stops the workers
   std::atomic<int> pending_{0};          // workers still running the current phase
+  std::function<void(int)> task_hook_;
+  // The phase's first fault: claimed by failed_, written by its claimant before it decrements
+  // pending_ (so run() reads it after the phase's acquire on pending_).
+  std::atomic<bool> failed_{false};
+  std::exception_ptr error_;
 };
 
 }  // namespace kvw

@@ -60,7 +60,10 @@ Result<std::unique_ptr<DraftModelProposer>> DraftModelProposer::create(
   p->inputs_.reserve(rows);
   p->jobs_.reserve(rows);
   p->round_tokens_.resize(rows);
+  // Catch-up chunks of one call total at most the workspace's tokens (propose's budget).
+  p->catch_up_tokens_.resize(static_cast<size_t>(p->model_->max_batch_tokens()));
   p->seqs_.reserve(rows);
+  p->fault_hook_ = opt.fault_hook;
   return p;
 }
 
@@ -68,7 +71,7 @@ void DraftModelProposer::release(SeqId seq) {
   if (seqs_.erase(seq) > 0) kv_->free_sequence(seq);
 }
 
-void DraftModelProposer::roll_back(SeqId seq, std::span<const int32_t> tokens, SeqState& st) {
+void DraftModelProposer::roll_back(SeqId seq, TokenSpan tokens, SeqState& st) {
   int64_t valid = st.fed_from;
   for (int32_t i = 0; i < st.num_fed; ++i, ++valid) {
     const auto p = static_cast<size_t>(st.fed_from + i);
@@ -91,8 +94,16 @@ bool DraftModelProposer::plan_catch_up(DraftSlot& slot, SeqState& st, int64_t& b
   const int64_t num_slots = chunk + (drafting ? slot.max_draft - 1 : 0);
   if (kv_->allocate_slots(slot.seq_id, num_slots) != AllocStatus::kOk) return false;
   budget -= chunk;
-  inputs_.push_back(SeqInput{.tokens = slot.tokens.subspan(static_cast<size_t>(st.num_computed),
-                                                           static_cast<size_t>(chunk)),
+  const TokenSpan part =
+      slot.tokens.subspan(static_cast<size_t>(st.num_computed), static_cast<size_t>(chunk));
+  std::span<const int32_t> tokens = part.tail().empty() ? part.head() : part.tail();
+  if (!part.head().empty() && !part.tail().empty()) {  // across the prompt's end: copied
+    int32_t* dst = catch_up_tokens_.data() + num_catch_up_copied_;
+    part.copy_to(dst);
+    num_catch_up_copied_ += part.size();
+    tokens = std::span<const int32_t>(dst, part.size());
+  }
+  inputs_.push_back(SeqInput{.tokens = tokens,
                              .start_pos = st.num_computed,
                              .block_table = as_indices(kv_->block_table(slot.seq_id)),
                              .window_block_table = {},
@@ -108,6 +119,9 @@ int32_t DraftModelProposer::argmax(int64_t row) const {
 }
 
 bool DraftModelProposer::forward_and_pick(std::span<Job> jobs) {
+  if (fault_hook_) {
+    for (const Job& j : jobs) fault_hook_(j.slot->seq_id);
+  }
   Status st = model_->forward(inputs_, *arena_, logits_.data());
   if (!st.ok()) {
     LOG(WARN, engine) << "draft model forward failed, no drafts this step: " << st.message();
@@ -127,7 +141,32 @@ bool DraftModelProposer::forward_and_pick(std::span<Job> jobs) {
 }
 
 void DraftModelProposer::propose(std::span<DraftSlot> slots) {
+  try {
+    propose_or_throw(slots);
+  } catch (const std::exception& e) {
+    drop_after_fault(slots, e);
+  }
+}
+
+void DraftModelProposer::drop_after_fault(std::span<DraftSlot> slots,
+                                          const std::exception& e) noexcept {
+  // Nothing here allocates but the log line, which may fail quietly.
+  ++num_faults_;
+  for (DraftSlot& slot : slots) {
+    slot.num_draft = 0;
+    seqs_.erase(slot.seq_id);
+    if (kv_->has_sequence(slot.seq_id)) kv_->free_sequence(slot.seq_id);
+  }
+  try {
+    LOG(WARN, engine) << "draft model pass failed (" << e.what() << "): no drafts for "
+                      << slots.size() << " sequences this step";
+  } catch (...) {
+  }
+}
+
+void DraftModelProposer::propose_or_throw(std::span<DraftSlot> slots) {
   inputs_.clear();
+  num_catch_up_copied_ = 0;
   jobs_.clear();
   // Catch-up tokens per step: the draft's workspace (sized like the target's batch).
   int64_t budget = model_->max_batch_tokens();

@@ -17,6 +17,8 @@
 
 #include <array>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -39,6 +41,9 @@ struct DraftModelOptions {
   int32_t block_size = 16;  // the target's
   KvDtype kv_dtype = KvDtype::kF16;
   int32_t max_seqs = 16;  // SpecConfig::max_seqs: sequences drafted per step (logit rows)
+  // Tests only (fault injection): called before each draft pass once per sequence in it; what
+  // it throws is a fault in the draft's forward pass.
+  std::function<void(SeqId)> fault_hook;
 };
 
 // Errors unless `draft` spells every token id as `target` does ("vocabularies differ", naming
@@ -53,6 +58,9 @@ class DraftModelProposer : public DraftProposer {
   static Result<std::unique_ptr<DraftModelProposer>> create(std::unique_ptr<GgufFile> file,
                                                             ModelHParams hp,
                                                             const DraftModelOptions& opt);
+  // Never throws: an exception in the draft's pass (its kernel threads included) or its
+  // bookkeeping costs this call's drafts only. Every slot gets none (the step decodes plainly)
+  // and their draft state is dropped (the draft catches up from their tokens next time).
   void propose(std::span<DraftSlot> slots) override;
   void release(SeqId seq) override;
 
@@ -60,6 +68,7 @@ class DraftModelProposer : public DraftProposer {
   uint64_t kv_pool_bytes() const { return arena_->bytes(); }
   uint64_t logits_bytes() const { return logits_.size() * sizeof(float); }
   size_t num_sequences() const { return seqs_.size(); }
+  uint64_t num_faults() const { return num_faults_; }  // propose() calls that caught a fault
   const KvManager& kv_manager() const { return *kv_; }
 
  private:
@@ -75,8 +84,11 @@ class DraftModelProposer : public DraftProposer {
     bool drafting;  // false: only catching up this step
   };
   DraftModelProposer() = default;
+  void propose_or_throw(std::span<DraftSlot> slots);
+  // After a fault: no drafts for any slot, and their draft KV (maybe half written) is dropped.
+  void drop_after_fault(std::span<DraftSlot> slots, const std::exception& e) noexcept;
   // Keeps the fed drafts that `tokens` confirms; truncates the rest of the draft's KV.
-  void roll_back(SeqId seq, std::span<const int32_t> tokens, SeqState& st);
+  void roll_back(SeqId seq, TokenSpan tokens, SeqState& st);
   // Plans one slot's catch-up within `budget` tokens and allocates its slots; false: skip it.
   bool plan_catch_up(DraftSlot& slot, SeqState& st, int64_t& budget);
   bool forward_and_pick(std::span<Job> jobs);  // one batched pass; false on a model error
@@ -90,6 +102,11 @@ class DraftModelProposer : public DraftProposer {
   std::vector<SeqInput> inputs_;       // per pass, reused
   std::vector<Job> jobs_;              // per call, reused
   std::vector<int32_t> round_tokens_;  // [max_seqs] the token each drafting slot feeds
+  // [max_batch_tokens] catch-up chunks that run across a shared prompt's end, copied; per call
+  std::vector<int32_t> catch_up_tokens_;
+  size_t num_catch_up_copied_ = 0;
+  std::function<void(SeqId)> fault_hook_;  // DraftModelOptions::fault_hook
+  uint64_t num_faults_ = 0;
 };
 
 }  // namespace kvw

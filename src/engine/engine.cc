@@ -171,6 +171,13 @@ Status Engine::init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file, Mod
   auto model = Model::load(std::move(file), std::move(hp), mo);
   if (!model.ok()) return model.error();
   model_ = std::move(*model);
+  if (cfg.kernel_fault_hook) {
+    model_->set_task_hook([this](int ith) {
+      if (ith == 0) return;  // worker threads only: the engine thread is thread 0
+      for (const auto& [id, max_tokens] : kernel_fault_pass_)
+        cfg_.kernel_fault_hook(id, max_tokens);
+    });
+  }
   if (model_->workspace_bytes() != budget_.workspace_bytes) {
     LOG(WARN, engine) << "workspace " << model_->workspace_bytes() << " B, planned "
                       << budget_.workspace_bytes << " B";
@@ -226,7 +233,10 @@ Status Engine::init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file, Mod
   // Prompt logprobs need a row per prompt position, max_prompt_logit_rows a step.
   const int64_t spec_rows = cfg.sched.spec.max_draft_tokens_per_step();
   logits_.resize((size_t)((rows + cfg.sched.extra_logit_rows()) * model_->hparams().n_vocab));
-  step_tokens_.reserve((size_t)(spec_rows + cfg.sched.spec.max_seqs));
+  // Drafted decodes' inputs, and prefill chunks copied across a shared prompt's end: at most
+  // the step's tokens (4 B each: 8 KiB at 2,048), so reserved whole.
+  step_tokens_.reserve((size_t)std::max<int64_t>(spec_rows + cfg.sched.spec.max_seqs,
+                                                 cfg.sched.max_num_batched_tokens));
   inputs_.reserve((size_t)rows);
   sampled_.reserve((size_t)rows);
   sample_jobs_.reserve((size_t)rows);
@@ -253,6 +263,11 @@ Status Engine::load_draft(std::unique_ptr<GgufFile> file, ModelHParams hp,
                       .kv_dtype = cfg_.kv_dtype,
                       .max_seqs = cfg_.sched.spec.max_seqs};
   o.model.max_model_len = cfg_.sched.max_model_len;
+  if (cfg_.draft_fault_hook) {
+    o.fault_hook = [this](SeqId id) {
+      cfg_.draft_fault_hook(index_of(id), sched_->find(id)->max_tokens);
+    };
+  }
   auto d = DraftModelProposer::create(std::move(file), std::move(hp), o);
   if (!d.ok()) return d.error();
   draft_ = std::move(*d);

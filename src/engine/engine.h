@@ -15,6 +15,7 @@
 #include <memory>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -219,7 +220,9 @@ class Engine {
   std::vector<SampleJob> sample_jobs_;                      // per-step rows to sample, reused
   std::vector<PromptChunk> prompt_chunks_;                  // per-step, reused
   std::vector<std::pair<uint32_t, uint32_t>> prompt_rows_;  // per-step (chunk, row), reused
-  std::vector<int32_t> step_tokens_;  // per-step speculative inputs: [last, d1..dk] per seq
+  // Per-step inputs not contiguous elsewhere: [last, d1..dk] per drafted decode, and prefill
+  // chunks across the end of a shared prompt. [<= max_num_batched_tokens] int32, reserved.
+  std::vector<int32_t> step_tokens_;
   // Hybrid window models: per-step window-slot tables, one per scheduled sequence, reused
   // (at most max_num_seqs of at most max_model_len / block_size entries).
   std::vector<std::vector<uint32_t>> window_tables_;
@@ -230,6 +233,10 @@ class Engine {
     ErrorKind kind;
   };
   std::vector<ForwardFault> forward_faults_;
+  // Tests only (EngineConfig::kernel_fault_hook): (request id, max_tokens) of the sequences in
+  // the forward pass running now; written by the engine thread before the pass, read by the
+  // kernel threads during it (ThreadPool::run orders the two).
+  std::vector<std::pair<uint64_t, int32_t>> kernel_fault_pass_;
   const ForwardFault* forward_fault(SeqId id) const;  // null: its pass did not fail
   std::vector<PendingRequest> pending_;
   std::vector<uint64_t> cancels_;

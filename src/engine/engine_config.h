@@ -72,6 +72,13 @@ struct EngineConfig {
   // pass or that request as a fault in the model or the emission would.
   std::function<void(uint64_t request_id, int32_t max_tokens)> forward_fault_hook;
   std::function<void(uint64_t request_id, int32_t max_tokens)> emit_fault_hook;
+  // Tests only: called on the kernel worker threads (not the engine thread) at the start of
+  // every phase of a forward pass, once per sequence in the pass; what it throws is a fault in
+  // a kernel task (ThreadPool carries it to the engine thread). Needs n_threads > 1.
+  std::function<void(uint64_t request_id, int32_t max_tokens)> kernel_fault_hook;
+  // Tests only: called on the engine thread before each pass of the draft model (--draft-model)
+  // once per sequence in it; what it throws is a fault in the draft's forward pass.
+  std::function<void(uint64_t request_id, int32_t max_tokens)> draft_fault_hook;
 
   Status validate() const;  // messages name the flag
 };

@@ -29,8 +29,19 @@ void Engine::forward_seqs(const SchedulerOutput& out, size_t first, size_t count
       cfg_.forward_fault_hook(index_of(id), sched_->find(id)->max_tokens);
     }
   }
+  struct ClearPass {  // a pass that throws leaves no sequence for later phases (sampling)
+    std::vector<std::pair<uint64_t, int32_t>>& pass;
+    ~ClearPass() { pass.clear(); }
+  } clear_pass{kernel_fault_pass_};
+  if (cfg_.kernel_fault_hook) {
+    for (size_t i = first; i < first + count; ++i) {
+      const SeqId id = out.scheduled[i].seq_id;
+      kernel_fault_pass_.emplace_back(index_of(id), sched_->find(id)->max_tokens);
+    }
+  }
   // Inputs are validated at submit and block tables come from the KvManager, so a refusal here
-  // is a broken invariant, not bad input.
+  // is a broken invariant, not bad input. A kernel task's exception arrives here from the
+  // thread pool (ThreadPool::run rethrows it on this thread).
   const Status st =
       model_->forward(std::span<const SeqInput>(inputs_).subspan(first, count), *arena_, logits);
   CHECK(st.ok()) << "forward of step " << out.step << ": " << st.message();

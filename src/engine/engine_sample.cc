@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "engine/engine.h"
+#include "model/sampling.h"
 
 namespace kvw {
 
@@ -18,15 +19,29 @@ bool Engine::can_speculate(const GenerationRequest& r) const {
   return r.speculate && cfg_.sched.spec.enabled;
 }
 
+namespace {
+
+// A prefill chunk (a recompute after preemption) that runs from the shared prompt into the
+// sequence's own outputs: its tokens are not contiguous anywhere.
+bool straddles_prompt_end(const Request& r, const ScheduledSeq& s) {
+  return s.start_pos < r.num_prompt_tokens && s.start_pos + s.num_tokens > r.num_prompt_tokens;
+}
+
+}  // namespace
+
 void Engine::build_inputs(const SchedulerOutput& out) {
   inputs_.clear();
-  // Speculative decodes feed [last token, d1..dk]: lay them out in one buffer, sized before any
-  // span into it is taken.
-  size_t num_spec_tokens = 0;
+  // Speculative decodes feed [last token, d1..dk], and chunks across the prompt's end are
+  // copied: lay them out in one buffer (at most the step's tokens), sized before any span into
+  // it is taken.
+  size_t num_copied_tokens = 0;
   for (const ScheduledSeq& s : out.scheduled) {
-    if (s.num_draft_tokens > 0) num_spec_tokens += (size_t)s.num_tokens;
+    const Request* r = sched_->find(s.seq_id);
+    if (s.num_draft_tokens > 0 || (r != nullptr && straddles_prompt_end(*r, s))) {
+      num_copied_tokens += (size_t)s.num_tokens;
+    }
   }
-  step_tokens_.resize(num_spec_tokens);
+  step_tokens_.resize(num_copied_tokens);
   size_t at = 0;
   for (const ScheduledSeq& s : out.scheduled) {
     const Request* r = sched_->find(s.seq_id);
@@ -36,13 +51,20 @@ void Engine::build_inputs(const SchedulerOutput& out) {
       CHECK(r->draft_ids.size() == (size_t)s.num_draft_tokens &&
             s.start_pos + 1 == r->num_tokens());
       int32_t* dst = step_tokens_.data() + at;
-      dst[0] = r->token_ids.back();
+      dst[0] = r->tokens().back();
       std::copy(r->draft_ids.begin(), r->draft_ids.end(), dst + 1);
       tokens = std::span<const int32_t>(dst, (size_t)s.num_tokens);
       at += (size_t)s.num_tokens;
+    } else if (straddles_prompt_end(*r, s)) {
+      int32_t* dst = step_tokens_.data() + at;
+      r->tokens().subspan((size_t)s.start_pos, (size_t)s.num_tokens).copy_to(dst);
+      tokens = std::span<const int32_t>(dst, (size_t)s.num_tokens);
+      at += (size_t)s.num_tokens;
+    } else if (s.start_pos >= r->num_prompt_tokens) {
+      tokens = r->output_token_ids().subspan((size_t)(s.start_pos - r->num_prompt_tokens),
+                                             (size_t)s.num_tokens);
     } else {
-      tokens =
-          std::span<const int32_t>(r->token_ids).subspan((size_t)s.start_pos, (size_t)s.num_tokens);
+      tokens = r->prompt().subspan((size_t)s.start_pos, (size_t)s.num_tokens);
     }
     inputs_.push_back(SeqInput{.tokens = tokens,
                                .start_pos = s.start_pos,
@@ -70,10 +92,18 @@ void Engine::sample_job(SampleJob& job, int32_t n_vocab) const {
   // that is Leviathan et al.'s rule exactly: P(keep d) = p(d), and on rejection the sample is
   // distributed as p without d, renormalised. So greedy and seeded outputs are identical to
   // plain decoding, token for token.
-  thread_local std::vector<int32_t> history;  // token_ids + the drafts accepted so far
-  std::span<const int32_t> hist = r->token_ids;
-  if (job.num_rows > 1) {
-    history.assign(r->token_ids.begin(), r->token_ids.end());
+  // The history the sampler reads: every generated token (presence and frequency penalties)
+  // and the last repeat_last_n tokens (repeat penalty), contiguous, then the drafts accepted so
+  // far. Copied only across the prompt's end (under repeat_last_n tokens) or when speculating.
+  thread_local std::vector<int32_t> history;
+  const TokenSpan all = r->tokens();
+  static const auto kRepeatWindow = (size_t)SamplingParams{}.repeat_last_n;
+  const size_t keep = std::max((size_t)r->num_output_tokens(), kRepeatWindow);
+  const TokenSpan recent = all.subspan(all.size() - std::min(all.size(), keep));
+  std::span<const int32_t> hist = recent.tail().empty() ? recent.head() : recent.tail();
+  if (job.num_rows > 1 || (!recent.head().empty() && !recent.tail().empty())) {
+    history.clear();
+    recent.append_to(history);
     hist = history;
   }
   for (int32_t i = 0; i < job.num_rows; ++i) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/token_list.h"
 #include "engine/gen_sampling.h"
 #include "kv/layout_stats.h"
 #include "kv/prefix_cache.h"
@@ -26,8 +27,10 @@
 namespace kvw {
 
 struct GenerationRequest {
-  std::vector<int32_t> prompt;  // token ids, each in [0, n_vocab)
-  int32_t max_tokens = 16;      // output tokens at most (>= 1)
+  // Token ids, each in [0, n_vocab). Copies share one list: submit the n choices of a prompt
+  // with copies of one TokenList and the engine holds that prompt once (issue 30).
+  TokenList prompt;
+  int32_t max_tokens = 16;  // output tokens at most (>= 1)
   GenSampling sampling;
   bool ignore_eos = false;           // keep generating past end-of-generation tokens
   std::vector<int64_t> turn_starts;  // chat turn offsets (sliding-window overflow only)

@@ -8,12 +8,12 @@ void KvEventLog::enable() {
 }
 
 void KvEventLog::stored(std::optional<uint64_t> parent, std::span<const uint64_t> hashes,
-                        std::span<const int32_t> tokens) {
+                        TokenSpan tokens) {
   if (!enabled_ || hashes.empty()) return;
   events_.push_back(KvCacheEvent{.kind = KvCacheEvent::Kind::kBlockStored,
                                  .block_hashes = {hashes.begin(), hashes.end()},
                                  .parent_block_hash = parent,
-                                 .token_ids = {tokens.begin(), tokens.end()}});
+                                 .token_ids = tokens.to_vector()});
 }
 
 void KvEventLog::removed(uint64_t hash) {

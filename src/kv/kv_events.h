@@ -14,6 +14,8 @@
 #include <span>
 #include <vector>
 
+#include "core/token_span.h"
+
 namespace kvw {
 
 struct KvCacheEvent {
@@ -44,8 +46,7 @@ class KvEventLog {
   void enable();
 
   // `hashes` are consecutive chain blocks; `tokens` holds block_size tokens for each.
-  void stored(std::optional<uint64_t> parent, std::span<const uint64_t> hashes,
-              std::span<const int32_t> tokens);
+  void stored(std::optional<uint64_t> parent, std::span<const uint64_t> hashes, TokenSpan tokens);
   // Consecutive removals share one event (vLLM sends one per block; the format allows many).
   void removed(uint64_t hash);
 

@@ -28,7 +28,7 @@ void KvManager::window_block_table(SeqId seq, std::vector<uint32_t>& out) const 
   }
 }
 
-std::vector<BlockId> KvManager::match_prefix_hybrid(std::span<const int32_t> prompt,
+std::vector<BlockId> KvManager::match_prefix_hybrid(TokenSpan prompt,
                                                     std::span<const uint64_t> prompt_hashes,
                                                     std::vector<uint64_t>& hashes) const {
   // Every hit block must be cached (full layers); a hit of k blocks is usable when blocks
@@ -43,7 +43,7 @@ std::vector<BlockId> KvManager::match_prefix_hybrid(std::span<const int32_t> pro
   size_t best = 0;
   for (size_t i = 0; i < max_blocks; ++i) {
     h = i < prompt_hashes.size() ? prompt_hashes[i]
-                                 : hash_block_tokens(h, prompt.subspan(i * bs, bs));
+                                 : hash_split_block(h, prompt.subspan(i * bs, bs));
     const std::optional<BlockId> b = cache_.lookup(h);
     if (!b) break;
     found.push_back(*b);

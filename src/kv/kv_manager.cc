@@ -71,7 +71,7 @@ uint32_t KvManager::max_window_blocks() const {
   return static_cast<uint32_t>((cfg_.sliding_window + bs - 1 + bs - 1) / bs);
 }
 
-std::vector<BlockId> KvManager::match_prefix(std::span<const int32_t> prompt,
+std::vector<BlockId> KvManager::match_prefix(TokenSpan prompt,
                                              std::span<const uint64_t> prompt_hashes,
                                              std::vector<uint64_t>& hashes) const {
   std::vector<BlockId> hits;
@@ -84,7 +84,7 @@ std::vector<BlockId> KvManager::match_prefix(std::span<const int32_t> prompt,
   if (cfg_.sliding_window <= 0) {
     for (size_t i = 0; i < max_blocks; ++i) {
       h = i < prompt_hashes.size() ? prompt_hashes[i]
-                                   : hash_block_tokens(h, prompt.subspan(i * bs, bs));
+                                   : hash_split_block(h, prompt.subspan(i * bs, bs));
       const std::optional<BlockId> b = cache_.lookup(h);
       if (!b) break;
       hits.push_back(*b);
@@ -101,7 +101,7 @@ std::vector<BlockId> KvManager::match_prefix(std::span<const int32_t> prompt,
   size_t best = 0;
   for (size_t i = 0; i < max_blocks; ++i) {
     h = i < prompt_hashes.size() ? prompt_hashes[i]
-                                 : hash_block_tokens(h, prompt.subspan(i * bs, bs));
+                                 : hash_split_block(h, prompt.subspan(i * bs, bs));
     const std::optional<BlockId> b = cache_.lookup(h);
     found.push_back(b.value_or(kNullBlock));
     chain.push_back(h);
@@ -122,13 +122,13 @@ void KvManager::release_behind_window(BlockTable& t) {
   num_window_freed_ += t.release_leading(size_t(first_live_block(t.num_computed_tokens())));
 }
 
-int64_t KvManager::num_cached_prefix_tokens(std::span<const int32_t> prompt,
+int64_t KvManager::num_cached_prefix_tokens(TokenSpan prompt,
                                             std::span<const uint64_t> prompt_hashes) const {
   std::vector<uint64_t> hashes;
   return static_cast<int64_t>(match_prefix(prompt, prompt_hashes, hashes).size()) * cfg_.block_size;
 }
 
-bool KvManager::can_admit(std::span<const int32_t> prompt, int64_t num_tokens,
+bool KvManager::can_admit(TokenSpan prompt, int64_t num_tokens,
                           std::span<const uint64_t> prompt_hashes) const {
   std::vector<uint64_t> hashes;
   const std::vector<BlockId> hits = match_prefix(prompt, prompt_hashes, hashes);
@@ -150,7 +150,7 @@ bool KvManager::can_allocate(SeqId seq, int64_t num_new_tokens) const {
   return need <= pool_.num_allocatable_blocks();
 }
 
-int64_t KvManager::add_sequence(SeqId seq, std::span<const int32_t> prompt,
+int64_t KvManager::add_sequence(SeqId seq, TokenSpan prompt,
                                 std::span<const uint64_t> prompt_hashes) {
   CHECK(!tables_.contains(seq)) << "sequence " << index_of(seq) << " already exists";
   BlockTable& t = tables_.emplace(seq, BlockTable(cfg_.block_size)).first->second;
@@ -201,7 +201,7 @@ void KvManager::truncate_slots(SeqId seq, int64_t num_tokens) {
   t.truncate(num_tokens);
 }
 
-void KvManager::commit_computed(SeqId seq, std::span<const int32_t> tokens, int64_t num_computed,
+void KvManager::commit_computed(SeqId seq, TokenSpan tokens, int64_t num_computed,
                                 std::span<const uint64_t> prompt_hashes) {
   BlockTable& t = table(seq);
   CHECK(num_computed >= t.num_computed_tokens())
@@ -219,7 +219,7 @@ void KvManager::commit_computed(SeqId seq, std::span<const int32_t> tokens, int6
   release_behind_window(t);
 }
 
-void KvManager::register_full_blocks(BlockTable& t, std::span<const int32_t> computed,
+void KvManager::register_full_blocks(BlockTable& t, TokenSpan computed,
                                      std::span<const uint64_t> prompt_hashes) {
   const size_t first = t.num_hashed_blocks();
   std::vector<uint64_t> fresh;

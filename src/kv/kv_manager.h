@@ -54,6 +54,7 @@
 
 #include "core/ids.h"
 #include "core/status.h"
+#include "core/token_span.h"
 #include "kv/block_pool.h"
 #include "kv/block_table.h"
 #include "kv/kv_events.h"
@@ -135,13 +136,13 @@ class KvManager {
   // prompt.size() - 1 (the last prompt token is always computed, to produce logits).
   // Pool only: blocks the swap tier could revive are counted as blocks to compute, which is
   // also what they cost in free blocks.
-  int64_t num_cached_prefix_tokens(std::span<const int32_t> prompt,
+  int64_t num_cached_prefix_tokens(TokenSpan prompt,
                                    std::span<const uint64_t> prompt_hashes = {}) const;
   // Would add_sequence(prompt) + allocate_slots to `num_tokens` slots in total succeed while
   // leaving watermark_blocks allocatable? Counts that reviving a cached prefix block takes it
   // out of the free queue (only hit blocks inside the window are revived).
   // num_tokens >= num_cached_prefix_tokens(prompt).
-  bool can_admit(std::span<const int32_t> prompt, int64_t num_tokens,
+  bool can_admit(TokenSpan prompt, int64_t num_tokens,
                  std::span<const uint64_t> prompt_hashes = {}) const;
   // Would allocate_slots(seq, num_new_tokens) succeed? (no watermark: running sequences may
   // use the spare blocks).
@@ -156,8 +157,7 @@ class KvManager {
   // Starts a sequence (CHECKs the id is new). Takes references on the longest cached
   // full-block prefix of `prompt` (always leaving >= 1 token to compute) and returns the
   // number of tokens already computed (a multiple of block_size). No slots beyond those.
-  int64_t add_sequence(SeqId seq, std::span<const int32_t> prompt,
-                       std::span<const uint64_t> prompt_hashes = {});
+  int64_t add_sequence(SeqId seq, TokenSpan prompt, std::span<const uint64_t> prompt_hashes = {});
 
   // Reserves slots for num_new_tokens more tokens, allocating blocks as needed; the free queue
   // evicts unreferenced cached blocks (LRU) when no free block is left. All-or-nothing: on
@@ -172,7 +172,7 @@ class KvManager {
   // block already caches that prefix). Then, with a sliding window, blocks that fell wholly
   // behind it are released (a shared one just loses this sequence's reference; a hashed one
   // stays cached until evicted).
-  void commit_computed(SeqId seq, std::span<const int32_t> tokens, int64_t num_computed,
+  void commit_computed(SeqId seq, TokenSpan tokens, int64_t num_computed,
                        std::span<const uint64_t> prompt_hashes = {});
 
   // Gives back reserved, uncomputed slots: the sequence's slot count becomes num_tokens
@@ -230,7 +230,7 @@ class KvManager {
   // and recomputes it later.
   // `tokens`: the sequence's token ids from position 0 (at least its hashed blocks' tokens);
   // needed only while KV events are recorded, for the BlockStored events of swap_in.
-  bool swap_out(SeqId seq, std::span<const int32_t> tokens = {});
+  bool swap_out(SeqId seq, TokenSpan tokens = {});
   // Brings a swapped sequence back without blocking: the first call allocates its blocks
   // (all-or-nothing; kNoFreeBlocks: nothing changed) and submits the reads (after the
   // sequence's own swap-out writes have finished); later calls submit what the in-flight bound
@@ -282,13 +282,12 @@ class KvManager {
   // Longest cached prefix of `prompt` (block ids; hashes appended to `hashes`). With a window,
   // a hit of k blocks needs only blocks [first_live_block(k * bs), k) cached; the entries
   // before are kNullBlock (holes), whether or not the pool still caches them.
-  std::vector<BlockId> match_prefix(std::span<const int32_t> prompt,
-                                    std::span<const uint64_t> prompt_hashes,
+  std::vector<BlockId> match_prefix(TokenSpan prompt, std::span<const uint64_t> prompt_hashes,
                                     std::vector<uint64_t>& hashes) const;
   // Releases the blocks of `t` behind the window (commit, prefix hit, swap tier revival).
   void release_behind_window(BlockTable& t);
   // Hybrid window (kv_hybrid.cc). match_prefix's rule for window slots.
-  std::vector<BlockId> match_prefix_hybrid(std::span<const int32_t> prompt,
+  std::vector<BlockId> match_prefix_hybrid(TokenSpan prompt,
                                            std::span<const uint64_t> prompt_hashes,
                                            std::vector<uint64_t>& hashes) const;
   // Releases the window refs of blocks [from, to) of `blocks` (hashed ones keep an evictable slot).
@@ -299,7 +298,7 @@ class KvManager {
   int64_t window_slots_needed(std::span<const BlockId> hits, int64_t total_blocks) const;
   void check_window_invariants() const;
   // Chain-hashes the newly full blocks of `computed` and registers them in the prefix cache.
-  void register_full_blocks(BlockTable& t, std::span<const int32_t> computed,
+  void register_full_blocks(BlockTable& t, TokenSpan computed,
                             std::span<const uint64_t> prompt_hashes);
   void on_evict(BlockId b, uint64_t hash);
   std::vector<int32_t> filled_slots() const;  // [num_blocks] token slots filled per block
@@ -336,7 +335,7 @@ class KvManager {
   };
   void offload(BlockId b, uint64_t hash);
   bool drop_oldest_offload();
-  void append_from_tier(std::span<const int32_t> prompt, std::span<const uint64_t> prompt_hashes,
+  void append_from_tier(TokenSpan prompt, std::span<const uint64_t> prompt_hashes,
                         size_t first_block, uint64_t parent, BlockLease& lease,
                         std::vector<uint64_t>& hashes);
   bool wait_oldest();

@@ -115,9 +115,8 @@ void KvManager::offload(BlockId b, uint64_t hash) {
   ++cache_.counters().num_offloaded;
 }
 
-void KvManager::append_from_tier(std::span<const int32_t> prompt,
-                                 std::span<const uint64_t> prompt_hashes, size_t first_block,
-                                 uint64_t parent, BlockLease& lease,
+void KvManager::append_from_tier(TokenSpan prompt, std::span<const uint64_t> prompt_hashes,
+                                 size_t first_block, uint64_t parent, BlockLease& lease,
                                  std::vector<uint64_t>& hashes) {
   if (swap_ == nullptr || prompt.empty()) return;
   const size_t bs = static_cast<size_t>(cfg_.block_size);
@@ -126,7 +125,7 @@ void KvManager::append_from_tier(std::span<const int32_t> prompt,
   uint64_t parent_of_h = parent;  // chain hash of block i - 1
   for (size_t i = first_block; i < max_blocks; ++i) {
     h = i < prompt_hashes.size() ? prompt_hashes[i]
-                                 : hash_block_tokens(h, prompt.subspan(i * bs, bs));
+                                 : hash_split_block(h, prompt.subspan(i * bs, bs));
     auto o = offloaded_.find(h);
     if (o == offloaded_.end()) return;
     if (index_of(o->second.write) != 0) {
@@ -165,7 +164,7 @@ void KvManager::append_from_tier(std::span<const int32_t> prompt,
   }
 }
 
-bool KvManager::swap_out(SeqId seq, std::span<const int32_t> tokens) {
+bool KvManager::swap_out(SeqId seq, TokenSpan tokens) {
   CHECK(swap_ != nullptr) << "swap_out without a swap tier";
   BlockTable& t = table(seq);
   // Only the live computed blocks travel; window holes are restored as holes by swap_in.
@@ -186,7 +185,8 @@ bool KvManager::swap_out(SeqId seq, std::span<const int32_t> tokens) {
     CHECK(tokens.size() >= num_hashed_tokens)
         << "swap_out of " << index_of(seq) << " with " << tokens.size() << " tokens for "
         << s.hashes.size() << " hashed blocks";
-    s.hashed_tokens.assign(tokens.begin(), tokens.begin() + ptrdiff_t(num_hashed_tokens));
+    s.hashed_tokens.clear();
+    tokens.first(num_hashed_tokens).append_to(s.hashed_tokens);
   }
   s.num_holes = first;
   for (size_t i = first; i < end; ++i) {

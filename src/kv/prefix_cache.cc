@@ -20,14 +20,20 @@ uint64_t hash_block_tokens(uint64_t parent_hash, std::span<const int32_t> block_
   return XXH64(block_tokens.data(), block_tokens.size_bytes(), parent_hash);
 }
 
-void hash_full_blocks(std::span<const int32_t> tokens, int32_t block_size, size_t first_block,
+uint64_t hash_split_block(uint64_t parent_hash, TokenSpan block_tokens) {
+  // One block of a few dozen tokens straddles the prompt's end per sequence: copied, per thread.
+  thread_local std::vector<int32_t> scratch;
+  return hash_block_tokens(parent_hash, block_tokens.contiguous(scratch));
+}
+
+void hash_full_blocks(TokenSpan tokens, int32_t block_size, size_t first_block,
                       uint64_t parent_hash, std::vector<uint64_t>& out) {
   CHECK(block_size > 0) << "block_size " << block_size;
   const size_t bs = static_cast<size_t>(block_size);
   const size_t num_full = tokens.size() / bs;
   uint64_t h = parent_hash;
   for (size_t i = first_block; i < num_full; ++i) {
-    h = hash_block_tokens(h, tokens.subspan(i * bs, bs));
+    h = hash_split_block(h, tokens.subspan(i * bs, bs));
     out.push_back(h);
   }
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/ids.h"
+#include "core/token_span.h"
 
 namespace kvw {
 
@@ -24,12 +25,14 @@ constexpr uint64_t kPrefixHashSeed = 0x6b7677617264656eull;  // "kvwarden"
 
 // Hash of one full block given its parent's hash (kPrefixHashSeed for the first block).
 uint64_t hash_block_tokens(uint64_t parent_hash, std::span<const int32_t> block_tokens);
+// The same for a block that may straddle a shared prompt and a sequence's outputs.
+uint64_t hash_split_block(uint64_t parent_hash, TokenSpan block_tokens);
 // Blocks hashed by this thread so far (tests check that a prompt is hashed once).
 uint64_t num_block_hashes_this_thread();
 
 // Appends to `out` the chain hashes of the full blocks [first_block, tokens.size() / block_size)
 // of `tokens`; `parent_hash` is the hash of block first_block - 1 (or kPrefixHashSeed).
-void hash_full_blocks(std::span<const int32_t> tokens, int32_t block_size, size_t first_block,
+void hash_full_blocks(TokenSpan tokens, int32_t block_size, size_t first_block,
                       uint64_t parent_hash, std::vector<uint64_t>& out);
 
 struct PrefixCacheCounters {

@@ -84,6 +84,8 @@ class Model {
   // Runs fn(ith, nth) on the model's threads (the caller is thread 0), between forward passes:
   // the engine samples a batch's rows there.
   void run_on_threads(const std::function<void(int ith, int nth)>& fn) { pool_.run(fn); }
+  // Tests only (fault injection): ThreadPool::set_task_hook on the model's threads.
+  void set_task_hook(std::function<void(int ith)> hook) { pool_.set_task_hook(std::move(hook)); }
 
   // A KV arena config matching this model. num_window_slots > 0 (hybrid window models only:
   // some layers windowed, some not) puts the windowed layers in that many window slots.

@@ -9,13 +9,14 @@
 #include <span>
 
 #include "core/ids.h"
+#include "core/token_span.h"
 
 namespace kvw {
 
 // One decoding sequence that may carry drafts this step.
 struct DraftSlot {
   SeqId seq_id{0};
-  std::span<const int32_t> tokens;  // the sequence's tokens (prompt + output) known so far
+  TokenSpan tokens;  // the sequence's tokens (prompt + output) known so far
   // At most this many drafts; 0: a prefill chunk the target computes this step: the draft may
   // compute `tokens` too (catch up) but proposes nothing.
   int32_t max_draft = 0;

@@ -8,6 +8,8 @@
 #include <span>
 #include <vector>
 
+#include "core/token_span.h"
+
 namespace kvw {
 
 // For n from ngram_max down to ngram_min (longer matches predict better): finds the most recent
@@ -16,7 +18,7 @@ namespace kvw {
 // when no n-gram recurs. O(size x ngram_max) compares at worst: ~0.1 ms at 32k tokens, small
 // next to a decode step.
 //   tokens  a b c d a b c   (n = 3: "a b c" recurs at 0) -> draft d a b c for k >= 4
-int32_t propose_ngram_draft(std::span<const int32_t> tokens, int32_t ngram_min, int32_t ngram_max,
-                            int32_t k, std::vector<int32_t>* draft);
+int32_t propose_ngram_draft(TokenSpan tokens, int32_t ngram_min, int32_t ngram_max, int32_t k,
+                            std::vector<int32_t>* draft);
 
 }  // namespace kvw

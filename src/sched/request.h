@@ -1,6 +1,6 @@
 // sched/request.h: one generation request as the scheduler tracks it, and its state machine.
 // Owner: the Scheduler (engine thread only, not thread-safe). The request id is the SeqId of
-// its one KV sequence (n > 1 sampling is not scheduled yet).
+// its one KV sequence; the n choices of one prompt are n Requests sharing its prompt ids.
 //
 //            add_request                   schedule(): admitted
 //   (input) ------------> kWaiting ---------------------------------> kRunning
@@ -16,10 +16,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "core/ids.h"
+#include "core/token_list.h"
+#include "core/token_span.h"
 
 namespace kvw {
 
@@ -39,8 +42,10 @@ const char* to_string(FinishReason r);
 // What a client submits (the scheduler copies it into a Request).
 struct RequestInput {
   SeqId id{0};
-  std::vector<int32_t> prompt;  // token ids
-  int32_t max_tokens = 16;      // output tokens at most (>= 1)
+  // Token ids. Shared, not copied: the n choices of one prompt pass the same list, and each
+  // Request keeps it (unless overflow handling shortens it), so they hold one copy.
+  TokenList prompt;
+  int32_t max_tokens = 16;  // output tokens at most (>= 1)
   // Chat turn start offsets into `prompt` (ascending, first == 0; turn 0 is the system prompt).
   // Needed only by the sliding-window overflow policy.
   std::vector<int64_t> turn_starts;
@@ -54,15 +59,19 @@ struct RequestInput {
 
 struct Request {
   SeqId id{0};
-  // Prompt followed by the sampled outputs: position p holds token_ids[p]. This is the span
-  // KvManager::commit_computed hashes, so outputs become prefix-cacheable too (turns).
-  std::vector<int32_t> token_ids;
+  // The prompt (after overflow handling; shared with the request's other choices, see
+  // RequestInput::prompt), then this sequence's sampled outputs: position p holds tokens()[p].
+  // tokens() is the run KvManager::commit_computed hashes, so outputs become prefix-cacheable
+  // too (turns).
+  TokenList prompt_ids;
+  std::vector<int32_t> output_ids;
   int64_t num_prompt_tokens = 0;
   int32_t max_tokens = 0;
   std::vector<int64_t> turn_starts;  // after overflow handling
   // Chain hashes of the prompt's full blocks (prefix caching on), computed once at add_request
-  // for every admission check, admission and commit of this request.
-  std::vector<uint64_t> prompt_hashes;
+  // for every admission check, admission and commit of this request; shared like the prompt
+  // by the choices that share it. Null: none (no full block, or no prefix caching).
+  std::shared_ptr<const std::vector<uint64_t>> shared_prompt_hashes;
   int64_t num_dropped_prompt_tokens = 0;  // removed by truncate-left / sliding-window
 
   uint64_t arrival_order = 0;    // add_request order, FCFS key
@@ -82,13 +91,14 @@ struct Request {
   bool prompt_logits = false;
   int64_t prompt_logits_done = 0;
 
-  int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
-  int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
-  std::span<const int32_t> prompt() const {
-    return std::span<const int32_t>(token_ids).first(static_cast<size_t>(num_prompt_tokens));
-  }
-  std::span<const int32_t> output_token_ids() const {
-    return std::span<const int32_t>(token_ids).subspan(static_cast<size_t>(num_prompt_tokens));
+  TokenSpan tokens() const { return TokenSpan(prompt_ids.span(), output_ids); }
+  int64_t num_tokens() const { return num_prompt_tokens + num_output_tokens(); }
+  int64_t num_output_tokens() const { return static_cast<int64_t>(output_ids.size()); }
+  std::span<const int32_t> prompt() const { return prompt_ids.span(); }
+  std::span<const int32_t> output_token_ids() const { return output_ids; }
+  std::span<const uint64_t> prompt_hashes() const {
+    return shared_prompt_hashes ? std::span<const uint64_t>(*shared_prompt_hashes)
+                                : std::span<const uint64_t>();
   }
   // Tokens still to run through the model before the next sample (1 for a decode).
   int64_t num_tokens_to_compute() const { return num_tokens() - num_computed_tokens; }
@@ -100,10 +110,9 @@ struct Request {
   }
   // The part of the prompt a prefix-cache hit may cover: with prompt logits owed, only the
   // positions whose rows were already computed (match_prefix leaves the last token out).
-  std::span<const int32_t> cacheable_prompt() const {
-    if (!prompt_logits) return token_ids;
-    return std::span<const int32_t>(token_ids).first(
-        static_cast<size_t>(std::min(num_tokens(), prompt_logits_done + 1)));
+  TokenSpan cacheable_prompt() const {
+    if (!prompt_logits) return tokens();
+    return tokens().first(static_cast<size_t>(std::min(num_tokens(), prompt_logits_done + 1)));
   }
   bool is_finished() const { return state == RequestState::kFinished; }
 };

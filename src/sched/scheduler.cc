@@ -216,7 +216,7 @@ void Scheduler::preempt(Request* victim, SchedulerOutput& out) {
   ++victim->num_preemptions;
   if (proposer_ != nullptr) proposer_->release(victim->id);
   const bool swapped = cfg_.preemption_mode == PreemptionMode::kSwap && kv_->has_swap() &&
-                       kv_->swap_out(victim->id, victim->token_ids);
+                       kv_->swap_out(victim->id, victim->tokens());
   if (swapped) {
     victim->state = RequestState::kPreemptedSwapped;
     ++counters_.num_swap_outs;

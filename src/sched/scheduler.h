@@ -33,6 +33,7 @@
 #include "core/ids.h"
 #include "core/status.h"
 #include "kv/kv_manager.h"
+#include "sched/context_overflow.h"
 #include "sched/draft_proposer.h"
 #include "sched/kv_reserve.h"
 #include "sched/request.h"
@@ -41,7 +42,7 @@
 namespace kvw {
 
 // One sequence in the step's batch: compute tokens [start_pos, start_pos + num_tokens) of the
-// request's token_ids; its KV slots are already allocated in block_table(seq_id).
+// request's tokens(); its KV slots are already allocated in block_table(seq_id).
 // A speculative decode (num_draft_tokens = k > 0) computes the last token followed by the k
 // tokens of Request::draft_ids (num_tokens = 1 + k) and needs logits at every position:
 //   positions  start_pos   +1   +2  ...  +k
@@ -231,6 +232,19 @@ class Scheduler {
   LengthTracker output_lengths_;  // output tokens of requests that ended on stop or length
   SchedCounters counters_;
   uint64_t next_arrival_ = 0;
+  // Request::shared_prompt_hashes: the last prompt's when `r` shares that prompt, else hashed.
+  void share_or_hash_prompt(Request& r);
+  // fit_prompt for a prompt over the limit; the choices of one request share one shortened
+  // copy as they share the prompt (the last fit is reused while both lists live).
+  Result<FittedPrompt> fit_or_reuse(const RequestInput& input, TokenList& fitted);
+  std::weak_ptr<const std::vector<int32_t>> last_fit_input_, last_fit_output_;
+  std::vector<int64_t> last_fit_turn_starts_;  // the input's (a chat's turn offsets, small)
+  FittedPrompt last_fit_;                      // turn offsets and drops of the output; no ids
+  // The last prompt hashed at add_request and its hashes: the choices of one request arrive
+  // one after another with one shared prompt, and share its hashes too. The pointer is compared
+  // only while the hashes live, that is while a Request holding that prompt does.
+  const int32_t* last_hashed_prompt_ = nullptr;
+  std::weak_ptr<const std::vector<uint64_t>> last_prompt_hashes_;
   uint64_t next_admission_ = 0;
   uint64_t step_ = 0;
   bool awaiting_update_ = false;

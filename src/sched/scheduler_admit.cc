@@ -19,24 +19,25 @@ Status Scheduler::add_request(RequestInput input) {
   if (requests_.contains(input.id)) return reject("id already in use");
   if (input.prompt.empty()) return reject("empty prompt");
   if (input.max_tokens < 1) return reject("max_tokens must be >= 1");
-  // The prompt must leave room for at least one output token.
-  Result<FittedPrompt> fitted =
-      fit_prompt(input.prompt, input.turn_starts, max_len_ - 1, max_len_, cfg_.overflow);
-  if (!fitted.ok()) return reject(fitted.message(), fitted.kind());
-
   auto r = std::make_unique<Request>();
+  // The prompt must leave room for at least one output token. One that does is kept as given
+  // (shared with the request's other choices); one that does not is refused or shortened.
+  if (static_cast<int64_t>(input.prompt.size()) <= max_len_ - 1) {
+    r->prompt_ids = std::move(input.prompt);
+    r->turn_starts = std::move(input.turn_starts);
+  } else {
+    Result<FittedPrompt> fitted = fit_or_reuse(input, r->prompt_ids);
+    if (!fitted.ok()) return reject(fitted.message(), fitted.kind());
+    r->turn_starts = std::move(fitted->turn_starts);
+    r->num_dropped_prompt_tokens = fitted->num_dropped_tokens;
+  }
   r->id = input.id;
-  r->token_ids = std::move(fitted->tokens);
-  r->num_prompt_tokens = r->num_tokens();
+  r->num_prompt_tokens = static_cast<int64_t>(r->prompt_ids.size());
   r->max_tokens = input.max_tokens;
-  r->turn_starts = std::move(fitted->turn_starts);
   r->speculate = input.speculate && cfg_.spec.enabled;
   r->prompt_logits = input.prompt_logits;
   r->num_spec_tokens = cfg_.spec.num_speculative_tokens;  // start long; shrinks on rejection
-  r->num_dropped_prompt_tokens = fitted->num_dropped_tokens;
-  if (kv_->config().enable_prefix_caching) {
-    hash_full_blocks(r->prompt(), kv_->block_size(), 0, kPrefixHashSeed, r->prompt_hashes);
-  }
+  if (kv_->config().enable_prefix_caching) share_or_hash_prompt(*r);
   r->arrival_order = next_arrival_++;
   r->state = RequestState::kWaiting;
   if (r->num_dropped_prompt_tokens > 0) ++counters_.num_truncated;
@@ -44,6 +45,41 @@ Status Scheduler::add_request(RequestInput input) {
   requests_.emplace(input.id, std::move(r));
   enqueue_waiting(raw);
   return Status::ok_status();
+}
+
+Result<FittedPrompt> Scheduler::fit_or_reuse(const RequestInput& input, TokenList& fitted) {
+  auto in = last_fit_input_.lock();
+  auto out = last_fit_output_.lock();
+  if (out != nullptr && input.prompt.is(in) &&
+      std::ranges::equal(input.turn_starts, last_fit_turn_starts_)) {
+    fitted = TokenList(std::move(out));
+    return FittedPrompt{.tokens = {},
+                        .turn_starts = last_fit_.turn_starts,
+                        .num_dropped_tokens = last_fit_.num_dropped_tokens};
+  }
+  Result<FittedPrompt> f =
+      fit_prompt(input.prompt, input.turn_starts, max_len_ - 1, max_len_, cfg_.overflow);
+  if (!f.ok()) return f;
+  fitted = TokenList(std::move(f->tokens));
+  f->tokens = {};
+  last_fit_input_ = input.prompt.weak();
+  last_fit_output_ = fitted.weak();
+  last_fit_turn_starts_ = input.turn_starts;
+  last_fit_ = FittedPrompt{
+      .tokens = {}, .turn_starts = f->turn_starts, .num_dropped_tokens = f->num_dropped_tokens};
+  return f;
+}
+
+void Scheduler::share_or_hash_prompt(Request& r) {
+  auto hashes = last_prompt_hashes_.lock();
+  if (hashes == nullptr || last_hashed_prompt_ != r.prompt_ids.data()) {
+    auto fresh = std::make_shared<std::vector<uint64_t>>();
+    hash_full_blocks(r.prompt(), kv_->block_size(), 0, kPrefixHashSeed, *fresh);
+    hashes = std::move(fresh);
+    last_hashed_prompt_ = r.prompt_ids.data();
+    last_prompt_hashes_ = hashes;
+  }
+  r.shared_prompt_hashes = std::move(hashes);
 }
 
 Scheduler::WaitKey Scheduler::wait_key(const Request* r) const {
@@ -96,7 +132,7 @@ bool Scheduler::admit(Request* r, int64_t running_reserve, SchedulerOutput& out)
     // The tier lost its data: fall through and recompute it now.
   }
   const int64_t bs = kv_->block_size();
-  const int64_t cached = kv_->num_cached_prefix_tokens(r->cacheable_prompt(), r->prompt_hashes);
+  const int64_t cached = kv_->num_cached_prefix_tokens(r->cacheable_prompt(), r->prompt_hashes());
   int64_t n = std::min(r->num_tokens() - cached, budget_);
   if (cfg_.long_prefill_chunk_tokens > 0) n = std::min(n, cfg_.long_prefill_chunk_tokens);
   if (r->prompt_logits && r->prompt_logits_done + 1 < r->num_prompt_tokens &&
@@ -112,12 +148,12 @@ bool Scheduler::admit(Request* r, int64_t running_reserve, SchedulerOutput& out)
       int64_t(cfg_.watermark_blocks) +
       (running_.empty() ? 0 : running_reserve + reserve_blocks_for(r, cached + n));
   if (!kv_->can_admit(r->cacheable_prompt(), (blocks_for(cached + n) + extra) * bs,
-                      r->prompt_hashes)) {
+                      r->prompt_hashes())) {
     return false;
   }
 
   waiting_.erase(wait_key(r));
-  r->num_computed_tokens = kv_->add_sequence(r->id, r->cacheable_prompt(), r->prompt_hashes);
+  r->num_computed_tokens = kv_->add_sequence(r->id, r->cacheable_prompt(), r->prompt_hashes());
   // The swap tier may have revived more of the prefix.
   n = std::min(chunk_tokens(r),
                std::max<int64_t>(1, max_new_tokens(r->num_computed_tokens, admit_limit_blocks_)));

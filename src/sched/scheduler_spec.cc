@@ -30,7 +30,7 @@ void Scheduler::schedule_drafts(SchedulerOutput& out) {
     if (r == nullptr) continue;
     const int32_t cap = draft_length_cap(r);
     if (cap <= 0) continue;
-    const int32_t k = propose_ngram_draft(r->token_ids, cfg_.spec.prompt_lookup_min,
+    const int32_t k = propose_ngram_draft(r->tokens(), cfg_.spec.prompt_lookup_min,
                                           cfg_.spec.prompt_lookup_max, cap, &draft_);
     if (attach_draft(r, s, std::span<const int32_t>(draft_).first(size_t(k)))) ++num_seqs;
   }
@@ -79,15 +79,15 @@ void Scheduler::schedule_model_drafts(SchedulerOutput& out, size_t first) {
     if (draft_slots_.size() >= size_t(cfg_.spec.max_seqs)) break;
     const ScheduledSeq& s = out.scheduled[i];
     int32_t cap = 0;
-    std::span<const int32_t> tokens;
+    TokenSpan tokens;
     if (Request* r = draft_candidate(s); r != nullptr) {
       cap = static_cast<int32_t>(std::min<int64_t>(draft_length_cap(r), budget));
       if (cap <= 0) continue;
       budget -= cap;
-      tokens = r->token_ids;
+      tokens = r->tokens();
     } else if (s.is_prefill && s.num_tokens > 0 && requests_.at(s.seq_id)->speculate) {
-      tokens = std::span<const int32_t>(requests_.at(s.seq_id)->token_ids)
-                   .first(static_cast<size_t>(s.start_pos + s.num_tokens));
+      tokens =
+          requests_.at(s.seq_id)->tokens().first(static_cast<size_t>(s.start_pos + s.num_tokens));
     } else {
       continue;
     }
@@ -140,7 +140,7 @@ FinishReason Scheduler::apply_sampled(Request* r, const ScheduledSeq& s,
       reason = FinishReason::kError;  // the token is dropped
       continue;
     }
-    r->token_ids.push_back(t.token_id);
+    r->output_ids.push_back(t.token_id);
     if (t.stop) {
       reason = FinishReason::kStop;
     } else if (r->num_output_tokens() >= r->max_tokens || r->num_tokens() >= max_len_) {
@@ -154,7 +154,7 @@ FinishReason Scheduler::apply_sampled(Request* r, const ScheduledSeq& s,
     kv_->truncate_slots(r->id, r->num_computed_tokens);
     r->draft_ids.clear();
   }
-  kv_->commit_computed(r->id, r->token_ids, r->num_computed_tokens, r->prompt_hashes);
+  kv_->commit_computed(r->id, r->tokens(), r->num_computed_tokens, r->prompt_hashes());
   return reason;
 }
 

@@ -8,9 +8,12 @@
 // refused naming both files. KV invariants are checked every step; every block is free at the end.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <iostream>
 #include <map>
+#include <memory>
+#include <new>
 
 #include "engine/engine.h"
 #include "engine_spec_util.h"
@@ -144,6 +147,39 @@ TEST_F(EngineDraftTest, BatchedWithOptedOutSampledAndChunkedPrefillsIdentical) {
   expect_all_free(*e);
 }
 
+// Issue 30: an exception in the draft model's pass costs that step's drafts, never a request nor
+// the engine. Every other one of the first 8 draft passes holding one request fails (so the
+// batched passes of the others fail too; their draft state is dropped and caught up again,
+// across the end of the prompt): every output still equals plain decoding, drafting resumes
+// after the faults, and every target block comes back.
+TEST_F(EngineDraftTest, DraftForwardThrowDegradesThatStepToPlainDecoding) {
+  constexpr int32_t kFaulty = 41;  // max_tokens of the request whose draft passes fail
+  auto rs = prompts(30, 3, 20, 40);
+  rs[1].max_tokens = kFaulty;
+  const auto want = plain_outputs(model_, rs);
+  EngineConfig cfg = config_with_blocks(model_, 256, draft_spec(half_));
+  auto faults = std::make_shared<std::atomic<int>>(0);
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  cfg.draft_fault_hook = [faults, calls](uint64_t, int32_t max_tokens) {
+    if (max_tokens != kFaulty) return;
+    const int c = calls->fetch_add(1);
+    if (c >= 8 || c % 2 != 0) return;
+    faults->fetch_add(1);
+    throw std::bad_alloc();
+  };
+  auto e = make_engine(cfg);
+  ASSERT_NE(e, nullptr);
+  const auto out = run_batch(*e, rs);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    EXPECT_EQ(out[i].reason, FinishReason::kLength) << i << ": " << out[i].error;
+    EXPECT_EQ(out[i].tokens, want[i]) << "request " << i;
+  }
+  EXPECT_EQ(faults->load(), 4) << "the draft passes did not fail as planned";
+  EXPECT_GT(e->stats().spec.num_accepted_tokens, 0u) << "drafting never resumed";
+  EXPECT_EQ(e->stats().num_request_faults, 0u);
+  expect_all_free(*e);
+}
+
 TEST_F(EngineDraftTest, OptedOutRequestsNeverDraft) {
   auto rs = prompts(50, 3, 20, 24);
   for (auto& r : rs) r.speculate = false;
@@ -179,7 +215,9 @@ TEST_F(EngineDraftTest, GreedyIdenticalAfterPrefixHit) {
   ASSERT_NE(e, nullptr);
   const auto a_out = run_one(*e, a).tokens;
   GenerationRequest b = a;
-  b.prompt.insert(b.prompt.end(), a_out.begin(), a_out.end());
+  std::vector<int32_t> b_prompt = a.prompt.to_vector();
+  b_prompt.insert(b_prompt.end(), a_out.begin(), a_out.end());
+  b.prompt = std::move(b_prompt);
   b.max_tokens = 24;
   const auto b_out = run_one(*e, b).tokens;
   const auto a_again = run_one(*e, a).tokens;

@@ -102,6 +102,35 @@ TEST(EngineFaults, BatchedForwardThrowThatNoSequenceRepeatsAloneFailsNobody) {
   expect_all_free(*e);
 }
 
+// A fault inside a kernel task on a worker thread (kvw-fwd-N), not on the engine thread: the
+// pool carries it to the engine thread, which fails that sequence's pass alone.
+TEST(EngineFaults, KernelWorkerThrowEndsItsRequestAloneAndTheProcessLives) {
+  const std::string model = testutil::tiny_model_path();
+  EngineConfig cfg = config_with_blocks(model, 128);
+  cfg.n_threads = 2;  // a worker thread besides the engine thread
+  auto thrown = std::make_shared<std::atomic<int>>(0);
+  cfg.kernel_fault_hook = [thrown](uint64_t, int32_t max_tokens) {
+    if (max_tokens != kFaulty) return;
+    thrown->fetch_add(1);
+    throw std::bad_alloc();
+  };
+  auto e = make_engine(cfg);
+  ASSERT_NE(e, nullptr);
+  const std::vector<GenerationRequest> rs = batch(e->model().hparams().n_vocab);
+  const auto alone = alone_outputs(model, rs);  // one thread: kernels reduce in a fixed order
+  const auto out = run_batch(*e, rs);
+  EXPECT_GT(thrown->load(), 0) << "the fault never struck a worker";
+  for (int i : {0, 1, 3}) {
+    EXPECT_EQ(out[(size_t)i].reason, FinishReason::kLength) << i << ": " << out[(size_t)i].error;
+    EXPECT_EQ(out[(size_t)i].tokens, alone[(size_t)i]) << "request " << i;
+  }
+  EXPECT_EQ(out[2].reason, FinishReason::kError);
+  EXPECT_EQ(out[2].error_kind, ErrorKind::kOutOfMemory);
+  EXPECT_NE(out[2].error.find("forward pass"), std::string::npos) << out[2].error;
+  EXPECT_EQ(e->stats().num_request_faults, 1u);
+  expect_all_free(*e);
+}
+
 TEST(EngineFaults, EmissionThrowEndsThatRequestAloneWithItsBlocksFreed) {
   const std::string model = testutil::tiny_model_path();
   EngineConfig cfg = config_with_blocks(model, 128);

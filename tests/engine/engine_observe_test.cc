@@ -137,9 +137,10 @@ TEST(EngineObserve, KvEventSinkMirrorsThePrefixCache) {
   const std::vector<int32_t> shared = prompt(3, 48, n_vocab);
   for (uint64_t i = 0; i < 6; ++i) {  // a shared prefix (hits) in a 16-block pool (evictions)
     GenerationRequest r;
-    r.prompt = shared;
+    std::vector<int32_t> p = shared;
     const std::vector<int32_t> tail = prompt(100 + i, 60, n_vocab);
-    r.prompt.insert(r.prompt.end(), tail.begin(), tail.end());
+    p.insert(p.end(), tail.begin(), tail.end());
+    r.prompt = std::move(p);
     r.max_tokens = 20;
     r.ignore_eos = true;
     auto ch = e->submit(r);

@@ -165,7 +165,9 @@ TEST_F(EngineSpecTest, PrefixCacheHoldsOnlyVerifiedTokens) {
   ASSERT_NE(e, nullptr);
   const auto a_out = run_one(*e, a).tokens;
   GenerationRequest b = a;
-  b.prompt.insert(b.prompt.end(), a_out.begin(), a_out.end());
+  std::vector<int32_t> b_prompt = a.prompt.to_vector();
+  b_prompt.insert(b_prompt.end(), a_out.begin(), a_out.end());
+  b.prompt = std::move(b_prompt);
   b.max_tokens = 24;
   const auto b_out = run_one(*e, b).tokens;
   const auto a_again = run_one(*e, a).tokens;  // a prefix hit on A itself

@@ -2,6 +2,8 @@
 // functions and through Scheduler::add_request.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "sched/context_overflow.h"
 #include "sched_test_util.h"
 
@@ -115,7 +117,53 @@ TEST(ContextOverflow, AddRequestAppliesThePolicy) {
     // system [0,8) + turns [20,30) and [30,40): 28 <= 31; turn [8,20) dropped whole.
     EXPECT_EQ(r->num_prompt_tokens, 28);
     EXPECT_EQ(r->turn_starts, (std::vector<int64_t>{0, 8, 18}));
-    EXPECT_EQ(r->token_ids[8], 20);
+    EXPECT_EQ(r->tokens()[8], 20);
+  }
+}
+
+// Issue 30: the n choices of one prompt are n Requests holding one copy of its ids and of its
+// block hashes, and under truncate-left one shortened copy; equal ids in another list are not
+// taken for the same prompt.
+TEST(ContextOverflow, ChoicesOfOnePromptShareItsIdsHashesAndShortenedCopy) {
+  {
+    Harness h(small_kv(), SchedConfig{.max_num_batched_tokens = 64, .max_model_len = 64});
+    const TokenList p(tokens(40, 0));
+    for (uint64_t id : {1, 2}) {
+      ASSERT_TRUE(
+          h.sched.add_request(RequestInput{.id = SeqId{id}, .prompt = p, .max_tokens = 4}).ok());
+    }
+    ASSERT_TRUE(h.sched
+                    .add_request(RequestInput{
+                        .id = SeqId{3}, .prompt = TokenList(tokens(40, 0)), .max_tokens = 4})
+                    .ok());
+    const Request* a = h.sched.find(SeqId{1});
+    const Request* b = h.sched.find(SeqId{2});
+    const Request* c = h.sched.find(SeqId{3});
+    EXPECT_EQ(a->prompt().data(), p.data());
+    EXPECT_EQ(b->prompt().data(), p.data());
+    EXPECT_NE(c->prompt().data(), p.data());
+    ASSERT_EQ(a->prompt_hashes().size(), 2u);  // 40 tokens: two full blocks of 16
+    EXPECT_EQ(a->prompt_hashes().data(), b->prompt_hashes().data());
+    EXPECT_NE(a->prompt_hashes().data(), c->prompt_hashes().data());
+    EXPECT_TRUE(std::ranges::equal(a->prompt_hashes(), c->prompt_hashes()));
+    h.run_to_completion();
+    for (uint64_t id : {1, 2, 3}) EXPECT_EQ(h.reason_of(id), FinishReason::kLength) << id;
+  }
+  {
+    Harness h(small_kv(), SchedConfig{.max_num_batched_tokens = 64,
+                                      .max_model_len = 32,
+                                      .overflow = OverflowPolicy::kTruncateLeft});
+    const TokenList p(tokens(40, 0));
+    for (uint64_t id : {1, 2}) {
+      ASSERT_TRUE(
+          h.sched.add_request(RequestInput{.id = SeqId{id}, .prompt = p, .max_tokens = 4}).ok());
+    }
+    const Request* a = h.sched.find(SeqId{1});
+    const Request* b = h.sched.find(SeqId{2});
+    EXPECT_EQ(std::vector<int32_t>(a->prompt().begin(), a->prompt().end()), tokens(31, 9));
+    EXPECT_EQ(a->prompt().data(), b->prompt().data()) << "one shortened copy for both";
+    EXPECT_EQ(b->num_dropped_prompt_tokens, 9);
+    EXPECT_EQ(h.sched.counters().num_truncated, 2u);
   }
 }
 

@@ -243,6 +243,20 @@ TEST(ServerFaults, BadAllocInOneSequencesForwardPassLeavesTheOthersCompleting) {
   EXPECT_EQ(h.engine->stats().num_request_faults, 1u);
 }
 
+// And for a bad_alloc inside a kernel task on a worker thread (kvw-fwd-1), not the engine
+// thread: the thread pool carries it to the engine thread instead of std::terminate.
+TEST(ServerFaults, BadAllocOnAKernelWorkerThreadLeavesTheOthersCompleting) {
+  Harness h({}, harness::small_model(), /*max_num_seqs=*/4, OverflowPolicy::kError, nullptr,
+            [](EngineConfig& e) {
+              e.n_threads = 2;
+              e.kernel_fault_hook = [](uint64_t, int32_t max_tokens) {
+                if (max_tokens == 13) throw std::bad_alloc();
+              };
+            });
+  expect_only_the_faulty_request_fails(h, 503, "out_of_memory", RefusalReason::kOutOfMemory);
+  EXPECT_EQ(h.engine->stats().num_request_faults, 1u);
+}
+
 // And for a throw while detokenising its third token on the I/O thread: a 500, counted as
 // internal; the I/O thread serves the others on.
 TEST(ServerFaults, ThrowWhileDetokenisingOneChoiceLeavesTheOthersCompleting) {

@@ -29,12 +29,12 @@ TEST(RequestHoldings, SharedCopiesAreChargedOncePerChoiceStateNTimes) {
   const HoldingLimits lim{.max_token_bytes = 16};
   const Holdings one = request_holdings(params(1, true, -1), std::span(&kPrompt, 1), lim);
   const Holdings sixteen = request_holdings(params(16, true, -1), std::span(&kPrompt, 1), lim);
-  EXPECT_EQ(one.shared, sixteen.shared) << "stop strings and logit_bias: one copy";
-  EXPECT_GE(one.shared, 16u * 256 + 100 * 8);
+  EXPECT_EQ(one.shared, sixteen.shared) << "stop strings, logit_bias, prompt ids: one copy";
+  EXPECT_GE(one.shared, 16u * 256 + 100 * 8 + 4 * 1000);
   EXPECT_EQ(sixteen.choices, 16 * one.choices);
-  // A choice: the engine's prompt and output copies, token times, the stop hold-back; the
-  // logit_bias list is shared (model/logit_bias.h), not a choice's.
-  EXPECT_GE(one.choices, 4u * 1000 + 4 * 200 + 8 * 200 + 256);
+  // A choice: the engine's output ids, token times, the stop hold-back; the logit_bias list
+  // (model/logit_bias.h) and the prompt ids (core/token_list.h) are shared, not a choice's.
+  EXPECT_GE(one.choices, 4u * 200 + 8 * 200 + 256);
   EXPECT_EQ(one.answer, 0u) << "a streamed answer's chunks are the stream buffer's";
 }
 
@@ -60,6 +60,25 @@ TEST(RequestHoldings, LogitBiasIsChargedOnceWhateverTheNumberOfChoices) {
   const LogitBias per_choice = list;  // what each choice's sampler keeps
   EXPECT_TRUE(per_choice.shares_with(list));
   EXPECT_EQ(per_choice.size(), 1024u);
+}
+
+// The prompt's ids are one TokenList shared by its choices down to the scheduler's Requests
+// (engine_shared_prompt_test checks the engine keeps that one copy): n = 64 with a 32k-token
+// prompt is charged one prompt copy (with its block hashes), not 64.
+TEST(RequestHoldings, PromptIsChargedOncePerPromptNotPerChoice) {
+  const HoldingLimits lim{.max_token_bytes = 16};
+  const PromptShape long_prompt{.num_tokens = 32000, .max_tokens = 16};
+  const uint64_t prompt_bytes = 4 * 32000;
+  GenParams p1 = params(1, true, -1), p64 = params(64, true, -1);
+  const Holdings one = request_holdings(p1, std::span(&long_prompt, 1), lim);
+  const Holdings many = request_holdings(p64, std::span(&long_prompt, 1), lim);
+  EXPECT_GE(one.total(), prompt_bytes) << "the prompt is charged";
+  // 63 more choices cost their own state (~2.5 KiB each), not 63 more prompt copies (8 MB).
+  EXPECT_LT(many.total() - one.total(), 63 * (kChoiceFixedBytes + 1024));
+  EXPECT_LT(many.total(), 3 * prompt_bytes + 64 * (kChoiceFixedBytes + 1024));
+  const TokenList ids(std::vector<int32_t>(32000, 7));
+  const TokenList per_choice = ids;  // what GenerationRequest::prompt keeps per choice
+  EXPECT_TRUE(per_choice.shares_with(ids));
 }
 
 TEST(RequestHoldings, NonStreamedAnswersChargeTextRecordsAndTheirLargestPart) {

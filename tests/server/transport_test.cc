@@ -163,7 +163,7 @@ TEST(ServerTransport, EngineFaultKindsMapToOneStatusEach) {
   // The real engine's faults carry their kinds.
   Harness h;
   GenerationRequest big;
-  big.prompt.assign(600, 3);  // over max_model_len 512
+  big.prompt = std::vector<int32_t>(600, 3);  // over max_model_len 512
   big.max_tokens = 1;
   auto ch = h.engine->submit(std::move(big));
   ASSERT_TRUE(ch.ok());
