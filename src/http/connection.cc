@@ -21,9 +21,8 @@ Connection::~Connection() {
 }
 
 void Connection::start() {
+  // TCP_NODELAY (each SSE event leaves at once) and SO_SNDBUF come from the listener.
   beast::error_code ec;
-  sock_.set_option(tcp::no_delay(true), ec);
-  sock_.set_option(net::socket_base::send_buffer_size(s_.cfg.socket_send_buffer_bytes()), ec);
   // Synchronous reads return would_block instead of waiting (read_headers reads at once).
   sock_.non_blocking(true, ec);
   if (reject_) {
