@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <new>
+#include <utility>
 
 #include "core/log.h"
 #include "core/thread_name.h"
@@ -20,38 +21,70 @@ Connection::~Connection() {
 }
 
 void Connection::start() {
+  // TCP_NODELAY (each SSE event leaves at once) and SO_SNDBUF come from the listener.
   beast::error_code ec;
-  sock_.set_option(tcp::no_delay(true), ec);
-  sock_.set_option(net::socket_base::send_buffer_size(s_.cfg.socket_send_buffer_bytes()), ec);
+  // Synchronous reads return would_block instead of waiting (read_headers reads at once).
+  sock_.non_blocking(true, ec);
   if (reject_) {
     HttpRequest req;
     HttpResponse res = s_.refuse(Refusal::kTooManyConnections, req);
     res.close = true;
     return write_response(std::move(res));
   }
-  wait_idle();
+  read_headers(/*at_once=*/true);  // a client usually sends its request right after connecting
+}
+
+void Connection::arm(double secs, Expiry on_expiry) {
+  deadline_ = std::chrono::steady_clock::now() + seconds(secs);
+  on_expiry_ = on_expiry;
+  if (timer_waiting_ && timer_.expiry() <= deadline_) return;  // it wakes first, then re-waits
+  wait_for_deadline();
+}
+
+void Connection::wait_for_deadline() {
+  const uint64_t gen = ++timer_gen_;
+  timer_waiting_ = true;
+  timer_.expires_at(deadline_);  // a later pending wait completes aborted (stale by gen)
+  timer_.async_wait([self = shared_from_this(), gen](beast::error_code ec) {
+    if (gen != self->timer_gen_) return;
+    self->timer_waiting_ = false;
+    if (ec || self->phase_ == Phase::kClosed || self->on_expiry_ == nullptr) return;
+    if (std::chrono::steady_clock::now() < self->deadline_) return self->wait_for_deadline();
+    std::exchange(self->on_expiry_, nullptr)(*self);
+  });
 }
 
 void Connection::wait_idle() {
   phase_ = Phase::kIdle;
-  if (buf_.size() > 0) return read_headers();  // a pipelined request is already here
-  buf_.shrink_to_fit();                        // idle connections hold no buffer
+  // A pipelined request is already here. Read asynchronously: answering it at once could
+  // recurse (answer -> wait_idle -> read) as deep as the client pipelines.
+  if (buf_.size() > 0) return read_headers(/*at_once=*/false);
+  buf_.shrink_to_fit();  // idle connections hold no buffer
   arm(s_.cfg.keep_alive_timeout_s, [](Connection& c) { c.close(); });
   const uint64_t gen = ++io_gen_;
   sock_.async_wait(tcp::socket::wait_read, [self = shared_from_this(), gen](beast::error_code ec) {
     if (gen != self->io_gen_ || self->phase_ != Phase::kIdle) return;
     if (ec) return self->close();
-    self->read_headers();
+    self->read_headers(/*at_once=*/true);
   });
 }
 
-void Connection::read_headers() {
+void Connection::read_headers(bool at_once) {
   phase_ = Phase::kHeaders;
   timed_out_ = false;
   req_ = HttpRequest{};
   parser_.emplace();
   parser_->header_limit((std::uint32_t)s_.cfg.max_header_bytes);
   parser_->body_limit(s_.cfg.max_body_bytes);
+  if (at_once) {
+    // Headers that have arrived whole (nearly always) are parsed here, and a refusal at the
+    // door is answered in this same turn of the I/O thread: an async read completes through
+    // the scheduler, often on the other I/O thread.
+    beast::error_code ec;
+    bhttp::read_header(sock_, buf_, *parser_, ec);  // the socket is non-blocking
+    if (ec != net::error::would_block) return on_header(ec);
+    if (buf_.size() == 0 && !parser_->got_some()) return wait_idle();  // nothing came yet
+  }
   arm(s_.cfg.header_timeout_s, [](Connection& c) {
     c.timed_out_ = true;
     beast::error_code ec;
@@ -156,6 +189,23 @@ bool Connection::skip_refused_body() {
   const uint64_t in_buffer = std::min<uint64_t>(buf_.size(), *announced);
   buf_.consume(in_buffer);  // whatever follows it is the next (pipelined) request
   discard_left_ = *announced - in_buffer;
+  // Dropped now, before the answer: the rest of a body sent with its headers is here already,
+  // so no wait for it is needed after the answer. A client gone is noticed after the answer.
+  if (discard_left_ > 0 && !drop_arrived_body()) keep_alive_ = false;
+  return true;
+}
+
+bool Connection::drop_arrived_body() {
+  while (discard_left_ > 0) {
+    const ssize_t n = ::recv(sock_.native_handle(), nullptr,
+                             std::min<uint64_t>(discard_left_, 1u << 20), MSG_TRUNC | MSG_DONTWAIT);
+    if (n > 0) {
+      discard_left_ -= uint64_t(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);  // else closed (0) or failed
+  }
   return true;
 }
 
@@ -166,20 +216,7 @@ void Connection::discard_body() {
   const uint64_t gen = ++io_gen_;
   sock_.async_wait(tcp::socket::wait_read, [self = shared_from_this(), gen](beast::error_code ec) {
     if (gen != self->io_gen_ || self->phase_ != Phase::kDiscarding) return;
-    if (ec) return self->close();
-    // Exactly the body's bytes: what follows belongs to the next request.
-    while (self->discard_left_ > 0) {
-      const ssize_t n =
-          ::recv(self->sock_.native_handle(), nullptr,
-                 std::min<uint64_t>(self->discard_left_, 1u << 20), MSG_TRUNC | MSG_DONTWAIT);
-      if (n > 0) {
-        self->discard_left_ -= uint64_t(n);
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-      return self->close();  // the client closed (0) or failed
-    }
+    if (ec || !self->drop_arrived_body()) return self->close();
     self->disarm();
     self->discard_body();
   });
@@ -323,7 +360,9 @@ void Connection::close() {
   phase_ = Phase::kClosed;
   if (kind_ == ConnKind::kRegular) --s_.regular_connections;
   if (kind_ == ConnKind::kProbeOnly) --s_.probe_connections;
-  ++timer_gen_;
+  ++timer_gen_;  // the pending wait (it holds the connection) completes aborted and stale
+  on_expiry_ = nullptr;
+  timer_waiting_ = false;
   beast::error_code ec;
   timer_.cancel();
   hangup_timer_.cancel();

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -67,24 +68,22 @@ class Connection : public std::enable_shared_from_this<Connection> {
     kClosed
   };
 
-  // --- timers: a generation number makes stale expiries harmless.
-  template <typename Fn>
-  void arm(double secs, Fn on_expiry) {
-    const uint64_t gen = ++timer_gen_;
-    timer_.expires_after(seconds(secs));
-    timer_.async_wait([self = shared_from_this(), gen, on_expiry](beast::error_code ec) {
-      if (ec || gen != self->timer_gen_ || self->phase_ == Phase::kClosed) return;
-      on_expiry(*self);
-    });
-  }
-  void disarm() {
-    ++timer_gen_;
-    timer_.cancel();
-  }
+  // --- the connection's one deadline. A request moves it several times (idle, headers, write)
+  // and a stream once per write, nearly always later: re-arming the Asio timer each time cost
+  // a timer-queue update, an aborted handler through the scheduler and often a
+  // timerfd_settime. So the timer is only re-armed when the deadline comes earlier than its
+  // pending expiry; one that expires early waits again for the deadline. `on_expiry` runs
+  // once, on the strand, unless disarm() or another arm() comes first.
+  using Expiry = void (*)(Connection&);
+  void arm(double secs, Expiry on_expiry);
+  void disarm() { on_expiry_ = nullptr; }
+  void wait_for_deadline();
 
   // --- reading a request.
   void wait_idle();
-  void read_headers();
+  // at_once: try a non-blocking read and parse first (only from a fresh stack: on_header may
+  // answer and come back here); else, and for what has not arrived, an async read.
+  void read_headers(bool at_once);
   void on_header(beast::error_code ec);
 
   // Runs the route's door check; true when it answered (the request ends here, its body, if
@@ -92,9 +91,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool check_door();
   // After a door refusal: whether the unread body can be skipped instead of closing (it has a
   // Content-Length within max_discard_bytes and no 100-continue is awaited). Takes the part
-  // already in the read buffer and leaves the rest in discard_left_.
+  // already in the read buffer, drops what has arrived behind it and leaves the rest (usually
+  // nothing: a client sends a small body with its headers) in discard_left_.
   bool skip_refused_body();
-  // Drops discard_left_ body bytes from the socket (MSG_TRUNC), then waits for the next request.
+  // Drops up to discard_left_ bytes that have arrived (recv MSG_TRUNC: no copy, no buffer);
+  // exactly the body's, what follows is the next request. False when the client closed or the
+  // socket failed.
+  bool drop_arrived_body();
+  // Drops the rest of discard_left_ as it arrives, then waits for the next request.
   void discard_body();
   void on_memory(ByteLease lease);
   void read_body();
@@ -106,8 +110,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void send(HttpResponse res);
   void refuse(Refusal r);
 
-  // --- writing a whole response.
+  // --- writing a whole response: sent at once when the socket takes it all (a refusal, most
+  // small answers), else written asynchronously under the write timeout.
   void write_response(HttpResponse res);
+  // The answer is out: close, skip the rest of a refused body, or wait for the next request.
+  void after_write(bool close_after);
 
   // --- streaming.
   void start_stream(std::shared_ptr<ResponseStream> stream, bool close_after);
@@ -150,7 +157,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const ConnKind kind_;
   const bool reject_;
   Phase phase_ = Phase::kIdle;
-  uint64_t timer_gen_ = 0;
+  std::chrono::steady_clock::time_point deadline_;
+  Expiry on_expiry_ = nullptr;  // null: no deadline
+  bool timer_waiting_ = false;  // timer_ has a wait pending (its expiry() is when)
+  uint64_t timer_gen_ = 0;      // of the pending wait: a replaced or cancelled one is stale
   uint64_t io_gen_ = 0;
   bool timed_out_ = false;
   bool keep_alive_ = true;

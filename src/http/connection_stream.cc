@@ -19,19 +19,39 @@ void Connection::write_response(HttpResponse res) {
   append_head(out_, res.status, res.content_type, res.headers, close_after);
   out_ += "Content-Length: " + std::to_string(res.body.size()) + "\r\n\r\n";
   out_ += res.body;
+  // One non-blocking send first: an answer that fits the socket's buffer (every refusal) is
+  // done here, without an async write whose completion passes through the scheduler (often
+  // waking the other I/O thread) and the strand.
+  size_t sent = 0;
+  while (sent < out_.size()) {
+    const ssize_t n = ::send(sock_.native_handle(), out_.data() + sent, out_.size() - sent,
+                             MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += size_t(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    return close();  // the client is gone
+  }
+  if (sent == out_.size()) return after_write(close_after);
   arm(s_.cfg.write_timeout_s, [](Connection& c) { c.close(); });
-  net::async_write(sock_, net::buffer(out_),
+  net::async_write(sock_, net::buffer(out_.data() + sent, out_.size() - sent),
                    [self = shared_from_this(), close_after](beast::error_code ec, size_t) {
                      if (self->phase_ != Phase::kWriting) return;
                      self->disarm();
-                     self->out_.clear();
-                     self->out_.shrink_to_fit();
-                     self->set_busy(false);
                      if (ec) return self->close();
-                     if (close_after) return self->linger_close();
-                     if (self->discard_left_ > 0) return self->discard_body();
-                     self->wait_idle();
+                     self->after_write(close_after);
                    });
+}
+
+void Connection::after_write(bool close_after) {
+  out_.clear();
+  out_.shrink_to_fit();
+  set_busy(false);
+  if (close_after) return linger_close();
+  if (discard_left_ > 0) return discard_body();
+  wait_idle();
 }
 
 void Connection::start_stream(std::shared_ptr<ResponseStream> stream, bool close_after) {

@@ -120,6 +120,13 @@ Status HttpServer::start() {
   const tcp::endpoint ep = results.begin()->endpoint();
   s.acceptor.open(ep.protocol(), ec);
   if (!ec) s.acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  // Set once here: Linux gives accepted connections the listener's TCP_NODELAY and SO_SNDBUF,
+  // which saves two setsockopt calls per connection (a refusal on a new connection is ~20
+  // syscalls in all).
+  if (!ec) s.acceptor.set_option(tcp::no_delay(true), ec);
+  if (!ec) {
+    s.acceptor.set_option(net::socket_base::send_buffer_size(s.cfg.socket_send_buffer_bytes()), ec);
+  }
   if (!ec) s.acceptor.bind(ep, ec);
   if (!ec) s.acceptor.listen(s.cfg.listen_backlog, ec);
   if (ec) {

@@ -27,7 +27,11 @@
 //    one poll handed over (a whole non-streamed answer is written in full to a client that
 //    reads it, however large);
 //  - TCP_NODELAY on every connection (each SSE event leaves at once), and SO_SNDBUF from the
-//    stream budget (socket_send_buffer_bytes), so the kernel's copy of an answer is bounded too;
+//    stream budget (socket_send_buffer_bytes), so the kernel's copy of an answer is bounded too
+//    (both set on the listener, which Linux copies to every accepted connection);
+//  - a door refusal is answered in the turn of the I/O thread that finds its headers: parsed
+//    from a non-blocking read, the answer sent with one send, a small body dropped as it
+//    arrives; no async round trip, no timer re-armed (one deadline per connection);
 //  - HTTP/1.0 clients get streams unchunked, ended by closing the connection.
 // Thread safety: add_route and start from one controlling thread before serving; stop() from
 // that thread; stats() from any thread.

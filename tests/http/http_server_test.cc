@@ -293,6 +293,49 @@ TEST(HttpServer, ExpectContinueGetsAnInterimAnswerBeforeTheBody) {
   ::close(fd);
 }
 
+// The connection keeps one deadline, moved by each phase and mostly later (idle, headers,
+// write): an expiry that comes before the deadline waits again, an earlier deadline re-arms.
+// After an answer (written under a 30 s write deadline) an idle connection still closes at
+// keep_alive_timeout_s; headers begun after a 5 s keep-alive wait are still cut at
+// header_timeout_s.
+TEST(HttpServer, EachPhaseMeetsItsOwnDeadlineWhateverCameBefore) {
+  auto ok = [](HttpRequest&, HttpResponse& res) { res.set_content("ok", "text/plain"); };
+  HttpServerConfig c = test_config();
+  c.keep_alive_timeout_s = 0.3;
+  c.header_timeout_s = 5;
+  {
+    HttpServer s(c, refuse);
+    s.add_route("GET", "/ok", ok, {.inline_io = true});
+    ASSERT_TRUE(s.start().ok());
+    const int fd = connect_to(s.port());
+    send_all(fd, get("/ok"));
+    EXPECT_EQ(status_of(read_until(fd, 3s, has_response_end)), 200);
+    const auto t0 = Clock::now();
+    bool closed = false;
+    read_until(
+        fd, 4s, [](const std::string&) { return false; }, &closed);
+    EXPECT_TRUE(closed);
+    EXPECT_LT(Clock::now() - t0, 2500ms) << "closed at the keep-alive timeout, not a later one";
+    ::close(fd);
+  }
+  c.keep_alive_timeout_s = 5;
+  c.header_timeout_s = 0.3;
+  {
+    HttpServer s(c, refuse);
+    s.add_route("GET", "/ok", ok, {.inline_io = true});
+    ASSERT_TRUE(s.start().ok());
+    const int fd = connect_to(s.port());
+    send_all(fd, get("/ok"));
+    EXPECT_EQ(status_of(read_until(fd, 3s, has_response_end)), 200);
+    const auto t0 = Clock::now();
+    send_all(fd, "GET /ok HTTP/1.1\r\nHo");  // headers that never end
+    const std::string r = read_until(fd, 4s, has_response_end);
+    EXPECT_EQ(status_of(r), 408) << r;
+    EXPECT_LT(Clock::now() - t0, 2500ms) << "cut at the header timeout, not the keep-alive one";
+    ::close(fd);
+  }
+}
+
 }  // namespace
 }  // namespace kvw::http
 
