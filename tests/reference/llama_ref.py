@@ -158,6 +158,36 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
+# GGML types whose matmul reads Q8_0-rounded activations in the engine (its packed int8 GEMM),
+# where the reference applies the same rounding: Q5_0 (6) and IQ4_NL (20). Q4_0 and Q8_0 do too
+# in the engine; their cases' tolerances were set without it.
+_Q8_ACT_TYPES = {6, 20}
+
+
+def q8_0_activations(v):
+    """v rounded as quantize_row_q8_0 does in float32 (d = amax / 127 per 32 values, q =
+    rint(v / d), d stored in fp16), back in float64."""
+    v32 = np.asarray(v).astype(np.float32)
+    shape = v32.shape
+    v32 = v32.reshape(-1, 32)
+    d = np.abs(v32).max(axis=1, keepdims=True) / np.float32(127)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    q = np.rint(v32 * inv)
+    return (q * d.astype(np.float16).astype(np.float64)).reshape(shape)
+
+
+class Q8ActWeight(np.ndarray):
+    """A weight matrix (or a slice or transpose of one) whose matmul input is rounded to Q8_0
+    first, as the engine's int8 GEMM reads it; every other operation sees a plain array."""
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        args = [np.asarray(x) for x in inputs]
+        if ufunc is np.matmul and method == "__call__" and isinstance(inputs[1], Q8ActWeight):
+            args[0] = q8_0_activations(args[0])
+        return getattr(ufunc, method)(*args, **kwargs)
+
+
 class LlamaRef:
     def __init__(self, path):
         f = GgufFile(path)
@@ -165,7 +195,10 @@ class LlamaRef:
         self.hp = hp = Hparams(f)
 
         def w(name):
-            return f.tensor(name).astype(np.float64)
+            t = f.tensor(name).astype(np.float64)
+            if f.tensors[name].ggml_type in _Q8_ACT_TYPES and t.ndim == 2:
+                return t.view(Q8ActWeight)
+            return t
 
         def opt(name):
             return w(name) if f.has_tensor(name) else None
