@@ -145,6 +145,9 @@ TEST(ServerControlPlane, HealthAnswersWhileMaxConnectionsAreHeld) {
 
   for (int round = 0; round < 3; ++round) {
     for (const char* path : {"/health", "/ready", "/metrics"}) {
+      // The previous probe's slot is free once the server has seen its client close: since
+      // refusals are answered in one turn, a reconnect at once could arrive before that.
+      ASSERT_TRUE(wait_for([&] { return h.server->transport().probe_connections == 0; }));
       bool closed = false;
       const std::string got =
           exchange(port, std::string("GET ") + path + " HTTP/1.1\r\nHost: x\r\n\r\n", closed);
