@@ -1,5 +1,5 @@
 // kernels/x86/avx2_dequant.cc: matmul_dequant (kernels/dequant_matmul.cc) for Q4_1, Q5_1,
-// Q2_K, Q3_K, IQ4_XS and MXFP4 in AVX2, bit for bit (the last four unpacked 32 elements
+// Q2_K, Q3_K and IQ4_XS in AVX2, bit for bit (the last three unpacked 32 elements
 // at a time by x86/lowbit_unpack.h). Compiled with -mavx2 -mfma -mf16c -ffp-contract=off; every x86
 // table's matmul routes these types here.
 //
@@ -111,10 +111,6 @@ void row_tile(const uint8_t* row, int64_t nb, const float* x, int64_t n_in, int6
           w[k] = _mm256_sub_ps(w[k], _mm256_set1_ps(sc.m[2 * c + k / 2]));
         }
       }
-    } else if constexpr (T == GgmlType::kMXFP4) {
-      float d;
-      to_floats_i8(x86::mxfp4_levels(row, b, &d), w);
-      for (int k = 0; k < 4; ++k) w[k] = _mm256_mul_ps(w[k], _mm256_set1_ps(d));
     } else {
       unpack<T>(row, b, w);
     }

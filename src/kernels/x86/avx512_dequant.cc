@@ -1,5 +1,5 @@
 // kernels/x86/avx512_dequant.cc: matmul_dequant (kernels/dequant_matmul.cc) for Q4_1, Q5_1,
-// Q2_K, Q3_K, IQ4_XS and MXFP4 in AVX-512, bit for bit (the last four unpacked 32
+// Q2_K, Q3_K and IQ4_XS in AVX-512, bit for bit (the last three unpacked 32
 // elements at a time by x86/lowbit_unpack.h). Compiled with the AVX-512 flags and
 // -ffp-contract=off; the avx512 and avx512vnni tables' matmul routes these types here (the AVX2
 // tables: avx2_dequant.cc).
@@ -103,11 +103,6 @@ void row_tile(const uint8_t* row, int64_t nb, const float* x, int64_t n_in, int6
           w[k] = _mm512_sub_ps(w[k], _mm512_set1_ps(sc.m[2 * c + k]));
         }
       }
-    } else if constexpr (T == GgmlType::kMXFP4) {
-      float d;
-      const __m256i q = x86::mxfp4_levels(row, b, &d);
-      const __m128i lv[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
-      for (int k = 0; k < 2; ++k) w[k] = _mm512_mul_ps(to_floats(lv[k]), _mm512_set1_ps(d));
     } else {
       unpack<T>(row, b, w);
     }

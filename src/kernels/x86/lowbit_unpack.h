@@ -1,4 +1,4 @@
-// kernels/x86/lowbit_unpack.h: a 32-element sub-block of a Q2_K, Q3_K, IQ4_XS or MXFP4 row as
+// kernels/x86/lowbit_unpack.h: a 32-element sub-block of a Q2_K, Q3_K or IQ4_XS row as
 // 32 int8 levels, and the float scale (and Q2_K's min) of each 16-element half, for the AVX2 and
 // AVX-512 matmul_dequant kernels (avx2_dequant.cc, avx512_dequant.cc).
 // The scales are the scalar reference's float expressions (gguf/quant_k_low.cc,
@@ -22,8 +22,7 @@ template <GgmlType T>
 constexpr int64_t lowbit_bytes_per_32() {
   if constexpr (T == GgmlType::kQ2_K) return sizeof(BlockQ2_K) / 8;
   if constexpr (T == GgmlType::kQ3_K) return sizeof(BlockQ3_K) / 8;
-  if constexpr (T == GgmlType::kIQ4_XS) return sizeof(BlockIQ4_XS) / 8;
-  return sizeof(BlockMXFP4);
+  return sizeof(BlockIQ4_XS) / 8;
 }
 
 inline float lowbit_half_to_float(uint16_t h) {
@@ -112,14 +111,6 @@ inline __m256i lowbit_levels(const uint8_t* block, int c) {
     const auto& blk = *reinterpret_cast<const BlockIQ4_XS*>(block);
     return table_nibbles(kIq4NlValues, blk.qs + 16 * c);
   }
-}
-
-// MXFP4 block b: 32 int8 levels and its power-of-two scale.
-inline __m256i mxfp4_levels(const uint8_t* row, int64_t b, float* d) {
-  const auto& blk = reinterpret_cast<const BlockMXFP4*>(row)[b];
-  const uint32_t bits = blk.e < 2 ? 0x00200000u << blk.e : static_cast<uint32_t>(blk.e - 1) << 23;
-  __builtin_memcpy(d, &bits, 4);
-  return table_nibbles(kMxfp4Values, blk.qs);
 }
 
 }  // namespace
