@@ -128,6 +128,9 @@ def main():
     ap.add_argument("--warmup", type=float, default=60,
                     help="seconds before the first window, for the fillers' lengths to spread out")
     ap.add_argument("--senders", type=int, default=16)
+    ap.add_argument("--cycles", type=int, default=1,
+                    help="quiet/storm pairs before the last quiet window; with several short "
+                         "windows the fillers' slow drift (their contexts grow) averages out")
     ap.add_argument("--keep-alive", action="store_true",
                     help="each sender reuses its connection (as SDK clients do) while the server keeps it")
     a = ap.parse_args()
@@ -142,7 +145,7 @@ def main():
         t.start()
     time.sleep(a.warmup)
     rows = []
-    for phase in ("quiet", "storm", "quiet"):
+    for phase in ["quiet", "storm"] * a.cycles + ["quiet"]:
         before, t0 = scrape(host, port), time.time()
         res = {"answers": {}, "retry_after": 0, "errors": 0, "connections": 0}
         if phase == "storm":
@@ -150,22 +153,31 @@ def main():
         else:
             time.sleep(a.window)
         after, dt = scrape(host, port), time.time() - t0
-        rows.append((phase, (after["tokens"] - before["tokens"]) / dt, res,
+        rows.append((phase, after["tokens"] - before["tokens"], res,
                      after["io_cpu"] - before["io_cpu"], after["cpu"] - before["cpu"], dt))
     stop.set()
-    quiet = (rows[0][1] + rows[2][1]) / 2
-    print(f"refusal storm: {a.rate:.0f}/s offered, {a.prompt_kb} KB prompts, {a.window:.0f} s windows, "
-          f"{a.fill} long requests keeping admission full, "
-          f"{rows[1][2]['connections']} storm connections ({'kept alive' if a.keep_alive else 'one per request'})")
+
+    def rate(name):  # tokens/s over every window of that phase together
+        sel = [r for r in rows if r[0] == name]
+        return sum(r[1] for r in sel) / sum(r[5] for r in sel)
+    quiet = rate("quiet")
+    storms = [r for r in rows if r[0] == "storm"]
+    print(f"refusal storm: {a.rate:.0f}/s offered, {a.prompt_kb} KB prompts, {a.cycles} x {a.window:.0f} s storm "
+          f"windows between quiet ones, {a.fill} long requests keeping admission full, "
+          f"{sum(r[2]['connections'] for r in storms)} storm connections "
+          f"({'kept alive' if a.keep_alive else 'one per request'})")
     print("| window | tokens/s | vs quiet | answers | answered/s | Retry-After | I/O+handler CPU per answer | process CPU (cores) |")
     print("|---|---|---|---|---|---|---|---|")
-    for phase, tps, res, io_cpu, cpu, dt in rows:
+    for phase, tokens, res, io_cpu, cpu, dt in rows:
+        tps = tokens / dt
         n = sum(res["answers"].values())
         per = f"{io_cpu / n * 1e6:.0f} us" if n else "-"
         ans = " ".join(f"{k}:{v}" for k, v in sorted(res["answers"].items())) or "-"
         ra = f"{res['retry_after'] / n:.2f}" if n else "-"
         print(f"| {phase} | {tps:.0f} | {tps / quiet:.2f} | {ans} | {n / dt:.0f} | {ra} | {per} | {cpu / dt:.2f} |")
-    errors = rows[1][2]["errors"]
+    if a.cycles > 1:
+        print(f"all storm windows against all quiet windows: {rate('storm') / quiet:.2f}")
+    errors = sum(r[2]["errors"] for r in storms)
     if errors:
         print(f"connection errors during the storm: {errors}")
 

@@ -17,7 +17,8 @@
 #                never committed) with -np 16 on the same file and cores; it has no admission
 #                limit, so it queues instead of refusing.
 # Environment: KVW (build/apps/kvwarden/kvwarden), LLAMA_SERVER, SERVER_CPUS (0), CLIENT_CPUS
-# (1), RATE (300), PROMPT_KB (30), WINDOW (20), WARMUP (60), FILL_TOKENS (1500:3500; 4000:4000
+# (1), RATE (300), PROMPT_KB (30), WINDOW (20), CYCLES (1: quiet/storm pairs before the last
+# quiet window; e.g. CYCLES=8 WINDOW=6 averages out the fillers' drift), WARMUP (60), FILL_TOKENS (1500:3500; 4000:4000
 # keeps admission full with no gap for 2 minutes, so every storm request is a door refusal),
 # KEEP_ALIVE (unset; 1: storm senders reuse their connections), DURATION (600; 180 for a short run), QUIET (60), OUT (a
 # temp dir: logs and JSON reports), PORT (8471). Not part of ctest: it wants a quiet machine.
@@ -62,7 +63,7 @@ run_refusal() {
   PIDS+=("$pid")
   wait_healthy "http://127.0.0.1:$PORT" 120
   client python3 bench/refusal_storm.py --url "http://127.0.0.1:$PORT" --rate "${RATE:-300}" \
-    --prompt-kb "${PROMPT_KB:-30}" --window "${WINDOW:-20}" --warmup "${WARMUP:-60}" --fill 32 \
+    --prompt-kb "${PROMPT_KB:-30}" --window "${WINDOW:-20}" --cycles "${CYCLES:-1}" --warmup "${WARMUP:-60}" --fill 32 \
     --fill-tokens "${FILL_TOKENS:-1500:3500}" ${KEEP_ALIVE:+--keep-alive} |
     tee "$OUT/refusal.md"
   stop_server "$pid"

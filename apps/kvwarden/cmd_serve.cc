@@ -222,6 +222,8 @@ nlohmann::json config_json(const ServeFlags& f) {
           {"header_timeout_s", s.http.header_timeout_s},
           {"max_queue", s.admission.max_queue},
           {"max_queue_wait_s", s.admission.max_queue_wait_s},
+          {"refusal_hold_s", s.pacing.hold_s},
+          {"refusal_hold_after", s.pacing.hold_after},
           {"breaker_kv_threshold", s.breaker.kv_high},
           {"latency_sla_s", s.breaker.latency_sla_s},
           {"threads", e.n_threads},
@@ -455,6 +457,17 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "request (each of its n choices) still queued this long after admission (its "
                   "prefill not begun) is dropped from the engine and gets 503 + Retry-After, "
                   "streamed or not (nothing was sent); one whose prefill has begun runs on")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--refusal-hold", s.pacing.hold_s,
+                  "Seconds a 429 (admission full) is held before it is written while the door "
+                  "refuses more than --refusal-hold-after requests a second (a retry storm), so "
+                  "clients that ignore Retry-After retry at most once per hold (0: off; never "
+                  "longer than the Retry-After it carries)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--refusal-hold-after", s.pacing.hold_after,
+                  "Door refusals within a second before --refusal-hold applies")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--breaker-kv-threshold", s.breaker.kv_high,

@@ -177,6 +177,17 @@ bool Connection::check_door() {
   // A body left unread would be parsed as the next request: skip it, or close after answering.
   if (body_pending_ && !early->close && keep_alive_ && skip_refused_body()) body_pending_ = false;
   early->close = early->close || body_pending_;
+  if (early->hold_s > 0) {
+    phase_ = Phase::kHolding;
+    held_ = std::move(*early);
+    ++s_.held_now;
+    ++s_.held_total;
+    arm(held_->hold_s, [](Connection& c) {
+      --c.s_.held_now;
+      c.send(*std::exchange(c.held_, std::nullopt));
+    });
+    return true;
+  }
   send(std::move(*early));
   return true;
 }
@@ -371,6 +382,8 @@ void Connection::close() {
   sock_.shutdown(tcp::socket::shutdown_both, ec);
   sock_.close(ec);
   req_ = HttpRequest{};
+  if (held_) --s_.held_now;
+  held_.reset();
   parser_.reset();
   --s_.open_connections;
 }

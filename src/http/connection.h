@@ -63,6 +63,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     kHandling,
     kWriting,
     kDiscarding,  // dropping the rest of a body refused at the door (keep-alive)
+    kHolding,     // a door refusal waits out its hold (HttpResponse::hold_s) before it is sent
     kStreaming,
     kLinger,
     kClosed
@@ -175,6 +176,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const Route* route_ = nullptr;
   uint64_t memory_ticket_ = 0;
   std::string out_;
+  std::optional<HttpResponse> held_;  // the door refusal being held
   // Streaming.
   std::shared_ptr<ResponseStream> stream_;
   std::shared_ptr<std::atomic<bool>> wake_pending_ = std::make_shared<std::atomic<bool>>(false);

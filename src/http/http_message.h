@@ -81,6 +81,9 @@ struct HttpResponse {
   std::string body;
   std::shared_ptr<ResponseStream> stream;  // when set: status, headers and body come from it
   bool close = false;                      // close the connection after this response
+  // A door refusal is written only after this many seconds (RefusalPacer): a client that
+  // retries as soon as it is answered then retries at most once per hold.
+  double hold_s = 0;
 
   void set_header(std::string name, std::string value);
   void set_content(std::string b, std::string type) {

@@ -217,6 +217,8 @@ HttpServerStats HttpServer::stats() const {
           .probe_connections = s.probe_connections.load(),
           .rejected_connections_total = s.rejected_total.load(),
           .slow_consumers_total = s.slow_total.load(),
+          .held_refusals = s.held_now.load(),
+          .held_refusals_total = s.held_total.load(),
           .stream_buffered_bytes = s.stream_buffered.load(),
           .request_memory = s.request_memory.stats()};
 }

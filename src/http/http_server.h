@@ -117,6 +117,8 @@ struct HttpServerStats {
   uint64_t probe_connections = 0;           // now: accepted beyond max_connections
   uint64_t rejected_connections_total = 0;  // over max_connections (+ probe allowance)
   uint64_t slow_consumers_total = 0;
+  uint64_t held_refusals = 0;  // now: door refusals waiting out their hold (hold_s)
+  uint64_t held_refusals_total = 0;
   uint64_t stream_buffered_bytes = 0;  // now: unsent bytes over all streams
   ByteBudgetStats request_memory;
 };

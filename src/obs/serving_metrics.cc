@@ -188,6 +188,13 @@ void ServingMetrics::init_kvwarden() {
   http_rejected_ = &r.counter("kvwarden_http_connections_rejected_total",
                               "Connections answered 503 at once (over --max-connections).")
                         .with({});
+  http_held_ = &r.gauge("kvwarden_http_refusals_held",
+                        "429s being held before they are written (--refusal-hold).")
+                    .with({});
+  http_held_total_ = &r.counter("kvwarden_http_refusals_held_total",
+                                "429s held before they were written (--refusal-hold): retry "
+                                "storms paced.")
+                          .with({});
   http_slow_ = &r.counter("kvwarden_http_slow_consumers_total",
                           "Streams dropped because the client read too slowly.")
                     .with({});
@@ -347,6 +354,8 @@ void ServingMetrics::update_transport(const http::HttpServerStats& t) {
   http_accepted_->set_total(double(t.accepted_total));
   http_rejected_->set_total(double(t.rejected_connections_total));
   http_slow_->set_total(double(t.slow_consumers_total));
+  http_held_->set(double(t.held_refusals));
+  http_held_total_->set_total(double(t.held_refusals_total));
   req_mem_used_->set(double(t.request_memory.used));
   req_mem_capacity_->set(double(t.request_memory.capacity));
   req_mem_peak_->set(double(t.request_memory.peak));

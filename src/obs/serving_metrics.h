@@ -118,7 +118,9 @@ class ServingMetrics {
   Family<Counter>* thread_cpu_;  // by thread role (kvw-io, kvw-engine, kvw-fwd, ...)
   Gauge *http_conns_, *http_peak_conns_, *http_streams_, *http_buffered_, *http_preparing_,
       *req_mem_used_, *req_mem_capacity_, *req_mem_peak_, *req_mem_waiting_;
-  Counter *http_accepted_, *http_rejected_, *http_slow_, *req_mem_timeouts_, *defrag_moves_;
+  Gauge* http_held_;
+  Counter *http_accepted_, *http_rejected_, *http_slow_, *http_held_total_, *req_mem_timeouts_,
+      *defrag_moves_;
   Counter *window_freed_, *prefix_evictions_;
   Counter *kv_events_published_, *kv_events_dropped_, *kv_batches_published_, *kv_batches_dropped_;
   Gauge* kv_events_queued_;

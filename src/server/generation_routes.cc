@@ -482,6 +482,8 @@ std::optional<HttpResponse> generation_door(ServerState& st, HttpRequest& req) {
   st.counters.num_requests.fetch_add(1);  // refused requests count as received, as before
   HttpResponse res;
   send_error(st, res, *e);
+  // Only "full" is paced: a drain or a shedding breaker should move clients on at once.
+  if (e->status == 429) res.hold_s = st.pacer.on_refusal(now_s(), e->retry_after_s);
   return res;
 }
 

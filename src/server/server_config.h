@@ -10,6 +10,7 @@
 #include "http/http_server.h"
 #include "server/admission.h"
 #include "server/breaker.h"
+#include "server/refusal_pacer.h"
 
 namespace kvw::server {
 
@@ -29,6 +30,7 @@ struct ServerConfig {
   // template and the vocabulary (tools/tool_parser.h).
   std::string tool_call_parser;
   AdmissionConfig admission;
+  RefusalPacing pacing;  // how door refusals are held in a retry storm (refusal_pacer.h)
   BreakerConfig breaker;
   // Tests only (fault injection, issue 30): called on an I/O thread before each generated
   // token is detokenised, with the choice's prompt length and its tokens so far; what it

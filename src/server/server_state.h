@@ -32,6 +32,7 @@ struct ServerState {
   tools::ToolCallFormat tool_format = tools::ToolCallFormat::kHermes;  // how the model calls tools
   bool harmony_output = false;  // chat answers are harmony channels (tool_calling.h writes_harmony)
   AdmissionController admission;
+  RefusalPacer pacer;
   Breaker breaker;
   LatencyWindow latency;
   RefusalCounters refusals;
@@ -48,7 +49,11 @@ struct ServerState {
   }
 
   ServerState(const ServerConfig& c, Engine& e)
-      : cfg(c), engine(&e), admission(c.admission, e.limits().max_num_seqs), breaker(c.breaker) {}
+      : cfg(c),
+        engine(&e),
+        admission(c.admission, e.limits().max_num_seqs),
+        pacer(c.pacing),
+        breaker(c.breaker) {}
 
   const Tokenizer& tokenizer() const { return engine->tokenizer(); }
   // The vocabulary's byte trie for constrained decoding, built on first use (a server that never

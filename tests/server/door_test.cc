@@ -220,5 +220,58 @@ TEST(ServerDoor, DoorSlotGoesBackOnEveryEarlyExit) {
             h.server->transport_config().reserve_fixed_bytes);
 }
 
+// Sends a whole small completion on `fd` and reads one answer (headers + Content-Length body).
+std::string ask_once(int fd) {
+  const std::string body = R"({"prompt":"hi","max_tokens":1})";
+  EXPECT_TRUE(send_all(fd, headers_only("/v1/completions", body.size()) + body));
+  std::string got;
+  char buf[4096];
+  while (true) {
+    const size_t end = got.find("\r\n\r\n");
+    if (end != std::string::npos) {
+      const size_t cl = got.find("Content-Length: ");
+      if (cl != std::string::npos && got.size() >= end + 4 + std::stoul(got.substr(cl + 16))) break;
+    }
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, size_t(n));
+  }
+  return got;
+}
+
+// Issue 34, retry storms: once the door refuses more than --refusal-hold-after requests a
+// second, a 429 is written only after --refusal-hold, so a client that retries the moment it
+// is answered (ignoring Retry-After) retries at most once per hold. The kept-alive connection
+// survives the hold and serves the next request.
+TEST(ServerDoor, StormRefusalsAreHeldBeforeTheyAreWritten) {
+  ServerConfig cfg;
+  cfg.admission.max_queue = 1;
+  cfg.pacing = {.hold_s = 0.6, .hold_after = 2};
+  BusyServer b(cfg);
+  Harness& h = *b.h;
+  b.start_stream();  // runs
+  b.start_stream();  // queues: admission is full
+  const int fd = connect_to(h.server->port());
+  ASSERT_GE(fd, 0);
+  for (int i = 0; i < 2; ++i) {  // within the allowance: answered at once, none held
+    const std::string got = ask_once(fd);
+    ASSERT_TRUE(got.starts_with("HTTP/1.1 429")) << got;
+    EXPECT_EQ(h.server->transport().held_refusals_total, 0u);
+  }
+  for (int i = 0; i < 2; ++i) {
+    const auto t0 = Clock::now();
+    const std::string got = ask_once(fd);
+    const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+    ASSERT_TRUE(got.starts_with("HTTP/1.1 429")) << got;
+    EXPECT_NE(got.find("Retry-After: "), std::string::npos) << got;
+    EXPECT_GE(waited, 0.55) << "a storm refusal was written before its hold";
+  }
+  ::close(fd);
+  EXPECT_EQ(h.server->transport().held_refusals_total, 2u);
+  EXPECT_EQ(h.server->transport().held_refusals, 0u);
+  EXPECT_EQ(sample(b.metrics(), "kvwarden_http_refusals_held_total"), 2);
+  EXPECT_EQ(h.server->refusals().get(RefusalReason::kQueueFull), 4u);
+}
+
 }  // namespace
 }  // namespace kvw::server
