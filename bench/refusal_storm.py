@@ -177,6 +177,16 @@ def main():
         print(f"| {phase} | {tps:.0f} | {tps / quiet:.2f} | {ans} | {n / dt:.0f} | {ra} | {per} | {cpu / dt:.2f} |")
     if a.cycles > 1:
         print(f"all storm windows against all quiet windows: {rate('storm') / quiet:.2f}")
+    # The I/O threads also stream the fillers' tokens: their CPU rate in the quiet windows is
+    # taken off the storm windows' before dividing by the refusals.
+    def io_rate(name):
+        sel = [r for r in rows if r[0] == name]
+        return sum(r[3] for r in sel) / sum(r[5] for r in sel)
+    answered = sum(sum(r[2]["answers"].values()) for r in storms) / sum(r[5] for r in storms)
+    if answered > 0:
+        print(f"I/O+handler CPU per refusal beyond the quiet windows' (streaming the fillers): "
+              f"{(io_rate('storm') - io_rate('quiet')) / answered * 1e6:.0f} us; the storm windows "
+              f"spent {io_rate('storm') - io_rate('quiet'):.3f} cores more on I/O than the quiet ones")
     errors = sum(r[2]["errors"] for r in storms)
     if errors:
         print(f"connection errors during the storm: {errors}")
