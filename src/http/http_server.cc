@@ -218,6 +218,7 @@ HttpServerStats HttpServer::stats() const {
           .rejected_connections_total = s.rejected_total.load(),
           .slow_consumers_total = s.slow_total.load(),
           .stream_buffered_bytes = s.stream_buffered.load(),
+          .header_bytes_copied_total = s.header_bytes_copied.load(),
           .request_memory = s.request_memory.stats()};
 }
 
