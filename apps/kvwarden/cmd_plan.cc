@@ -250,6 +250,7 @@ int run_plan(const PlanArgs& a) {
                    {"swap_staging_bytes", b->swap_staging_bytes},
                    {"draft_weights_bytes", b->draft_weights_bytes},
                    {"draft_workspace_bytes", b->draft_workspace_bytes},
+                   {"draft_catch_up_bytes", b->draft_catch_up_bytes},
                    {"draft_kv_pool_bytes", b->draft_kv_pool_bytes},
                    {"total_bytes", b->total_bytes},
                    {"num_blocks", b->num_blocks},

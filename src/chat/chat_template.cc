@@ -48,7 +48,8 @@ Result<ChatTemplate> ChatTemplate::parse(std::string_view source) {
 }
 
 Result<std::string> ChatTemplate::render(std::span<const ChatMessage> messages,
-                                         const ChatRenderOptions& options) const {
+                                         const ChatRenderOptions& options,
+                                         std::vector<int64_t>* message_starts) const {
   using jinja::Value;
   jinja::ValueList list;
   list.reserve(messages.size());
@@ -72,7 +73,14 @@ Result<std::string> ChatTemplate::render(std::span<const ChatMessage> messages,
        Value::integer(options.now_unix >= 0 ? options.now_unix : (int64_t)std::time(nullptr))}};
   if (options.tools != nullptr)
     globals.items.emplace_back("tools", value_from_json(*options.tools));
-  return jinja::render_template(program_->nodes, globals);
+  if (message_starts == nullptr) return jinja::render_template(program_->nodes, globals);
+  jinja::ItemStarts trace;
+  const jinja::ValueList& items = globals.items[0].second.items();
+  for (size_t i = 0; i < items.size(); ++i) trace.index.emplace(items[i].dict_identity(), i);
+  trace.starts.assign(items.size(), -1);
+  auto text = jinja::render_template(program_->nodes, globals, &trace);
+  *message_starts = std::move(trace.starts);
+  return text;
 }
 
 }  // namespace kvw

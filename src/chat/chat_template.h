@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/status.h"
 
@@ -43,8 +44,12 @@ class ChatTemplate {
   static Result<ChatTemplate> parse(std::string_view source);
   // Errors: the template's raise_exception("...") message (e.g. roles must alternate), or a
   // runtime type error naming the line.
+  // message_starts (optional): set to [messages] byte offsets into the result where the
+  // template's loop began each message at the top level (-1: it never did); see
+  // jinja::ItemStarts. ChatPrompter derives turn offsets from one render with it.
   Result<std::string> render(std::span<const ChatMessage> messages,
-                             const ChatRenderOptions& options) const;
+                             const ChatRenderOptions& options,
+                             std::vector<int64_t>* message_starts = nullptr) const;
 
   ChatTemplate(ChatTemplate&&) noexcept;
   ChatTemplate& operator=(ChatTemplate&&) noexcept;

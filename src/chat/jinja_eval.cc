@@ -20,7 +20,9 @@ enum class Flow { kNormal, kBreak, kContinue };
 
 class Renderer {
  public:
-  explicit Renderer(const ValueDict& globals) { scopes_.push_back(globals); }
+  Renderer(const ValueDict& globals, ItemStarts* item_starts) : item_starts_(item_starts) {
+    scopes_.push_back(globals);
+  }
   // Only namespaces are mutable, so every reference cycle (`set ns.me = ns`) runs through one:
   // emptying them frees the cycles the shared_ptrs alone would leak.
   ~Renderer() {
@@ -31,6 +33,7 @@ class Renderer {
 
   Result<std::string> run(const NodeList& program) {
     std::string out;
+    root_ = &out;
     auto flow = exec_list(program, &out);
     if (!flow.ok()) return flow.error();
     return out;
@@ -40,6 +43,12 @@ class Renderer {
   Result<Flow> exec_list(const NodeList& nodes, std::string* out);
   Result<Flow> exec(const Node& n, std::string* out);
   Result<Flow> exec_for(const Node& n, std::string* out);
+  void note_item_start(const Value& item, size_t at) {
+    const void* id = item.dict_identity();
+    if (id == nullptr) return;
+    auto it = item_starts_->index.find(id);
+    if (it != item_starts_->index.end()) item_starts_->starts[it->second] = (int64_t)at;
+  }
   Status exec_set(const Node& n, Value v);
   Result<Value> eval(const Expr& e);
   Result<Value> eval_binary(const Expr& e);
@@ -70,6 +79,8 @@ class Renderer {
   ValueList namespaces_;           // every namespace() this render created
   int64_t iterations_ = 0;
   int macro_depth_ = 0;
+  ItemStarts* item_starts_ = nullptr;  // null: not traced
+  const std::string* root_ = nullptr;  // the top-level output
 };
 
 Result<Flow> Renderer::exec_list(const NodeList& nodes, std::string* out) {
@@ -196,6 +207,7 @@ Result<Flow> Renderer::exec_for(const Node& n, std::string* out) {
          i + 1 < length ? items[(size_t)i + 1] : Value::undefined("there is no next item")}};
     scopes_.emplace_back();
     scopes_.back().set("loop", Value::dict(std::move(loop)));
+    if (item_starts_ != nullptr && out == root_) note_item_start(items[(size_t)i], out->size());
     Status bound = bind(scopes_.back(), items[(size_t)i]);
     auto flow = bound.ok() ? exec_list(n.body, out) : Result<Flow>(Error{bound.message()});
     scopes_.pop_back();
@@ -451,7 +463,12 @@ Result<Value> Renderer::call_macro(const Expr& e, const Node& def, const CallArg
 }  // namespace
 
 Result<std::string> render_template(const NodeList& program, const ValueDict& globals) {
-  return Renderer(globals).run(program);
+  return Renderer(globals, nullptr).run(program);
+}
+
+Result<std::string> render_template(const NodeList& program, const ValueDict& globals,
+                                    ItemStarts* item_starts) {
+  return Renderer(globals, item_starts).run(program);
 }
 
 }  // namespace kvw::jinja

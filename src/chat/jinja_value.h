@@ -72,6 +72,8 @@ class Value {
   bool same_object(const Value& o) const {
     return (list_ && list_ == o.list_) || (dict_ && dict_ == o.dict_);
   }
+  // The dict this value aliases (null for anything else): names one object across copies.
+  const void* dict_identity() const { return dict_.get(); }
 
   bool truthy() const;
   // Python str(): what {{ }} prints. Containers nested deeper than kMaxValueDepth (only a

@@ -67,6 +67,8 @@ class DraftModelProposer : public DraftProposer {
   const Model& model() const { return *model_; }
   uint64_t kv_pool_bytes() const { return arena_->bytes(); }
   uint64_t logits_bytes() const { return logits_.size() * sizeof(float); }
+  // The catch-up buffer, sized at creation (planner::BudgetTable::draft_catch_up_bytes).
+  uint64_t catch_up_bytes() const { return catch_up_tokens_.capacity() * sizeof(int32_t); }
   size_t num_sequences() const { return seqs_.size(); }
   uint64_t num_faults() const { return num_faults_; }  // propose() calls that caught a fault
   const KvManager& kv_manager() const { return *kv_; }

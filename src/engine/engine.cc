@@ -271,10 +271,11 @@ Status Engine::load_draft(std::unique_ptr<GgufFile> file, ModelHParams hp,
   auto d = DraftModelProposer::create(std::move(file), std::move(hp), o);
   if (!d.ok()) return d.error();
   draft_ = std::move(*d);
-  if (draft_->model().workspace_bytes() + draft_->logits_bytes() != budget_.draft_workspace_bytes ||
+  const uint64_t draft_work =
+      draft_->model().workspace_bytes() + draft_->logits_bytes() + draft_->catch_up_bytes();
+  if (draft_work != budget_.draft_workspace_bytes ||
       draft_->kv_pool_bytes() != budget_.draft_kv_pool_bytes) {
-    LOG(WARN, engine) << "draft model: workspace + logits "
-                      << draft_->model().workspace_bytes() + draft_->logits_bytes() << " B, KV "
+    LOG(WARN, engine) << "draft model: workspace + logits + catch-up " << draft_work << " B, KV "
                       << draft_->kv_pool_bytes() << " B; planned " << budget_.draft_workspace_bytes
                       << " B, " << budget_.draft_kv_pool_bytes << " B";
   }

@@ -79,6 +79,10 @@ struct EngineConfig {
   // Tests only: called on the engine thread before each pass of the draft model (--draft-model)
   // once per sequence in it; what it throws is a fault in the draft's forward pass.
   std::function<void(uint64_t request_id, int32_t max_tokens)> draft_fault_hook;
+  // Tests only: called on the engine thread while admitting each request, after the scheduler
+  // took it and before the engine's own state for it is made; what it throws is a fault (an
+  // allocation failure) in admitting that request.
+  std::function<void(uint64_t request_id, int32_t max_tokens)> admit_fault_hook;
 
   Status validate() const;  // messages name the flag
 };

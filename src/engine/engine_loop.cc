@@ -77,6 +77,7 @@ void Engine::admit_one(PendingRequest& p) {
     p.channel->finish(FinishReason::kError, st.message(), st.kind());
     return;
   }
+  if (cfg_.admit_fault_hook) cfg_.admit_fault_hook(id, p.request.max_tokens);
   // The channel is copied, not moved: if the insert throws, admit_pending still answers it.
   live_.emplace(id, Live{.channel = p.channel,
                          .sampler = std::move(p.sampler),

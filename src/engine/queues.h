@@ -32,8 +32,9 @@ struct GenerationRequest {
   TokenList prompt;
   int32_t max_tokens = 16;  // output tokens at most (>= 1)
   GenSampling sampling;
-  bool ignore_eos = false;           // keep generating past end-of-generation tokens
-  std::vector<int64_t> turn_starts;  // chat turn offsets (sliding-window overflow only)
+  bool ignore_eos = false;  // keep generating past end-of-generation tokens
+  // Chat turn offsets (sliding-window overflow only). Copies share one list, as `prompt`.
+  TurnStarts turn_starts;
   // > 0: a request that has emitted no token this many seconds after submit() (still queued,
   // or its prefill not done) is removed from the engine, its blocks freed, and ends with
   // kError, ErrorKind::kQueueTimeout. 0: no limit. Checked between steps (resolution: a step).

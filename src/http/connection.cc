@@ -118,9 +118,12 @@ void Connection::on_header(beast::error_code ec) {
   const size_t n_fields = (size_t)std::distance(msg.begin(), msg.end());
   body_pending_ = !parser_->is_done();
   if (n_fields > s_.cfg.max_headers) return refuse(Refusal::kHeadersTooLarge);
+  uint64_t copied = 0;
   for (const auto& f : msg) {
     req_.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
+    copied += f.name_string().size() + f.value().size();
   }
+  s_.header_bytes_copied += copied;
   req_.arrival_ns = steady_ns();
   http10_ = msg.version() < 11;
   // A probe-only connection serves one request (a flood cannot keep its allowance).
@@ -328,6 +331,12 @@ void Connection::refuse(Refusal r) {
   write_response(std::move(res));
 }
 
+void Connection::release_probe_slot() {
+  if (kind_ != ConnKind::kProbeOnly || probe_slot_released_) return;
+  probe_slot_released_ = true;
+  --s_.probe_connections;
+}
+
 void Connection::set_busy(bool busy) {
   if (busy == busy_) return;
   busy_ = busy;
@@ -370,7 +379,7 @@ void Connection::close() {
   if (phase_ == Phase::kMemoryWait) s_.request_memory.cancel(memory_ticket_);
   phase_ = Phase::kClosed;
   if (kind_ == ConnKind::kRegular) --s_.regular_connections;
-  if (kind_ == ConnKind::kProbeOnly) --s_.probe_connections;
+  release_probe_slot();
   ++timer_gen_;  // the pending wait (it holds the connection) completes aborted and stale
   on_expiry_ = nullptr;
   timer_waiting_ = false;

@@ -140,6 +140,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // A request between its handler and the last byte of its answer: stop() lets these finish.
   void set_busy(bool busy);
 
+  // A probe-only connection's allowance slot goes back when its one answer is handed to the
+  // socket (write_response, start_stream), not when the client closes: a probe that reads the
+  // answer and reconnects at once (microseconds later) finds it free. The connection may
+  // linger after that (2 s at most), counted in open_connections. Idempotent; close() calls
+  // it too.
+  void release_probe_slot();
+
   // --- closing. After an answer with unread input, half-close and drain for a moment so the
   // client reads the answer instead of a reset.
   void linger_close();
@@ -169,6 +176,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool body_pending_ = false;
   uint64_t discard_left_ = 0;  // bytes of a refused body still to drop before the next request
   bool busy_ = false;
+  bool probe_slot_released_ = false;
   size_t num_requests_ = 0;
   beast::flat_buffer buf_{(std::size_t)64 << 10};
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;

@@ -14,6 +14,10 @@ namespace kvw::http {
 
 void Connection::write_response(HttpResponse res) {
   phase_ = Phase::kWriting;
+  // Its one answer is being handed to the socket (a probe-only connection closes after it): a
+  // probe that reads it and reconnects at once must find the slot free, even before this
+  // write's completion has run.
+  release_probe_slot();
   const bool close_after = res.close || !keep_alive_ || reject_;
   out_.clear();
   append_head(out_, res.status, res.content_type, res.headers, close_after);
@@ -56,6 +60,7 @@ void Connection::after_write(bool close_after) {
 
 void Connection::start_stream(std::shared_ptr<ResponseStream> stream, bool close_after) {
   phase_ = Phase::kStreaming;
+  release_probe_slot();
   stream_ = std::move(stream);
   stream_close_ = close_after || !keep_alive_;
   head_sent_ = false;

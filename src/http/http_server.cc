@@ -220,6 +220,7 @@ HttpServerStats HttpServer::stats() const {
           .held_refusals = s.held_now.load(),
           .held_refusals_total = s.held_total.load(),
           .stream_buffered_bytes = s.stream_buffered.load(),
+          .header_bytes_copied_total = s.header_bytes_copied.load(),
           .request_memory = s.request_memory.stats()};
 }
 

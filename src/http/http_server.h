@@ -120,6 +120,9 @@ struct HttpServerStats {
   uint64_t held_refusals = 0;  // now: door refusals waiting out their hold (hold_s)
   uint64_t held_refusals_total = 0;
   uint64_t stream_buffered_bytes = 0;  // now: unsent bytes over all streams
+  // Header names and values copied out of the parser into requests, in all: a request refused
+  // for its headers (431) copies none, so a flood of fields costs no allocation per field.
+  uint64_t header_bytes_copied_total = 0;
   ByteBudgetStats request_memory;
 };
 

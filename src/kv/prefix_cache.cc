@@ -1,5 +1,7 @@
 #include "kv/prefix_cache.h"
 
+// The state struct on the stack (streaming a block in two parts) needs the static-linking API.
+#define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
 #include "core/check.h"
@@ -21,9 +23,19 @@ uint64_t hash_block_tokens(uint64_t parent_hash, std::span<const int32_t> block_
 }
 
 uint64_t hash_split_block(uint64_t parent_hash, TokenSpan block_tokens) {
-  // One block of a few dozen tokens straddles the prompt's end per sequence: copied, per thread.
-  thread_local std::vector<int32_t> scratch;
-  return hash_block_tokens(parent_hash, block_tokens.contiguous(scratch));
+  if (block_tokens.tail().empty() || block_tokens.head().empty()) {
+    return hash_block_tokens(
+        parent_hash, block_tokens.tail().empty() ? block_tokens.head() : block_tokens.tail());
+  }
+  // A block that straddles the prompt's end: its two parts are streamed into one hash (XXH64's
+  // streaming digest equals the one-shot hash of the concatenation), so no copy and no scratch
+  // buffer outside the start-up budget (issue 30).
+  ++t_num_block_hashes;
+  XXH64_state_t state;
+  XXH64_reset(&state, parent_hash);
+  XXH64_update(&state, block_tokens.head().data(), block_tokens.head().size_bytes());
+  XXH64_update(&state, block_tokens.tail().data(), block_tokens.tail().size_bytes());
+  return XXH64_digest(&state);
 }
 
 void hash_full_blocks(TokenSpan tokens, int32_t block_size, size_t first_block,

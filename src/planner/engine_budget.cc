@@ -97,9 +97,10 @@ Status plan_draft_rows(const EngineOptions& opt, BudgetTable* b) {
   if (engine_window(d) > 0) return Error{"draft model: sliding-window models cannot draft yet"};
   b->draft_weights_bytes =
       d.gguf ? d.gguf->weight_bytes : opt.weight_dtype.bytes(count_params(d).total());
+  b->draft_catch_up_bytes = (uint64_t)opt.max_num_batched_tokens * sizeof(int32_t);
   b->draft_workspace_bytes =
       engine_workspace_bytes(d, opt.max_num_batched_tokens, opt.n_threads, opt.weight_dtype) +
-      (uint64_t)(opt.draft_logit_rows * d.n_vocab) * sizeof(float);
+      (uint64_t)(opt.draft_logit_rows * d.n_vocab) * sizeof(float) + b->draft_catch_up_bytes;
   b->draft_kv_bytes_per_block = (uint64_t)d.n_layer *
                                 engine_kv_bytes_per_token_layer(d, opt.kv_dtype) *
                                 (uint64_t)opt.block_size;
@@ -243,6 +244,10 @@ std::string BudgetTable::to_string() const {
   if (spec_logits_bytes > 0) {
     os << "  spec: " << format_bytes((int64_t)spec_logits_bytes) << " (" << spec_logits_bytes
        << " B) of draft logit rows, in reserve\n";
+  }
+  if (draft_catch_up_bytes > 0) {
+    os << "  draft catch-up: " << format_bytes((int64_t)draft_catch_up_bytes) << " ("
+       << draft_catch_up_bytes << " B) of copied catch-up tokens, in draft_work\n";
   }
   if (prompt_logits_bytes > 0) {
     os << "  prompt logprobs: " << format_bytes((int64_t)prompt_logits_bytes) << " ("

@@ -93,8 +93,11 @@ struct BudgetTable {
   uint64_t swap_staging_bytes = 0;  // the swap tier's copies in flight
   // Draft model (EngineOptions::draft), 0 without one:
   uint64_t draft_weights_bytes = 0;    // its mmapped tensors
-  uint64_t draft_workspace_bytes = 0;  // its activations + its logit rows
-  uint64_t draft_kv_pool_bytes = 0;    // num_blocks * draft_kv_bytes_per_block
+  uint64_t draft_workspace_bytes = 0;  // its activations + its logit rows + catch-up tokens
+  // Part of draft_workspace_bytes: the catch-up buffer ([max_num_batched_tokens] int32) that
+  // holds a catch-up chunk running across a shared prompt's end, allocated at start-up.
+  uint64_t draft_catch_up_bytes = 0;
+  uint64_t draft_kv_pool_bytes = 0;  // num_blocks * draft_kv_bytes_per_block
   uint64_t draft_kv_bytes_per_block = 0;
   uint64_t total_bytes = 0;          // every row above
   uint64_t spec_logits_bytes = 0;    // part of reserve: the speculative drafts' logit rows

@@ -23,6 +23,7 @@
 #include "core/ids.h"
 #include "core/token_list.h"
 #include "core/token_span.h"
+#include "core/turn_starts.h"
 
 namespace kvw {
 
@@ -47,8 +48,8 @@ struct RequestInput {
   TokenList prompt;
   int32_t max_tokens = 16;  // output tokens at most (>= 1)
   // Chat turn start offsets into `prompt` (ascending, first == 0; turn 0 is the system prompt).
-  // Needed only by the sliding-window overflow policy.
-  std::vector<int64_t> turn_starts;
+  // Needed only by the sliding-window overflow policy. Shared like `prompt` by its choices.
+  TurnStarts turn_starts;
   // May carry prompt-lookup drafts when SchedConfig::spec is on (the engine clears it for
   // requests whose sampling it cannot verify exactly, and on per-request opt-out).
   bool speculate = false;
@@ -67,7 +68,7 @@ struct Request {
   std::vector<int32_t> output_ids;
   int64_t num_prompt_tokens = 0;
   int32_t max_tokens = 0;
-  std::vector<int64_t> turn_starts;  // after overflow handling
+  TurnStarts turn_starts;  // after overflow handling (shared by the choices, as prompt_ids)
   // Chain hashes of the prompt's full blocks (prefix caching on), computed once at add_request
   // for every admission check, admission and commit of this request; shared like the prompt
   // by the choices that share it. Null: none (no full block, or no prefix caching).

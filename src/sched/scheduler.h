@@ -236,8 +236,12 @@ class Scheduler {
   void share_or_hash_prompt(Request& r);
   // fit_prompt for a prompt over the limit; the choices of one request share one shortened
   // copy as they share the prompt (the last fit is reused while both lists live).
-  Result<FittedPrompt> fit_or_reuse(const RequestInput& input, TokenList& fitted);
+  // Fits the prompt into `fitted` and its turn offsets into `turns`, sharing both with the
+  // previous request's when it had the same input (the choices of one request).
+  Result<FittedPrompt> fit_or_reuse(const RequestInput& input, TokenList& fitted,
+                                    TurnStarts& turns);
   std::weak_ptr<const std::vector<int32_t>> last_fit_input_, last_fit_output_;
+  std::weak_ptr<const std::vector<int64_t>> last_fit_turns_;  // the output's turn offsets
   std::vector<int64_t> last_fit_turn_starts_;  // the input's (a chat's turn offsets, small)
   FittedPrompt last_fit_;                      // turn offsets and drops of the output; no ids
   // The last prompt hashed at add_request and its hashes: the choices of one request arrive

@@ -26,9 +26,8 @@ Status Scheduler::add_request(RequestInput input) {
     r->prompt_ids = std::move(input.prompt);
     r->turn_starts = std::move(input.turn_starts);
   } else {
-    Result<FittedPrompt> fitted = fit_or_reuse(input, r->prompt_ids);
+    Result<FittedPrompt> fitted = fit_or_reuse(input, r->prompt_ids, r->turn_starts);
     if (!fitted.ok()) return reject(fitted.message(), fitted.kind());
-    r->turn_starts = std::move(fitted->turn_starts);
     r->num_dropped_prompt_tokens = fitted->num_dropped_tokens;
   }
   r->id = input.id;
@@ -47,24 +46,29 @@ Status Scheduler::add_request(RequestInput input) {
   return Status::ok_status();
 }
 
-Result<FittedPrompt> Scheduler::fit_or_reuse(const RequestInput& input, TokenList& fitted) {
+Result<FittedPrompt> Scheduler::fit_or_reuse(const RequestInput& input, TokenList& fitted,
+                                             TurnStarts& turns) {
   auto in = last_fit_input_.lock();
   auto out = last_fit_output_.lock();
+  auto out_turns = last_fit_turns_.lock();
   if (out != nullptr && input.prompt.is(in) &&
-      std::ranges::equal(input.turn_starts, last_fit_turn_starts_)) {
+      std::ranges::equal(input.turn_starts, last_fit_turn_starts_) &&
+      (out_turns != nullptr || last_fit_.turn_starts.empty())) {
     fitted = TokenList(std::move(out));
-    return FittedPrompt{.tokens = {},
-                        .turn_starts = last_fit_.turn_starts,
-                        .num_dropped_tokens = last_fit_.num_dropped_tokens};
+    turns = TurnStarts(std::move(out_turns));
+    return FittedPrompt{
+        .tokens = {}, .turn_starts = {}, .num_dropped_tokens = last_fit_.num_dropped_tokens};
   }
   Result<FittedPrompt> f =
       fit_prompt(input.prompt, input.turn_starts, max_len_ - 1, max_len_, cfg_.overflow);
   if (!f.ok()) return f;
   fitted = TokenList(std::move(f->tokens));
   f->tokens = {};
+  turns = TurnStarts(f->turn_starts);
   last_fit_input_ = input.prompt.weak();
   last_fit_output_ = fitted.weak();
-  last_fit_turn_starts_ = input.turn_starts;
+  last_fit_turns_ = turns.weak();
+  last_fit_turn_starts_ = input.turn_starts.to_vector();
   last_fit_ = FittedPrompt{
       .tokens = {}, .turn_starts = f->turn_starts, .num_dropped_tokens = f->num_dropped_tokens};
   return f;

@@ -7,6 +7,7 @@ ChatPrompter::ChatPrompter(PassKey, const Tokenizer& tok, std::optional<ChatTemp
     : tok_(tok), tmpl_(std::move(tmpl)), source_(std::move(source)) {
   if (tok.bos_id() >= 0) bos_text_ = tok.token_bytes(tok.bos_id(), /*render_special=*/true);
   if (tok.eos_id() >= 0) eos_text_ = tok.token_bytes(tok.eos_id(), /*render_special=*/true);
+  specials_ = tokenizer_internal::collect_special_tokens(tok.vocab());
 }
 
 Result<std::unique_ptr<ChatPrompter>> ChatPrompter::create(const Tokenizer& tok,
@@ -29,23 +30,26 @@ bool ChatPrompter::supports_tools() const {
 
 Result<std::string> ChatPrompter::render(std::span<const ChatMessage> messages,
                                          bool add_generation_prompt,
-                                         const nlohmann::ordered_json* tools) const {
+                                         const nlohmann::ordered_json* tools,
+                                         std::vector<int64_t>* message_starts) const {
   if (tmpl_) {
     ChatRenderOptions opt{.add_generation_prompt = add_generation_prompt,
                           .bos_token = bos_text_,
                           .eos_token = eos_text_,
                           .tools = tools};
-    return tmpl_->render(messages, opt);
+    return tmpl_->render(messages, opt, message_starts);
   }
   std::string out;
+  if (message_starts != nullptr) message_starts->clear();
   for (const ChatMessage& m : messages) {
+    if (message_starts != nullptr) message_starts->push_back((int64_t)out.size());
     out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
   }
   if (add_generation_prompt) out += "<|im_start|>assistant\n";
   return out;
 }
 
-std::vector<int32_t> ChatPrompter::tokenize(const std::string& text) const {
+std::vector<int32_t> ChatPrompter::tokenize(std::string_view text) const {
   // Templates that write the BOS text themselves must not get a second BOS (llama.cpp's rule).
   const bool has_bos = !bos_text_.empty() && text.starts_with(bos_text_);
   return tok_.encode(text, /*add_special=*/!has_bos, /*parse_special=*/true);
@@ -53,23 +57,15 @@ std::vector<int32_t> ChatPrompter::tokenize(const std::string& text) const {
 
 Result<ChatPrompt> ChatPrompter::build(std::span<const ChatMessage> messages, bool with_turn_starts,
                                        const nlohmann::ordered_json* tools) const {
-  auto text = render(messages, /*add_generation_prompt=*/true, tools);
+  std::vector<int64_t> message_starts;
+  auto text = render(messages, /*add_generation_prompt=*/true, tools,
+                     with_turn_starts ? &message_starts : nullptr);
   if (!text.ok()) return text.error();
-  ChatPrompt p{.text = std::move(*text), .tokens = {}, .turn_starts = {}};
+  ChatPrompt p{.text = std::move(*text)};
+  p.num_renders = 1;
   p.tokens = tokenize(p.text);
-  if (!with_turn_starts) return p;
-  p.turn_starts.push_back(0);
-  for (size_t k = 1; k < messages.size(); ++k) {
-    auto prefix = render(messages.first(k), /*add_generation_prompt=*/false, tools);
-    // A template may refuse a prefix (e.g. "must end with a user turn"): no turn offsets then,
-    // and sliding-window refuses the overflowing request instead of cutting mid-turn.
-    if (!prefix.ok() || !p.text.starts_with(*prefix)) return ChatPrompt{p.text, p.tokens, {}};
-    const auto n = (int64_t)tokenize(*prefix).size();
-    if (n <= p.turn_starts.back() || n >= (int64_t)p.tokens.size()) {
-      return ChatPrompt{p.text, p.tokens, {}};
-    }
-    p.turn_starts.push_back(n);
-  }
+  p.num_tokenized_bytes = p.text.size();
+  if (with_turn_starts) find_turn_starts(messages, tools, message_starts, p);
   return p;
 }
 

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "core/token_list.h"
+#include "core/turn_starts.h"
 #include "server/admission_ticket.h"
 #include "server/choice_runner.h"
 #include "server/completion_options.h"
@@ -25,8 +26,8 @@ namespace {
 using nlohmann::json;
 
 struct PreparedPrompt {
-  TokenList tokens;  // one copy, shared by the prompt's choices in the engine (issue 30)
-  std::vector<int64_t> turn_starts;
+  TokenList tokens;        // one copy, shared by the prompt's choices in the engine (issue 30)
+  TurnStarts turn_starts;  // likewise
   int32_t max_tokens = 0;  // 0: echo only (one token is sampled and dropped, as vLLM)
   std::string echo_text;   // completions with echo: the prompt as the answer starts
 };
@@ -143,8 +144,8 @@ std::optional<ApiError> constrain(ServerState& st, std::shared_ptr<const grammar
 GenerationRequest make_request(const GenParams& p, const PreparedPrompt& pp, int32_t choice,
                                bool first_candidate) {
   GenerationRequest r;
-  r.prompt = pp.tokens;  // shared, not copied
-  r.turn_starts = pp.turn_starts;
+  r.prompt = pp.tokens;            // shared, not copied
+  r.turn_starts = pp.turn_starts;  // shared, not copied
   r.max_tokens = std::max(1, pp.max_tokens);
   r.prompt_logprobs = first_candidate ? engine_prompt_logprobs(p) : -1;
   r.ignore_eos = p.ignore_eos;

@@ -45,11 +45,12 @@ Holdings request_holdings(const GenParams& p, std::span<const PromptShape> promp
     // The prompt's ids and their block hashes (at most 8 B a token): one copy shared by its
     // choices from the request to the scheduler (core/token_list.h).
     h.shared += 12 * (uint64_t)ps.num_tokens;
+    // Its turn offsets: one list shared the same way (core/turn_starts.h).
+    h.shared += 8 * (uint64_t)ps.num_turn_starts;
     uint64_t choice = kChoiceFixedBytes;
-    choice += 8 * (uint64_t)ps.num_turn_starts;  // each choice's turn offsets
-    choice += 4 * max_tokens;                    // the engine's output ids
-    choice += 8 * max_tokens;                    // the runner's token arrival times
-    choice += max_stop + tok_bytes;              // text held back while it may start a stop string
+    choice += 4 * max_tokens;        // the engine's output ids
+    choice += 8 * max_tokens;        // the runner's token arrival times
+    choice += max_stop + tok_bytes;  // text held back while it may start a stop string
     h.choices += n * choice;
     if (p.stream) continue;
     // Not streamed: the text and logprob records are kept until the answer is written.

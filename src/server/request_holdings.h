@@ -41,8 +41,8 @@ inline constexpr uint64_t kTokenRecordBytes = 56;
 inline constexpr uint64_t kTopLogprobBytes = 8;
 
 struct Holdings {
-  uint64_t shared = 0;   // one copy for the request: stop strings, logit_bias, prompt ids
-  uint64_t choices = 0;  // every choice: engine output ids and turn offsets, runner
+  uint64_t shared = 0;   // one copy for the request: stop strings, logit_bias, prompt ids, turns
+  uint64_t choices = 0;  // every choice: engine output ids, runner
   uint64_t answer = 0;   // non-streamed: text and logprob records, and the part being written
   uint64_t total() const { return shared + choices + answer; }
 };

@@ -11,7 +11,7 @@ WORK="$(mktemp -d)"
 PID=""
 trap '[ -n "$PID" ] && kill $PID 2>/dev/null; rm -rf "$WORK"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
-table() { grep -E "^  (weights|workspace|kv_pool|reserve|request|draft_wts|draft_work|draft_kv|total|kv:|seq:|spec:) " "$1"; }
+table() { grep -E "^  (weights|workspace|kv_pool|reserve|request|draft_wts|draft_work|draft_kv|total|kv:|seq:|spec:|draft catch-up:) " "$1"; }
 # The same file drafts for itself (same vocabulary by construction; every draft is accepted).
 DRAFT="$MODEL"
 

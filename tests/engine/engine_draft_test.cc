@@ -336,9 +336,12 @@ TEST_F(EngineDraftTest, BudgetTableHasTheDraftRowsThePlannerComputes) {
                                b.draft_weights_bytes + b.draft_workspace_bytes +
                                b.draft_kv_pool_bytes);
   const std::string t = b.to_string();
-  for (const char* row : {"draft_wts", "draft_work", "draft_kv"}) {
+  for (const char* row : {"draft_wts", "draft_work", "draft_kv", "draft catch-up"}) {
     EXPECT_NE(t.find(row), std::string::npos) << row << " missing from\n" << t;
   }
+  // The catch-up buffer (one int32 per token of the largest step) is in draft_work, sized at
+  // start-up, not grown on the serving path.
+  EXPECT_EQ(b.draft_catch_up_bytes, 256u * sizeof(int32_t));
   // The same plan from the planner's pure function (what `plan --engine --draft-model` runs).
   planner::EngineOptions opt;
   opt.max_num_batched_tokens = 256;

@@ -152,5 +152,38 @@ TEST(EngineFaults, EmissionThrowEndsThatRequestAloneWithItsBlocksFreed) {
   expect_all_free(*e);
 }
 
+// An allocation failure while admitting one request (after the scheduler took it, before the
+// engine's own state for it exists): that request ends with a typed out-of-memory error, the
+// scheduler lets go of it, the others run exactly as alone and every block comes back.
+TEST(EngineFaults, AdmissionThrowRefusesThatRequestAloneAndLeaksNoBlock) {
+  const std::string model = testutil::tiny_model_path();
+  EngineConfig cfg = config_with_blocks(model, 128);
+  auto thrown = std::make_shared<std::atomic<int>>(0);
+  cfg.admit_fault_hook = [thrown](uint64_t, int32_t max_tokens) {
+    if (max_tokens != kFaulty) return;
+    thrown->fetch_add(1);
+    throw std::bad_alloc();
+  };
+  auto e = make_engine(cfg);
+  ASSERT_NE(e, nullptr);
+  const std::vector<GenerationRequest> rs = batch(e->model().hparams().n_vocab);
+  const auto alone = alone_outputs(model, rs);
+  const auto out = run_batch(*e, rs);
+  EXPECT_EQ(thrown->load(), 1);
+  for (int i : {0, 1, 3}) {
+    EXPECT_EQ(out[(size_t)i].reason, FinishReason::kLength) << i << ": " << out[(size_t)i].error;
+    EXPECT_EQ(out[(size_t)i].tokens, alone[(size_t)i]) << "request " << i;
+  }
+  EXPECT_EQ(out[2].reason, FinishReason::kError);
+  EXPECT_EQ(out[2].error_kind, ErrorKind::kOutOfMemory);
+  EXPECT_TRUE(out[2].tokens.empty());
+  EXPECT_EQ(e->stats().num_request_faults, 1u);
+  // The engine goes on admitting: the same request without the fault runs as on a clean engine.
+  GenerationRequest again = rs[2];
+  again.max_tokens = 9;
+  EXPECT_EQ(run_one(*e, again).tokens, alone_outputs(model, {again})[0]);
+  expect_all_free(*e);
+}
+
 }  // namespace
 }  // namespace kvw

@@ -31,13 +31,18 @@ TEST(EngineSharedPrompt, SixtyFourChoicesHoldOnePromptCopyAndDecodeAsOne) {
   // so the next admits all 64 at once, and a 300-token prefill keeps any from ending in it.
   auto gate = std::make_shared<std::atomic<bool>>(true);
   auto most_holders = std::make_shared<std::atomic<long>>(0);
+  auto most_turn_holders = std::make_shared<std::atomic<long>>(0);
   auto prompt = std::make_shared<TokenList>();
-  cfg.step_observer = [gate, most_holders, prompt](const StepObservation&) {  // engine thread
+  // A chat's turn offsets ride along the same way (sliding-window needs them; shared too).
+  auto turns = std::make_shared<TurnStarts>(TurnStarts{0, 100, 200});
+  cfg.step_observer = [gate, most_holders, most_turn_holders, prompt,
+                       turns](const StepObservation&) {  // engine thread
     if (gate->load()) {
       while (gate->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       return;
     }
     most_holders->store(std::max(most_holders->load(), prompt->use_count()));
+    most_turn_holders->store(std::max(most_turn_holders->load(), turns->use_count()));
   };
   auto e = make_engine(cfg);
   ASSERT_NE(e, nullptr);
@@ -48,6 +53,7 @@ TEST(EngineSharedPrompt, SixtyFourChoicesHoldOnePromptCopyAndDecodeAsOne) {
   for (int i = 0; i < kChoices; ++i) {
     GenerationRequest r = greedy({}, 6);
     r.prompt = *prompt;  // shares, as the server's make_request does
+    r.turn_starts = *turns;
     auto ch = e->submit(std::move(r));
     if (!ch.ok()) {
       ADD_FAILURE() << ch.message();
@@ -64,8 +70,10 @@ TEST(EngineSharedPrompt, SixtyFourChoicesHoldOnePromptCopyAndDecodeAsOne) {
     EXPECT_EQ(c.tokens, want) << "choice " << i;
   }
   EXPECT_EQ(most_holders->load(), 1 + kChoices) << "each choice's Request held the one copy";
+  EXPECT_EQ(most_turn_holders->load(), 1 + kChoices) << "and the one copy of the turn offsets";
   expect_all_free(*e);
   EXPECT_EQ(prompt->use_count(), 1) << "every choice let go of the prompt";
+  EXPECT_EQ(turns->use_count(), 1) << "and of the turn offsets";
 }
 
 // 12 blocks for 4 sequences that each need 5: running ones are preempted and recomputed, and a

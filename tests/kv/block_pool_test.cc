@@ -156,6 +156,21 @@ TEST(PrefixCache, ChainHashDependsOnParentAndTokens) {
   EXPECT_EQ(partial.size(), 2u);
 }
 
+// A block that straddles a shared prompt's end and a sequence's outputs hashes as its tokens
+// in one piece, at every split point (streamed in two parts: no scratch copy, issue 30).
+TEST(PrefixCache, SplitBlockHashesAsItsTokensInOnePiece) {
+  const std::vector<int32_t> t = test::iota_tokens(16, 7);
+  const uint64_t whole = hash_block_tokens(kPrefixHashSeed, t);
+  const std::span<const int32_t> all(t);
+  for (size_t cut = 0; cut <= t.size(); ++cut) {
+    const TokenSpan split(all.first(cut), all.subspan(cut));
+    EXPECT_EQ(hash_split_block(kPrefixHashSeed, split), whole) << "split at " << cut;
+  }
+  EXPECT_NE(hash_split_block(kPrefixHashSeed + 1,
+                             TokenSpan(std::span(t).first(8), std::span(t).subspan(8))),
+            whole);
+}
+
 TEST(PrefixCache, InsertRefusesDuplicatePrefix) {
   PrefixCache cache;
   EXPECT_TRUE(cache.insert(5, BlockId{1}));

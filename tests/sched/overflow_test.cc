@@ -167,5 +167,32 @@ TEST(ContextOverflow, ChoicesOfOnePromptShareItsIdsHashesAndShortenedCopy) {
   }
 }
 
+// Issue 30: a chat prompt's turn offsets are one list for its n = 64 choices too, whether the
+// prompt fits (the input's list is kept) or sliding-window shortens it (one shortened list).
+TEST(ContextOverflow, SixtyFourChoicesShareOneCopyOfTheTurnOffsets) {
+  for (const int64_t max_model_len : {64, 32}) {
+    Harness h(small_kv(), SchedConfig{.max_num_batched_tokens = 64,
+                                      .max_num_seqs = 64,
+                                      .max_model_len = max_model_len,
+                                      .overflow = OverflowPolicy::kSlidingWindow});
+    const TokenList p(tokens(40, 0));
+    const TurnStarts turns{0, 8, 20, 30};
+    for (uint64_t id = 1; id <= 64; ++id) {
+      const Status st = h.sched.add_request(
+          RequestInput{.id = SeqId{id}, .prompt = p, .max_tokens = 4, .turn_starts = turns});
+      ASSERT_TRUE(st.ok()) << st.message();
+    }
+    const Request* first = h.sched.find(SeqId{1});
+    const std::vector<int64_t> want =
+        max_model_len == 64 ? std::vector<int64_t>{0, 8, 20, 30} : std::vector<int64_t>{0, 8, 18};
+    EXPECT_TRUE(first->turn_starts == want);
+    for (uint64_t id = 2; id <= 64; ++id) {
+      EXPECT_TRUE(h.sched.find(SeqId{id})->turn_starts.shares_with(first->turn_starts))
+          << "choice " << id << " at max_model_len " << max_model_len;
+    }
+    EXPECT_EQ(first->turn_starts.use_count(), max_model_len == 64 ? 65 : 64);
+  }
+}
+
 }  // namespace
 }  // namespace kvw

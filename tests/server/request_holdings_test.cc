@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/turn_starts.h"
 #include "server/choice_runner.h"
 
 namespace kvw::server {
@@ -79,6 +80,24 @@ TEST(RequestHoldings, PromptIsChargedOncePerPromptNotPerChoice) {
   const TokenList ids(std::vector<int32_t>(32000, 7));
   const TokenList per_choice = ids;  // what GenerationRequest::prompt keeps per choice
   EXPECT_TRUE(per_choice.shares_with(ids));
+}
+
+// A chat prompt's turn offsets are one list shared by its choices (core/turn_starts.h): 10,000
+// offsets cost 80 KB once for n = 64 as for n = 1.
+TEST(RequestHoldings, TurnOffsetsAreChargedOncePerPromptNotPerChoice) {
+  const HoldingLimits lim{.max_token_bytes = 16};
+  auto cost_of_turns = [&](int n) {
+    const PromptShape with{.num_tokens = 20000, .num_turn_starts = 10000, .max_tokens = 16};
+    const PromptShape without{.num_tokens = 20000, .num_turn_starts = 0, .max_tokens = 16};
+    const GenParams p = params(n, true, -1);
+    return request_holdings(p, std::span(&with, 1), lim).total() -
+           request_holdings(p, std::span(&without, 1), lim).total();
+  };
+  EXPECT_EQ(cost_of_turns(64), cost_of_turns(1));
+  EXPECT_GE(cost_of_turns(1), 8u * 10000);
+  const TurnStarts turns(std::vector<int64_t>(10000, 0));
+  const TurnStarts per_choice = turns;  // what GenerationRequest::turn_starts keeps per choice
+  EXPECT_TRUE(per_choice.shares_with(turns));
 }
 
 TEST(RequestHoldings, NonStreamedAnswersChargeTextRecordsAndTheirLargestPart) {
