@@ -1,5 +1,5 @@
-// kernels/dequant_matmul.cc: matmul of the weight types that have no integer kernel (Q4_1,
-// Q5_1, Q2_K, Q3_K, IQ4_XS): each weight row is dequantised to f32 with gguf's reference
+// kernels/dequant_matmul.cc: matmul of the weight types that have no integer kernel (Q2_K,
+// Q3_K, IQ4_XS): each weight row is dequantised to f32 with gguf's reference
 // conversion, a chunk at a time, and dotted with the f32 activations. This is the ref table's
 // kernel; the x86 tables run x86/avx2_dequant.cc, the same arithmetic in SIMD, so the output is
 // bit-identical across tables as well as across token counts and thread counts.
@@ -42,8 +42,6 @@ float reduce_lanes(float* acc) {
 
 bool is_dequant_type(GgmlType wtype) {
   switch (wtype) {
-    case GgmlType::kQ4_1:
-    case GgmlType::kQ5_1:
     case GgmlType::kQ2_K:
     case GgmlType::kQ3_K:
     case GgmlType::kIQ4_XS:

@@ -66,6 +66,7 @@ PackedGeometry mxfp4_packed_geometry(int64_t n_rows, int64_t n_in) {
   g.nb = n_in / kQKMxfp4;
   g.row_bytes = g.nb * (int64_t)sizeof(BlockMXFP4);
   g.group_bytes = kPackRows * g.row_bytes;
+  g.scale_bytes = kExpBytes;
   g.quant_bytes = 128;
   g.n_groups = n_rows / kPackRows;
   g.x_row_bytes = act_row_bytes(GgmlType::kMXFP4, n_in);

@@ -271,14 +271,14 @@ void matmul(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const v
       return matmul_rows_q5_k(k, rows.begin, rows.end);
     case GgmlType::kQ6_K:
       return matmul_rows_q6_k(k, rows.begin, rows.end);
+    case GgmlType::kQ4_1:
     case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
     case GgmlType::kIQ4_NL:
       // The matrices left unpacked (fewer than 8 rows; the rest run matmul_packed): scalar,
       // with the packed arithmetic's bits.
       return ref_table().matmul(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
-    case GgmlType::kQ4_1:  // matmul_dequant above
-    case GgmlType::kQ5_1:
-    case GgmlType::kQ2_K:
+    case GgmlType::kQ2_K:  // matmul_dequant above
     case GgmlType::kQ3_K:
     case GgmlType::kIQ4_XS:
     case GgmlType::kMXFP4:  // matmul_mxfp4 above

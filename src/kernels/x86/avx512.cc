@@ -168,8 +168,6 @@ void matmul(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const v
     case GgmlType::kQ8_0:
     case GgmlType::kQ4_0:
       break;
-    case GgmlType::kQ4_1:
-    case GgmlType::kQ5_1:
     case GgmlType::kQ2_K:
     case GgmlType::kQ3_K:
     case GgmlType::kIQ4_XS:
