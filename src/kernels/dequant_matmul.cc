@@ -10,9 +10,8 @@
 // lanes are then summed pairwise in a fixed tree. Tiling over tokens only changes how often a
 // chunk is dequantised, never the order of a row's sum.
 //
-// Why not an integer path like Q4_0's: Q4_1/Q5_1 only appear on the few tensors llama-quantize
-// could not give a K-quant (row lengths not a multiple of 256); Q5_0 and IQ4_NL, the common
-// fallbacks, and MXFP4 have one now (packed.cc, packed_mxfp4.cc). Q2_K/Q3_K/IQ4_XS
+// Why not an integer path like Q4_0's: Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL (llama-quantize's fallbacks on
+// rows that are not a multiple of 256) and MXFP4 have one now (packed.cc). Q2_K/Q3_K/IQ4_XS
 // (whole files of them) take this path too for now: correctness first, an int8 path later. Decode
 // reads each row once (dequantising costs about as much as the f32 dot); prefill dequantises a
 // chunk once per kTileTokens tokens.

@@ -30,7 +30,7 @@ GgmlType act_type(GgmlType wtype) {
     case GgmlType::kQ5_1:
     case GgmlType::kIQ4_NL:
     case GgmlType::kQ8_0:
-    case GgmlType::kMXFP4:  // int8 dot, packed_mxfp4.cc
+    case GgmlType::kMXFP4:  // int8 dot, packed.cc
       return GgmlType::kQ8_0;
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:

@@ -79,8 +79,8 @@ struct PackedGeometry {
   int64_t extras_offset;  // act_extras_offset(nb)
 };
 PackedGeometry packed_geometry(GgmlType wtype, int64_t n_rows, int64_t n_in);
-// packs(): Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL with n_rows >= kPackRows, a K-quant with
-// n_rows >= kPackRows, or a float type with n_rows >= kFloatPackRows.
+// packs(): Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / MXFP4 with n_rows >= kPackRows, a K-quant
+// with n_rows >= kPackRows, or a float type with n_rows >= kFloatPackRows.
 bool packs(GgmlType wtype, int64_t n_rows, int64_t n_in);
 void pack(GgmlType wtype, const void* src, void* dst, int64_t n_rows, int64_t n_in);
 // Token blocks of the packed GEMMs, whole tiles of C tokens: the Q8_0/Q4_0 and K-quant tiles
@@ -100,9 +100,12 @@ constexpr int64_t kInt8PairTileBlockBytes = (8 + 2) * 4 * kInt8PairTileTokens;
 void matmul_packed_tail(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
                         int64_t n_tokens, float* y, int64_t row_begin, int64_t row_end);
 // Rows [row_begin, row_end) of a matrix of GGUF-layout rows of those types, any n_rows, with
-// matmul_packed's arithmetic: the unpacked matmul of Q4_1 / Q5_1 in every table.
+// matmul_packed's arithmetic; matmul_gguf: thread ith of nth's rows. The unpacked matmul of
+// Q4_1 / Q5_1 / MXFP4 in every table, so packing never changes a result.
 void matmul_gguf_rows(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
                       int64_t n_tokens, float* y, int64_t row_begin, int64_t row_end);
+void matmul_gguf(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
+                 int64_t n_tokens, float* y, int ith, int nth);
 
 // The packed layout of F32 / F16 / BF16 matrices (kernels/packed_float.cc): groups of
 // kFloatPackRows rows stored element-major. pack() and packs() above route these types there.
@@ -199,26 +202,9 @@ void matmul_packed_kquant(GgmlType wtype, const void* w, int64_t n_rows, int64_t
                           const void* xq, int64_t n_tokens, float* y, int ith, int nth);
 }
 
-// MXFP4 on an int8 dot with Q8_0 activations (kernels/packed_mxfp4.cc): the packed layout of
-// groups of kPackRows rows (PackedGeometry with quant_bytes 128 and an E8M0 byte per row and
-// block in place of Q4_0's fp16 scales), the scalar kernels, and each x86 ISA's tiles
-// (x86/packed_mxfp4_tile.h). packs() and pack() above route MXFP4 here; every table's unpacked
-// matmul is matmul_mxfp4 (the same arithmetic on GGUF rows).
-float mxfp4_block_scale(uint8_t e);  // 2^(e - 128), ggml's E8M0 half
-PackedGeometry mxfp4_packed_geometry(int64_t n_rows, int64_t n_in);
-void pack_mxfp4(const void* src, void* dst, int64_t n_rows, int64_t n_in);
-// Rows [row_begin, row_end) of GGUF-layout MXFP4 rows, all tokens.
-void matmul_mxfp4_rows(const void* w, int64_t n_rows, int64_t n_in, const void* xq,
-                       int64_t n_tokens, float* y, int64_t row_begin, int64_t row_end);
-void matmul_mxfp4(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
-                  int64_t n_tokens, float* y, int ith, int nth);
-// Rows [row_begin, row_end) that lie past the last full group of a packed MXFP4 matrix.
-void matmul_packed_mxfp4_tail(const void* w, int64_t n_rows, int64_t n_in, const void* xq,
-                              int64_t n_tokens, float* y, int64_t row_begin, int64_t row_end);
-namespace ref {
-void matmul_packed_mxfp4(const void* w, int64_t n_rows, int64_t n_in, const void* xq,
-                         int64_t n_tokens, float* y, int ith, int nth);
-}  // namespace ref
+// MXFP4's E8M0 block scale 2^(e - 128) (ggml's E8M0 half); MXFP4 packs and multiplies as the
+// other int8 types above (levels + 12 unsigned, the offset removed with 3 x (neg128 >> 5)).
+float mxfp4_block_scale(uint8_t e);
 
 // Query heads per KV head; CHECKs n_kv_heads > 0 divides n_heads.
 int32_t gqa_group(int32_t n_heads, const KvLayerView& kv);

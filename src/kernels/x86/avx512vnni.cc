@@ -9,7 +9,6 @@
 
 #include "gguf/quant_blocks.h"
 #include "kernels/kernels_internal.h"
-#include "kernels/x86/packed_mxfp4_zmm.h"
 #include "kernels/x86/packed_tile.h"
 
 namespace kvw::kernels {
@@ -39,6 +38,20 @@ KVW_INLINE __m512 fp16_pair(const uint8_t* g0, int64_t group_bytes, int64_t off)
   const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(g0 + off));
   const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(g0 + group_bytes + off));
   return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+}
+
+// The 8 E8M0 exponents at offset `off` of groups grp and grp + 1 as 16 floats 2^(e - 128)
+// (x86::mxfp4_scales' bits).
+KVW_INLINE __m512 e8m0_pair(const uint8_t* g0, int64_t group_bytes, int64_t off) {
+  uint64_t e_lo, e_hi;
+  std::memcpy(&e_lo, g0 + off, 8);
+  std::memcpy(&e_hi, g0 + group_bytes + off, 8);
+  const __m512i e = _mm512_cvtepu8_epi32(_mm_set_epi64x((int64_t)e_hi, (int64_t)e_lo));
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, one), 23);
+  const __m512i denormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+  return _mm512_castsi512_ps(
+      _mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(e, one), denormal, normal));
 }
 
 // 8 rows x 12 tokens (ymm, decode and an odd last group) or 16 rows x 12 tokens (zmm): 12 float
@@ -79,8 +92,10 @@ void interleave_tile(const PackedArgs& a, int64_t t0, int n, TileBlock* dst) {
     for (int c = 0; c < n; ++c) {
       t.d[c] = extras[c][b].d;
       const int32_t neg128 = extras[c][b].neg128;
-      t.corr[c] =
-          T == GgmlType::kQ4_0 ? neg128 >> 4 : (T == GgmlType::kQ5_0 ? neg128 >> 3 : neg128);
+      t.corr[c] = T == GgmlType::kQ4_0    ? neg128 >> 4
+                  : T == GgmlType::kQ5_0  ? neg128 >> 3
+                  : T == GgmlType::kMXFP4 ? 3 * (neg128 >> 5)
+                                          : neg128;
       if constexpr (has_min_scale(T)) t.corr[c] = std::bit_cast<int32_t>((float)neg128 * t.d[c]);
     }
     for (int c = n; c < kTokens; ++c) {
@@ -103,9 +118,12 @@ KVW_INLINE void pair_tile(const PackedArgs& a, int64_t grp, const TileBlock* xb,
   constexpr int kQuantBytes = x86::kGroupQuantBytes<T>;
   const int64_t quants = a.g.nb * kScaleBytes;
   const __m512i low4 = _mm512_set1_epi8(0x0F);
+  // IQ4_NL's levels + 128 or MXFP4's + 12: unsigned for dpbusd, the offset in corr.
   alignas(16) int8_t levels[16];
-  for (int i = 0; i < 16; ++i) levels[i] = (int8_t)(kIq4NlValues[i] + 128);
-  const __m512i iq4_levels =
+  for (int i = 0; i < 16; ++i) {
+    levels[i] = (int8_t)(T == GgmlType::kMXFP4 ? kMxfp4Values[i] + 12 : kIq4NlValues[i] + 128);
+  }
+  const __m512i table =
       _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(levels)));
   __m512 acc[C];
 #pragma GCC unroll 16
@@ -142,15 +160,16 @@ KVW_INLINE void pair_tile(const PackedArgs& a, int64_t grp, const TileBlock* xb,
         }
       }
     } else {
-      // Q4_0's / Q4_1's nibbles, or IQ4_NL's looked up as levels + 128 (x86::iq4_nl_isums).
+      // Q4_0's / Q4_1's nibbles, or IQ4_NL's / MXFP4's looked up (x86::iq4_nl_isums,
+      // x86::mxfp4_isums).
 #pragma GCC unroll 4
       for (int s = 0; s < 4; ++s) {
         const __m512i v = load_pair(g0, gb, quants + b * kQuantBytes + 32 * s);
         __m512i lo = _mm512_and_si512(v, low4);
         __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-        if constexpr (T == GgmlType::kIQ4_NL) {
-          lo = _mm512_shuffle_epi8(iq4_levels, lo);
-          hi = _mm512_shuffle_epi8(iq4_levels, hi);
+        if constexpr (T == GgmlType::kIQ4_NL || T == GgmlType::kMXFP4) {
+          lo = _mm512_shuffle_epi8(table, lo);
+          hi = _mm512_shuffle_epi8(table, hi);
         }
 #pragma GCC unroll 16
         for (int c = 0; c < C; ++c) {
@@ -159,7 +178,8 @@ KVW_INLINE void pair_tile(const PackedArgs& a, int64_t grp, const TileBlock* xb,
         }
       }
     }
-    const __m512 dw = fp16_pair(g0, gb, kScaleBytes * b);
+    const __m512 dw = T == GgmlType::kMXFP4 ? e8m0_pair(g0, gb, kScaleBytes * b)
+                                            : fp16_pair(g0, gb, kScaleBytes * b);
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) {
       const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(xb->d[c]));
@@ -220,10 +240,6 @@ void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, 
   if (is_kquant_type(wtype)) {
     return avx512vnni::matmul_packed_kquant(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
   }
-  if (wtype == GgmlType::kMXFP4) {
-    return x86::matmul_packed_mxfp4_pairs<DotAvx512Vnni>(w, n_rows, n_in, xq, n_tokens, y, ith,
-                                                         nth);
-  }
   const PackedGeometry g = packed_geometry(wtype, n_rows, n_in);
   const RowRange rows = split_range(n_rows, ith, nth, kRowAlign);
   if (rows.begin >= rows.end || n_tokens <= 0) return;
@@ -243,6 +259,8 @@ void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, 
     pair_groups<GgmlType::kQ4_1>(a, g_begin, g_end, xt);
   } else if (wtype == GgmlType::kQ5_1) {
     pair_groups<GgmlType::kQ5_1>(a, g_begin, g_end, xt);
+  } else if (wtype == GgmlType::kMXFP4) {
+    pair_groups<GgmlType::kMXFP4>(a, g_begin, g_end, xt);
   } else {
     pair_groups<GgmlType::kIQ4_NL>(a, g_begin, g_end, xt);
   }

@@ -1,12 +1,14 @@
-// kernels/x86/packed_tile.h: the packed Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL GEMM of the x86
-// tables (layout and arithmetic in kernels/packed.cc). A tile is one group of 8 rows x C tokens:
-// one __m256 float accumulator per token whose 8 lanes are the 8 rows, one __m256i exact int32
-// block sum per token. Per block and step, a 256-bit load holds 4 weights of each row and meets
-// each token's 4 activation bytes broadcast to every lane: one dpbusd with VNNI; |w| x sign(x, w)
-// maddubs + madd on plain AVX2. Batch invariance: the int32 block sums are exact and the float
-// part is the same acc = fma(float(isum), d_w * d_x, acc) (Q4_1 / Q5_1: then the min term) per
-// lane in every tile width, so the tile shape, token block and thread split never change a
-// result (and ref::matmul_packed gives the same bits).
+// kernels/x86/packed_tile.h: the packed int8-dot GEMM of the x86 tables, Q8_0 / Q4_0 / Q4_1 /
+// Q5_0 / Q5_1 / IQ4_NL / MXFP4 (layout and arithmetic in kernels/packed.cc). A tile is one group
+// of 8 rows x C tokens: one __m256 float accumulator per token whose 8 lanes are the 8 rows, one
+// __m256i exact int32 block sum per token. Per block and step, a 256-bit load holds 4 weights of
+// each row and meets each token's 4 activation bytes broadcast to every lane: one dpbusd with
+// VNNI; maddubs + madd on plain AVX2. One walk (packed_groups, tile_walk.h's order) and one tile
+// (packed_tile) serve every type; a type brings only its block arithmetic: block_isums (the
+// exact int32 sums), its scales' bytes and their conversion, and Q4_1 / Q5_1's min term. Batch
+// invariance: the int32 block sums are exact and the float part is the same
+// acc = fma(float(isum), d_w * d_x, acc) per lane in every tile width, so the tile shape, token
+// block and thread split never change a result (and ref::matmul_packed gives the same bits).
 // Header-only templates, instantiated per ISA with a Dot type of internal linkage:
 //   Dot::kVnni, and when true Dot::dpbusd(acc, u8 weights, s8 activations).
 #pragma once
@@ -312,14 +314,96 @@ KVW_INLINE void iq4_nl_isums(const uint8_t* q, const XBlock& x, __m256i* isum) {
   }
 }
 
+// MXFP4: Q4_0's nibbles looked up as level + 12 (0..24, unsigned for dpbusd / maddubs) by one
+// vpshufb; the offset leaves exactly as 12 x sum(x) = 3 x (ActBlockExtra::neg128 >> 5).
+// kMxfp4Values + 12 in both 128-bit lanes (vpshufb looks up within a lane).
+static KVW_INLINE __m256i mxfp4_u8_table() {
+  const __m128i levels = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values));
+  return _mm256_broadcastsi128_si256(_mm_add_epi8(levels, _mm_set1_epi8(12)));
+}
+
+// The 8 rows' E8M0 exponents of a block as floats 2^(e - 128) (mxfp4_block_scale's bits).
+static KVW_INLINE __m256 mxfp4_scales(const uint8_t* e8) {
+  const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(e8)));
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, one), 23);
+  const __m256i denormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(denormal, normal, _mm256_cmpgt_epi32(e, one)));
+}
+
+// isum[c] lane r = sum_j level[r][j] * x_c[j] over one block (exact int32).
+template <class Dot, int C>
+KVW_INLINE void mxfp4_isums(const uint8_t* q, const XBlock& x, __m256i table, __m256i* isum) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  __m256i off[C];  // -12 x sum(x_c)
+#pragma GCC unroll 16
+  for (int c = 0; c < C; ++c) {
+    const __m256i n4 = _mm256_srai_epi32(x.neg128(c), 5);
+    off[c] = _mm256_add_epi32(_mm256_add_epi32(n4, n4), n4);
+  }
+  if constexpr (Dot::kVnni) {
+    constexpr int kChains = chains(C);
+    __m256i part[kChains][C];
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      part[0][c] = off[c];
+#pragma GCC unroll 4
+      for (int k = 1; k < kChains; ++k) part[k][c] = _mm256_setzero_si256();
+    }
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * s));
+      const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, low4));
+      const __m256i hi =
+          _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+      __m256i(&p0)[C] = part[(2 * s) % kChains];
+      __m256i(&p1)[C] = part[(2 * s + 1) % kChains];
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) {
+        p0[c] = Dot::dpbusd(p0[c], lo, bcast4(x.q(c, s)));
+        p1[c] = Dot::dpbusd(p1[c], hi, bcast4(x.q(c, s + 4)));
+      }
+    }
+    sum_chains<kChains, C>(part, isum);
+  } else {
+    // int16 lanes: low and high halves apart, 4 maddubs pairs of at most 2 x 24 x 128 each:
+    // 24576 < 2^15, exact (one sum of all 8 would reach 49152 and saturate).
+    __m256i hl[C], hh[C];
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) hl[c] = hh[c] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * s));
+      const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, low4));
+      const __m256i hi =
+          _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) {
+        hl[c] = _mm256_add_epi16(hl[c], _mm256_maddubs_epi16(lo, bcast4(x.q(c, s))));
+        hh[c] = _mm256_add_epi16(hh[c], _mm256_maddubs_epi16(hi, bcast4(x.q(c, s + 4))));
+      }
+    }
+    const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      const __m256i sum =
+          _mm256_add_epi32(_mm256_madd_epi16(hl[c], ones), _mm256_madd_epi16(hh[c], ones));
+      isum[c] = _mm256_add_epi32(sum, off[c]);
+    }
+  }
+}
+
 // Measured on the 2-core Xeon (AVX512-VNNI), 5632x2048 decode with 4 dpbusd chains, GB/s at
 // 1 thread: Q8_0 12.7 (512 B ahead), 13.6 (1 KiB), 13.4 (2 KiB), 18.2 (4 KiB) against 13-17 for
 // the unpacked kernel; Q4_0 10.4 / 10.3 / 10.5 / 11.1 against 6.5 (noisy: a CI run shared it).
 constexpr int kPrefetchBytes = 4096;
 
-// Bytes per block of one group: the scales (fp16 d; Q4_1 / Q5_1: then fp16 m) and the quants.
+// Bytes per block of one group: the scales (fp16 d; Q4_1 / Q5_1: then fp16 m; MXFP4: an E8M0
+// byte) and the quants.
 template <GgmlType T>
-constexpr int kGroupScaleBytes = has_min_scale(T) ? 4 * kPackRows : 2 * kPackRows;
+constexpr int kGroupScaleBytes = T == GgmlType::kMXFP4 ? kPackRows
+                                 : has_min_scale(T)    ? 4 * kPackRows
+                                                       : 2 * kPackRows;
 template <GgmlType T>
 constexpr int kGroupQuantBytes = T == GgmlType::kQ8_0                           ? 256
                                  : T == GgmlType::kQ5_0 || T == GgmlType::kQ5_1 ? 160
@@ -338,6 +422,8 @@ KVW_INLINE void block_isums(const uint8_t* q, const XBlock& x, __m256i* isum) {
     q5_isums<Dot, C, 3>(q, x, isum);
   } else if constexpr (T == GgmlType::kQ5_1) {
     q5_isums<Dot, C, -1>(q, x, isum);
+  } else if constexpr (T == GgmlType::kMXFP4) {
+    mxfp4_isums<Dot, C>(q, x, mxfp4_u8_table(), isum);  // the table is hoisted out of the loop
   } else {
     static_assert(T == GgmlType::kIQ4_NL);
     iq4_nl_isums<Dot, C>(q, x, isum);
@@ -373,7 +459,12 @@ KVW_INLINE void packed_tile(const PackedArgs& a, int64_t grp, int64_t t0) {
     __m256i isum[C];
     block_isums<Dot, T, C>(quants + b * kQuantBytes, x, isum);
     const uint8_t* sc = scales + kScaleBytes * b;
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+    __m256 dw;
+    if constexpr (T == GgmlType::kMXFP4) {
+      dw = mxfp4_scales(sc);
+    } else {
+      dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+    }
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) {
       const __m256 d = _mm256_mul_ps(dw, _mm256_broadcast_ss(x.d(c)));
@@ -447,6 +538,9 @@ void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, 
     packed_groups<Dot, GgmlType::kQ4_1, C>(a, g_begin, g_end);
   } else if (wtype == GgmlType::kQ5_1) {
     packed_groups<Dot, GgmlType::kQ5_1, C>(a, g_begin, g_end);
+  } else if (wtype == GgmlType::kMXFP4) {
+    // At most 4 tokens: the lookup table and mask take two more of the 16 ymm registers.
+    packed_groups<Dot, GgmlType::kMXFP4, (C < 4 ? C : 4)>(a, g_begin, g_end);
   } else {
     packed_groups<Dot, GgmlType::kIQ4_NL, C>(a, g_begin, g_end);
   }
