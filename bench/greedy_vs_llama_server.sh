@@ -15,12 +15,15 @@
 # gap between the two best logits there, on both sides (llama-server's from n_probs 2), tells a
 # near-tie decided by rounding from a real difference. Random-weight make-model files pick
 # mostly unused tokens whose text is empty, so only the ids compare them.
-# Environment: KVW (build/apps/kvwarden/kvwarden), N (64), THREADS (2), PORT (8471; llama-server
-# PORT+1), PROMPTS (a |-separated list). Not part of ctest: it needs llama-server.
+# Environment: KVW (build/apps/kvwarden/kvwarden), KVW_ARGS (extra `serve` flags, e.g.
+# "--max-num-seqs 4 --max-model-len 2048": the default KV pool of a 150k-vocabulary model may
+# not fit a busy machine), N (64), THREADS (2), PORT (8471; llama-server PORT+1), PROMPTS (a
+# |-separated list). Not part of ctest: it needs llama-server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { sed -n 2,13p "$0"; exit 2; }
 KVW=${KVW:-build/apps/kvwarden/kvwarden}
+KVW_ARGS=${KVW_ARGS:-}
 LLAMA_SERVER=${LLAMA_SERVER:?set LLAMA_SERVER to a llama-server binary}
 N=${N:-64}
 THREADS=${THREADS:-2}
@@ -36,7 +39,7 @@ cleanup() {
 trap cleanup EXIT
 
 wait_up() {  # url
-  for _ in $(seq 300); do
+  for _ in $(seq 1500); do
     curl -sf "$1" >/dev/null 2>&1 && return 0
     sleep 0.2
   done
@@ -46,13 +49,14 @@ wait_up() {  # url
 
 for model in "$@"; do
   echo "== $model"
-  "$KVW" serve -m "$model" --port "$PORT" -t "$THREADS" >"$WORK/kvw.log" 2>&1 &
+  # shellcheck disable=SC2086  # KVW_ARGS: extra serve flags, split on spaces
+  "$KVW" serve -m "$model" --port "$PORT" -t "$THREADS" $KVW_ARGS >"$WORK/kvw.log" 2>&1 &
   kpid=$!
   "$LLAMA_SERVER" -m "$model" --port "$LPORT" -t "$THREADS" -c 1024 -np 1 \
     >"$WORK/lcpp.log" 2>&1 &
   lpid=$!
   pids=("$kpid" "$lpid")
-  wait_up "http://127.0.0.1:$PORT/health"
+  wait_up "http://127.0.0.1:$PORT/health" || { tail -3 "$WORK/kvw.log" >&2; exit 1; }
   wait_up "http://127.0.0.1:$LPORT/health"
   IFS='|' read -r -a prompts <<<"$PROMPTS"
   for prompt in "${prompts[@]}"; do
