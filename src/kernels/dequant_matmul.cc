@@ -1,5 +1,5 @@
-// kernels/dequant_matmul.cc: matmul of the weight types that have no integer kernel (Q4_1,
-// Q5_1, Q2_K, Q3_K, IQ4_XS): each weight row is dequantised to f32 with gguf's reference
+// kernels/dequant_matmul.cc: matmul of the weight types that have no integer kernel (Q2_K,
+// Q3_K, IQ4_XS): each weight row is dequantised to f32 with gguf's reference
 // conversion, a chunk at a time, and dotted with the f32 activations. This is the ref table's
 // kernel; the x86 tables run x86/avx2_dequant.cc, the same arithmetic in SIMD, so the output is
 // bit-identical across tables as well as across token counts and thread counts.
@@ -10,9 +10,8 @@
 // lanes are then summed pairwise in a fixed tree. Tiling over tokens only changes how often a
 // chunk is dequantised, never the order of a row's sum.
 //
-// Why not an integer path like Q4_0's: Q4_1/Q5_1 only appear on the few tensors llama-quantize
-// could not give a K-quant (row lengths not a multiple of 256); Q5_0 and IQ4_NL, the common
-// fallbacks, and MXFP4 have one now (packed.cc, packed_mxfp4.cc). Q2_K/Q3_K/IQ4_XS
+// Why not an integer path like Q4_0's: Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL (llama-quantize's fallbacks on
+// rows that are not a multiple of 256) and MXFP4 have one now (packed.cc). Q2_K/Q3_K/IQ4_XS
 // (whole files of them) take this path too for now: correctness first, an int8 path later. Decode
 // reads each row once (dequantising costs about as much as the f32 dot); prefill dequantises a
 // chunk once per kTileTokens tokens.
@@ -42,8 +41,6 @@ float reduce_lanes(float* acc) {
 
 bool is_dequant_type(GgmlType wtype) {
   switch (wtype) {
-    case GgmlType::kQ4_1:
-    case GgmlType::kQ5_1:
     case GgmlType::kQ2_K:
     case GgmlType::kQ3_K:
     case GgmlType::kIQ4_XS:

@@ -25,10 +25,12 @@ RowRange split_range(int64_t n, int ith, int nth, int64_t align) {
 GgmlType act_type(GgmlType wtype) {
   switch (wtype) {
     case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:  // Q4_1/Q5_1: their min term reads the block sums (ActBlockExtra)
     case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
     case GgmlType::kIQ4_NL:
     case GgmlType::kQ8_0:
-    case GgmlType::kMXFP4:  // int8 dot, packed_mxfp4.cc
+    case GgmlType::kMXFP4:  // int8 dot, packed.cc
       return GgmlType::kQ8_0;
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:
@@ -37,8 +39,6 @@ GgmlType act_type(GgmlType wtype) {
     case GgmlType::kF32:
     case GgmlType::kF16:
     case GgmlType::kBF16:
-    case GgmlType::kQ4_1:
-    case GgmlType::kQ5_1:
     case GgmlType::kQ2_K:
     case GgmlType::kQ3_K:
     case GgmlType::kIQ4_XS:

@@ -38,7 +38,7 @@ struct MatmulGeometry {
 };
 MatmulGeometry matmul_geometry(GgmlType wtype, int64_t n_in);
 
-// Q4_1, Q5_1, Q2_K, Q3_K, IQ4_XS: f32 activations, weight rows dequantised a
+// Q2_K, Q3_K, IQ4_XS: f32 activations, weight rows dequantised a
 // chunk at a time and dotted in one fixed order (kernels/dequant_matmul.cc). Every table's matmul
 // routes these types to matmul_dequant (the x86 tables to avx2::matmul_dequant, the same arithmetic
 // in SIMD), so results are bit-identical across tables; packs() is false for them.
@@ -52,8 +52,12 @@ struct ActBlockExtra {
   float d;         // the block's fp16 scale, converted (exact)
   int32_t neg128;  // -128 x the sum of its 32 quants: the unsigned-weight correction of Q8_0
                    // (weights stored q + 128); Q4_0's -8 x sum is neg128 >> 4, Q5_0's
-                   // -16 x sum neg128 >> 3 (exact)
+                   // -16 x sum neg128 >> 3 (exact); Q4_1/Q5_1's min term reads it as the sum
 };
+// Q4_1 and Q5_1 (x = d q + m): a second fp16 per block and row, the min, in the packed scales.
+constexpr bool has_min_scale(GgmlType wtype) {
+  return wtype == GgmlType::kQ4_1 || wtype == GgmlType::kQ5_1;
+}
 // Byte offset of the extras in a Q8_0 activation row of nb blocks: after the blocks, rounded up
 // to 4 bytes so that the extras, and every row (act_row_bytes is a multiple of 4), are aligned.
 int64_t act_extras_offset(int64_t nb);
@@ -67,14 +71,16 @@ struct PackedGeometry {
   int64_t nb;             // 32-element blocks per row
   int64_t row_bytes;      // GGUF row bytes (rows past the last full group keep this layout)
   int64_t group_bytes;    // kPackRows * row_bytes
-  int64_t quant_bytes;    // per block of one group: Q8_0 256, Q4_0 / IQ4_NL 128, Q5_0 160
+  int64_t scale_bytes;    // per block of one group: 16 (d), Q4_1 / Q5_1 32 (d, m), MXFP4 8 (e)
+  int64_t quant_bytes;    // per block of one group: Q8_0 256, Q4_0 / Q4_1 / IQ4_NL / MXFP4 128,
+                          // Q5_0 / Q5_1 160
   int64_t n_groups;       // n_rows / kPackRows
   int64_t x_row_bytes;    // act_row_bytes
   int64_t extras_offset;  // act_extras_offset(nb)
 };
 PackedGeometry packed_geometry(GgmlType wtype, int64_t n_rows, int64_t n_in);
-// packs(): Q8_0 / Q4_0 / Q5_0 / IQ4_NL with n_rows >= kPackRows, a K-quant with n_rows >=
-// kPackRows, or a float type with n_rows >= kFloatPackRows.
+// packs(): Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / MXFP4 with n_rows >= kPackRows, a K-quant
+// with n_rows >= kPackRows, or a float type with n_rows >= kFloatPackRows.
 bool packs(GgmlType wtype, int64_t n_rows, int64_t n_in);
 void pack(GgmlType wtype, const void* src, void* dst, int64_t n_rows, int64_t n_in);
 // Token blocks of the packed GEMMs, whole tiles of C tokens: the Q8_0/Q4_0 and K-quant tiles
@@ -93,6 +99,13 @@ constexpr int64_t kInt8PairTileBlockBytes = (8 + 2) * 4 * kInt8PairTileTokens;
 // with matmul_packed's arithmetic in scalar code: every table calls this for its tail rows.
 void matmul_packed_tail(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
                         int64_t n_tokens, float* y, int64_t row_begin, int64_t row_end);
+// Rows [row_begin, row_end) of a matrix of GGUF-layout rows of those types, any n_rows, with
+// matmul_packed's arithmetic; matmul_gguf: thread ith of nth's rows. The unpacked matmul of
+// Q4_1 / Q5_1 / MXFP4 in every table, so packing never changes a result.
+void matmul_gguf_rows(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
+                      int64_t n_tokens, float* y, int64_t row_begin, int64_t row_end);
+void matmul_gguf(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
+                 int64_t n_tokens, float* y, int ith, int nth);
 
 // The packed layout of F32 / F16 / BF16 matrices (kernels/packed_float.cc): groups of
 // kFloatPackRows rows stored element-major. pack() and packs() above route these types there.
@@ -189,26 +202,9 @@ void matmul_packed_kquant(GgmlType wtype, const void* w, int64_t n_rows, int64_t
                           const void* xq, int64_t n_tokens, float* y, int ith, int nth);
 }
 
-// MXFP4 on an int8 dot with Q8_0 activations (kernels/packed_mxfp4.cc): the packed layout of
-// groups of kPackRows rows (PackedGeometry with quant_bytes 128 and an E8M0 byte per row and
-// block in place of Q4_0's fp16 scales), the scalar kernels, and each x86 ISA's tiles
-// (x86/packed_mxfp4_tile.h). packs() and pack() above route MXFP4 here; every table's unpacked
-// matmul is matmul_mxfp4 (the same arithmetic on GGUF rows).
-float mxfp4_block_scale(uint8_t e);  // 2^(e - 128), ggml's E8M0 half
-PackedGeometry mxfp4_packed_geometry(int64_t n_rows, int64_t n_in);
-void pack_mxfp4(const void* src, void* dst, int64_t n_rows, int64_t n_in);
-// Rows [row_begin, row_end) of GGUF-layout MXFP4 rows, all tokens.
-void matmul_mxfp4_rows(const void* w, int64_t n_rows, int64_t n_in, const void* xq,
-                       int64_t n_tokens, float* y, int64_t row_begin, int64_t row_end);
-void matmul_mxfp4(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
-                  int64_t n_tokens, float* y, int ith, int nth);
-// Rows [row_begin, row_end) that lie past the last full group of a packed MXFP4 matrix.
-void matmul_packed_mxfp4_tail(const void* w, int64_t n_rows, int64_t n_in, const void* xq,
-                              int64_t n_tokens, float* y, int64_t row_begin, int64_t row_end);
-namespace ref {
-void matmul_packed_mxfp4(const void* w, int64_t n_rows, int64_t n_in, const void* xq,
-                         int64_t n_tokens, float* y, int ith, int nth);
-}  // namespace ref
+// MXFP4's E8M0 block scale 2^(e - 128) (ggml's E8M0 half); MXFP4 packs and multiplies as the
+// other int8 types above (levels + 12 unsigned, the offset removed with 3 x (neg128 >> 5)).
+float mxfp4_block_scale(uint8_t e);
 
 // Query heads per KV head; CHECKs n_kv_heads > 0 divides n_heads.
 int32_t gqa_group(int32_t n_heads, const KvLayerView& kv);

@@ -8,11 +8,13 @@
 
 namespace kvw {
 
-// Which activation rows a weight type's matmul reads: Q8_0 rows for Q4_0/Q5_0/IQ4_NL/Q8_0/MXFP4,
-// Q8_K rows for K-quants, and f32 rows as they are for float weights (and the dequantised types).
+// Which activation rows a weight type's matmul reads: Q8_0 rows for Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/
+// Q8_0/MXFP4, Q8_K rows for K-quants, and f32 rows as they are for float weights (and the
+// dequantised types).
 inline bool uses_q8_0(GgmlType t) {
-  return t == GgmlType::kQ4_0 || t == GgmlType::kQ5_0 || t == GgmlType::kIQ4_NL ||
-         t == GgmlType::kQ8_0 || t == GgmlType::kMXFP4;
+  return t == GgmlType::kQ4_0 || t == GgmlType::kQ4_1 || t == GgmlType::kQ5_0 ||
+         t == GgmlType::kQ5_1 || t == GgmlType::kIQ4_NL || t == GgmlType::kQ8_0 ||
+         t == GgmlType::kMXFP4;
 }
 inline bool uses_q8_k(GgmlType t) {
   return t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ6_K;

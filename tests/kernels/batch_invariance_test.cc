@@ -21,7 +21,9 @@ constexpr int64_t kTokens = 16;
 int64_t n_in_for(GgmlType wtype) {
   switch (wtype) {
     case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
     case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
     case GgmlType::kIQ4_NL:
     case GgmlType::kQ8_0:
     case GgmlType::kMXFP4:
@@ -30,9 +32,6 @@ int64_t n_in_for(GgmlType wtype) {
     case GgmlType::kF16:
     case GgmlType::kBF16:
       return 516;  // n_in % 16 == 4: scalar tails
-    case GgmlType::kQ4_1:
-    case GgmlType::kQ5_1:
-      return 544;  // a 512-element dequantised chunk and a 32-element one
     case GgmlType::kQ2_K:
     case GgmlType::kQ3_K:
     case GgmlType::kIQ4_XS:
@@ -134,13 +133,15 @@ TEST(KernelsBatchInvariance, PackedMatmulRowsAreBitIdenticalAloneInBatchesAndAcr
                         {205, 256, 16, {1, 3, 9, 12, 15, 16}},
                         {40, 8192, 40, {25, 37, 40}}};
   for (const KernelTable* t : testing::sweep_tables()) {
-    for (GgmlType wtype : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kIQ4_NL,
-                           GgmlType::kMXFP4, GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
+    for (GgmlType wtype :
+         {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+          GgmlType::kIQ4_NL, GgmlType::kMXFP4, GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
       for (const Case& c : cases) {
-        // Q5_0/IQ4_NL/MXFP4 differ from Q4_0 only inside a block (the token walk is shared): under
-        // the sanitizers, where CI's time is short, their first case is enough.
-        const bool nibble_variant =
-            wtype == GgmlType::kQ5_0 || wtype == GgmlType::kIQ4_NL || wtype == GgmlType::kMXFP4;
+        // Q4_1/Q5_0/Q5_1/IQ4_NL/MXFP4 differ from Q4_0 only inside a block (the token walk is
+        // shared): under the sanitizers, where CI's time is short, their first case is enough.
+        const bool nibble_variant = wtype == GgmlType::kQ4_1 || wtype == GgmlType::kQ5_0 ||
+                                    wtype == GgmlType::kQ5_1 || wtype == GgmlType::kIQ4_NL ||
+                                    wtype == GgmlType::kMXFP4;
         if (testing::reduced_sweep() && nibble_variant && &c != &cases[0]) continue;
         SCOPED_TRACE(std::string(t->isa) + " " + testing::type_name(wtype) + " rows " +
                      std::to_string(c.n_rows) + " n_in " + std::to_string(c.n_in));

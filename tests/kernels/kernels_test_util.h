@@ -20,8 +20,7 @@ inline const GgmlType kWeightTypes[] = {
     GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,   GgmlType::kIQ4_NL,
     GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kIQ4_XS, GgmlType::kMXFP4};
 // The types every table routes to matmul_dequant (kernels/dequant_matmul.cc).
-inline const GgmlType kDequantTypes[] = {GgmlType::kQ4_1, GgmlType::kQ5_1, GgmlType::kQ2_K,
-                                         GgmlType::kQ3_K, GgmlType::kIQ4_XS};
+inline const GgmlType kDequantTypes[] = {GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kIQ4_XS};
 
 // Under the sanitizers (scripts/test.sh sets KVW_SANITIZED=1) the bit-identity sweeps keep every
 // table, type and shape but try fewer batch sizes and thread counts: a memory error shows on the

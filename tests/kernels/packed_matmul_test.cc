@@ -1,9 +1,8 @@
-// tests/kernels/packed_matmul_test.cc: the load-time packed GEMM of Q8_0/Q4_0/Q5_0/IQ4_NL
-// (kernels/packed.cc),
-// of Q4_K/Q5_K/Q6_K (kernels/packed_kquants.cc) and of F32/F16/BF16 (kernels/packed_float.cc).
-// Every table's matmul_packed must equal ref::matmul_packed bit for bit (same exact int32 block
-// sums and per-block fma, or the same serial fma chain), and stay within float rounding of the
-// unpacked ref matmul.
+// tests/kernels/packed_matmul_test.cc: the load-time packed GEMM of Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/
+// IQ4_NL (kernels/packed.cc), of Q4_K/Q5_K/Q6_K (kernels/packed_kquants.cc) and of F32/F16/BF16
+// (kernels/packed_float.cc). Every table's matmul_packed must equal ref::matmul_packed bit for bit
+// (same exact int32 block sums and per-block fma, or the same serial fma chain), and stay within
+// float rounding of the unpacked ref matmul.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,10 +16,10 @@
 namespace kvw::kernels {
 namespace {
 
-const GgmlType kPackedTypes[] = {GgmlType::kQ8_0,   GgmlType::kQ4_0,  GgmlType::kQ5_0,
-                                 GgmlType::kIQ4_NL, GgmlType::kMXFP4, GgmlType::kQ4_K,
-                                 GgmlType::kQ5_K,   GgmlType::kQ6_K,  GgmlType::kF32,
-                                 GgmlType::kF16,    GgmlType::kBF16};
+const GgmlType kPackedTypes[] = {
+    GgmlType::kQ8_0,   GgmlType::kQ4_0,  GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+    GgmlType::kIQ4_NL, GgmlType::kMXFP4, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+    GgmlType::kF32,    GgmlType::kF16,   GgmlType::kBF16};
 const GgmlType kKquantTypes[] = {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
 const GgmlType kFloatTypes[] = {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16};
 
@@ -87,6 +86,9 @@ TEST(KernelsPackedMatmul, PacksQuantsAndFloatsWithAtLeastOneGroup) {
     EXPECT_TRUE(t->packs(GgmlType::kQ5_0, 8, 1152)) << t->isa;  // Gemma-3-1B's n_embd
     EXPECT_FALSE(t->packs(GgmlType::kQ5_0, 7, 1152)) << t->isa;
     EXPECT_TRUE(t->packs(GgmlType::kIQ4_NL, 8, 896)) << t->isa;  // Qwen2.5-0.5B's n_embd
+    EXPECT_TRUE(t->packs(GgmlType::kQ4_1, 8, 288)) << t->isa;
+    EXPECT_TRUE(t->packs(GgmlType::kQ5_1, 8, 288)) << t->isa;
+    EXPECT_FALSE(t->packs(GgmlType::kQ5_1, 7, 288)) << t->isa;
     EXPECT_FALSE(t->packs(GgmlType::kQ8_0, 7, 2048)) << t->isa;
     EXPECT_TRUE(t->packs(GgmlType::kMXFP4, 8, 2880)) << t->isa;  // gpt-oss's hidden size
     EXPECT_FALSE(t->packs(GgmlType::kMXFP4, 7, 2880)) << t->isa;
@@ -227,7 +229,17 @@ TEST(KernelsPackedMatmul, Mxfp4ExtremesMatchTheDequantisedWeights) {
 // maddubs' int16 pairs; the int32 block sums must stay exact.
 TEST(KernelsPackedMatmul, ExtremeQuantsDoNotSaturate) {
   const int64_t n_rows = 16, n_in = 64, n_tokens = 19;  // a full 12-token tile and a tail
-  for (GgmlType wtype : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kIQ4_NL}) {
+  // Q4_1 / Q5_1 as Q4_0 / Q5_0 (their quants are the same unsigned values), mins as quantised.
+  auto set_fifth_bits = [](const uint8_t* qs, uint8_t* qh_out) {
+    uint32_t qh = 0;
+    for (int j = 0; j < 32; ++j) {
+      const int nibble = j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4;
+      qh |= (uint32_t)(nibble == 0xF) << j;
+    }
+    std::memcpy(qh_out, &qh, 4);
+  };
+  for (GgmlType wtype : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
+                         GgmlType::kQ5_1, GgmlType::kIQ4_NL}) {
     auto w = testing::make_weights(wtype, n_rows, n_in, 34);
     const int64_t nb = n_in / 32;
     for (int64_t i = 0; i < n_rows * nb; ++i) {
@@ -238,12 +250,14 @@ TEST(KernelsPackedMatmul, ExtremeQuantsDoNotSaturate) {
         // q 15 (nibble 15, fifth bit 1) or -16 (0, 0): 4 maddubs pairs of 31 x 128 per int16.
         auto* b = reinterpret_cast<BlockQ5_0*>(w.data()) + i;
         for (int j = 0; j < 16; ++j) b->qs[j] = (uint8_t)((i + j) % 3 == 0 ? 0x0F : 0xF0);
-        uint32_t qh = 0;
-        for (int j = 0; j < 32; ++j) {
-          const int nibble = j < 16 ? b->qs[j] & 0xF : b->qs[j - 16] >> 4;
-          qh |= (uint32_t)(nibble == 0xF) << j;
-        }
-        std::memcpy(b->qh, &qh, 4);
+        set_fifth_bits(b->qs, b->qh);
+      } else if (wtype == GgmlType::kQ5_1) {  // q 31 or 0: 4 pairs of 31 x 128 per int16
+        auto* b = reinterpret_cast<BlockQ5_1*>(w.data()) + i;
+        for (int j = 0; j < 16; ++j) b->qs[j] = (uint8_t)((i + j) % 3 == 0 ? 0x0F : 0xF0);
+        set_fifth_bits(b->qs, b->qh);
+      } else if (wtype == GgmlType::kQ4_1) {
+        auto* b = reinterpret_cast<BlockQ4_1*>(w.data()) + i;
+        for (int j = 0; j < 16; ++j) b->qs[j] = (uint8_t)((i + j) % 3 == 0 ? 0x0F : 0xF0);
       } else if (wtype == GgmlType::kIQ4_NL) {
         // Levels -127 (index 0) and 113 (15): |q| x sign(x, q) pairs near 2^15 without VNNI.
         auto* b = reinterpret_cast<BlockIQ4_NL*>(w.data()) + i;
@@ -267,10 +281,10 @@ TEST(KernelsPackedMatmul, ExtremeQuantsDoNotSaturate) {
   }
 }
 
-// Q5_0 and IQ4_NL against an independent oracle: gguf's reference dequantisation of the weights
-// and of the Q8_0 activations, multiplied in double (a lost or misplaced fifth bit or level moves
-// this far beyond rounding), on Gemma-3-1B's 1152-wide rows with a tail row past the groups. The
-// GGUF-layout matmul of every table (matrices too small to pack) gives the packed bits exactly,
+// Q5_0, IQ4_NL, Q4_1 and Q5_1 against an independent oracle: gguf's reference dequantisation of the
+// weights and of the Q8_0 activations, multiplied in double (a lost or misplaced fifth bit or level
+// moves this far beyond rounding), on Gemma-3-1B's 1152-wide rows with a tail row past the groups.
+// The GGUF-layout matmul of every table (matrices too small to pack) gives the packed bits exactly,
 // so a matrix's result does not depend on whether it was packed.
 void expect_matches_dequantised_and_unpacked(GgmlType wtype) {
   const int64_t n_rows = 17, n_in = 1152, n_tokens = 13;
@@ -316,6 +330,16 @@ TEST(KernelsPackedMatmul, Q5_0MatchesDequantisedWeightsAndItsUnpackedFormExactly
 
 TEST(KernelsPackedMatmul, Iq4NlMatchesDequantisedWeightsAndItsUnpackedFormExactly) {
   expect_matches_dequantised_and_unpacked(GgmlType::kIQ4_NL);
+}
+
+// Q4_1 / Q5_1 (x = d q + m): the min term meets the activations' block sums, so a lost or
+// misread min, or a sum taken from the wrong block, moves the result far from the oracle.
+TEST(KernelsPackedMatmul, Q4_1MatchesDequantisedWeightsAndItsUnpackedFormExactly) {
+  expect_matches_dequantised_and_unpacked(GgmlType::kQ4_1);
+}
+
+TEST(KernelsPackedMatmul, Q5_1MatchesDequantisedWeightsAndItsUnpackedFormExactly) {
+  expect_matches_dequantised_and_unpacked(GgmlType::kQ5_1);
 }
 
 // K-quant extremes: the largest quants (15, 31, 63) under varied 6-bit scales and mins (0, 1, 62,

@@ -206,6 +206,10 @@ TEST(EngineBudget, EqualsTheEnginesBuffersForF32Q8AndKQuantModels) {
   expect_engine_matches(make(s, "planner_q5_0.gguf"), 48, 2);
   s.weight_type = GgmlType::kIQ4_NL;
   expect_engine_matches(make(s, "planner_iq4_nl.gguf"), 48, 2);
+  s.weight_type = GgmlType::kQ4_1;  // and Q4_1 / Q5_1, whose min term reads the same rows
+  expect_engine_matches(make(s, "planner_q4_1.gguf"), 48, 2);
+  s.weight_type = GgmlType::kQ5_1;
+  expect_engine_matches(make(s, "planner_q5_1.gguf"), 48, 2);
   s.weight_type = GgmlType::kQ6_K;
   s.arch = "qwen2";
   s.tied = true;

@@ -26,7 +26,9 @@ GGML_TYPES = {
     0: ("F32", 1, 4),
     1: ("F16", 1, 2),
     2: ("Q4_0", 32, 18),
+    3: ("Q4_1", 32, 20),
     6: ("Q5_0", 32, 22),
+    7: ("Q5_1", 32, 24),
     8: ("Q8_0", 32, 34),
     12: ("Q4_K", 256, 144),
     13: ("Q5_K", 256, 176),
@@ -179,6 +181,24 @@ def _deq_q5_0(b):
     return d * ((low | (high << 4)) - 16).astype(np.float32)
 
 
+def _deq_q4_1(b):
+    """ggml block_q4_1: fp16 d, fp16 m, 16 bytes of nibbles as Q4_0's; x = d * q + m."""
+    d, m = _f16(b[:, 0:2]), _f16(b[:, 2:4])
+    qs = b[:, 4:20]
+    q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.float32)
+    return d * q + m
+
+
+def _deq_q5_1(b):
+    """ggml block_q5_1: fp16 d, fp16 m, qh and nibbles as Q5_0's; x = d * q + m."""
+    d, m = _f16(b[:, 0:2]), _f16(b[:, 2:4])
+    qh = np.ascontiguousarray(b[:, 4:8]).view("<u4")
+    qs = b[:, 8:24]
+    low = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.int32)
+    high = ((qh >> np.arange(32, dtype=np.uint32)[None, :]) & 1).astype(np.int32)
+    return d * (low | (high << 4)).astype(np.float32) + m
+
+
 def _deq_q8_0(b):
     d = _f16(b[:, 0:2])
     q = b[:, 2:34].view(np.int8)
@@ -257,7 +277,7 @@ def _deq_mxfp4(b):
     return value * scale
 
 
-_BLOCK_DEQUANT = {2: _deq_q4_0, 6: _deq_q5_0, 8: _deq_q8_0, 12: _deq_q4_k, 13: _deq_q5_k,
+_BLOCK_DEQUANT = {2: _deq_q4_0, 3: _deq_q4_1, 6: _deq_q5_0, 7: _deq_q5_1, 8: _deq_q8_0, 12: _deq_q4_k, 13: _deq_q5_k,
                   14: _deq_q6_k, 39: _deq_mxfp4}
 
 

@@ -27,7 +27,7 @@ _ALL_USED = dict(_TINY, experts=4, used=4)
 _ALL_USED_FLAGS = ("--experts", "4", "--experts-used", "4")
 
 # f32 experts (make-model --expert-type f32) where a case tests something else: MXFP4 experts
-# meet 8-bit activations (the int8 dot of kernels/packed_mxfp4.cc, as llama.cpp's), whose
+# meet 8-bit activations (the int8 dot of kernels/packed.cc, as llama.cpp's), whose
 # rounding is modelled in the reference (gptoss_ref.q8_0_activations) but still flips the odd
 # quant on an upstream f32 / f16 rounding difference; gptoss_mxfp4 and the int8 / Q8_0 cases
 # keep the file's MXFP4 experts.

@@ -159,9 +159,10 @@ def silu(x):
 
 
 # GGML types whose matmul reads Q8_0-rounded activations in the engine (its packed int8 GEMM),
-# where the reference applies the same rounding: Q5_0 (6) and IQ4_NL (20). Q4_0 and Q8_0 do too
-# in the engine; their cases' tolerances were set without it.
-_Q8_ACT_TYPES = {6, 20}
+# where the reference applies the same rounding: Q4_1 (3), Q5_0 (6), Q5_1 (7) and IQ4_NL (20)
+# (Q4_1/Q5_1's min term is m x the sum of the rounded activations, as llama.cpp's x Q8_1 dot).
+# Q4_0 and Q8_0 do too in the engine; their cases' tolerances were set without it.
+_Q8_ACT_TYPES = {3, 6, 7, 20}
 
 
 def q8_0_activations(v):

@@ -1,7 +1,8 @@
 // kernels/ref/matmul_ref.cc: scalar oracle for activation quantisation and matmul over every
-// weight type. Quantised weights pair with Q8_0 (Q4_0, Q5_0, IQ4_NL, Q8_0) or Q8_K (K-quants)
-// activations and take integer dot products per block, as ggml's vec_dot_q*_q8_* do; float weights
-// take f32; Q4_1/Q5_1 go to matmul_dequant (dequant_matmul.cc), shared by every table. Pure
+// weight type. Quantised weights pair with Q8_0 (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q8_0) or Q8_K
+// (K-quants) activations and take integer dot products per block, as ggml's vec_dot_q*_q8_* do
+// (Q4_1/Q5_1/MXFP4 in packed.cc's matmul_gguf); float weights take f32; Q2_K/Q3_K/IQ4_XS go to
+// matmul_dequant (dequant_matmul.cc), shared by every table. Pure
 // functions of their arguments; safe to call from any number of threads on disjoint output.
 #include <cmath>
 #include <cstring>
@@ -232,12 +233,12 @@ float dot_row(GgmlType wtype, const uint8_t* w, const uint8_t* x, int64_t n) {
     case GgmlType::kQ6_K:
       return dot_q6_k(reinterpret_cast<const BlockQ6_K*>(w), reinterpret_cast<const BlockQ8_K*>(x),
                       n / kQK_K);
-    case GgmlType::kQ4_1:  // matmul_dequant
+    case GgmlType::kQ4_1:  // matmul_gguf
     case GgmlType::kQ5_1:
-    case GgmlType::kQ2_K:
+    case GgmlType::kQ2_K:  // matmul_dequant
     case GgmlType::kQ3_K:
     case GgmlType::kIQ4_XS:
-    case GgmlType::kMXFP4:  // matmul_mxfp4
+    case GgmlType::kMXFP4:  // matmul_gguf
     case GgmlType::kQ8_K:
       break;
   }
@@ -271,8 +272,9 @@ void quantize_act(GgmlType wtype, const float* x, int64_t n_tokens, int64_t n_in
 
 void matmul(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
             int64_t n_tokens, float* y, int ith, int nth) {
-  if (wtype == GgmlType::kMXFP4)
-    return matmul_mxfp4(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
+  // packed.cc's scalar int8 rows: the packed arithmetic's bits.
+  if (wtype == GgmlType::kMXFP4 || has_min_scale(wtype))
+    return matmul_gguf(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
   if (is_dequant_type(wtype)) {
     return matmul_dequant(wtype, w, n_rows, n_in, static_cast<const float*>(xq), n_tokens, y, ith,
                           nth);

@@ -13,7 +13,6 @@
 #include "kernels/x86/avx2_kernels.h"
 #include "kernels/x86/avx2_util.h"
 #include "kernels/x86/matmul_tile.h"
-#include "kernels/x86/packed_mxfp4_tile.h"
 #include "kernels/x86/packed_tile.h"
 
 namespace kvw::kernels::avx2 {
@@ -233,16 +232,13 @@ void quantize_act(GgmlType wtype, const float* x, int64_t n_tokens, int64_t n_in
 // two constants: 14 of 16 ymm registers.
 void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
                    int64_t n_tokens, float* y, int ith, int nth, void* scratch) {
-  if (wtype == GgmlType::kMXFP4) {
-    return x86::matmul_packed_mxfp4<DotMaddubs, 4>(w, n_rows, n_in, xq, n_tokens, y, ith, nth);
-  }
   x86::matmul_packed<DotMaddubs, 4, 3>(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth, scratch);
 }
 
 void matmul(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
             int64_t n_tokens, float* y, int ith, int nth) {
   if (wtype == GgmlType::kMXFP4)
-    return matmul_mxfp4(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
+    return matmul_gguf(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
   if (is_dequant_type(wtype)) {
     return avx2::matmul_dequant(wtype, w, n_rows, n_in, static_cast<const float*>(xq), n_tokens, y,
                                 ith, nth);
@@ -271,17 +267,17 @@ void matmul(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const v
       return matmul_rows_q5_k(k, rows.begin, rows.end);
     case GgmlType::kQ6_K:
       return matmul_rows_q6_k(k, rows.begin, rows.end);
+    case GgmlType::kQ4_1:
     case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
     case GgmlType::kIQ4_NL:
       // The matrices left unpacked (fewer than 8 rows; the rest run matmul_packed): scalar,
       // with the packed arithmetic's bits.
       return ref_table().matmul(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
-    case GgmlType::kQ4_1:  // matmul_dequant above
-    case GgmlType::kQ5_1:
-    case GgmlType::kQ2_K:
+    case GgmlType::kQ2_K:  // matmul_dequant above
     case GgmlType::kQ3_K:
     case GgmlType::kIQ4_XS:
-    case GgmlType::kMXFP4:  // matmul_mxfp4 above
+    case GgmlType::kMXFP4:  // matmul_gguf above
     case GgmlType::kQ8_K:
       break;  // rejected by matmul_geometry
   }

@@ -1,17 +1,14 @@
-// kernels/x86/avx2_dequant.cc: matmul_dequant (kernels/dequant_matmul.cc) for Q4_1, Q5_1,
-// Q2_K, Q3_K and IQ4_XS in AVX2, bit for bit (the last three unpacked 32 elements
-// at a time by x86/lowbit_unpack.h). Compiled with -mavx2 -mfma -mf16c -ffp-contract=off; every x86
-// table's matmul routes these types here.
+// kernels/x86/avx2_dequant.cc: matmul_dequant (kernels/dequant_matmul.cc) for Q2_K, Q3_K and
+// IQ4_XS in AVX2, bit for bit (unpacked 32 elements at a time by x86/lowbit_unpack.h). Compiled
+// with -mavx2 -mfma -mf16c -ffp-contract=off; every x86 table's matmul routes these types here.
 //
 // Why it is bit-identical to the scalar kernel: a weight is the same float expression
-// (float(q) * d + m, d * level) with the fp16 scale converted exactly by F16C,
+// (d * level, minus the min for Q2_K) with the fp16 scale converted exactly by F16C,
 // and each of the 32 lanes accumulates one FMA (std::fma in the scalar kernel) per element
 // i, i + 32, ... in order: a block's elements 8k..8k+7 go to register k (lanes 8k..8k+7). The
 // lanes are then reduced with the scalar kernel's tree.
 // 2 tokens x 4 accumulators + 4 weight registers + a load: 13 of 16 ymm registers.
 #include <immintrin.h>
-
-#include <type_traits>
 
 #include "gguf/quant_blocks.h"
 #include "kernels/kernels_internal.h"
@@ -24,29 +21,6 @@ constexpr int kLanes = 32;
 constexpr int64_t kPrefetchBytes = 1024;
 constexpr int kTileTokens = 2;
 
-// 32 unsigned nibbles of a block's qs: bytes 0-15 low nibbles (elements 0-15), 16-31 high.
-inline __m256i nibbles(const uint8_t* qs) {
-  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i m = _mm_set1_epi8(0x0F);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
-}
-
-// Byte j = 0x10 where bit j of the little-endian qh word is set, else 0.
-inline __m256i fifth_bits(const uint8_t* qh) {
-  uint32_t bits;
-  __builtin_memcpy(&bits, qh, 4);
-  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
-                                          0x0202020202020202, 0x0303030303030303);
-  __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf);       // byte j: qh byte j/8
-  const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);  // bit j % 8
-  v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
-  return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
-}
-
-inline float half_to_float(uint16_t h) {
-  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
-}
-
 // Bytes (as int8) to 4 x 8 floats, elements 0-7, 8-15, 16-23, 24-31.
 inline void to_floats_i8(__m256i q, __m256 out[4]) {
   const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
@@ -54,22 +28,6 @@ inline void to_floats_i8(__m256i q, __m256 out[4]) {
   out[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
   out[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
   out[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
-}
-
-// The 32 weights of block b of a row, as the scalar dequantisation computes them.
-template <GgmlType T>
-inline void unpack(const uint8_t* row, int64_t b, __m256 w[4]) {
-  static_assert(T == GgmlType::kQ4_1 || T == GgmlType::kQ5_1);
-  {
-    using Block = std::conditional_t<T == GgmlType::kQ4_1, BlockQ4_1, BlockQ5_1>;
-    const auto& blk = reinterpret_cast<const Block*>(row)[b];
-    __m256i q = nibbles(blk.qs);
-    if constexpr (T == GgmlType::kQ5_1) q = _mm256_or_si256(q, fifth_bits(blk.qh));
-    to_floats_i8(q, w);  // values 0..31: the same as unsigned
-    const __m256 d = _mm256_set1_ps(half_to_float(blk.d));
-    const __m256 m = _mm256_set1_ps(half_to_float(blk.m));
-    for (int k = 0; k < 4; ++k) w[k] = _mm256_add_ps(_mm256_mul_ps(w[k], d), m);
-  }
 }
 
 float reduce_lanes(const __m256 a[4]) {
@@ -89,10 +47,9 @@ void row_tile(const uint8_t* row, int64_t nb, const float* x, int64_t n_in, int6
   for (int t = 0; t < NT; ++t) {
     for (int k = 0; k < 4; ++k) acc[t][k] = _mm256_setzero_ps();
   }
-  constexpr int64_t kBlockBytes = T == GgmlType::kQ4_1   ? sizeof(BlockQ4_1)
-                                  : T == GgmlType::kQ5_1 ? sizeof(BlockQ5_1)
-                                                         : x86::lowbit_bytes_per_32<T>();
-  [[maybe_unused]] x86::LowbitScales sc;  // Q2_K/Q3_K/IQ4_XS: the current super-block's
+  static_assert(x86::is_superblock_lowbit(T));
+  constexpr int64_t kBlockBytes = x86::lowbit_bytes_per_32<T>();
+  x86::LowbitScales sc;  // the current super-block's
   for (int64_t b = 0; b < nb; ++b) {
     // One row is read a block at a time with a long dependent chain per block, so the core does
     // not run ahead far enough to overlap DRAM misses: decode spent ~55% of its time on the first
@@ -100,19 +57,15 @@ void row_tile(const uint8_t* row, int64_t nb, const float* x, int64_t n_in, int6
     _mm_prefetch(reinterpret_cast<const char*>(row) + b * kBlockBytes + kPrefetchBytes,
                  _MM_HINT_T0);
     __m256 w[4];
-    if constexpr (x86::is_superblock_lowbit(T)) {
-      const uint8_t* blk = row + b / 8 * x86::superblock_bytes<T>();
-      const int c = static_cast<int>(b % 8);
-      if (c == 0) x86::lowbit_scales<T>(blk, sc);
-      to_floats_i8(x86::lowbit_levels<T>(blk, c), w);
-      for (int k = 0; k < 4; ++k) {
-        w[k] = _mm256_mul_ps(w[k], _mm256_set1_ps(sc.d[2 * c + k / 2]));
-        if constexpr (T == GgmlType::kQ2_K) {
-          w[k] = _mm256_sub_ps(w[k], _mm256_set1_ps(sc.m[2 * c + k / 2]));
-        }
+    const uint8_t* blk = row + b / 8 * x86::superblock_bytes<T>();
+    const int c = static_cast<int>(b % 8);
+    if (c == 0) x86::lowbit_scales<T>(blk, sc);
+    to_floats_i8(x86::lowbit_levels<T>(blk, c), w);
+    for (int k = 0; k < 4; ++k) {
+      w[k] = _mm256_mul_ps(w[k], _mm256_set1_ps(sc.d[2 * c + k / 2]));
+      if constexpr (T == GgmlType::kQ2_K) {
+        w[k] = _mm256_sub_ps(w[k], _mm256_set1_ps(sc.m[2 * c + k / 2]));
       }
-    } else {
-      unpack<T>(row, b, w);
     }
     for (int t = 0; t < NT; ++t) {
       const float* xt = x + (t0 + t) * n_in + b * 32;
@@ -146,10 +99,6 @@ void matmul_dequant(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
   const RowRange range = split_range(n_rows, ith, nth, kRowAlign);
   const auto* w8 = static_cast<const uint8_t*>(w);
   switch (wtype) {
-    case GgmlType::kQ4_1:
-      return rows<GgmlType::kQ4_1>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
-    case GgmlType::kQ5_1:
-      return rows<GgmlType::kQ5_1>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
     case GgmlType::kQ2_K:
       return rows<GgmlType::kQ2_K>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
     case GgmlType::kQ3_K:

@@ -4,7 +4,6 @@
 // dispatch.cc saw AVX-VNNI in CPUID.
 #include "kernels/kernels_internal.h"
 #include "kernels/x86/avx2_kernels.h"
-#include "kernels/x86/packed_mxfp4_tile.h"
 #include "kernels/x86/packed_tile.h"
 
 namespace kvw::kernels {
@@ -24,9 +23,6 @@ struct DotAvxVnni {
 // the mask) and a broadcast: 16 ymm registers.
 void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
                    int64_t n_tokens, float* y, int ith, int nth, void* scratch) {
-  if (wtype == GgmlType::kMXFP4) {
-    return x86::matmul_packed_mxfp4<DotAvxVnni, 4>(w, n_rows, n_in, xq, n_tokens, y, ith, nth);
-  }
   x86::matmul_packed<DotAvxVnni, 6, 3>(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth, scratch);
 }
 

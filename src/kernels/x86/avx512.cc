@@ -168,14 +168,12 @@ void matmul(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const v
     case GgmlType::kQ8_0:
     case GgmlType::kQ4_0:
       break;
-    case GgmlType::kQ4_1:
-    case GgmlType::kQ5_1:
     case GgmlType::kQ2_K:
     case GgmlType::kQ3_K:
     case GgmlType::kIQ4_XS:
       return matmul_dequant(wtype, w, n_rows, n_in, static_cast<const float*>(xq), n_tokens, y, ith,
                             nth);
-    default:  // K-quants; MXFP4 (matmul_mxfp4)
+    default:  // K-quants; MXFP4 (matmul_gguf)
       return avx2::matmul(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
   }
   const MatmulGeometry g = matmul_geometry(wtype, n_in);

@@ -1,19 +1,15 @@
-// kernels/x86/avx512_dequant.cc: matmul_dequant (kernels/dequant_matmul.cc) for Q4_1, Q5_1,
-// Q2_K, Q3_K and IQ4_XS in AVX-512, bit for bit (the last three unpacked 32
-// elements at a time by x86/lowbit_unpack.h). Compiled with the AVX-512 flags and
-// -ffp-contract=off; the avx512 and avx512vnni tables' matmul routes these types here (the AVX2
-// tables: avx2_dequant.cc).
+// kernels/x86/avx512_dequant.cc: matmul_dequant (kernels/dequant_matmul.cc) for Q2_K, Q3_K and
+// IQ4_XS in AVX-512, bit for bit (unpacked 32 elements at a time by x86/lowbit_unpack.h). Compiled
+// with the AVX-512 flags and -ffp-contract=off; the avx512 and avx512vnni tables' matmul routes
+// these types here (the AVX2 tables: avx2_dequant.cc).
 //
 // Why it is bit-identical to the scalar kernel: a weight is the same float expression
-// (float(q) * d + m, d * level) with the fp16 scale converted exactly by F16C,
+// (d * level, minus the min for Q2_K) with the fp16 scale converted exactly by F16C,
 // and each of the 32 lanes of two zmm accumulators adds w * x as one FMA (std::fma there) for
 // elements i, i + 32, ... in order: a block's elements 0-15 to register 0, 16-31 to register 1.
-// The lanes are then reduced with the scalar kernel's tree. Fifth bits come straight from qh as
-// byte masks (an add of 16 under the mask: the nibbles never have that bit). 8 tokens x 2
+// The lanes are then reduced with the scalar kernel's tree. 8 tokens x 2
 // accumulators + 2 weight registers; x is a memory operand of the multiply.
 #include <immintrin.h>
-
-#include <type_traits>
 
 #include "gguf/quant_blocks.h"
 #include "kernels/kernels_internal.h"
@@ -26,42 +22,8 @@ constexpr int kLanes = 32;
 constexpr int64_t kPrefetchBytes = 1024;
 constexpr int kTileTokens = 8;
 
-inline float half_to_float(uint16_t h) {
-  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
-}
-
 inline __m512 to_floats(__m128i q) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
-}
-
-// The 32 weights of block b of a row as two registers (elements 0-15, 16-31), as the scalar
-// dequantisation computes them.
-template <GgmlType T>
-inline void unpack(const uint8_t* row, int64_t b, __m512 w[2]) {
-  const __m128i m4 = _mm_set1_epi8(0x0F);
-  auto nibbles = [&](const uint8_t* qs, __m128i q[2]) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-    q[0] = _mm_and_si128(v, m4);
-    q[1] = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
-  };
-  auto add_fifth_bits = [&](const uint8_t* qh, __m128i q[2]) {
-    uint32_t bits;
-    __builtin_memcpy(&bits, qh, 4);
-    const __m128i x10 = _mm_set1_epi8(0x10);
-    q[0] = _mm_mask_add_epi8(q[0], (__mmask16)(bits & 0xFFFF), q[0], x10);
-    q[1] = _mm_mask_add_epi8(q[1], (__mmask16)(bits >> 16), q[1], x10);
-  };
-  __m128i q[2];
-  static_assert(T == GgmlType::kQ4_1 || T == GgmlType::kQ5_1);
-  {
-    using Block = std::conditional_t<T == GgmlType::kQ4_1, BlockQ4_1, BlockQ5_1>;
-    const auto& blk = reinterpret_cast<const Block*>(row)[b];
-    nibbles(blk.qs, q);
-    if constexpr (T == GgmlType::kQ5_1) add_fifth_bits(blk.qh, q);
-    const __m512 d = _mm512_set1_ps(half_to_float(blk.d));
-    const __m512 m = _mm512_set1_ps(half_to_float(blk.m));
-    for (int k = 0; k < 2; ++k) w[k] = _mm512_add_ps(_mm512_mul_ps(to_floats(q[k]), d), m);
-  }
 }
 
 float reduce_lanes(const __m512 a[2]) {
@@ -80,10 +42,9 @@ void row_tile(const uint8_t* row, int64_t nb, const float* x, int64_t n_in, int6
               int64_t n_rows, int64_t r, float* y) {
   __m512 acc[NT][2];
   for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
-  constexpr int64_t kBlockBytes = T == GgmlType::kQ4_1   ? sizeof(BlockQ4_1)
-                                  : T == GgmlType::kQ5_1 ? sizeof(BlockQ5_1)
-                                                         : x86::lowbit_bytes_per_32<T>();
-  [[maybe_unused]] x86::LowbitScales sc;  // Q2_K/Q3_K/IQ4_XS: the current super-block's
+  static_assert(x86::is_superblock_lowbit(T));
+  constexpr int64_t kBlockBytes = x86::lowbit_bytes_per_32<T>();
+  x86::LowbitScales sc;  // the current super-block's
   for (int64_t b = 0; b < nb; ++b) {
     // One row is read a block at a time with a long dependent chain per block, so the core does
     // not run ahead far enough to overlap DRAM misses: decode spent ~55% of its time on the first
@@ -91,20 +52,16 @@ void row_tile(const uint8_t* row, int64_t nb, const float* x, int64_t n_in, int6
     _mm_prefetch(reinterpret_cast<const char*>(row) + b * kBlockBytes + kPrefetchBytes,
                  _MM_HINT_T0);
     __m512 w[2];
-    if constexpr (x86::is_superblock_lowbit(T)) {
-      const uint8_t* blk = row + b / 8 * x86::superblock_bytes<T>();
-      const int c = static_cast<int>(b % 8);
-      if (c == 0) x86::lowbit_scales<T>(blk, sc);
-      const __m256i q = x86::lowbit_levels<T>(blk, c);
-      const __m128i lv[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
-      for (int k = 0; k < 2; ++k) {
-        w[k] = _mm512_mul_ps(to_floats(lv[k]), _mm512_set1_ps(sc.d[2 * c + k]));
-        if constexpr (T == GgmlType::kQ2_K) {
-          w[k] = _mm512_sub_ps(w[k], _mm512_set1_ps(sc.m[2 * c + k]));
-        }
+    const uint8_t* blk = row + b / 8 * x86::superblock_bytes<T>();
+    const int c = static_cast<int>(b % 8);
+    if (c == 0) x86::lowbit_scales<T>(blk, sc);
+    const __m256i q = x86::lowbit_levels<T>(blk, c);
+    const __m128i lv[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
+    for (int k = 0; k < 2; ++k) {
+      w[k] = _mm512_mul_ps(to_floats(lv[k]), _mm512_set1_ps(sc.d[2 * c + k]));
+      if constexpr (T == GgmlType::kQ2_K) {
+        w[k] = _mm512_sub_ps(w[k], _mm512_set1_ps(sc.m[2 * c + k]));
       }
-    } else {
-      unpack<T>(row, b, w);
     }
     for (int t = 0; t < NT; ++t) {
       const float* xt = x + (t0 + t) * n_in + b * 32;
@@ -146,10 +103,6 @@ void matmul_dequant(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
   const RowRange range = split_range(n_rows, ith, nth, kRowAlign);
   const auto* w8 = static_cast<const uint8_t*>(w);
   switch (wtype) {
-    case GgmlType::kQ4_1:
-      return rows<GgmlType::kQ4_1>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
-    case GgmlType::kQ5_1:
-      return rows<GgmlType::kQ5_1>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
     case GgmlType::kQ2_K:
       return rows<GgmlType::kQ2_K>(w8, g.w_row_bytes, n_rows, n_in, x, n_tokens, y, range);
     case GgmlType::kQ3_K:

@@ -4,11 +4,11 @@
 // Compiled with the AVX-512 flags plus -mavx512vnni; nothing here runs unless dispatch.cc saw
 // AVX512-VNNI in CPUID.
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "gguf/quant_blocks.h"
 #include "kernels/kernels_internal.h"
-#include "kernels/x86/packed_mxfp4_zmm.h"
 #include "kernels/x86/packed_tile.h"
 
 namespace kvw::kernels {
@@ -33,19 +33,41 @@ KVW_INLINE __m512i load_pair(const uint8_t* g0, int64_t group_bytes, int64_t off
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
+// The 8 fp16 at offset `off` of groups grp and grp + 1 as 16 floats (lanes 0-7: the first).
+KVW_INLINE __m512 fp16_pair(const uint8_t* g0, int64_t group_bytes, int64_t off) {
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(g0 + off));
+  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(g0 + group_bytes + off));
+  return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+}
+
+// The 8 E8M0 exponents at offset `off` of groups grp and grp + 1 as 16 floats 2^(e - 128)
+// (x86::mxfp4_scales' bits).
+KVW_INLINE __m512 e8m0_pair(const uint8_t* g0, int64_t group_bytes, int64_t off) {
+  uint64_t e_lo, e_hi;
+  std::memcpy(&e_lo, g0 + off, 8);
+  std::memcpy(&e_hi, g0 + group_bytes + off, 8);
+  const __m512i e = _mm512_cvtepu8_epi32(_mm_set_epi64x((int64_t)e_hi, (int64_t)e_lo));
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, one), 23);
+  const __m512i denormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+  return _mm512_castsi512_ps(
+      _mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(e, one), denormal, normal));
+}
+
 // 8 rows x 12 tokens (ymm, decode and an odd last group) or 16 rows x 12 tokens (zmm): 12 float
 // + 12 int32 accumulators and the weights: 28 of 32 registers.
 constexpr int kTokens = kInt8PairTileTokens;
 
 // One block of a 12-token tile's activations, interleaved: step s's 4 bytes of every token side
 // by side, then every token's scale and weight-offset correction (Q8_0: neg128, Q4_0:
-// neg128 >> 4, Q5_0: neg128 >> 3, IQ4_NL: neg128). Read from the rows in place, the 12 tokens need
-// 12 address registers and the tile spilled them; interleaved, one pointer and constant
-// displacements address them all.
+// neg128 >> 4, Q5_0: neg128 >> 3, IQ4_NL: neg128; Q4_1 / Q5_1, which have no offset: the min
+// term's float d_x x neg128, computed once per token and block, not once per group pair). Read
+// from the rows in place, the 12 tokens need 12 address registers and the tile spilled them;
+// interleaved, one pointer and constant displacements address them all.
 struct TileBlock {
   int32_t q[8][kTokens];
   float d[kTokens];
-  int32_t corr[kTokens];
+  int32_t corr[kTokens];  // Q4_1 / Q5_1: the bits of float d_x x neg128
 };
 static_assert(sizeof(TileBlock) == kInt8PairTileBlockBytes, "packed_scratch_bytes sizes these");
 
@@ -70,8 +92,11 @@ void interleave_tile(const PackedArgs& a, int64_t t0, int n, TileBlock* dst) {
     for (int c = 0; c < n; ++c) {
       t.d[c] = extras[c][b].d;
       const int32_t neg128 = extras[c][b].neg128;
-      t.corr[c] =
-          T == GgmlType::kQ4_0 ? neg128 >> 4 : (T == GgmlType::kQ5_0 ? neg128 >> 3 : neg128);
+      t.corr[c] = T == GgmlType::kQ4_0    ? neg128 >> 4
+                  : T == GgmlType::kQ5_0  ? neg128 >> 3
+                  : T == GgmlType::kMXFP4 ? 3 * (neg128 >> 5)
+                                          : neg128;
+      if constexpr (has_min_scale(T)) t.corr[c] = std::bit_cast<int32_t>((float)neg128 * t.d[c]);
     }
     for (int c = n; c < kTokens; ++c) {
       t.d[c] = 0.0f;
@@ -82,17 +107,23 @@ void interleave_tile(const PackedArgs& a, int64_t t0, int n, TileBlock* dst) {
 
 // Prefill tile of two groups (16 rows, one zmm per token) x C tokens: per lane exactly the
 // arithmetic of x86::packed_tile (exact int32 isum, d = d_w * d_x, acc = fma(isum, d, acc)), so
-// a row gives the same bits in a pair tile, a single-group tile or decode. 512-bit dpbusd does
+// a row gives the same bits in a pair tile, a single-group tile or decode (Q4_1 / Q5_1: then the
+// min term, packed.cc's block_fma). 512-bit dpbusd does
 // twice the work per instruction, and the per-(token, block) scale work covers 16 rows, not 8.
 template <GgmlType T, int C>
 KVW_INLINE void pair_tile(const PackedArgs& a, int64_t grp, const TileBlock* xb, int64_t t0) {
   const uint8_t* g0 = a.w + grp * a.g.group_bytes;
   const int64_t gb = a.g.group_bytes;
-  const int64_t quants = a.g.nb * 2 * kPackRows;
+  constexpr int kScaleBytes = x86::kGroupScaleBytes<T>;
+  constexpr int kQuantBytes = x86::kGroupQuantBytes<T>;
+  const int64_t quants = a.g.nb * kScaleBytes;
   const __m512i low4 = _mm512_set1_epi8(0x0F);
+  // IQ4_NL's levels + 128 or MXFP4's + 12: unsigned for dpbusd, the offset in corr.
   alignas(16) int8_t levels[16];
-  for (int i = 0; i < 16; ++i) levels[i] = (int8_t)(kIq4NlValues[i] + 128);
-  const __m512i iq4_levels =
+  for (int i = 0; i < 16; ++i) {
+    levels[i] = (int8_t)(T == GgmlType::kMXFP4 ? kMxfp4Values[i] + 12 : kIq4NlValues[i] + 128);
+  }
+  const __m512i table =
       _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(levels)));
   __m512 acc[C];
 #pragma GCC unroll 16
@@ -100,7 +131,8 @@ KVW_INLINE void pair_tile(const PackedArgs& a, int64_t grp, const TileBlock* xb,
   for (int64_t b = 0; b < a.g.nb; ++b, ++xb) {
     __m512i isum[C];
 #pragma GCC unroll 16
-    for (int c = 0; c < C; ++c) isum[c] = _mm512_set1_epi32(xb->corr[c]);
+    for (int c = 0; c < C; ++c)
+      isum[c] = has_min_scale(T) ? _mm512_setzero_si512() : _mm512_set1_epi32(xb->corr[c]);
     if constexpr (T == GgmlType::kQ8_0) {
 #pragma GCC unroll 8
       for (int s = 0; s < 8; ++s) {
@@ -110,13 +142,13 @@ KVW_INLINE void pair_tile(const PackedArgs& a, int64_t grp, const TileBlock* xb,
           isum[c] = _mm512_dpbusd_epi32(isum[c], w, _mm512_set1_epi32(xb->q[s][c]));
         }
       }
-    } else if constexpr (T == GgmlType::kQ5_0) {
+    } else if constexpr (T == GgmlType::kQ5_0 || T == GgmlType::kQ5_1) {
       // x86::q5_0_step on both groups: each step's fifth bits moved to bit 4.
       const __m512i bit4 = _mm512_set1_epi8(0x10);
-      const __m512i fifth = load_pair(g0, gb, quants + b * 160);
+      const __m512i fifth = load_pair(g0, gb, quants + b * kQuantBytes);
 #pragma GCC unroll 4
       for (int s = 0; s < 4; ++s) {
-        const __m512i v = load_pair(g0, gb, quants + b * 160 + 32 + 32 * s);
+        const __m512i v = load_pair(g0, gb, quants + b * kQuantBytes + 32 + 32 * s);
         const __m512i lo = _mm512_or_si512(_mm512_and_si512(v, low4),
                                            _mm512_and_si512(_mm512_slli_epi16(fifth, 4 - s), bit4));
         const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), low4),
@@ -128,15 +160,16 @@ KVW_INLINE void pair_tile(const PackedArgs& a, int64_t grp, const TileBlock* xb,
         }
       }
     } else {
-      // Q4_0's nibbles, or IQ4_NL's looked up as levels + 128 (x86::iq4_nl_isums).
+      // Q4_0's / Q4_1's nibbles, or IQ4_NL's / MXFP4's looked up (x86::iq4_nl_isums,
+      // x86::mxfp4_isums).
 #pragma GCC unroll 4
       for (int s = 0; s < 4; ++s) {
-        const __m512i v = load_pair(g0, gb, quants + b * 128 + 32 * s);
+        const __m512i v = load_pair(g0, gb, quants + b * kQuantBytes + 32 * s);
         __m512i lo = _mm512_and_si512(v, low4);
         __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-        if constexpr (T == GgmlType::kIQ4_NL) {
-          lo = _mm512_shuffle_epi8(iq4_levels, lo);
-          hi = _mm512_shuffle_epi8(iq4_levels, hi);
+        if constexpr (T == GgmlType::kIQ4_NL || T == GgmlType::kMXFP4) {
+          lo = _mm512_shuffle_epi8(table, lo);
+          hi = _mm512_shuffle_epi8(table, hi);
         }
 #pragma GCC unroll 16
         for (int c = 0; c < C; ++c) {
@@ -145,14 +178,20 @@ KVW_INLINE void pair_tile(const PackedArgs& a, int64_t grp, const TileBlock* xb,
         }
       }
     }
-    const __m256i dw16 = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g0 + 16 * b))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(g0 + gb + 16 * b)), 1);
-    const __m512 dw = _mm512_cvtph_ps(dw16);
+    const __m512 dw = T == GgmlType::kMXFP4 ? e8m0_pair(g0, gb, kScaleBytes * b)
+                                            : fp16_pair(g0, gb, kScaleBytes * b);
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) {
       const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(xb->d[c]));
       acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), d, acc[c]);
+    }
+    if constexpr (has_min_scale(T)) {
+      const __m512 mw =
+          _mm512_mul_ps(fp16_pair(g0, gb, kScaleBytes * b + 16), _mm512_set1_ps(-0x1p-7f));
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) {
+        acc[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(std::bit_cast<float>(xb->corr[c])), acc[c]);
+      }
     }
   }
 #pragma GCC unroll 16
@@ -201,10 +240,6 @@ void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, 
   if (is_kquant_type(wtype)) {
     return avx512vnni::matmul_packed_kquant(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
   }
-  if (wtype == GgmlType::kMXFP4) {
-    return x86::matmul_packed_mxfp4_pairs<DotAvx512Vnni>(w, n_rows, n_in, xq, n_tokens, y, ith,
-                                                         nth);
-  }
   const PackedGeometry g = packed_geometry(wtype, n_rows, n_in);
   const RowRange rows = split_range(n_rows, ith, nth, kRowAlign);
   if (rows.begin >= rows.end || n_tokens <= 0) return;
@@ -220,6 +255,12 @@ void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, 
     pair_groups<GgmlType::kQ4_0>(a, g_begin, g_end, xt);
   } else if (wtype == GgmlType::kQ5_0) {
     pair_groups<GgmlType::kQ5_0>(a, g_begin, g_end, xt);
+  } else if (wtype == GgmlType::kQ4_1) {
+    pair_groups<GgmlType::kQ4_1>(a, g_begin, g_end, xt);
+  } else if (wtype == GgmlType::kQ5_1) {
+    pair_groups<GgmlType::kQ5_1>(a, g_begin, g_end, xt);
+  } else if (wtype == GgmlType::kMXFP4) {
+    pair_groups<GgmlType::kMXFP4>(a, g_begin, g_end, xt);
   } else {
     pair_groups<GgmlType::kIQ4_NL>(a, g_begin, g_end, xt);
   }

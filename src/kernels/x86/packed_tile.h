@@ -1,9 +1,12 @@
-// kernels/x86/packed_tile.h: the packed Q8_0 / Q4_0 / Q5_0 / IQ4_NL GEMM of the x86 tables (layout
-// and arithmetic in kernels/packed.cc). A tile is one group of 8 rows x C tokens: one __m256 float
-// accumulator per token whose 8 lanes are the 8 rows, one __m256i exact int32 block sum per token.
-// Per block and step, a 256-bit load holds 4 weights of each row and meets each token's 4
-// activation bytes broadcast to every lane: one dpbusd with VNNI; |w| x sign(x, w) maddubs + madd
-// on plain AVX2. Batch invariance: the int32 block sums are exact and the float part is the same
+// kernels/x86/packed_tile.h: the packed int8-dot GEMM of the x86 tables, Q8_0 / Q4_0 / Q4_1 /
+// Q5_0 / Q5_1 / IQ4_NL / MXFP4 (layout and arithmetic in kernels/packed.cc). A tile is one group
+// of 8 rows x C tokens: one __m256 float accumulator per token whose 8 lanes are the 8 rows, one
+// __m256i exact int32 block sum per token. Per block and step, a 256-bit load holds 4 weights of
+// each row and meets each token's 4 activation bytes broadcast to every lane: one dpbusd with
+// VNNI; maddubs + madd on plain AVX2. One walk (packed_groups, tile_walk.h's order) and one tile
+// (packed_tile) serve every type; a type brings only its block arithmetic: block_isums (the
+// exact int32 sums), its scales' bytes and their conversion, and Q4_1 / Q5_1's min term. Batch
+// invariance: the int32 block sums are exact and the float part is the same
 // acc = fma(float(isum), d_w * d_x, acc) per lane in every tile width, so the tile shape, token
 // block and thread split never change a result (and ref::matmul_packed gives the same bits).
 // Header-only templates, instantiated per ISA with a Dot type of internal linkage:
@@ -78,6 +81,17 @@ KVW_INLINE void sum_chains(__m256i (&part)[K][C], __m256i* isum) {
   }
 }
 
+// -off x sum(x_c) in every lane, the exact correction of unsigned weights stored q + off with
+// off = 2^(7 - kShift) (neg128 >> kShift); no offset (Q4_1 / Q5_1) when kShift < 0.
+template <int kShift>
+KVW_INLINE __m256i offset_correction(const XBlock& x, int c) {
+  if constexpr (kShift < 0) {
+    return _mm256_setzero_si256();
+  } else {
+    return _mm256_srai_epi32(x.neg128(c), kShift);
+  }
+}
+
 // isum[c] lane r = sum_j q[r][j] * x_c[j] over block b (Q8_0: stored bytes are q + 128).
 template <class Dot, int C>
 KVW_INLINE void q8_0_isums(const uint8_t* q, const XBlock& x, __m256i* isum) {
@@ -123,16 +137,17 @@ KVW_INLINE void q8_0_isums(const uint8_t* q, const XBlock& x, __m256i* isum) {
   }
 }
 
-// Q4_0: stored nibbles n = q + 8 in 0..15; sum(n x) - 8 sum(x).
-template <class Dot, int C>
-KVW_INLINE void q4_0_isums(const uint8_t* q, const XBlock& x, __m256i* isum) {
+// Q4_0: stored nibbles n = q + 8 in 0..15; sum(n x) - 8 sum(x) (kShift 4). Q4_1: sum(n x)
+// (kShift -1; its min is the tile's).
+template <class Dot, int C, int kShift>
+KVW_INLINE void q4_isums(const uint8_t* q, const XBlock& x, __m256i* isum) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   if constexpr (Dot::kVnni) {
     constexpr int kChains = chains(C);
     __m256i part[kChains][C];
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) {
-      part[0][c] = _mm256_srai_epi32(x.neg128(c), 4);
+      part[0][c] = offset_correction<kShift>(x, c);
 #pragma GCC unroll 4
       for (int k = 1; k < kChains; ++k) part[k][c] = _mm256_setzero_si256();
     }
@@ -169,13 +184,13 @@ KVW_INLINE void q4_0_isums(const uint8_t* q, const XBlock& x, __m256i* isum) {
     const __m256i ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) {
-      isum[c] = _mm256_add_epi32(_mm256_madd_epi16(h[c], ones), _mm256_srai_epi32(x.neg128(c), 4));
+      isum[c] = _mm256_add_epi32(_mm256_madd_epi16(h[c], ones), offset_correction<kShift>(x, c));
     }
   }
 }
 
 // Q5_0: the nibbles as Q4_0 with each step's fifth bits (packed.cc) moved to bit 4, values
-// n = q + 16 in 0..31; sum(n x) - 16 sum(x).
+// n = q + 16 in 0..31; sum(n x) - 16 sum(x) (kShift 3). Q5_1: sum(n x) (kShift -1).
 // Step s's 32 low and 32 high 5-bit weights of a Q5_0 block (q: its fifth-bit plane, then the
 // nibbles). The 16-bit shifts move bit s (low half) or bit 4 + s (high half) of each fifth-bit
 // byte to bit 4 without carrying a bit across bytes.
@@ -189,15 +204,15 @@ KVW_INLINE void q5_0_step(const uint8_t* q, __m256i fifth, int s, __m256i& lo, _
                        _mm256_and_si256(_mm256_srli_epi16(fifth, s), bit4));
 }
 
-template <class Dot, int C>
-KVW_INLINE void q5_0_isums(const uint8_t* q, const XBlock& x, __m256i* isum) {
+template <class Dot, int C, int kShift>
+KVW_INLINE void q5_isums(const uint8_t* q, const XBlock& x, __m256i* isum) {
   const __m256i fifth = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
   if constexpr (Dot::kVnni) {
     constexpr int kChains = chains(C);
     __m256i part[kChains][C];
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) {
-      part[0][c] = _mm256_srai_epi32(x.neg128(c), 3);
+      part[0][c] = offset_correction<kShift>(x, c);
 #pragma GCC unroll 4
       for (int k = 1; k < kChains; ++k) part[k][c] = _mm256_setzero_si256();
     }
@@ -219,7 +234,7 @@ KVW_INLINE void q5_0_isums(const uint8_t* q, const XBlock& x, __m256i* isum) {
     // steps at a time before widening to int32.
     const __m256i ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 16
-    for (int c = 0; c < C; ++c) isum[c] = _mm256_srai_epi32(x.neg128(c), 3);
+    for (int c = 0; c < C; ++c) isum[c] = offset_correction<kShift>(x, c);
 #pragma GCC unroll 2
     for (int s2 = 0; s2 < 4; s2 += 2) {
       __m256i h[C];
@@ -299,16 +314,129 @@ KVW_INLINE void iq4_nl_isums(const uint8_t* q, const XBlock& x, __m256i* isum) {
   }
 }
 
+// MXFP4: Q4_0's nibbles looked up as level + 12 (0..24, unsigned for dpbusd / maddubs) by one
+// vpshufb; the offset leaves exactly as 12 x sum(x) = 3 x (ActBlockExtra::neg128 >> 5).
+// kMxfp4Values + 12 in both 128-bit lanes (vpshufb looks up within a lane).
+static KVW_INLINE __m256i mxfp4_u8_table() {
+  const __m128i levels = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values));
+  return _mm256_broadcastsi128_si256(_mm_add_epi8(levels, _mm_set1_epi8(12)));
+}
+
+// The 8 rows' E8M0 exponents of a block as floats 2^(e - 128) (mxfp4_block_scale's bits).
+static KVW_INLINE __m256 mxfp4_scales(const uint8_t* e8) {
+  const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(e8)));
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, one), 23);
+  const __m256i denormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(denormal, normal, _mm256_cmpgt_epi32(e, one)));
+}
+
+// isum[c] lane r = sum_j level[r][j] * x_c[j] over one block (exact int32).
+template <class Dot, int C>
+KVW_INLINE void mxfp4_isums(const uint8_t* q, const XBlock& x, __m256i table, __m256i* isum) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  __m256i off[C];  // -12 x sum(x_c)
+#pragma GCC unroll 16
+  for (int c = 0; c < C; ++c) {
+    const __m256i n4 = _mm256_srai_epi32(x.neg128(c), 5);
+    off[c] = _mm256_add_epi32(_mm256_add_epi32(n4, n4), n4);
+  }
+  if constexpr (Dot::kVnni) {
+    constexpr int kChains = chains(C);
+    __m256i part[kChains][C];
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      part[0][c] = off[c];
+#pragma GCC unroll 4
+      for (int k = 1; k < kChains; ++k) part[k][c] = _mm256_setzero_si256();
+    }
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * s));
+      const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, low4));
+      const __m256i hi =
+          _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+      __m256i(&p0)[C] = part[(2 * s) % kChains];
+      __m256i(&p1)[C] = part[(2 * s + 1) % kChains];
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) {
+        p0[c] = Dot::dpbusd(p0[c], lo, bcast4(x.q(c, s)));
+        p1[c] = Dot::dpbusd(p1[c], hi, bcast4(x.q(c, s + 4)));
+      }
+    }
+    sum_chains<kChains, C>(part, isum);
+  } else {
+    // int16 lanes: low and high halves apart, 4 maddubs pairs of at most 2 x 24 x 128 each:
+    // 24576 < 2^15, exact (one sum of all 8 would reach 49152 and saturate).
+    __m256i hl[C], hh[C];
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) hl[c] = hh[c] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * s));
+      const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, low4));
+      const __m256i hi =
+          _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) {
+        hl[c] = _mm256_add_epi16(hl[c], _mm256_maddubs_epi16(lo, bcast4(x.q(c, s))));
+        hh[c] = _mm256_add_epi16(hh[c], _mm256_maddubs_epi16(hi, bcast4(x.q(c, s + 4))));
+      }
+    }
+    const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      const __m256i sum =
+          _mm256_add_epi32(_mm256_madd_epi16(hl[c], ones), _mm256_madd_epi16(hh[c], ones));
+      isum[c] = _mm256_add_epi32(sum, off[c]);
+    }
+  }
+}
+
 // Measured on the 2-core Xeon (AVX512-VNNI), 5632x2048 decode with 4 dpbusd chains, GB/s at
 // 1 thread: Q8_0 12.7 (512 B ahead), 13.6 (1 KiB), 13.4 (2 KiB), 18.2 (4 KiB) against 13-17 for
 // the unpacked kernel; Q4_0 10.4 / 10.3 / 10.5 / 11.1 against 6.5 (noisy: a CI run shared it).
 constexpr int kPrefetchBytes = 4096;
 
+// Bytes per block of one group: the scales (fp16 d; Q4_1 / Q5_1: then fp16 m; MXFP4: an E8M0
+// byte) and the quants.
+template <GgmlType T>
+constexpr int kGroupScaleBytes = T == GgmlType::kMXFP4 ? kPackRows
+                                 : has_min_scale(T)    ? 4 * kPackRows
+                                                       : 2 * kPackRows;
+template <GgmlType T>
+constexpr int kGroupQuantBytes = T == GgmlType::kQ8_0                           ? 256
+                                 : T == GgmlType::kQ5_0 || T == GgmlType::kQ5_1 ? 160
+                                                                                : 128;
+
+// isum[c] lane r: the exact int32 block sum of row r with token c, offset corrected.
+template <class Dot, GgmlType T, int C>
+KVW_INLINE void block_isums(const uint8_t* q, const XBlock& x, __m256i* isum) {
+  if constexpr (T == GgmlType::kQ8_0) {
+    q8_0_isums<Dot, C>(q, x, isum);
+  } else if constexpr (T == GgmlType::kQ4_0) {
+    q4_isums<Dot, C, 4>(q, x, isum);
+  } else if constexpr (T == GgmlType::kQ4_1) {
+    q4_isums<Dot, C, -1>(q, x, isum);
+  } else if constexpr (T == GgmlType::kQ5_0) {
+    q5_isums<Dot, C, 3>(q, x, isum);
+  } else if constexpr (T == GgmlType::kQ5_1) {
+    q5_isums<Dot, C, -1>(q, x, isum);
+  } else if constexpr (T == GgmlType::kMXFP4) {
+    mxfp4_isums<Dot, C>(q, x, mxfp4_u8_table(), isum);  // the table is hoisted out of the loop
+  } else {
+    static_assert(T == GgmlType::kIQ4_NL);
+    iq4_nl_isums<Dot, C>(q, x, isum);
+  }
+}
+
 // Group `grp` (rows 8 grp .. 8 grp + 7) x tokens [t0, t0 + C).
 template <class Dot, GgmlType T, int C>
 KVW_INLINE void packed_tile(const PackedArgs& a, int64_t grp, int64_t t0) {
+  constexpr int kScaleBytes = kGroupScaleBytes<T>;
+  constexpr int kQuantBytes = kGroupQuantBytes<T>;
   const uint8_t* scales = a.w + grp * a.g.group_bytes;
-  const uint8_t* quants = scales + a.g.nb * 2 * kPackRows;
+  const uint8_t* quants = scales + a.g.nb * kScaleBytes;
   const uint8_t* x0 = a.x + t0 * a.g.x_row_bytes;
   XBlock x = {x0 + 2, x0 + a.g.extras_offset, a.g.x_row_bytes};
   __m256 acc[C];
@@ -320,10 +448,7 @@ KVW_INLINE void packed_tile(const PackedArgs& a, int64_t grp, int64_t t0) {
       // (then the next group's) bytes. The distance advances by a block's share of the group,
       // scales included (144 bytes for Q4_0), so the prefetches cover the stream without gaps:
       // advancing by the quants alone (128) skipped 16 lines at every group boundary.
-      constexpr int kBlockBytes = (T == GgmlType::kQ8_0   ? 256
-                                   : T == GgmlType::kQ5_0 ? 160
-                                                          : 128) +
-                                  2 * kPackRows;
+      constexpr int kBlockBytes = kQuantBytes + kScaleBytes;
       const uintptr_t ahead =
           reinterpret_cast<uintptr_t>(scales) + b * kBlockBytes + kPrefetchBytes;
 #pragma GCC unroll 5
@@ -332,22 +457,30 @@ KVW_INLINE void packed_tile(const PackedArgs& a, int64_t grp, int64_t t0) {
       }
     }
     __m256i isum[C];
-    if constexpr (T == GgmlType::kQ8_0) {
-      q8_0_isums<Dot, C>(quants + b * 256, x, isum);
-    } else if constexpr (T == GgmlType::kQ4_0) {
-      q4_0_isums<Dot, C>(quants + b * 128, x, isum);
-    } else if constexpr (T == GgmlType::kQ5_0) {
-      q5_0_isums<Dot, C>(quants + b * 160, x, isum);
+    block_isums<Dot, T, C>(quants + b * kQuantBytes, x, isum);
+    const uint8_t* sc = scales + kScaleBytes * b;
+    __m256 dw;
+    if constexpr (T == GgmlType::kMXFP4) {
+      dw = mxfp4_scales(sc);
     } else {
-      static_assert(T == GgmlType::kIQ4_NL);
-      iq4_nl_isums<Dot, C>(quants + b * 128, x, isum);
+      dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
     }
-    const __m256 dw =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * b)));
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) {
       const __m256 d = _mm256_mul_ps(dw, _mm256_broadcast_ss(x.d(c)));
       acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), d, acc[c]);
+    }
+    if constexpr (has_min_scale(T)) {
+      // The min term, packed.cc's block_fma: (-m / 128) x (d_x x neg128).
+      const __m256 mw =
+          _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16))),
+                        _mm256_set1_ps(-0x1p-7f));
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) {
+        const __m256 s =
+            _mm256_mul_ps(_mm256_cvtepi32_ps(x.neg128(c)), _mm256_broadcast_ss(x.d(c)));
+        acc[c] = _mm256_fmadd_ps(mw, s, acc[c]);
+      }
     }
     x.qs += sizeof(BlockQ8_0);
     x.extra += sizeof(ActBlockExtra);
@@ -401,6 +534,13 @@ void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, 
     packed_groups<Dot, GgmlType::kQ4_0, C>(a, g_begin, g_end);
   } else if (wtype == GgmlType::kQ5_0) {
     packed_groups<Dot, GgmlType::kQ5_0, C>(a, g_begin, g_end);
+  } else if (wtype == GgmlType::kQ4_1) {
+    packed_groups<Dot, GgmlType::kQ4_1, C>(a, g_begin, g_end);
+  } else if (wtype == GgmlType::kQ5_1) {
+    packed_groups<Dot, GgmlType::kQ5_1, C>(a, g_begin, g_end);
+  } else if (wtype == GgmlType::kMXFP4) {
+    // At most 4 tokens: the lookup table and mask take two more of the 16 ymm registers.
+    packed_groups<Dot, GgmlType::kMXFP4, (C < 4 ? C : 4)>(a, g_begin, g_end);
   } else {
     packed_groups<Dot, GgmlType::kIQ4_NL, C>(a, g_begin, g_end);
   }
