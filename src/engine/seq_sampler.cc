@@ -35,7 +35,7 @@ Result<std::unique_ptr<SeqSampler>> SeqSampler::create(const GenSampling& s, int
     }
     out->constraint_ = std::make_unique<grammar::GrammarConstraint>(
         s.constraint.grammar, s.constraint.trie, s.constraint.strip_leading_space,
-        s.constraint.max_cached_masks, s.constraint.context_masks);
+        s.constraint.max_cached_masks, s.constraint.context_masks, s.constraint.dfa_masks);
     out->constraint_->set_triggers(s.constraint.triggers);
     out->n_vocab_ = n_vocab;
   }
