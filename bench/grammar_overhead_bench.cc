@@ -150,9 +150,9 @@ struct Seq {
   std::shared_ptr<ContextMaskCache> cache;  // per request: a new output gets a new one
   std::shared_ptr<DfaMaskCache> dfa_cache;  // the same for a regular grammar
   std::mt19937 rng;
-  double mask_s = 0;   // time in mask + accept
-  double copy_s = 0;   // copying the row first (SeqSampler does only with logprobs)
-  double apply_s = 0;  // mask() alone: the bitset and applying it to the row
+  double mask_s = 0;            // time in mask + accept
+  double copy_s = 0;            // copying the row first (SeqSampler does only with logprobs)
+  double apply_s = 0;           // mask() alone: the bitset and applying it to the row
   std::vector<float> token_us;  // [tokens] mask + accept of each token
   double old_s = 0;             // copy + mask + draw + accept (this benchmark's earlier measure)
   int num_tokens = 0;
@@ -165,8 +165,8 @@ struct MaskResult {
   double copy_us_per_token = 0;    // a row copy (the engine copies only with logprobs)
   double apply_us_per_token = 0;   // mask() alone (mean)
   double old_us_per_token = 0;     // copy + mask + draw + accept (the earlier measure, mean)
-  double step_ms = 0;             // wall time of the batch's constrained sampling per step
-  double plain_step_ms = 0;       // the same rows sampled without a grammar
+  double step_ms = 0;              // wall time of the batch's constrained sampling per step
+  double plain_step_ms = 0;        // the same rows sampled without a grammar
   double walks_per_token = 0;
   double context_misses_per_token = 0;  // context-mask entries computed (a trie walk each)
   double uncertain_per_token = 0;       // uncertain tokens checked against the full stack
@@ -391,7 +391,8 @@ int main(int argc, char** argv) {
       {"regex", grammar::compile_regex(regex, 4u << 20).value()}};
   std::printf(
       "\n| vocab | batch | decode step ms | grammar | mode | mask us/token mean | median "
-      "| mask() mean | row copy | copy+mask+draw+accept | trie walks/token | cache misses/token | uncertain/token "
+      "| mask() mean | row copy | copy+mask+draw+accept | trie walks/token | cache misses/token | "
+      "uncertain/token "
       "| masks ms/step (wall) | overhead %% of decode "
       "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int32_t n_vocab : {32000, 151936}) {
@@ -410,12 +411,12 @@ int main(int argc, char** argv) {
           const MaskResult r = run_masks(g.g, trie, mode, batch, steps, pool);
           const double extra = std::max(0.0, r.step_ms - r.plain_step_ms);
           std::printf(
-              "| %d | %d | %.1f | %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f | %.0f | "
+              "| %d | %d | %.1f | %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f | %.0f "
+              "| "
               "%.3f | %.2f |\n",
               n_vocab, batch, dec_ms, g.name, mode_name(mode), r.mask_us_per_token,
-              r.median_us_per_token, r.apply_us_per_token, r.copy_us_per_token,
-              r.old_us_per_token, r.walks_per_token,
-              r.context_misses_per_token, r.uncertain_per_token, extra,
+              r.median_us_per_token, r.apply_us_per_token, r.copy_us_per_token, r.old_us_per_token,
+              r.walks_per_token, r.context_misses_per_token, r.uncertain_per_token, extra,
               dec_ms > 0 ? 100.0 * extra / (dec_ms + r.plain_step_ms) : 0.0);
           std::fflush(stdout);
         }
