@@ -12,11 +12,13 @@
 // (the engine before the context cache); "context" = exact + a context-mask cache per
 // sequence (a request per sequence, as now); "shared" = one context-mask cache for the batch
 // (one request with n = batch, as now; or what a server-wide cache per grammar would give).
-// The regex compiles with its DFA (byte_dfa.h), so its masks walk the trie through that table
-// in every mode (the context-mask cache is not used for it); the regex's compile time and DFA
-// size are printed first.
+// The regex compiles with its DFA (byte_dfa.h), so its masks walk the trie through that table;
+// in "context" and "shared" it gets a DfaMaskCache (masks by DFA state class) per request or
+// per batch instead of the context-mask cache. The regex's compile time, DFA size and state
+// classes (and the time to refine them, paid per request) are printed first.
 //   build/bench/grammar_overhead_bench --dir build/bench-models [--type q4_0] [--steps 64]
-//                                      [--decode-steps 4] [--no-decode 1]
+//                                      [--decode-steps 4] [--no-decode 1] [--mode context]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +30,7 @@
 
 #include "grammar/byte_dfa.h"
 #include "grammar/context_mask_cache.h"
+#include "grammar/dfa_mask_cache.h"
 #include "grammar/grammar_constraint.h"
 #include "grammar/json_schema.h"
 #include "grammar/regex.h"
@@ -39,6 +42,7 @@ namespace kvw {
 namespace {
 
 using grammar::ContextMaskCache;
+using grammar::DfaMaskCache;
 using grammar::GrammarConstraint;
 using grammar::TokenTrie;
 
@@ -144,16 +148,25 @@ const char* mode_name(Mode m) {
 struct Seq {
   std::unique_ptr<GrammarConstraint> c;
   std::shared_ptr<ContextMaskCache> cache;  // per request: a new output gets a new one
+  std::shared_ptr<DfaMaskCache> dfa_cache;  // the same for a regular grammar
   std::mt19937 rng;
-  double mask_s = 0;  // time in mask + accept
+  double mask_s = 0;            // time in mask + accept
+  double copy_s = 0;            // copying the row first (SeqSampler does only with logprobs)
+  double apply_s = 0;           // mask() alone: the bitset and applying it to the row
+  std::vector<float> token_us;  // [tokens] mask + accept of each token
+  double old_s = 0;             // copy + mask + draw + accept (this benchmark's earlier measure)
   int num_tokens = 0;
   uint64_t walks = 0, misses = 0, uncertain = 0;  // of the finished outputs
 };
 
 struct MaskResult {
-  double mask_us_per_token = 0;  // per sequence: mask + accept, thread time
-  double step_ms = 0;            // wall time of the batch's constrained sampling per step
-  double plain_step_ms = 0;      // the same rows sampled without a grammar
+  double mask_us_per_token = 0;    // per sequence: mask + accept, thread time (mean)
+  double median_us_per_token = 0;  // the same, median over the tokens
+  double copy_us_per_token = 0;    // a row copy (the engine copies only with logprobs)
+  double apply_us_per_token = 0;   // mask() alone (mean)
+  double old_us_per_token = 0;     // copy + mask + draw + accept (the earlier measure, mean)
+  double step_ms = 0;              // wall time of the batch's constrained sampling per step
+  double plain_step_ms = 0;        // the same rows sampled without a grammar
   double walks_per_token = 0;
   double context_misses_per_token = 0;  // context-mask entries computed (a trie walk each)
   double uncertain_per_token = 0;       // uncertain tokens checked against the full stack
@@ -174,14 +187,22 @@ MaskResult run_masks(std::shared_ptr<const grammar::Grammar> g,
       rows[kRows + r][i] = rows[r][i] + (trie->token_bytes(i).size() <= 2 ? 8.0f : 0.0f);
     }
   }
-  // kShared: one cache for the whole batch, as for one request with n = batch choices.
+  // kShared: one cache for the whole batch, as for one request with n = batch choices. A
+  // regular grammar gets a DfaMaskCache instead (as ServerState::constraint_for gives it).
+  const bool regular = g->dfa != nullptr;
   auto shared = std::make_shared<ContextMaskCache>(g, trie, 4u << 20);
+  auto shared_dfa = regular ? std::make_shared<DfaMaskCache>(g->dfa, trie, 4u << 20) : nullptr;
   auto fresh = [&](Seq& s) {
-    s.cache = mode == Mode::kContext  ? std::make_shared<ContextMaskCache>(g, trie, 4u << 20)
-              : mode == Mode::kShared ? shared
-                                      : nullptr;
-    s.c =
-        std::make_unique<GrammarConstraint>(g, trie, false, mode == Mode::kWalk ? 0 : 16, s.cache);
+    s.cache = regular                  ? nullptr
+              : mode == Mode::kContext ? std::make_shared<ContextMaskCache>(g, trie, 4u << 20)
+              : mode == Mode::kShared  ? shared
+                                       : nullptr;
+    s.dfa_cache = !regular                 ? nullptr
+                  : mode == Mode::kContext ? std::make_shared<DfaMaskCache>(g->dfa, trie, 4u << 20)
+                  : mode == Mode::kShared  ? shared_dfa
+                                           : nullptr;
+    s.c = std::make_unique<GrammarConstraint>(g, trie, false, mode == Mode::kWalk ? 0 : 16, s.cache,
+                                              s.dfa_cache);
   };
   std::vector<Seq> seqs(batch);
   for (int b = 0; b < batch; ++b) fresh(seqs[b]), seqs[b].rng.seed(100 + b);
@@ -195,43 +216,66 @@ MaskResult run_masks(std::shared_ptr<const grammar::Grammar> g,
         Seq& s = seqs[b];
         const bool boost = s.rng() % 3 == 0;
         const std::vector<float>& row = rows[(boost ? kRows : 0) + (b + step) % kRows];
-        const double t = now_s();
+        const double t_copy = now_s();
         masked.assign(row.begin(), row.end());
+        const double t = now_s();
         s.c->mask(masked.data());
+        const double t_masked = now_s();
+        s.copy_s += t - t_copy;
+        s.apply_s += t_masked - t;
+        // The draw (argmax over the row) is the sampler's work with or without a grammar.
         const int32_t tok =
             (int32_t)(std::max_element(masked.begin(), masked.end()) - masked.begin());
+        const double t_accept = now_s();
         const bool ok = s.c->accept(tok).ok();
-        s.mask_s += now_s() - t;
+        const double grammar_s = (t_masked - t) + (now_s() - t_accept);
+        s.mask_s += grammar_s;
+        s.old_s += now_s() - t_copy;  // as this benchmark counted before: copy, mask, draw, accept
+        s.token_us.push_back(float(1e6 * grammar_s));
         ++s.num_tokens;
         if (!ok || s.c->done()) {
           s.walks += s.c->num_trie_walks();
           s.uncertain += s.c->num_uncertain_checked();
           s.misses += s.cache && mode == Mode::kContext ? s.cache->num_misses() : 0;
+          s.misses += s.dfa_cache && mode == Mode::kContext ? s.dfa_cache->num_misses() : 0;
           fresh(s);
         }
       }
     });
     r.step_ms += 1e3 * (now_s() - t0);
     t0 = now_s();
+    // The same rows unconstrained, copied as the masked pass copies them (the engine masks its
+    // fresh row in place unless logprobs are asked for), so the difference is mask + accept.
     pool.run([&](int ith, int nth) {
+      thread_local std::vector<float> copy;
       for (int b = ith; b < batch; b += nth) {
         const std::vector<float>& row = rows[(b + step) % kRows];
-        volatile auto tok = std::max_element(row.begin(), row.end()) - row.begin();
+        copy.assign(row.begin(), row.end());
+        volatile auto tok = std::max_element(copy.begin(), copy.end()) - copy.begin();
         (void)tok;
       }
     });
     r.plain_step_ms += 1e3 * (now_s() - t0);
   }
-  double mask_s = 0;
+  double mask_s = 0, copy_s = 0, apply_s = 0, old_s = 0;
   int tokens = 0;
+  std::vector<float> token_us;
   for (Seq& s : seqs) {
+    token_us.insert(token_us.end(), s.token_us.begin(), s.token_us.end());
     mask_s += s.mask_s, tokens += s.num_tokens;
+    copy_s += s.copy_s, apply_s += s.apply_s, old_s += s.old_s;
     walks += s.walks + s.c->num_trie_walks();
     uncertain += s.uncertain + s.c->num_uncertain_checked();
     misses += s.misses + (s.cache && mode == Mode::kContext ? s.cache->num_misses() : 0);
+    misses += s.dfa_cache && mode == Mode::kContext ? s.dfa_cache->num_misses() : 0;
   }
-  if (mode == Mode::kShared) misses = shared->num_misses();
+  if (mode == Mode::kShared) misses = regular ? shared_dfa->num_misses() : shared->num_misses();
   r.mask_us_per_token = 1e6 * mask_s / tokens;
+  std::sort(token_us.begin(), token_us.end());
+  r.median_us_per_token = token_us.empty() ? 0.0 : token_us[token_us.size() / 2];
+  r.copy_us_per_token = 1e6 * copy_s / tokens;
+  r.old_us_per_token = 1e6 * old_s / tokens;
+  r.apply_us_per_token = 1e6 * apply_s / tokens;
   r.step_ms /= steps;
   r.plain_step_ms /= steps;
   r.walks_per_token = (double)walks / tokens;
@@ -272,6 +316,7 @@ std::unique_ptr<Model> load_model(const std::string& dir, int32_t n_vocab, const
 int main(int argc, char** argv) {
   using namespace kvw;
   std::string dir = "bench-models", type = "q4_0";
+  std::string only_mode;
   int steps = 64, decode_steps = 4, threads = 0, only_vocab = 0, only_batch = 0;
   bool decode = true;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -290,12 +335,15 @@ int main(int argc, char** argv) {
       only_vocab = std::atoi(v.c_str());
     else if (a == "--batch")
       only_batch = std::atoi(v.c_str());
+    else if (a == "--mode")
+      only_mode = v;
     else if (a == "--no-decode")
       decode = std::atoi(v.c_str()) == 0;
     else {
       std::fprintf(stderr,
                    "usage: grammar_overhead_bench [--dir D] [--type q4_0] [--steps 64] "
-                   "[--decode-steps 4] [--threads 0] [--no-decode 1] [--vocab N] [--batch N]\n");
+                   "[--decode-steps 4] [--threads 0] [--no-decode 1] [--vocab N] [--batch N] "
+                   "[--mode walk|exact|context|shared]\n");
       return 2;
     }
   }
@@ -325,6 +373,13 @@ int main(int argc, char** argv) {
     std::printf("regex compile: %.0f us; DFA %u states x %u byte classes, %zu bytes in all\n",
                 1e6 * (now_s() - t0) / reps, g->dfa ? g->dfa->num_states() : 0,
                 g->dfa ? g->dfa->num_classes() : 0, g->size_bytes());
+    for (int32_t n_vocab : {32000, 151936}) {
+      auto trie = synthetic_trie(n_vocab);
+      const double t1 = now_s();
+      DfaMaskCache cache(g->dfa, trie, 4u << 20);
+      std::printf("  mask classes at %d tokens (max token %u bytes): %u, refined in %.1f ms\n",
+                  n_vocab, trie->max_depth(), cache.num_classes(), 1e3 * (now_s() - t1));
+    }
   }
   struct G {
     const char* name;
@@ -335,9 +390,11 @@ int main(int argc, char** argv) {
       {"largest schema", grammar::compile_json_schema(std::string_view(schema)).value()},
       {"regex", grammar::compile_regex(regex, 4u << 20).value()}};
   std::printf(
-      "\n| vocab | batch | decode step ms | grammar | mode | mask us/token | trie walks/token "
-      "| context misses/token | uncertain/token | masks ms/step (wall) | overhead %% of decode "
-      "|\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "\n| vocab | batch | decode step ms | grammar | mode | mask us/token mean | median "
+      "| mask() mean | row copy | copy+mask+draw+accept | trie walks/token | cache misses/token | "
+      "uncertain/token "
+      "| masks ms/step (wall) | overhead %% of decode "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int32_t n_vocab : {32000, 151936}) {
     if (only_vocab && n_vocab != only_vocab) continue;
     auto model = decode ? load_model(dir, n_vocab, type, threads) : nullptr;
@@ -348,14 +405,19 @@ int main(int argc, char** argv) {
       const double dec_ms = decode ? decode_step_ms(*model, batch, decode_steps) : 0.0;
       for (const G& g : grammars) {
         for (Mode mode : {Mode::kWalk, Mode::kExact, Mode::kContext, Mode::kShared}) {
+          if (!only_mode.empty() && only_mode != mode_name(mode)) continue;
           // As many threads as the model's (idle meanwhile): the engine samples on those.
           ThreadPool pool(num_threads);
           const MaskResult r = run_masks(g.g, trie, mode, batch, steps, pool);
           const double extra = std::max(0.0, r.step_ms - r.plain_step_ms);
-          std::printf("| %d | %d | %.1f | %s | %s | %.1f | %.3f | %.3f | %.0f | %.3f | %.2f |\n",
-                      n_vocab, batch, dec_ms, g.name, mode_name(mode), r.mask_us_per_token,
-                      r.walks_per_token, r.context_misses_per_token, r.uncertain_per_token, extra,
-                      dec_ms > 0 ? 100.0 * extra / (dec_ms + r.plain_step_ms) : 0.0);
+          std::printf(
+              "| %d | %d | %.1f | %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f | %.0f "
+              "| "
+              "%.3f | %.2f |\n",
+              n_vocab, batch, dec_ms, g.name, mode_name(mode), r.mask_us_per_token,
+              r.median_us_per_token, r.apply_us_per_token, r.copy_us_per_token, r.old_us_per_token,
+              r.walks_per_token, r.context_misses_per_token, r.uncertain_per_token, extra,
+              dec_ms > 0 ? 100.0 * extra / (dec_ms + r.plain_step_ms) : 0.0);
           std::fflush(stdout);
         }
       }

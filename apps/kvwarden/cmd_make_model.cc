@@ -132,6 +132,10 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
                   "gpt-oss: type of the expert matrices (default mxfp4, as the released files)");
   cmd->add_flag("--tied", s.tied, "Tie output and embedding weights (no output.weight)");
   cmd->add_option("--vocab-type", s.vocab_type, "spm (SentencePiece-style) or bpe (byte-level)");
+  cmd->add_option("--control-tokens", s.extra_control_tokens,
+                  "Extra control tokens appended to the vocabulary, comma-separated (e.g. "
+                  "'<tool_call>,</tool_call>': a file whose tool-call markers are special tokens)")
+      ->delimiter(',');
   cmd->add_option("--seed", s.seed, "Random seed");
   cmd->add_option("--gguf-version", s.gguf_version, "GGUF version to write: 2 or 3");
   add_deepseek2_options(cmd, *f);
@@ -173,6 +177,7 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
     if (given("--longrope")) spec.longrope = g.longrope;
     if (given("--tied")) spec.tied = g.tied;
     if (given("--vocab-type")) spec.vocab_type = g.vocab_type;
+    if (given("--control-tokens")) spec.extra_control_tokens = g.extra_control_tokens;
     if (given("--seed")) spec.seed = g.seed;
     if (given("--gguf-version")) spec.gguf_version = g.gguf_version;
     override_deepseek2(cmd, g, spec);

@@ -18,6 +18,7 @@ namespace grammar {
 struct Grammar;
 class TokenTrie;
 class ContextMaskCache;
+class DfaMaskCache;
 }  // namespace grammar
 
 // Constrained decoding (issue 31): the grammar every sampled token must follow; null = off.
@@ -31,6 +32,8 @@ struct GenConstraint {
   // Per-stack masks shared by the request's sequences (thread-safe, bounded by its own byte
   // limit, charged to the request's memory); null = every new state walks the trie.
   std::shared_ptr<grammar::ContextMaskCache> context_masks;
+  // For a regular grammar (Grammar::dfa) instead: masks by class of DFA states, shared alike.
+  std::shared_ptr<grammar::DfaMaskCache> dfa_masks;
   // Non-empty: lazy, the output is free until one of these appears (tool_choice "auto").
   std::vector<grammar::GrammarTrigger> triggers;
 };

@@ -30,8 +30,9 @@ class SeqSampler {
   ~SeqSampler();
   // logits: [n_vocab], all finite (adjusted in place during the call, restored before it
   // returns). history: prompt + generated tokens, of which the last num_generated were generated
-  // (presence/frequency penalties). With a constraint, the sampler draws from a masked copy of
-  // the row (so logprobs still see the raw row) and the grammar then accepts the token.
+  // (presence/frequency penalties). With a constraint, the sampler draws from the masked row and
+  // the grammar then accepts the token: with logprobs (num_logprobs() >= 0) a masked copy, so
+  // they still see the raw row; without, the row itself, left masked (-inf where disallowed).
   int32_t sample(float* logits, std::span<const int32_t> history, size_t num_generated);
   // Non-empty once the grammar refused a sampled token (only when no token could follow: the
   // vocabulary cannot spell the grammar); the engine ends the request with it.

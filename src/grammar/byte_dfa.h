@@ -30,7 +30,11 @@ class ByteDfa {
   static std::shared_ptr<const ByteDfa> build(const Grammar& g, size_t max_bytes);
 
   uint32_t next(uint32_t state, uint8_t byte) const {
-    return next_[(size_t)state * num_classes_ + byte_class_[byte]];
+    return next_by_class(state, byte_class_[byte]);
+  }
+  // cls < num_classes(): the bytes of one class lead every state to the same place.
+  uint32_t next_by_class(uint32_t state, uint32_t cls) const {
+    return next_[(size_t)state * num_classes_ + cls];
   }
   // kDead as soon as a byte leaves the language.
   uint32_t walk(uint32_t state, std::string_view bytes) const {

@@ -4,17 +4,21 @@
 #include <limits>
 #include <string>
 
+#include "grammar/token_mask_apply.h"
+
 namespace kvw::grammar {
 
 GrammarConstraint::GrammarConstraint(std::shared_ptr<const Grammar> g,
                                      std::shared_ptr<const TokenTrie> trie,
                                      bool strip_leading_space, size_t max_cached_masks,
-                                     std::shared_ptr<ContextMaskCache> context_masks)
+                                     std::shared_ptr<ContextMaskCache> context_masks,
+                                     std::shared_ptr<DfaMaskCache> dfa_masks)
     : trie_(std::move(trie)),
       matcher_(std::move(g)),
       strip_space_(strip_leading_space),
       max_cached_(max_cached_masks),
       context_masks_(std::move(context_masks)),
+      dfa_masks_(std::move(dfa_masks)),
       dfa_(matcher_.grammar().dfa) {}
 
 void GrammarConstraint::follow_dfa(std::string_view bytes) {
@@ -27,11 +31,29 @@ void GrammarConstraint::follow_dfa(std::string_view bytes) {
 
 void GrammarConstraint::fill_allowed(std::vector<uint64_t>* bits) {
   if (free_) {
-    bits->assign(((size_t)trie_->n_vocab() + 63) / 64, ~uint64_t{0});
+    bits->assign(num_words(), ~uint64_t{0});
     if (trie_->n_vocab() % 64) bits->back() = (uint64_t{1} << (trie_->n_vocab() % 64)) - 1;
     return;
   }
-  if (max_cached_ == 0) return compute_allowed(bits);
+  const uint64_t* allowed = allowed_trie_bits();
+  if (allowed != bits->data()) bits->assign(allowed, allowed + num_words());
+  held_.reset();
+  collect_extras();
+  for (const auto& [id, logit] : extras_) (*bits)[id >> 6] |= uint64_t{1} << (id & 63);
+}
+
+const uint64_t* GrammarConstraint::allowed_trie_bits() {
+  if (dfa_ && dfa_masks_ && !strip_space_) {
+    held_ = dfa_masks_->get(dfa_state_);
+    if (held_) {
+      ++num_dfa_cache_hits_;
+      return held_->data();
+    }
+  }
+  if (max_cached_ == 0) {
+    compute_allowed(&bits_);
+    return bits_.data();
+  }
   std::string key;
   if (dfa_) {
     key.assign(1, 'D').append(reinterpret_cast<const char*>(&dfa_state_), 4);
@@ -42,34 +64,41 @@ void GrammarConstraint::fill_allowed(std::vector<uint64_t>* bits) {
   auto it = cache_.find(key);
   if (it != cache_.end()) {
     ++num_cache_hits_;
-    *bits = it->second;
-    return;
+    held_ = it->second;
+    return held_->data();
   }
-  compute_allowed(bits);
+  auto bits = std::make_shared<std::vector<uint64_t>>();
+  compute_allowed(bits.get());
   if (cache_.size() >= max_cached_) {
     cache_.erase(cache_order_.front());
     cache_order_.pop_front();
   }
   cache_order_.push_back(key);
-  cache_.emplace(std::move(key), *bits);
+  cache_.emplace(std::move(key), bits);
+  held_ = std::move(bits);
+  return held_->data();
 }
 
 void GrammarConstraint::compute_allowed(std::vector<uint64_t>* bits) {
   if (dfa_) {
     // ~1 table lookup per reached trie node: cheaper than assembling context-mask entries.
     ++num_trie_walks_;
-    bits->assign(((size_t)trie_->n_vocab() + 63) / 64, 0);
+    bits->assign(num_words(), 0);
     walk_trie_dfa(*dfa_, *trie_, dfa_state_, strip_space_, &dfa_walk_, bits->data());
   } else if (!fill_from_context_masks(bits)) {
     ++num_trie_walks_;
-    bits->assign(((size_t)trie_->n_vocab() + 63) / 64, 0);
+    bits->assign(num_words(), 0);
     walk_trie(matcher_, *trie_, matcher_.state(), strip_space_, &walk_, bits->data());
   }
+}
+
+void GrammarConstraint::collect_extras() {
+  extras_.clear();
   if (matcher_.can_end()) {
-    for (int32_t id : trie_->eog_ids()) (*bits)[id >> 6] |= uint64_t{1} << (id & 63);
+    for (int32_t id : trie_->eog_ids()) extras_.push_back({id, 0.0f});
   }
   for (const auto& [id, text] : control_tokens_) {
-    if (accepts_text(text)) (*bits)[id >> 6] |= uint64_t{1} << (id & 63);
+    if (accepts_text(text)) extras_.push_back({id, 0.0f});
   }
 }
 
@@ -139,27 +168,13 @@ bool GrammarConstraint::fill_from_context_masks(std::vector<uint64_t>* bits) {
 
 void GrammarConstraint::mask(float* logits) {
   if (free_) return;
-  fill_allowed(&bits_);
-  bool any = false;
-  const float ninf = -std::numeric_limits<float>::infinity();
-  const int32_t n_vocab = trie_->n_vocab();
-  for (int32_t w = 0; w * 64 < n_vocab; ++w) {
-    const uint64_t word = bits_[w];
-    if (word == ~uint64_t{0}) {
-      any = true;
-      continue;
-    }
-    const int32_t begin = w * 64, end = std::min(n_vocab, begin + 64);
-    if (word == 0) {
-      std::fill(logits + begin, logits + end, ninf);  // sparse masks: whole words, vectorised
-      continue;
-    }
-    any = true;
-    // Visit only the disallowed tokens (inside a string nearly every word is almost full).
-    uint64_t off = ~word;
-    if (end - begin < 64) off &= (uint64_t{1} << (end - begin)) - 1;
-    for (; off; off &= off - 1) logits[begin + __builtin_ctzll(off)] = ninf;
-  }
+  const uint64_t* allowed = allowed_trie_bits();
+  collect_extras();
+  for (auto& [id, logit] : extras_) logit = logits[id];
+  bool any = apply_token_mask(allowed, trie_->n_vocab(), logits);
+  held_.reset();
+  for (const auto& [id, logit] : extras_) logits[id] = logit;  // allowed outside the trie
+  any = any || !extras_.empty();
   if (!any && !trie_->eog_ids().empty()) logits[trie_->eog_ids()[0]] = 0.0f;
 }
 
@@ -172,6 +187,7 @@ Error GrammarConstraint::overflow_error() {
 
 size_t GrammarConstraint::memory_bytes() const {
   size_t n = sizeof(*this) + matcher_.arena_bytes() + mask_cache_bytes() + bits_.capacity() * 8;
+  n += extras_.capacity() * sizeof(extras_[0]);
   n += walk_.memory_bytes() + key_.capacity() * 4 + pending_.capacity() + dfa_walk_.capacity() * 4;
   for (const auto& t : triggers_) n += sizeof(t) + t.text.capacity();
   for (const auto& c : control_tokens_) n += sizeof(c) + c.second.capacity();

@@ -19,6 +19,7 @@
 #include "core/status.h"
 #include "grammar/byte_dfa.h"
 #include "grammar/context_mask_cache.h"
+#include "grammar/dfa_mask_cache.h"
 #include "grammar/grammar.h"
 #include "grammar/grammar_trigger.h"
 #include "grammar/matcher.h"
@@ -41,9 +42,12 @@ class GrammarConstraint {
   // context_masks (optional, shared by the request's sequences): a state missing from the
   // exact cache is then assembled from per-stack entries (context_mask_cache.h) instead of a
   // whole-trie walk; the mask is the same.
+  // dfa_masks (optional, shared by the request's sequences; for g->dfa): masks of a regular
+  // grammar by class of DFA states, read in place (no copy) before the exact cache.
   GrammarConstraint(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenTrie> trie,
                     bool strip_leading_space = false, size_t max_cached_masks = 16,
-                    std::shared_ptr<ContextMaskCache> context_masks = nullptr);
+                    std::shared_ptr<ContextMaskCache> context_masks = nullptr,
+                    std::shared_ptr<DfaMaskCache> dfa_masks = nullptr);
 
   // Makes the constraint lazy (call before the first token): no mask until a trigger appears
   // in the output (as text, or as its control token), then the grammar starts at the
@@ -70,13 +74,14 @@ class GrammarConstraint {
   bool done() const { return ended_ || (!free_ && matcher_.is_finished()); }
   bool can_end() const { return free_ || matcher_.can_end(); }
   const Matcher& matcher() const { return matcher_; }
-  size_t mask_cache_bytes() const { return cache_.size() * bits_.size() * 8; }
+  size_t mask_cache_bytes() const { return cache_.size() * num_words() * 8; }
   // Bytes this sequence holds now: matcher arenas, mask cache and walk scratch (the Grammar and
   // TokenTrie are shared and counted once by their owner). Upper bound to reserve per sequence:
   // (max_cached_masks + 1) * n_vocab / 8 + the arenas (a few KiB for JSON-schema grammars).
   size_t memory_bytes() const;
   uint64_t num_cache_hits() const { return num_cache_hits_; }
   uint64_t num_trie_walks() const { return num_trie_walks_; }  // masks that walked the trie
+  uint64_t num_dfa_cache_hits() const { return num_dfa_cache_hits_; }
   bool uses_dfa() const { return dfa_ != nullptr; }
   // Uncertain tokens checked against full stacks (context-mask path), in all.
   uint64_t num_uncertain_checked() const { return num_uncertain_checked_; }
@@ -99,9 +104,15 @@ class GrammarConstraint {
   // Exact-state mask cache: key = the committed state (sorted stacks, partial UTF-8, strip flag).
   size_t max_cached_ = 0;
   std::shared_ptr<ContextMaskCache> context_masks_;  // null = whole-trie walks only
-  std::unordered_map<std::string, std::vector<uint64_t>> cache_;
-  std::deque<std::string> cache_order_;  // FIFO eviction
+  // Entries are shared so that a hit is read in place: copying 19 KB (152k tokens) per step
+  // was a third of a hit's cost.
+  std::unordered_map<std::string, std::shared_ptr<const std::vector<uint64_t>>> cache_;
+  std::deque<std::string> cache_order_;                // FIFO eviction
+  std::shared_ptr<DfaMaskCache> dfa_masks_;            // null: the exact cache alone
+  std::shared_ptr<const std::vector<uint64_t>> held_;  // the mask being applied (keeps it alive)
+  std::vector<std::pair<int32_t, float>> extras_;      // allowed ids outside the trie + logits
   uint64_t num_cache_hits_ = 0;
+  uint64_t num_dfa_cache_hits_ = 0;
   uint64_t num_trie_walks_ = 0;
   uint64_t num_uncertain_checked_ = 0;
   std::shared_ptr<const ByteDfa> dfa_;  // Grammar::dfa; dropped if it ever disagrees
@@ -111,7 +122,13 @@ class GrammarConstraint {
   // The text a token stands for: its trie bytes, or a control token's text.
   std::string_view token_text(int32_t token) const;
   bool accepts_text(std::string_view text);  // from the committed state; changes nothing
-  void compute_allowed(std::vector<uint64_t>* bits);
+  size_t num_words() const { return ((size_t)trie_->n_vocab() + 63) / 64; }
+  // The trie tokens allowed next: a cached mask or bits_, valid until the next call.
+  const uint64_t* allowed_trie_bits();
+  // Ids outside the trie allowed next: end of generation where the grammar may end, and
+  // control tokens whose text fits (appended to extras_ with a 0 logit).
+  void collect_extras();
+  void compute_allowed(std::vector<uint64_t>* bits);  // trie tokens only
   bool fill_from_context_masks(std::vector<uint64_t>* bits);
   static Error overflow_error();
   Status watch(int32_t token);  // a token while free: looks for a trigger

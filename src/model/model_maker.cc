@@ -358,6 +358,9 @@ Status MakeModelSpec::validate() const {
     return Error{"--rope-dim and --longrope need --arch phi3"};
   if (arch != "gpt-oss" && expert_type != GgmlType::kMXFP4)
     return Error{"--expert-type needs --arch gpt-oss"};
+  for (const std::string& t : extra_control_tokens) {
+    if (t.empty()) return Error{"--control-tokens: a token must not be empty"};
+  }
   if (!is_gemma(*this) &&
       (attn_softcap != 0 || final_softcap != 0 || rope_theta_swa != 0 || swa_period != 0)) {
     return Error{
@@ -637,6 +640,11 @@ Status make_model(const MakeModelSpec& s, const std::string& path) {
     vocab.eos_id = (int32_t)vocab.tokens.size();
     vocab.tokens.push_back("<|endoftext|>");
     vocab.scores.push_back(-1000.0f);  // as convert_hf_to_gguf.py scores added tokens
+    vocab.types.push_back(TokenType::kControl);
+  }
+  for (const std::string& t : s.extra_control_tokens) {
+    vocab.tokens.push_back(t);
+    if (!vocab.scores.empty()) vocab.scores.push_back(-1000.0f);  // byte-level BPE has none
     vocab.types.push_back(TokenType::kControl);
   }
   if (qwen || s.vocab_type == "bpe") vocab.chat_template = kChatMlTemplate;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "gguf/tensor_types.h"
@@ -48,6 +49,9 @@ struct MakeModelSpec {
   GgmlType weight_type = GgmlType::kF32;  // every matrix; norms and biases stay f32
   bool tied = false;                      // no output.weight: logits reuse token_embd
   std::string vocab_type = "spm";         // "spm" (tokenizer.ggml.model llama) or "bpe" (gpt2)
+  // Appended to the vocabulary as control tokens (after any padding to n_vocab), as a GGUF whose
+  // converter marked added tokens special: e.g. <tool_call> </tool_call> for a Hermes/Qwen file.
+  std::vector<std::string> extra_control_tokens = {};
   uint64_t seed = 1;
   uint32_t gguf_version = 3;
 

@@ -111,8 +111,8 @@ GenerationStream::GenerationStream(ServerState& st, bool chat, const GenParams& 
       logprobs_(st.tokenizer(), chat) {
   if (params_.stream) st_.counters.num_active_streams.fetch_add(1);
   if (chat_ && params_.stream && params_.harmony_channels) {
-    harmony_filters_.assign(runners_.size(),
-                            tools::HarmonyStreamFilter(params_.parallel_tool_calls));
+    harmony_filters_.assign(runners_.size(), tools::HarmonyStreamFilter(params_.parallel_tool_calls,
+                                                                        /*stream_arguments=*/true));
   } else if (chat_ && params_.stream && params_.tool_format) {
     tool_filters_.assign(runners_.size(), tools::ToolStreamFilter(*params_.tool_format,
                                                                   params_.parallel_tool_calls));
@@ -189,7 +189,8 @@ bool GenerationStream::echo_first(size_t i, ChoiceDelta& d, json& prompt_logprob
 
 void GenerationStream::emit(size_t i, ChoiceDelta& d, std::string& out, json prompt_logprobs) {
   ChoiceRunner& r = *runners_[i];
-  std::vector<tools::ToolCall> calls;  // whole calls: they follow this chunk's content
+  std::vector<tools::ToolCall> calls;             // whole calls: they follow this chunk's content
+  std::vector<tools::ToolCallDelta> call_deltas;  // harmony: pieces of calls, as written
   size_t first_call = 0;
   if (!tool_filters_.empty()) {
     d.text = tool_filters_[i].push(d.text);
@@ -201,7 +202,8 @@ void GenerationStream::emit(size_t i, ChoiceDelta& d, std::string& out, json pro
     d.text = std::move(h.content);
     reasoning = std::move(h.reasoning);
     calls = harmony_filters_[i].take_calls(&first_call);
-    if (!params_.tool_format) calls.clear();  // no tools offered: no calls to return
+    call_deltas = harmony_filters_[i].take_call_deltas();
+    if (!params_.tool_format) calls.clear(), call_deltas.clear();  // no tools: no calls
   }
   if (!d.text.empty() || !reasoning.empty() || !d.tokens.empty() || !prompt_logprobs.is_null()) {
     json c = {{"index", i}};
@@ -220,6 +222,7 @@ void GenerationStream::emit(size_t i, ChoiceDelta& d, std::string& out, json pro
     write_chunk(out, std::move(c));
   }
   emit_tool_calls(i, calls, first_call, out);
+  emit_call_deltas(i, call_deltas, out);
   if (!d.finished) return;
   ended_[i] = true;
   if (!r.error().empty()) {
@@ -249,6 +252,16 @@ void GenerationStream::emit_tool_calls(size_t i, const std::vector<tools::ToolCa
   for (json& item : tool_call_deltas(calls, first_index)) {
     write_chunk(out, {{"index", i},
                       {"delta", {{"tool_calls", json::array({std::move(item)})}}},
+                      {"logprobs", nullptr},
+                      {"finish_reason", nullptr}});
+  }
+}
+
+void GenerationStream::emit_call_deltas(size_t i, const std::vector<tools::ToolCallDelta>& deltas,
+                                        std::string& out) {
+  for (const tools::ToolCallDelta& d : deltas) {
+    write_chunk(out, {{"index", i},
+                      {"delta", {{"tool_calls", json::array({tool_call_delta_json(d)})}}},
                       {"logprobs", nullptr},
                       {"finish_reason", nullptr}});
   }
@@ -285,7 +298,9 @@ std::string GenerationStream::emit_harmony_end(size_t i, const std::string& fini
                       {"finish_reason", nullptr}});
   }
   if (!params_.tool_format) return finish_reason;  // no tools offered: no calls to return
-  // The calls not sent yet (one cut off at the end; each other went out as its message ended).
+  // The calls not sent yet: the rest of one cut off at the end (each other went out piece by
+  // piece as it was written), or one whose body was not JSON but parsed after all.
+  emit_call_deltas(i, f.take_call_deltas(), out);
   emit_tool_calls(i, end.calls, first_index, out);
   // An output cut at max_tokens stays "length": its last call may be missing.
   return f.num_calls() == 0 || finish_reason == "length" ? finish_reason : "tool_calls";

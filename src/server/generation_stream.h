@@ -82,6 +82,9 @@ class GenerationStream final : public http::ResponseStream {
   void prepare_whole();
   const EchoPrompt& prompt_of(size_t runner) const;
   const std::vector<TokenInfo>& prompt_logprobs_of(size_t runner);
+  // Harmony calls piece by piece as the model writes them (tool_call_delta_json).
+  void emit_call_deltas(size_t i, const std::vector<tools::ToolCallDelta>& deltas,
+                        std::string& out);
   // With tools, each call as OpenAI's delta.tool_calls chunks (id and name, then argument
   // fragments), sent as soon as the call is whole.
   void emit_tool_calls(size_t i, const std::vector<tools::ToolCall>& calls, size_t first_index,

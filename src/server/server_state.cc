@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "grammar/context_mask_cache.h"
+#include "grammar/dfa_mask_cache.h"
 #include "grammar/token_trie.h"
 
 namespace kvw::server {
@@ -16,13 +17,22 @@ GenConstraint ServerState::constraint_for(std::shared_ptr<const grammar::Grammar
                                           size_t mask_cache_bytes) {
   if (!g) return {};
   auto trie = token_trie();
-  auto masks = std::make_shared<grammar::ContextMaskCache>(g, trie, mask_cache_bytes);
+  // A regular grammar's masks come by DFA state class (refined here, off the engine thread);
+  // the others' by stack top. Either cache takes mask_cache_bytes.
+  std::shared_ptr<grammar::ContextMaskCache> masks;
+  std::shared_ptr<grammar::DfaMaskCache> dfa_masks;
+  if (g->dfa) {
+    dfa_masks = std::make_shared<grammar::DfaMaskCache>(g->dfa, trie, mask_cache_bytes);
+  } else {
+    masks = std::make_shared<grammar::ContextMaskCache>(g, trie, mask_cache_bytes);
+  }
   return GenConstraint{.grammar = std::move(g),
                        .trie = std::move(trie),
                        // the grammar sees the text the client gets, which keeps the SPM
                        // space before the first word (ChoiceRunner's continuation decoder)
                        .strip_leading_space = false,
-                       .context_masks = std::move(masks)};
+                       .context_masks = std::move(masks),
+                       .dfa_masks = std::move(dfa_masks)};
 }
 
 Status ServerConfig::validate() const {

@@ -60,7 +60,8 @@ struct ServerState {
   // sees a grammar never pays for it) and shared by every request.
   std::shared_ptr<const grammar::TokenTrie> token_trie();
   // The constraint a request's grammar becomes: the shared trie and the tokenizer's rules, and
-  // a context-mask cache for the request's sequences of at most mask_cache_bytes.
+  // a mask cache for the request's sequences of at most mask_cache_bytes (by DFA state class
+  // for a regular grammar, else by stack top).
   GenConstraint constraint_for(std::shared_ptr<const grammar::Grammar> g, size_t mask_cache_bytes);
   // max_model_len, n_vocab, max_num_seqs, overflow policy: the engine's, never copied here.
   const EngineLimits& limits() const { return engine->limits(); }

@@ -183,4 +183,14 @@ std::vector<json> tool_call_deltas(const std::vector<tools::ToolCall>& calls, si
   return out;
 }
 
+json tool_call_delta_json(const tools::ToolCallDelta& d) {
+  if (!d.name.empty()) {
+    return {{"index", d.index},
+            {"id", new_call_id()},
+            {"type", "function"},
+            {"function", {{"name", d.name}, {"arguments", ""}}}};
+  }
+  return {{"index", d.index}, {"function", {{"arguments", d.arguments}}}};
+}
+
 }  // namespace kvw::server

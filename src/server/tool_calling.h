@@ -60,5 +60,8 @@ nlohmann::json tool_calls_json(const std::vector<tools::ToolCall>& calls);
 // first_index: the index of calls[0] (calls sent earlier in the stream come before).
 std::vector<nlohmann::json> tool_call_deltas(const std::vector<tools::ToolCall>& calls,
                                              size_t first_index = 0);
+// One streamed piece as a delta.tool_calls item: an opening piece as the first item above
+// (with a new id), a fragment as {index, function: {arguments}}.
+nlohmann::json tool_call_delta_json(const tools::ToolCallDelta& d);
 
 }  // namespace kvw::server

@@ -52,10 +52,12 @@ Status validate(const Vocab& v) {
   return Status::ok_status();
 }
 
+// <|call|>: gpt-oss ends a tool call's message with it and waits for the tool's answer (its
+// generation_config lists it among the eos ids; llama.cpp adds it to the end tokens by name).
 bool names_end_of_turn(std::string_view text) {
   static constexpr std::string_view kNames[] = {"<|eot_id|>",      "<|eom_id|>",    "<|im_end|>",
                                                 "<|end|>",         "<end_of_turn>", "<|endoftext|>",
-                                                "<|end_of_text|>", "<EOT>"};
+                                                "<|end_of_text|>", "<EOT>",         "<|call|>"};
   return std::find(std::begin(kNames), std::end(kNames), text) != std::end(kNames);
 }
 

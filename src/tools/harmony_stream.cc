@@ -57,7 +57,35 @@ HarmonyRoute harmony_route(std::string_view header, std::string_view* call_name)
   return channel == "analysis" ? HarmonyRoute::kReasoning : HarmonyRoute::kContent;
 }
 
+void HarmonyStreamFilter::stream_body(std::string_view body) {
+  if (call_stream_ == CallStream::kOpen) {
+    if (!body.empty()) deltas_.push_back({.index = num_calls_, .arguments = std::string(body)});
+    return;
+  }
+  if (call_stream_ != CallStream::kWaiting) return;
+  // The body so far (call_ holds the header and the body, `body` included).
+  const std::string_view so_far =
+      std::string_view(call_).substr(call_.rfind(kMessage) + kMessage.size());
+  const size_t first = so_far.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos) return;  // only spaces yet
+  if (so_far[first] != '{') {
+    call_stream_ = CallStream::kHeld;  // not JSON arguments: parsed whole at its end
+    return;
+  }
+  call_stream_ = CallStream::kOpen;
+  deltas_.push_back({.index = num_calls_, .name = call_name_});
+  deltas_.push_back({.index = num_calls_, .arguments = std::string(so_far.substr(first))});
+}
+
 void HarmonyStreamFilter::end_message(std::string_view body, std::string_view end_marker) {
+  if (call_stream_ == CallStream::kOpen) {
+    // Its pieces are out: it counts as given, whatever its arguments turned out to be.
+    ++num_calls_, ++num_taken_;
+    call_.clear();
+    call_stream_ = CallStream::kWaiting;
+    return;
+  }
+  call_stream_ = CallStream::kWaiting;
   if (end_marker != kStart) call_ += end_marker;  // a malformed call comes back whole
   std::optional<ToolCall> call = call_from_parts(call_name_, body);
   if (call) {
@@ -95,6 +123,8 @@ bool HarmonyStreamFilter::step(HarmonyDelta& out) {
       if (route_ == HarmonyRoute::kCall) {
         call_name_ = std::string(name);
         call_ = held_.substr(0, at + kMessage.size());
+        const bool kept = parallel_ || num_calls_ == 0;
+        call_stream_ = stream_arguments_ && kept ? CallStream::kWaiting : CallStream::kHeld;
       }
       held_.erase(0, at + kMessage.size());
       state_ = State::kBody;
@@ -107,7 +137,7 @@ bool HarmonyStreamFilter::step(HarmonyDelta& out) {
       const std::string_view body = std::string_view(held_).substr(0, n);
       if (route_ == HarmonyRoute::kReasoning) out.reasoning += body;
       if (route_ == HarmonyRoute::kContent) out.content += body;
-      if (route_ == HarmonyRoute::kCall) call_ += body;
+      if (route_ == HarmonyRoute::kCall) call_ += body, stream_body(body);
       if (end == std::string::npos) {
         held_.erase(0, n);
         return false;
@@ -152,8 +182,9 @@ ParsedToolOutput HarmonyStreamFilter::finish(size_t* first_index) {
     if (route_ == HarmonyRoute::kReasoning) out.reasoning += held_;
     if (route_ == HarmonyRoute::kContent) out.content += held_;
     if (route_ == HarmonyRoute::kCall) {
-      // A call cut at the end of the output: parse what came.
+      // A call cut at the end of the output: parse what came (or send the rest of its pieces).
       call_ += held_;
+      stream_body(held_);
       done_ = {};
       end_message(std::string_view(call_).substr(call_.rfind(kMessage) + kMessage.size()), {});
       out.content += done_.content;

@@ -40,6 +40,15 @@ struct ToolCall {
   std::string arguments;  // JSON text of an object, as OpenAI's function.arguments
 };
 
+// One streamed piece of a tool call (an OpenAI delta.tool_calls item): a call's first piece
+// opens it (name set, arguments empty); the following ones carry fragments of its arguments'
+// JSON text, in order, which concatenate to the arguments as the model wrote them.
+struct ToolCallDelta {
+  size_t index = 0;       // the call's index among the output's calls
+  std::string name;       // non-empty on the opening piece only
+  std::string arguments;  // a fragment (empty on the opening piece)
+};
+
 // A model's output split into the text outside the calls and the calls, in order; `reasoning`:
 // what a reasoning model wrote before its answer (harmony's analysis channel), if it has one.
 struct ParsedToolOutput {

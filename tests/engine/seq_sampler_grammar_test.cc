@@ -1,7 +1,9 @@
-// SeqSampler with a grammar constraint (issue 31): the engine-side hook masks a copy of the row,
-// samples, and advances the grammar, leaving the raw row for logprobs.
+// SeqSampler with a grammar constraint (issue 31): the engine-side hook masks the row (a copy
+// when logprobs are asked for, so they read the raw row; else the row itself), samples, and
+// advances the grammar.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <regex>
 
@@ -23,36 +25,50 @@ std::unique_ptr<Tokenizer> load_tokenizer() {
   return std::move(t.value());
 }
 
-TEST(SeqSamplerGrammar, SampledTokensFollowTheGrammarAndTheRowIsRestored) {
+TEST(SeqSamplerGrammar, SampledTokensFollowTheGrammarAndLogprobsSeeTheRawRow) {
   const auto tok = load_tokenizer();
   const auto trie = grammar::TokenTrie::from_tokenizer(*tok);
   const std::vector<std::string> choices = {"yes", "no", "the house of Judah"};
-  for (float temperature : {0.0f, 1.0f}) {
-    for (uint64_t seed = 0; seed < 8; ++seed) {
-      GenSampling s;
-      s.temperature = temperature;
-      s.seed = seed;
-      s.constraint = {.grammar = grammar::compile_choice(choices).value(),
-                      .trie = trie,
-                      .strip_leading_space = tok->strips_leading_space()};
-      auto sampler = SeqSampler::create(s, tok->n_vocab());
-      ASSERT_TRUE(sampler.ok()) << sampler.message();
-      std::mt19937 rng((uint32_t)seed);
-      std::normal_distribution<float> normal;
-      std::vector<int32_t> history = {tok->bos_id()}, out;
-      std::vector<float> row(tok->n_vocab());
-      for (int step = 0; step < 32; ++step) {
-        for (float& x : row) x = normal(rng);
-        const std::vector<float> raw = row;
-        const int32_t t = sampler.value()->sample(row.data(), history, out.size());
-        ASSERT_EQ(row, raw);  // logprobs read the raw row
-        ASSERT_EQ(sampler.value()->constraint_error(), "");
-        if (tok->is_end_of_generation(t)) break;
-        out.push_back(t);
-        history.push_back(t);
+  for (int32_t logprobs : {-1, 0}) {
+    for (float temperature : {0.0f, 1.0f}) {
+      for (uint64_t seed = 0; seed < 8; ++seed) {
+        GenSampling s;
+        s.temperature = temperature;
+        s.seed = seed;
+        s.logprobs = logprobs;
+        s.constraint = {.grammar = grammar::compile_choice(choices).value(),
+                        .trie = trie,
+                        .strip_leading_space = tok->strips_leading_space()};
+        auto sampler = SeqSampler::create(s, tok->n_vocab());
+        ASSERT_TRUE(sampler.ok()) << sampler.message();
+        std::mt19937 rng((uint32_t)seed);
+        std::normal_distribution<float> normal;
+        std::vector<int32_t> history = {tok->bos_id()}, out;
+        std::vector<float> row(tok->n_vocab());
+        for (int step = 0; step < 32; ++step) {
+          for (float& x : row) x = normal(rng);
+          const std::vector<float> raw = row;
+          const int32_t t = sampler.value()->sample(row.data(), history, out.size());
+          if (logprobs >= 0) {
+            ASSERT_EQ(row, raw);  // logprobs read the raw row
+          } else {
+            // Nothing reads the row afterwards: it is left masked, the drawn token unmasked.
+            ASSERT_EQ(row[t], raw[t]);
+            size_t masked = 0;
+            for (size_t i = 0; i < row.size(); ++i) {
+              ASSERT_TRUE(row[i] == raw[i] || std::isinf(row[i])) << i;
+              masked += row[i] != raw[i];
+            }
+            ASSERT_GT(masked, 0u);
+          }
+          ASSERT_EQ(sampler.value()->constraint_error(), "");
+          if (tok->is_end_of_generation(t)) break;
+          out.push_back(t);
+          history.push_back(t);
+        }
+        const std::string text = tok->decode(out);
+        EXPECT_NE(std::find(choices.begin(), choices.end(), text), choices.end()) << text;
       }
-      const std::string text = tok->decode(out);
-      EXPECT_NE(std::find(choices.begin(), choices.end(), text), choices.end()) << text;
     }
   }
 }

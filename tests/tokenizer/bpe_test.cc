@@ -127,6 +127,15 @@ TEST(Bpe, BuiltVocabEncodesWordsAsSingleTokens) {
   EXPECT_TRUE(tok->is_end_of_generation(tok->eos_id()));
 }
 
+// gpt-oss stops at <|call|> to wait for the tool's answer (issue 31), as at <|return|>; a
+// harmony message's <|channel|> does not end anything.
+TEST(Bpe, HarmonyCallMarkerEndsGeneration) {
+  auto tok = make(build_bpe_vocab(testing::test_words(), "gpt-4o"));
+  EXPECT_TRUE(tok->is_end_of_generation(id_of(*tok, "<|call|>")));
+  EXPECT_TRUE(tok->is_end_of_generation(id_of(*tok, "<|return|>")));
+  EXPECT_FALSE(tok->is_end_of_generation(id_of(*tok, "<|channel|>")));
+}
+
 TEST(Bpe, Llama3NumbersUseGroupsOfThreeAndQwen2SingleDigits) {
   auto llama3 = make(build_bpe_vocab({"123", "456"}, "llama3"));
   EXPECT_EQ(llama3->encode("123456", false, false),

@@ -214,5 +214,140 @@ TEST(HarmonyChannels, MalformedCallsDegradeToContentAtEverySplit) {
   }
 }
 
+// Issue 31: gpt-oss ends a call with <|call|>, an end of generation, so a call sent whole goes
+// out only as the output ends. With stream_arguments the name goes out as soon as the call's
+// body opens, then the arguments fragment by fragment as the tokens arrive.
+struct Pieces {
+  std::string reasoning, content;
+  std::vector<ToolCallDelta> deltas;
+  std::vector<size_t> delta_at;  // [deltas] pushes made when the delta was taken
+  ParsedToolOutput end;
+  size_t num_calls = 0;
+};
+
+Pieces stream_pieces(const std::vector<std::string_view>& tokens, bool parallel = true) {
+  HarmonyStreamFilter f(parallel, /*stream_arguments=*/true);
+  Pieces p;
+  size_t pushes = 0;
+  auto take = [&] {
+    for (ToolCallDelta& d : f.take_call_deltas()) {
+      p.deltas.push_back(std::move(d));
+      p.delta_at.push_back(pushes);
+    }
+  };
+  for (std::string_view t : tokens) {
+    HarmonyDelta d = f.push(t);
+    ++pushes;
+    p.reasoning += d.reasoning;
+    p.content += d.content;
+    size_t first = 0;
+    EXPECT_TRUE(f.take_calls(&first).empty()) << "a streamed call is never sent whole";
+    take();
+  }
+  p.end = f.finish();
+  take();
+  p.num_calls = f.num_calls();
+  return p;
+}
+
+// The calls the deltas add up to (as a client reassembles them by index); checks that each
+// call opens once, with its name, before any of its fragments, and that indices go up by one.
+std::vector<ToolCall> reassemble(const std::vector<ToolCallDelta>& deltas) {
+  std::vector<ToolCall> calls;
+  for (const ToolCallDelta& d : deltas) {
+    if (!d.name.empty()) {
+      EXPECT_EQ(d.index, calls.size()) << "a call opens once, in order";
+      EXPECT_EQ(d.arguments, "");
+      calls.push_back({.name = d.name, .arguments = ""});
+      continue;
+    }
+    EXPECT_EQ(d.index + 1, calls.size()) << "a fragment belongs to the open call";
+    if (d.index + 1 == calls.size()) calls.back().arguments += d.arguments;
+  }
+  return calls;
+}
+
+// gpt-oss-like tokens of a call (the markers are single control tokens).
+const std::vector<std::string_view> kCallTokens = {
+    "<|channel|>", "analysis",  "<|message|>", "Need",    " weather",      ".",    "<|end|>",
+    "<|start|>",   "assistant", "<|channel|>", "comment", "ary",           " to",  "=",
+    "functions",   ".get",      "_weather",    " ",       "<|constrain|>", "json", "<|message|>",
+    "{\"",         "city",      "\":\"",       "Paris",   "\",\"",         "days", "\":",
+    "3",           "}",         "<|call|>"};
+
+TEST(HarmonyCallStream, NameFirstThenArgumentFragmentsAsTokensArrive) {
+  const Pieces p = stream_pieces(kCallTokens);
+  const size_t open_at = 22;  // pushes up to and including "{\""
+  ASSERT_EQ(kCallTokens[open_at - 1], "{\"");
+  ASSERT_GE(p.deltas.size(), 8u);
+  EXPECT_EQ(p.deltas[0].name, "get_weather");
+  EXPECT_EQ(p.deltas[0].index, 0u);
+  EXPECT_EQ(p.delta_at[0], open_at) << "the name goes out when the body opens";
+  EXPECT_EQ(p.deltas[1].arguments, "{\"");
+  // Then one fragment per token, each as it arrives, all before <|call|>.
+  for (size_t k = 2; k < p.deltas.size(); ++k) {
+    EXPECT_EQ(p.deltas[k].arguments, kCallTokens[open_at + k - 2]);
+    EXPECT_EQ(p.delta_at[k], open_at + k - 1);
+  }
+  const std::vector<ToolCall> calls = reassemble(p.deltas);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].arguments, R"({"city":"Paris","days":3})");
+  EXPECT_EQ(p.reasoning, "Need weather.");
+  EXPECT_EQ(p.content + p.end.content, "");
+  EXPECT_TRUE(p.end.calls.empty()) << "nothing left for the end";
+  EXPECT_EQ(p.num_calls, 1u);
+  // The end of generation took <|call|> (it is not in the text): the same pieces, and the
+  // call still counts (finish_reason "tool_calls").
+  std::vector<std::string_view> no_end(kCallTokens.begin(), kCallTokens.end() - 1);
+  const Pieces cut = stream_pieces(no_end);
+  EXPECT_EQ(reassemble(cut.deltas)[0].arguments, R"({"city":"Paris","days":3})");
+  EXPECT_EQ(cut.num_calls, 1u);
+  EXPECT_EQ(cut.end.content, "");
+}
+
+TEST(HarmonyCallStream, PiecesAddUpToTheWholeParseAtEverySplit) {
+  for (std::string_view text : {kTwoCalls, kThinkThenCall, kThinkThenAnswer}) {
+    const ParsedToolOutput whole = parse_harmony(text);
+    for (size_t step : {1, 2, 3, 7, 16, 1000}) {
+      SCOPED_TRACE(std::string(text.substr(0, 30)) + " step " + std::to_string(step));
+      std::vector<std::string_view> pieces;
+      for (size_t i = 0; i < text.size(); i += step) pieces.push_back(text.substr(i, step));
+      const Pieces p = stream_pieces(pieces);
+      EXPECT_EQ(p.reasoning + p.end.reasoning, whole.reasoning);
+      EXPECT_EQ(p.content + p.end.content, whole.content);
+      const std::vector<ToolCall> calls = reassemble(p.deltas);
+      ASSERT_EQ(calls.size(), whole.calls.size());
+      EXPECT_EQ(p.num_calls, whole.calls.size());
+      for (size_t i = 0; i < calls.size(); ++i) {
+        EXPECT_EQ(calls[i].name, whole.calls[i].name);
+        EXPECT_EQ(nlohmann::json::parse(calls[i].arguments),
+                  nlohmann::json::parse(whole.calls[i].arguments));
+        EXPECT_EQ(calls[i].arguments.find("<|"), std::string::npos) << calls[i].arguments;
+      }
+    }
+  }
+  // parallel_tool_calls false: the second call is neither streamed nor content.
+  std::vector<std::string_view> bytes;
+  for (size_t i = 0; i < kTwoCalls.size(); ++i) bytes.push_back(kTwoCalls.substr(i, 1));
+  const Pieces one = stream_pieces(bytes, /*parallel=*/false);
+  const std::vector<ToolCall> calls = reassemble(one.deltas);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].name, "get_weather");
+  EXPECT_EQ(one.content + one.end.content, "Both asked.");
+}
+
+// A body that does not open a JSON object is held and, as before, comes back as content.
+TEST(HarmonyCallStream, BodyThatIsNotJsonIsHeldAndDegradesToContent) {
+  constexpr std::string_view text =
+      "<|channel|>commentary to=functions.get_weather<|message|>  Paris please<|call|>";
+  std::vector<std::string_view> bytes;
+  for (size_t i = 0; i < text.size(); ++i) bytes.push_back(text.substr(i, 1));
+  const Pieces p = stream_pieces(bytes);
+  EXPECT_TRUE(p.deltas.empty());
+  EXPECT_EQ(p.num_calls, 0u);
+  EXPECT_EQ(p.content + p.end.content, parse_harmony(text).content);
+  EXPECT_NE(p.end.content.find("Paris please"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kvw::tools
