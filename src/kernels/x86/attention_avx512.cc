@@ -1,12 +1,18 @@
 // kernels/x86/attention_avx512.cc: paged flash attention of the AVX-512 tables. The same
 // algorithm as avx2_ops.cc (chunks of kAttnChunk = 16 positions, each K/V row decoded once per
 // tile of queries and query heads, online softmax per (query, head)), with a chunk's 16 scores in
-// one register: eight (query, head) pairs are scored at once and four pairs with the same range
-// accumulate V together, so the FMA units, not FMA latency, bound the loops.
-// Each pair's arithmetic is the same whatever pairs it is grouped with, so a query's result is
-// the same bits in any tile (the AVX2 table's bits may differ: it sums in another order).
-// Compiled with -mavx512f -mavx512bw -mavx512vl; runs only after dispatch.cc saw AVX-512.
+// one register: eight (query, head) pairs are scored at once and four or eight pairs with the same
+// range accumulate V together (eight, a decode's whole GQA group, in one pass over each V row), so
+// the FMA units, not FMA latency, bound the loops. Each pair's arithmetic is the same whatever
+// pairs it is grouped with, so a query's result is the same bits in any tile (the AVX2 table's bits
+// may differ: it sums in another order). Compiled with -mavx512f -mavx512bw -mavx512vl; runs only
+// after dispatch.cc saw AVX-512.
+#include <algorithm>
 #include <cstring>
+
+// GCC 12 warns that the _mm512_undefined_ps() operand inside the intrinsics' headers is used
+// uninitialized once softmax_pairs<8> folds its constant rows; it is a false positive.
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include "kernels/kernels_internal.h"
 #include "kernels/x86/attention_util.h"
@@ -22,8 +28,12 @@ using x86::SoftmaxState;
 
 using x86::kMaxGroup;
 using x86::kMaxTile;
+// Decode prefetches this many chunks ahead (16 KB of f16 K/V at hd 64: a third of L1). On a DRAM
+// stream of 512 MiB (decode_attention_bench, 1 thread, busy machine, CPU time, per-row prefetch):
+// 1 chunk ahead 123-126 ms, 2: 128-131, 4: 117-118.
+constexpr int kPrefetchChunks = 4;
 constexpr int kScoreBatch = 8;
-constexpr int kAccBatch = 4;
+constexpr int kAccBatch = 8;  // pairs accumulating V together: 8 or at most 4
 
 // exp256 of avx2_util.h on 16 lanes (same reduction and polynomial).
 KVW_INLINE __m512 exp512(__m512 x) {
@@ -110,11 +120,15 @@ KVW_INLINE void accumulate_block(float* const* out, const float* c, const float*
   }
 }
 
+// Up to 4 pairs take 64 elements of a row per pass (16 accumulators); 8 pairs (a decode's GQA
+// group) take 32, so each V row is loaded and converted once for all 8 instead of twice.
 template <int N, VRows kV>
 KVW_INLINE void accumulate_pairs(float* const* out, const float* c, const float* const* w,
                                  const void* const* v, const float* vs, int a, int b, int32_t hd) {
+  constexpr int kWide = N > 4 ? 2 : 4;
   int32_t j = 0;
-  for (; j + 64 <= hd; j += 64) accumulate_block<N, 4, kV>(out, c, w, v, vs, a, b, j, 0xFFFF);
+  for (; j + 16 * kWide <= hd; j += 16 * kWide)
+    accumulate_block<N, kWide, kV>(out, c, w, v, vs, a, b, j, 0xFFFF);
   for (; j + 16 <= hd; j += 16) accumulate_block<N, 1, kV>(out, c, w, v, vs, a, b, j, 0xFFFF);
   if (j < hd) {
     accumulate_block<N, 1, kV>(out, c, w, v, vs, a, b, j, (__mmask16)((1u << (hd - j)) - 1));
@@ -197,20 +211,35 @@ KVW_INLINE void prefetch_l1(const uint8_t* p) {
   asm volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(p)));
 }
 
-// Prefetches the K and V rows of positions [a, b) of the chunk at c0 into L1. Blocks are
-// scattered (one head's block is 16 x 128 bytes at f16 and hd 64, then a jump of the layer's
-// block stride), so the hardware prefetcher, which stops at 4 KB pages, restarts at every block
-// hop; one chunk ahead covers a DRAM miss (~100 ns) with the chunk's arithmetic (~300 ns).
+// Prefetches every cache line of bytes [p, p + n).
+KVW_INLINE void prefetch_span(const uint8_t* p, int64_t n) {
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + (uintptr_t)n;
+  for (uintptr_t a = first; a < end; a += 64) prefetch_l1(reinterpret_cast<const uint8_t*>(a));
+}
+
+// Prefetches the K and V rows (and INT8 scales) of positions [a, b) of the chunk at c0 into L1.
+// Blocks are scattered (one head's block is 16 x 128 bytes at f16 and hd 64, then a jump of the
+// layer's block stride), so the hardware prefetcher, which stops at 4 KB pages, restarts at every
+// block hop. A block's rows of one head are contiguous: one span per block, not per row (per-row
+// addressing cost 7% of a decode's time with the rows already in L2).
 void prefetch_rows(const KvLayerView& kv, const uint32_t* block_table, int64_t c0, int a, int b,
                    int32_t kv_head) {
-  ChunkRows r;
-  chunk_rows(kv, block_table, c0, a, b, kv_head, &r);
   const int64_t row_bytes = kv.head_dim * (int64_t)kv_elem_bytes(kv.dtype);
-  for (int p = a; p < b; ++p) {
-    for (int64_t i = 0; i < row_bytes; i += 64) {
-      prefetch_l1(row_ptr(kv.k, r, p, row_bytes) + i);
-      prefetch_l1(row_ptr(kv.v, r, p, row_bytes) + i);
+  int64_t pos = c0 + a;
+  const int64_t end = c0 + b;
+  while (pos < end) {
+    const int64_t blk = pos / kv.block_size, slot = pos - blk * kv.block_size;
+    const int64_t n = std::min<int64_t>(end - pos, kv.block_size - slot);
+    const int64_t base = (int64_t)block_table[blk] * kv.block_stride;
+    const int64_t row = (int64_t)kv_head * kv.block_size + slot;
+    prefetch_span(static_cast<const uint8_t*>(kv.k) + base + row * row_bytes, n * row_bytes);
+    prefetch_span(static_cast<const uint8_t*>(kv.v) + base + row * row_bytes, n * row_bytes);
+    if (kv.k_scale != nullptr) {
+      prefetch_span(static_cast<const uint8_t*>(kv.k_scale) + base + row * 4, n * 4);
+      prefetch_span(static_cast<const uint8_t*>(kv.v_scale) + base + row * 4, n * 4);
     }
+    pos += n;
   }
 }
 
@@ -267,9 +296,12 @@ void load_kt(const KvLayerView& kv, const uint32_t* block_table, const ChunkRows
 // state to cs. Lane i of every step is pair i's own arithmetic: the bits do not depend on which
 // pairs share the call.
 // With softcap > 0 each score is soft-capped after the scale, before the mask.
+// kRows = 8 serves n <= 8 (a decode's GQA group): rows 8..15 are compile-time constants, so the
+// compiler folds the shuffles of the transposes that only move them (same lanes, same bits).
+template <int kRows>
 void softmax_pairs(const ChunkPair* pairs, int n, __m512 scale, float softcap,
                    float (*s)[kAttnChunk], float* cs) {
-  n = n < kAttnChunk ? n : kAttnChunk;
+  n = n < kRows ? n : kRows;
   const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
   alignas(64) float m_old[kAttnChunk], l_old[kAttnChunk], m_new[kAttnChunk];
   __mmask16 valid[kAttnChunk];
@@ -278,10 +310,11 @@ void softmax_pairs(const ChunkPair* pairs, int n, __m512 scale, float softcap,
   const __m512 inv_cap = _mm512_set1_ps(softcap > 0.0f ? 1.0f / softcap : 0.0f);
   for (int i = 0; i < kAttnChunk; ++i) {
     // Lanes past n: an empty pair with state (0, 0), whose results are dropped.
-    valid[i] = i < n ? (__mmask16)(((1u << pairs[i].qb) - 1) & ~((1u << pairs[i].qa) - 1)) : 0;
-    m_old[i] = i < n ? pairs[i].st->m : 0.0f;
-    l_old[i] = i < n ? pairs[i].st->l : 0.0f;
-    if (i >= n) {
+    const bool live = i < kRows && i < n;
+    valid[i] = live ? (__mmask16)(((1u << pairs[i].qb) - 1) & ~((1u << pairs[i].qa) - 1)) : 0;
+    m_old[i] = live ? pairs[i].st->m : 0.0f;
+    l_old[i] = live ? pairs[i].st->l : 0.0f;
+    if (!live) {
       r[i] = neg_inf;
     } else if (softcap > 0.0f) {
       const __m512 x = softcap512(_mm512_mul_ps(_mm512_load_ps(s[i]), scale), cap, inv_cap);
@@ -289,7 +322,7 @@ void softmax_pairs(const ChunkPair* pairs, int n, __m512 scale, float softcap,
     } else {
       r[i] = _mm512_mask_mul_ps(neg_inf, valid[i], _mm512_load_ps(s[i]), scale);
     }
-    _mm512_store_ps(s[i], r[i]);
+    if (live) _mm512_store_ps(s[i], r[i]);
   }
   transpose16(r);
   __m512 mx = r[0];
@@ -304,11 +337,12 @@ void softmax_pairs(const ChunkPair* pairs, int n, __m512 scale, float softcap,
   _mm512_store_ps(m_new, m);
   for (int i = 0; i < kAttnChunk; ++i) {
     // Pairs past n have no lanes: their zeros skip the exp (half the work of a decode's 8 heads).
+    const bool live = i < kRows && i < n;
     r[i] =
-        i < n ? _mm512_maskz_mov_ps(
-                    valid[i], exp512(_mm512_sub_ps(_mm512_load_ps(s[i]), _mm512_set1_ps(m_new[i]))))
-              : _mm512_setzero_ps();
-    if (i < n) _mm512_store_ps(s[i], r[i]);
+        live ? _mm512_maskz_mov_ps(
+                   valid[i], exp512(_mm512_sub_ps(_mm512_load_ps(s[i]), _mm512_set1_ps(m_new[i]))))
+             : _mm512_setzero_ps();
+    if (live) _mm512_store_ps(s[i], r[i]);
   }
   transpose16(r);
   __m512 sum = r[0];
@@ -354,16 +388,19 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
     }
   }
   const __m512 vscale = _mm512_set1_ps(scores.scale);
+  constexpr int64_t kAhead = kPrefetchChunks * kAttnChunk;
   for (int64_t c0 = lo / kAttnChunk * kAttnChunk; c0 < hi; c0 += kAttnChunk) {
     // Load the chunk's positions that some query attends; other lanes score zero (masked).
     const int la = (int)((lo > c0 ? lo : c0) - c0);
     const int lb = (int)((hi < c0 + kAttnChunk ? hi : c0 + kAttnChunk) - c0);
     // Only small (decode) tiles prefetch: a large tile's ~10x more arithmetic per chunk hides
     // the misses already, and its 128 output rows (32 KB) need L1 more.
-    if (in_place && c0 + kAttnChunk < hi) {
-      const int64_t next_end = hi < c0 + 2 * kAttnChunk ? hi : c0 + 2 * kAttnChunk;
-      prefetch_rows(kv, block_table, c0 + kAttnChunk, 0, (int)(next_end - c0 - kAttnChunk),
-                    kv_head);
+    if (in_place) {
+      const int64_t first = c0 == lo / kAttnChunk * kAttnChunk ? c0 + kAttnChunk : c0 + kAhead;
+      for (int64_t pc = first; pc <= c0 + kAhead && pc < hi; pc += kAttnChunk) {
+        prefetch_rows(kv, block_table, pc, 0,
+                      (int)((hi < pc + kAttnChunk ? hi : pc + kAttnChunk) - pc), kv_head);
+      }
     }
     ChunkRows cr;
     chunk_rows(kv, block_table, c0, la, lb, kv_head, &cr);
@@ -382,10 +419,16 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
       score_pairs<kScoreBatch>(pairs + k, kt, hd, pv[k]);
     for (; k + 2 <= np; k += 2) score_pairs<2>(pairs + k, kt, hd, pv[k]);
     for (; k < np; ++k) score_pairs<1>(pairs + k, kt, hd, pv[k]);
-    for (k = 0; k < np; k += kAttnChunk)
-      softmax_pairs(pairs + k, np - k, vscale, scores.softcap, pv + k, cs + k);
+    for (k = 0; k < np; k += kAttnChunk) {
+      if (np - k <= 8) {
+        softmax_pairs<8>(pairs + k, np - k, vscale, scores.softcap, pv + k, cs + k);
+      } else {
+        softmax_pairs<kAttnChunk>(pairs + k, np - k, vscale, scores.softcap, pv + k, cs + k);
+      }
+    }
     for (k = 0; k < np;) {
-      const int run = x86::same_range_run(pairs, k, np, kAccBatch);
+      int run = x86::same_range_run(pairs, k, np, kAccBatch);
+      if (run < kAccBatch) run = run < 4 ? run : 4;
       float* out[kAccBatch];
       const float* w[kAccBatch];
       for (int n = 0; n < run; ++n) {
@@ -394,6 +437,9 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
       }
       const int a = pairs[k].qa, b = pairs[k].qb;
       switch (run) {
+        case 8:
+          accumulate_any<8>(v_rows, out, cs + k, w, vrow, vscale_rows, a, b, hd);
+          break;
         case 4:
           accumulate_any<4>(v_rows, out, cs + k, w, vrow, vscale_rows, a, b, hd);
           break;
