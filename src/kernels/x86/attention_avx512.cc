@@ -77,18 +77,18 @@ KVW_INLINE void score_pairs(const ChunkPair* pairs, const float* kt, int32_t hd,
 }
 
 // How accumulate reads V rows: f32 rows (decoded, or the F32 cache's own), or the F16 / INT8
-// cache's rows in place, decoded per use to the same f32 values kv_load_row gives.
+// cache's rows in place, decoded per use to the same f32 values as the f32 rows. INT8 rows are
+// their integers: each row's scale is folded into the weights instead (fold_scales).
 enum class VRows { kF32, kF16, kInt8 };
 
-// 16 elements of a V row from element j (INT8: times the row's scale, as kv_load_row does).
+// 16 elements of a V row from element j.
 template <VRows kV>
-KVW_INLINE __m512 load_v(const void* row, float row_scale, int32_t j, __mmask16 m) {
+KVW_INLINE __m512 load_v(const void* row, float /*row_scale*/, int32_t j, __mmask16 m) {
   if constexpr (kV == VRows::kF16) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(row) + j));
   } else if constexpr (kV == VRows::kInt8) {
-    const __m512 q = _mm512_cvtepi32_ps(
+    return _mm512_cvtepi32_ps(
         _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, static_cast<const int8_t*>(row) + j)));
-    return _mm512_mul_ps(q, _mm512_set1_ps(row_scale));
   } else {
     return _mm512_maskz_loadu_ps(m, static_cast<const float*>(row) + j);
   }
@@ -243,11 +243,14 @@ void prefetch_rows(const KvLayerView& kv, const uint32_t* block_table, int64_t c
   }
 }
 
-// K rows of positions [la, lb) of the chunk at c0, transposed into kt [hd][16]. F16 and F32
-// caches with head_dim % 16 == 0 go 16 x 16 at a time in registers (lanes outside [la, lb)
-// hold zeros); other cases decode each row and store it column-wise.
-void load_kt(const KvLayerView& kv, const uint32_t* block_table, const ChunkRows& cr, int64_t c0,
-             int la, int lb, int32_t kv_head, float* kt, float* row) {
+// K rows of positions [la, lb) of the chunk at c0, transposed into kt [hd][16]. F16, F32 and
+// INT8 caches with head_dim % 16 == 0 go 16 x 16 at a time in registers (lanes outside [la, lb)
+// hold zeros); other cases decode each row and store it column-wise. INT8 rows go in as their
+// integers, and the rows' scales come back in k_scales (lanes = positions, 0 outside [la, lb)):
+// the scores take them with the softmax scale, one multiply per chunk instead of one per 16
+// elements. Returns whether it did so.
+bool load_kt(const KvLayerView& kv, const uint32_t* block_table, const ChunkRows& cr, int64_t c0,
+             int la, int lb, int32_t kv_head, float* kt, float* row, float* k_scales) {
   const int32_t hd = kv.head_dim;
   const bool direct =
       (kv.dtype == KvDtype::kF16 || kv.dtype == KvDtype::kF32 || kv.dtype == KvDtype::kInt8) &&
@@ -258,15 +261,14 @@ void load_kt(const KvLayerView& kv, const uint32_t* block_table, const ChunkRows
       const float* k = kv_row(kv, false, block_table, c0 + p, kv_head, row);
       for (int32_t d = 0; d < hd; ++d) kt[d * kAttnChunk + p] = k[d];
     }
-    return;
+    return false;
   }
   const bool f16 = kv.dtype == KvDtype::kF16, int8 = kv.dtype == KvDtype::kInt8;
   const int64_t elem = (int64_t)kv_elem_bytes(kv.dtype);
   const uint8_t* rows[kAttnChunk];
-  float scales[kAttnChunk];
-  for (int p = la; p < lb; ++p) {
-    rows[p] = row_ptr(kv.k, cr, p, hd * elem);
-    if (int8) scales[p] = row_scale(kv.k_scale, cr, p);
+  for (int p = 0; p < kAttnChunk; ++p) {
+    if (p >= la && p < lb) rows[p] = row_ptr(kv.k, cr, p, hd * elem);
+    if (int8) k_scales[p] = p >= la && p < lb ? row_scale(kv.k_scale, cr, p) : 0.0f;
   }
   for (int32_t d0 = 0; d0 < hd; d0 += 16) {
     __m512 r[16];
@@ -277,15 +279,24 @@ void load_kt(const KvLayerView& kv, const uint32_t* block_table, const ChunkRows
         r[p] = _mm512_cvtph_ps(
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[p] + 2 * (int64_t)d0)));
       } else if (int8) {
-        const __m512 q = _mm512_cvtepi32_ps(
+        r[p] = _mm512_cvtepi32_ps(
             _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[p] + d0))));
-        r[p] = _mm512_mul_ps(q, _mm512_set1_ps(scales[p]));
       } else {
         r[p] = _mm512_loadu_ps(reinterpret_cast<const float*>(rows[p]) + d0);
       }
     }
     transpose16(r);
     for (int d = 0; d < 16; ++d) _mm512_storeu_ps(kt + (d0 + d) * kAttnChunk, r[d]);
+  }
+  return int8;
+}
+
+// An INT8 V row's integers as f32 (its scale goes into the weights).
+void int8_row_to_f32(const int8_t* src, float* dst, int32_t n) {
+  for (int32_t j = 0; j < n; j += 16) {
+    const __mmask16 m = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+    _mm512_mask_storeu_ps(
+        dst + j, m, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, src + j))));
   }
 }
 
@@ -325,8 +336,12 @@ void softmax_pairs(const ChunkPair* pairs, int n, __m512 scale, float softcap,
     if (live) _mm512_store_ps(s[i], r[i]);
   }
   transpose16(r);
-  __m512 mx = r[0];
-  for (int p = 1; p < kAttnChunk; ++p) mx = _mm512_max_ps(mx, r[p]);
+  // A tree, not a chain: the max is exact in any order, and the chunk's softmax is on the
+  // critical path of the next chunk (its state), so 4 dependent steps instead of 15.
+  for (int w = kAttnChunk / 2; w > 0; w /= 2) {
+    for (int p = 0; p < w; ++p) r[p] = _mm512_max_ps(r[p], r[p + w]);
+  }
+  const __m512 mx = r[0];
   const __m512 mo = _mm512_load_ps(m_old);
   const __m512 m = _mm512_max_ps(mo, mx);
   // exp512 clamps: a first chunk (m_old = -inf) gets a rescale of ~1e-38 instead of 0, applied
@@ -358,13 +373,17 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
                  const KvLayerView& kv, const uint32_t* block_table, AttnScores scores, float* ml,
                  int32_t n_heads, float* scratch) {
   const int32_t hd = kv.head_dim;
-  float* kt = scratch;                  // [hd][kAttnChunk]
-  float* vbuf = kt + hd * kAttnChunk;   // [kAttnChunk][hd]
-  float* row = vbuf + hd * kAttnChunk;  // [hd]
-  const void* vrow[kAttnChunk];         // f32 rows, or the F16 / INT8 cache's own rows
-  float vscale_rows[kAttnChunk];        // INT8 rows' scales
+  float* kt = scratch;                        // [hd][kAttnChunk]
+  float* vbuf = kt + hd * kAttnChunk;         // [kAttnChunk][hd]
+  float* row = vbuf + hd * kAttnChunk;        // [hd]
+  const void* vrow[kAttnChunk];               // f32 rows, or the F16 / INT8 cache's own rows
+  alignas(64) float vscale_rows[kAttnChunk];  // INT8 rows' scales, 0 outside the chunk's lanes
+  alignas(64) float kscale_rows[kAttnChunk];  // INT8 K rows' scales when load_kt left them out
   // A tile of few pairs (decode) reads F16 and INT8 V rows in place, converting per use; a large
-  // tile converts each row once into vbuf. Either way the same exact f32 values.
+  // tile converts each row once into vbuf. Either way the same exact f32 values. INT8 V rows are
+  // their integers in both, and each pair's weights take the rows' scales (fold_v): 1 multiply
+  // per pair and chunk instead of 1 per 16 elements of every row and pair.
+  const bool fold_v = kv.dtype == KvDtype::kInt8;
   const bool in_place = nq * ng <= 16;
   const int64_t elem = (int64_t)kv_elem_bytes(kv.dtype);
   const VRows v_rows = !in_place                    ? VRows::kF32
@@ -404,14 +423,21 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
     }
     ChunkRows cr;
     chunk_rows(kv, block_table, c0, la, lb, kv_head, &cr);
-    load_kt(kv, block_table, cr, c0, la, lb, kv_head, kt, row);
-    for (int p = la; p < lb; ++p) {
-      if (v_rows == VRows::kF32) {
+    const __m512 kmul = load_kt(kv, block_table, cr, c0, la, lb, kv_head, kt, row, kscale_rows)
+                            ? _mm512_mul_ps(_mm512_load_ps(kscale_rows), vscale)
+                            : vscale;
+    for (int p = 0; p < kAttnChunk; ++p) {
+      if (fold_v) vscale_rows[p] = p >= la && p < lb ? row_scale(kv.v_scale, cr, p) : 0.0f;
+      if (p < la || p >= lb) continue;
+      if (v_rows != VRows::kF32) {
+        vrow[p] = row_ptr(kv.v, cr, p, hd * elem);
+      } else if (fold_v) {
+        int8_row_to_f32(reinterpret_cast<const int8_t*>(row_ptr(kv.v, cr, p, hd)), vbuf + p * hd,
+                        hd);
+        vrow[p] = vbuf + p * hd;
+      } else {
         vrow[p] = kv_row(kv, true, block_table, c0 + p, kv_head, vbuf + p * hd);
-        continue;
       }
-      vrow[p] = row_ptr(kv.v, cr, p, hd * elem);
-      if (v_rows == VRows::kInt8) vscale_rows[p] = row_scale(kv.v_scale, cr, p);
     }
     const int np = x86::chunk_pairs(queries, nq, h0, ng, hd, c0, st, pairs);
     int k = 0;
@@ -421,10 +447,14 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
     for (; k < np; ++k) score_pairs<1>(pairs + k, kt, hd, pv[k]);
     for (k = 0; k < np; k += kAttnChunk) {
       if (np - k <= 8) {
-        softmax_pairs<8>(pairs + k, np - k, vscale, scores.softcap, pv + k, cs + k);
+        softmax_pairs<8>(pairs + k, np - k, kmul, scores.softcap, pv + k, cs + k);
       } else {
-        softmax_pairs<kAttnChunk>(pairs + k, np - k, vscale, scores.softcap, pv + k, cs + k);
+        softmax_pairs<kAttnChunk>(pairs + k, np - k, kmul, scores.softcap, pv + k, cs + k);
       }
+    }
+    if (fold_v) {
+      const __m512 vs = _mm512_load_ps(vscale_rows);
+      for (k = 0; k < np; ++k) _mm512_store_ps(pv[k], _mm512_mul_ps(_mm512_load_ps(pv[k]), vs));
     }
     for (k = 0; k < np;) {
       int run = x86::same_range_run(pairs, k, np, kAccBatch);
