@@ -104,7 +104,9 @@ struct Case {
 TEST(KernelsAttention, MatchesTwoPassSoftmaxForEveryTable) {
   std::vector<Case> cases;
   for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBF16, KvDtype::kInt8}) {
-    for (int32_t gqa : {1, 2, 4, 7}) {            // 7: a run of four pairs and a remainder of three
+    // 7: a run of four pairs and a remainder of three; 8: one run of eight (TinyLlama's group,
+    // whose decode accumulates V for all eight pairs at once and runs the 8-row softmax).
+    for (int32_t gqa : {1, 2, 4, 7, 8}) {
       cases.push_back({dtype, gqa, 64, 0, 96});   // all six blocks
       cases.push_back({dtype, gqa, 64, 0, 1});    // first token only
       cases.push_back({dtype, gqa, 64, 23, 71});  // sliding window, starts mid-block
@@ -164,8 +166,10 @@ TEST(KernelsAttention, TileOfQueriesEqualsEachQueryAloneBitForBit) {
   for (const KernelTable* t : available_kernel_tables()) {
     for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBF16, KvDtype::kInt8}) {
       for (int32_t hd : {64, 40, 44}) {
-        // gqa 1: the pairs grouped are different queries; 6: four heads and then two.
-        for (auto [window, gqa] : {std::pair<int64_t, int32_t>{0, 2}, {21, 2}, {0, 1}, {21, 6}}) {
+        // gqa 1: the pairs grouped are different queries; 6: four heads and then two; 8: a
+        // decode of eight pairs (one V pass, 8-row softmax) against tiles of 16-pair batches.
+        for (auto [window, gqa] :
+             {std::pair<int64_t, int32_t>{0, 2}, {21, 2}, {0, 1}, {21, 6}, {0, 8}}) {
           SCOPED_TRACE(std::string(t->isa) + " " + std::string(kv_dtype_name(dtype)) + " hd " +
                        std::to_string(hd) + " window " + std::to_string(window) + " gqa " +
                        std::to_string(gqa));

@@ -1,12 +1,18 @@
 // kernels/x86/attention_avx512.cc: paged flash attention of the AVX-512 tables. The same
 // algorithm as avx2_ops.cc (chunks of kAttnChunk = 16 positions, each K/V row decoded once per
 // tile of queries and query heads, online softmax per (query, head)), with a chunk's 16 scores in
-// one register: eight (query, head) pairs are scored at once and four pairs with the same range
-// accumulate V together, so the FMA units, not FMA latency, bound the loops.
-// Each pair's arithmetic is the same whatever pairs it is grouped with, so a query's result is
-// the same bits in any tile (the AVX2 table's bits may differ: it sums in another order).
-// Compiled with -mavx512f -mavx512bw -mavx512vl; runs only after dispatch.cc saw AVX-512.
+// one register: eight (query, head) pairs are scored at once and four or eight pairs with the same
+// range accumulate V together (eight, a decode's whole GQA group, in one pass over each V row), so
+// the FMA units, not FMA latency, bound the loops. Each pair's arithmetic is the same whatever
+// pairs it is grouped with, so a query's result is the same bits in any tile (the AVX2 table's bits
+// may differ: it sums in another order). Compiled with -mavx512f -mavx512bw -mavx512vl; runs only
+// after dispatch.cc saw AVX-512.
+#include <algorithm>
 #include <cstring>
+
+// GCC 12 warns that the _mm512_undefined_ps() operand inside the intrinsics' headers is used
+// uninitialized once softmax_pairs<8> folds its constant rows; it is a false positive.
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include "kernels/kernels_internal.h"
 #include "kernels/x86/attention_util.h"
@@ -22,8 +28,12 @@ using x86::SoftmaxState;
 
 using x86::kMaxGroup;
 using x86::kMaxTile;
+// Decode prefetches this many chunks ahead (16 KB of f16 K/V at hd 64: a third of L1). On a DRAM
+// stream of 512 MiB (decode_attention_bench, 1 thread, busy machine, CPU time, per-row prefetch):
+// 1 chunk ahead 123-126 ms, 2: 128-131, 4: 117-118.
+constexpr int kPrefetchChunks = 4;
 constexpr int kScoreBatch = 8;
-constexpr int kAccBatch = 4;
+constexpr int kAccBatch = 8;  // pairs accumulating V together: 8 or at most 4
 
 // exp256 of avx2_util.h on 16 lanes (same reduction and polynomial).
 KVW_INLINE __m512 exp512(__m512 x) {
@@ -67,18 +77,18 @@ KVW_INLINE void score_pairs(const ChunkPair* pairs, const float* kt, int32_t hd,
 }
 
 // How accumulate reads V rows: f32 rows (decoded, or the F32 cache's own), or the F16 / INT8
-// cache's rows in place, decoded per use to the same f32 values kv_load_row gives.
+// cache's rows in place, decoded per use to the same f32 values as the f32 rows. INT8 rows are
+// their integers: each row's scale is folded into the weights instead (fold_scales).
 enum class VRows { kF32, kF16, kInt8 };
 
-// 16 elements of a V row from element j (INT8: times the row's scale, as kv_load_row does).
+// 16 elements of a V row from element j.
 template <VRows kV>
-KVW_INLINE __m512 load_v(const void* row, float row_scale, int32_t j, __mmask16 m) {
+KVW_INLINE __m512 load_v(const void* row, float /*row_scale*/, int32_t j, __mmask16 m) {
   if constexpr (kV == VRows::kF16) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(row) + j));
   } else if constexpr (kV == VRows::kInt8) {
-    const __m512 q = _mm512_cvtepi32_ps(
+    return _mm512_cvtepi32_ps(
         _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, static_cast<const int8_t*>(row) + j)));
-    return _mm512_mul_ps(q, _mm512_set1_ps(row_scale));
   } else {
     return _mm512_maskz_loadu_ps(m, static_cast<const float*>(row) + j);
   }
@@ -110,11 +120,15 @@ KVW_INLINE void accumulate_block(float* const* out, const float* c, const float*
   }
 }
 
+// Up to 4 pairs take 64 elements of a row per pass (16 accumulators); 8 pairs (a decode's GQA
+// group) take 32, so each V row is loaded and converted once for all 8 instead of twice.
 template <int N, VRows kV>
 KVW_INLINE void accumulate_pairs(float* const* out, const float* c, const float* const* w,
                                  const void* const* v, const float* vs, int a, int b, int32_t hd) {
+  constexpr int kWide = N > 4 ? 2 : 4;
   int32_t j = 0;
-  for (; j + 64 <= hd; j += 64) accumulate_block<N, 4, kV>(out, c, w, v, vs, a, b, j, 0xFFFF);
+  for (; j + 16 * kWide <= hd; j += 16 * kWide)
+    accumulate_block<N, kWide, kV>(out, c, w, v, vs, a, b, j, 0xFFFF);
   for (; j + 16 <= hd; j += 16) accumulate_block<N, 1, kV>(out, c, w, v, vs, a, b, j, 0xFFFF);
   if (j < hd) {
     accumulate_block<N, 1, kV>(out, c, w, v, vs, a, b, j, (__mmask16)((1u << (hd - j)) - 1));
@@ -197,28 +211,46 @@ KVW_INLINE void prefetch_l1(const uint8_t* p) {
   asm volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(p)));
 }
 
-// Prefetches the K and V rows of positions [a, b) of the chunk at c0 into L1. Blocks are
-// scattered (one head's block is 16 x 128 bytes at f16 and hd 64, then a jump of the layer's
-// block stride), so the hardware prefetcher, which stops at 4 KB pages, restarts at every block
-// hop; one chunk ahead covers a DRAM miss (~100 ns) with the chunk's arithmetic (~300 ns).
+// Prefetches every cache line of bytes [p, p + n).
+KVW_INLINE void prefetch_span(const uint8_t* p, int64_t n) {
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + (uintptr_t)n;
+  for (uintptr_t a = first; a < end; a += 64) prefetch_l1(reinterpret_cast<const uint8_t*>(a));
+}
+
+// Prefetches the K and V rows (and INT8 scales) of positions [a, b) of the chunk at c0 into L1.
+// Blocks are scattered (one head's block is 16 x 128 bytes at f16 and hd 64, then a jump of the
+// layer's block stride), so the hardware prefetcher, which stops at 4 KB pages, restarts at every
+// block hop. A block's rows of one head are contiguous: one span per block, not per row (per-row
+// addressing cost 7% of a decode's time with the rows already in L2).
 void prefetch_rows(const KvLayerView& kv, const uint32_t* block_table, int64_t c0, int a, int b,
                    int32_t kv_head) {
-  ChunkRows r;
-  chunk_rows(kv, block_table, c0, a, b, kv_head, &r);
   const int64_t row_bytes = kv.head_dim * (int64_t)kv_elem_bytes(kv.dtype);
-  for (int p = a; p < b; ++p) {
-    for (int64_t i = 0; i < row_bytes; i += 64) {
-      prefetch_l1(row_ptr(kv.k, r, p, row_bytes) + i);
-      prefetch_l1(row_ptr(kv.v, r, p, row_bytes) + i);
+  int64_t pos = c0 + a;
+  const int64_t end = c0 + b;
+  while (pos < end) {
+    const int64_t blk = pos / kv.block_size, slot = pos - blk * kv.block_size;
+    const int64_t n = std::min<int64_t>(end - pos, kv.block_size - slot);
+    const int64_t base = (int64_t)block_table[blk] * kv.block_stride;
+    const int64_t row = (int64_t)kv_head * kv.block_size + slot;
+    prefetch_span(static_cast<const uint8_t*>(kv.k) + base + row * row_bytes, n * row_bytes);
+    prefetch_span(static_cast<const uint8_t*>(kv.v) + base + row * row_bytes, n * row_bytes);
+    if (kv.k_scale != nullptr) {
+      prefetch_span(static_cast<const uint8_t*>(kv.k_scale) + base + row * 4, n * 4);
+      prefetch_span(static_cast<const uint8_t*>(kv.v_scale) + base + row * 4, n * 4);
     }
+    pos += n;
   }
 }
 
-// K rows of positions [la, lb) of the chunk at c0, transposed into kt [hd][16]. F16 and F32
-// caches with head_dim % 16 == 0 go 16 x 16 at a time in registers (lanes outside [la, lb)
-// hold zeros); other cases decode each row and store it column-wise.
-void load_kt(const KvLayerView& kv, const uint32_t* block_table, const ChunkRows& cr, int64_t c0,
-             int la, int lb, int32_t kv_head, float* kt, float* row) {
+// K rows of positions [la, lb) of the chunk at c0, transposed into kt [hd][16]. F16, F32 and
+// INT8 caches with head_dim % 16 == 0 go 16 x 16 at a time in registers (lanes outside [la, lb)
+// hold zeros); other cases decode each row and store it column-wise. INT8 rows go in as their
+// integers, and the rows' scales come back in k_scales (lanes = positions, 0 outside [la, lb)):
+// the scores take them with the softmax scale, one multiply per chunk instead of one per 16
+// elements. Returns whether it did so.
+bool load_kt(const KvLayerView& kv, const uint32_t* block_table, const ChunkRows& cr, int64_t c0,
+             int la, int lb, int32_t kv_head, float* kt, float* row, float* k_scales) {
   const int32_t hd = kv.head_dim;
   const bool direct =
       (kv.dtype == KvDtype::kF16 || kv.dtype == KvDtype::kF32 || kv.dtype == KvDtype::kInt8) &&
@@ -229,15 +261,14 @@ void load_kt(const KvLayerView& kv, const uint32_t* block_table, const ChunkRows
       const float* k = kv_row(kv, false, block_table, c0 + p, kv_head, row);
       for (int32_t d = 0; d < hd; ++d) kt[d * kAttnChunk + p] = k[d];
     }
-    return;
+    return false;
   }
   const bool f16 = kv.dtype == KvDtype::kF16, int8 = kv.dtype == KvDtype::kInt8;
   const int64_t elem = (int64_t)kv_elem_bytes(kv.dtype);
   const uint8_t* rows[kAttnChunk];
-  float scales[kAttnChunk];
-  for (int p = la; p < lb; ++p) {
-    rows[p] = row_ptr(kv.k, cr, p, hd * elem);
-    if (int8) scales[p] = row_scale(kv.k_scale, cr, p);
+  for (int p = 0; p < kAttnChunk; ++p) {
+    if (p >= la && p < lb) rows[p] = row_ptr(kv.k, cr, p, hd * elem);
+    if (int8) k_scales[p] = p >= la && p < lb ? row_scale(kv.k_scale, cr, p) : 0.0f;
   }
   for (int32_t d0 = 0; d0 < hd; d0 += 16) {
     __m512 r[16];
@@ -248,15 +279,24 @@ void load_kt(const KvLayerView& kv, const uint32_t* block_table, const ChunkRows
         r[p] = _mm512_cvtph_ps(
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[p] + 2 * (int64_t)d0)));
       } else if (int8) {
-        const __m512 q = _mm512_cvtepi32_ps(
+        r[p] = _mm512_cvtepi32_ps(
             _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[p] + d0))));
-        r[p] = _mm512_mul_ps(q, _mm512_set1_ps(scales[p]));
       } else {
         r[p] = _mm512_loadu_ps(reinterpret_cast<const float*>(rows[p]) + d0);
       }
     }
     transpose16(r);
     for (int d = 0; d < 16; ++d) _mm512_storeu_ps(kt + (d0 + d) * kAttnChunk, r[d]);
+  }
+  return int8;
+}
+
+// An INT8 V row's integers as f32 (its scale goes into the weights).
+void int8_row_to_f32(const int8_t* src, float* dst, int32_t n) {
+  for (int32_t j = 0; j < n; j += 16) {
+    const __mmask16 m = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+    _mm512_mask_storeu_ps(
+        dst + j, m, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, src + j))));
   }
 }
 
@@ -267,9 +307,12 @@ void load_kt(const KvLayerView& kv, const uint32_t* block_table, const ChunkRows
 // state to cs. Lane i of every step is pair i's own arithmetic: the bits do not depend on which
 // pairs share the call.
 // With softcap > 0 each score is soft-capped after the scale, before the mask.
+// kRows = 8 serves n <= 8 (a decode's GQA group): rows 8..15 are compile-time constants, so the
+// compiler folds the shuffles of the transposes that only move them (same lanes, same bits).
+template <int kRows>
 void softmax_pairs(const ChunkPair* pairs, int n, __m512 scale, float softcap,
                    float (*s)[kAttnChunk], float* cs) {
-  n = n < kAttnChunk ? n : kAttnChunk;
+  n = n < kRows ? n : kRows;
   const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
   alignas(64) float m_old[kAttnChunk], l_old[kAttnChunk], m_new[kAttnChunk];
   __mmask16 valid[kAttnChunk];
@@ -278,10 +321,11 @@ void softmax_pairs(const ChunkPair* pairs, int n, __m512 scale, float softcap,
   const __m512 inv_cap = _mm512_set1_ps(softcap > 0.0f ? 1.0f / softcap : 0.0f);
   for (int i = 0; i < kAttnChunk; ++i) {
     // Lanes past n: an empty pair with state (0, 0), whose results are dropped.
-    valid[i] = i < n ? (__mmask16)(((1u << pairs[i].qb) - 1) & ~((1u << pairs[i].qa) - 1)) : 0;
-    m_old[i] = i < n ? pairs[i].st->m : 0.0f;
-    l_old[i] = i < n ? pairs[i].st->l : 0.0f;
-    if (i >= n) {
+    const bool live = i < kRows && i < n;
+    valid[i] = live ? (__mmask16)(((1u << pairs[i].qb) - 1) & ~((1u << pairs[i].qa) - 1)) : 0;
+    m_old[i] = live ? pairs[i].st->m : 0.0f;
+    l_old[i] = live ? pairs[i].st->l : 0.0f;
+    if (!live) {
       r[i] = neg_inf;
     } else if (softcap > 0.0f) {
       const __m512 x = softcap512(_mm512_mul_ps(_mm512_load_ps(s[i]), scale), cap, inv_cap);
@@ -289,11 +333,15 @@ void softmax_pairs(const ChunkPair* pairs, int n, __m512 scale, float softcap,
     } else {
       r[i] = _mm512_mask_mul_ps(neg_inf, valid[i], _mm512_load_ps(s[i]), scale);
     }
-    _mm512_store_ps(s[i], r[i]);
+    if (live) _mm512_store_ps(s[i], r[i]);
   }
   transpose16(r);
-  __m512 mx = r[0];
-  for (int p = 1; p < kAttnChunk; ++p) mx = _mm512_max_ps(mx, r[p]);
+  // A tree, not a chain: the max is exact in any order, and the chunk's softmax is on the
+  // critical path of the next chunk (its state), so 4 dependent steps instead of 15.
+  for (int w = kAttnChunk / 2; w > 0; w /= 2) {
+    for (int p = 0; p < w; ++p) r[p] = _mm512_max_ps(r[p], r[p + w]);
+  }
+  const __m512 mx = r[0];
   const __m512 mo = _mm512_load_ps(m_old);
   const __m512 m = _mm512_max_ps(mo, mx);
   // exp512 clamps: a first chunk (m_old = -inf) gets a rescale of ~1e-38 instead of 0, applied
@@ -304,11 +352,12 @@ void softmax_pairs(const ChunkPair* pairs, int n, __m512 scale, float softcap,
   _mm512_store_ps(m_new, m);
   for (int i = 0; i < kAttnChunk; ++i) {
     // Pairs past n have no lanes: their zeros skip the exp (half the work of a decode's 8 heads).
+    const bool live = i < kRows && i < n;
     r[i] =
-        i < n ? _mm512_maskz_mov_ps(
-                    valid[i], exp512(_mm512_sub_ps(_mm512_load_ps(s[i]), _mm512_set1_ps(m_new[i]))))
-              : _mm512_setzero_ps();
-    if (i < n) _mm512_store_ps(s[i], r[i]);
+        live ? _mm512_maskz_mov_ps(
+                   valid[i], exp512(_mm512_sub_ps(_mm512_load_ps(s[i]), _mm512_set1_ps(m_new[i]))))
+             : _mm512_setzero_ps();
+    if (live) _mm512_store_ps(s[i], r[i]);
   }
   transpose16(r);
   __m512 sum = r[0];
@@ -324,13 +373,17 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
                  const KvLayerView& kv, const uint32_t* block_table, AttnScores scores, float* ml,
                  int32_t n_heads, float* scratch) {
   const int32_t hd = kv.head_dim;
-  float* kt = scratch;                  // [hd][kAttnChunk]
-  float* vbuf = kt + hd * kAttnChunk;   // [kAttnChunk][hd]
-  float* row = vbuf + hd * kAttnChunk;  // [hd]
-  const void* vrow[kAttnChunk];         // f32 rows, or the F16 / INT8 cache's own rows
-  float vscale_rows[kAttnChunk];        // INT8 rows' scales
+  float* kt = scratch;                        // [hd][kAttnChunk]
+  float* vbuf = kt + hd * kAttnChunk;         // [kAttnChunk][hd]
+  float* row = vbuf + hd * kAttnChunk;        // [hd]
+  const void* vrow[kAttnChunk];               // f32 rows, or the F16 / INT8 cache's own rows
+  alignas(64) float vscale_rows[kAttnChunk];  // INT8 rows' scales, 0 outside the chunk's lanes
+  alignas(64) float kscale_rows[kAttnChunk];  // INT8 K rows' scales when load_kt left them out
   // A tile of few pairs (decode) reads F16 and INT8 V rows in place, converting per use; a large
-  // tile converts each row once into vbuf. Either way the same exact f32 values.
+  // tile converts each row once into vbuf. Either way the same exact f32 values. INT8 V rows are
+  // their integers in both, and each pair's weights take the rows' scales (fold_v): 1 multiply
+  // per pair and chunk instead of 1 per 16 elements of every row and pair.
+  const bool fold_v = kv.dtype == KvDtype::kInt8;
   const bool in_place = nq * ng <= 16;
   const int64_t elem = (int64_t)kv_elem_bytes(kv.dtype);
   const VRows v_rows = !in_place                    ? VRows::kF32
@@ -354,27 +407,37 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
     }
   }
   const __m512 vscale = _mm512_set1_ps(scores.scale);
+  constexpr int64_t kAhead = kPrefetchChunks * kAttnChunk;
   for (int64_t c0 = lo / kAttnChunk * kAttnChunk; c0 < hi; c0 += kAttnChunk) {
     // Load the chunk's positions that some query attends; other lanes score zero (masked).
     const int la = (int)((lo > c0 ? lo : c0) - c0);
     const int lb = (int)((hi < c0 + kAttnChunk ? hi : c0 + kAttnChunk) - c0);
     // Only small (decode) tiles prefetch: a large tile's ~10x more arithmetic per chunk hides
     // the misses already, and its 128 output rows (32 KB) need L1 more.
-    if (in_place && c0 + kAttnChunk < hi) {
-      const int64_t next_end = hi < c0 + 2 * kAttnChunk ? hi : c0 + 2 * kAttnChunk;
-      prefetch_rows(kv, block_table, c0 + kAttnChunk, 0, (int)(next_end - c0 - kAttnChunk),
-                    kv_head);
+    if (in_place) {
+      const int64_t first = c0 == lo / kAttnChunk * kAttnChunk ? c0 + kAttnChunk : c0 + kAhead;
+      for (int64_t pc = first; pc <= c0 + kAhead && pc < hi; pc += kAttnChunk) {
+        prefetch_rows(kv, block_table, pc, 0,
+                      (int)((hi < pc + kAttnChunk ? hi : pc + kAttnChunk) - pc), kv_head);
+      }
     }
     ChunkRows cr;
     chunk_rows(kv, block_table, c0, la, lb, kv_head, &cr);
-    load_kt(kv, block_table, cr, c0, la, lb, kv_head, kt, row);
-    for (int p = la; p < lb; ++p) {
-      if (v_rows == VRows::kF32) {
+    const __m512 kmul = load_kt(kv, block_table, cr, c0, la, lb, kv_head, kt, row, kscale_rows)
+                            ? _mm512_mul_ps(_mm512_load_ps(kscale_rows), vscale)
+                            : vscale;
+    for (int p = 0; p < kAttnChunk; ++p) {
+      if (fold_v) vscale_rows[p] = p >= la && p < lb ? row_scale(kv.v_scale, cr, p) : 0.0f;
+      if (p < la || p >= lb) continue;
+      if (v_rows != VRows::kF32) {
+        vrow[p] = row_ptr(kv.v, cr, p, hd * elem);
+      } else if (fold_v) {
+        int8_row_to_f32(reinterpret_cast<const int8_t*>(row_ptr(kv.v, cr, p, hd)), vbuf + p * hd,
+                        hd);
+        vrow[p] = vbuf + p * hd;
+      } else {
         vrow[p] = kv_row(kv, true, block_table, c0 + p, kv_head, vbuf + p * hd);
-        continue;
       }
-      vrow[p] = row_ptr(kv.v, cr, p, hd * elem);
-      if (v_rows == VRows::kInt8) vscale_rows[p] = row_scale(kv.v_scale, cr, p);
     }
     const int np = x86::chunk_pairs(queries, nq, h0, ng, hd, c0, st, pairs);
     int k = 0;
@@ -382,10 +445,20 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
       score_pairs<kScoreBatch>(pairs + k, kt, hd, pv[k]);
     for (; k + 2 <= np; k += 2) score_pairs<2>(pairs + k, kt, hd, pv[k]);
     for (; k < np; ++k) score_pairs<1>(pairs + k, kt, hd, pv[k]);
-    for (k = 0; k < np; k += kAttnChunk)
-      softmax_pairs(pairs + k, np - k, vscale, scores.softcap, pv + k, cs + k);
+    for (k = 0; k < np; k += kAttnChunk) {
+      if (np - k <= 8) {
+        softmax_pairs<8>(pairs + k, np - k, kmul, scores.softcap, pv + k, cs + k);
+      } else {
+        softmax_pairs<kAttnChunk>(pairs + k, np - k, kmul, scores.softcap, pv + k, cs + k);
+      }
+    }
+    if (fold_v) {
+      const __m512 vs = _mm512_load_ps(vscale_rows);
+      for (k = 0; k < np; ++k) _mm512_store_ps(pv[k], _mm512_mul_ps(_mm512_load_ps(pv[k]), vs));
+    }
     for (k = 0; k < np;) {
-      const int run = x86::same_range_run(pairs, k, np, kAccBatch);
+      int run = x86::same_range_run(pairs, k, np, kAccBatch);
+      if (run < kAccBatch) run = run < 4 ? run : 4;
       float* out[kAccBatch];
       const float* w[kAccBatch];
       for (int n = 0; n < run; ++n) {
@@ -394,6 +467,9 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
       }
       const int a = pairs[k].qa, b = pairs[k].qb;
       switch (run) {
+        case 8:
+          accumulate_any<8>(v_rows, out, cs + k, w, vrow, vscale_rows, a, b, hd);
+          break;
         case 4:
           accumulate_any<4>(v_rows, out, cs + k, w, vrow, vscale_rows, a, b, hd);
           break;
