@@ -101,41 +101,4 @@ void set_gptoss_keys(const MakeModelSpec& s, GgufWriter& w) {
   w.set_u32(a + "expert_feed_forward_length", s.n_ff_exp);
 }
 
-// Scales are chosen so that each gpt-oss feature is exercised: sinks of order one against
-// scores of order one, expert pre-activations of std ~3 so the SwiGLU's clamp at 7 engages,
-// biases of std 0.5, and router logits of std ~3 (rarely a near-tie in the top-k).
-void write_gptoss_tensors(const MakeModelSpec& s, int64_t n_vocab, TensorMaker& tm) {
-  const int64_t d = s.n_embd, hd = s.head_len(), q = s.n_head * hd, kv = s.n_head_kv * hd;
-  const int64_t ne = s.n_expert, fe = s.n_ff_exp;
-  const GgmlType t = s.weight_type;
-  const float in_std = 1.0f / std::sqrt((float)d);
-  tm.matrix("token_embd.weight", d, n_vocab, t, 1.0f);
-  for (int32_t l = 0; l < s.n_layer; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    tm.vector(p + "attn_norm.weight", d, 1.0f, 0.1f);
-    tm.matrix(p + "attn_q.weight", d, q, t);
-    tm.vector(p + "attn_q.bias", q, 0.0f, 0.1f);
-    tm.matrix(p + "attn_k.weight", d, kv, t);
-    tm.vector(p + "attn_k.bias", kv, 0.0f, 0.1f);
-    tm.matrix(p + "attn_v.weight", d, kv, t);
-    tm.vector(p + "attn_v.bias", kv, 0.0f, 0.1f);
-    tm.matrix(p + "attn_output.weight", q, d, t);
-    tm.vector(p + "attn_output.bias", d, 0.0f, 0.5f);
-    tm.vector(p + "attn_sinks.weight", s.n_head, 0.0f, 1.5f);
-    tm.vector(p + "post_attention_norm.weight", d, 1.0f, 0.1f);
-    tm.matrix(p + "ffn_gate_inp.weight", d, ne, GgmlType::kF32, 3.0f * in_std);
-    tm.vector(p + "ffn_gate_inp.bias", ne, 0.0f, 0.5f);
-    tm.put(p + "ffn_gate_exps.weight", s.expert_type, {d, fe, ne},
-           tm.draw(d * fe * ne, 3 * in_std));
-    tm.put(p + "ffn_gate_exps.bias", GgmlType::kF32, {fe, ne}, tm.draw(fe * ne, 0.5f));
-    tm.put(p + "ffn_up_exps.weight", s.expert_type, {d, fe, ne}, tm.draw(d * fe * ne, 3 * in_std));
-    tm.put(p + "ffn_up_exps.bias", GgmlType::kF32, {fe, ne}, tm.draw(fe * ne, 0.5f));
-    tm.put(p + "ffn_down_exps.weight", s.expert_type, {fe, d, ne},
-           tm.draw(fe * d * ne, 0.3f / std::sqrt((float)fe)));
-    tm.put(p + "ffn_down_exps.bias", GgmlType::kF32, {d, ne}, tm.draw(d * ne, 0.5f));
-  }
-  tm.vector("output_norm.weight", d, 1.0f, 0.1f);
-  tm.matrix("output.weight", d, n_vocab, t);
-}
-
 }  // namespace kvw::maker
