@@ -65,37 +65,6 @@ void set_gemma_keys(const MakeModelSpec& s, const std::string& a, GgufWriter& w)
   if (s.swa_period > 0) w.set_u32(a + "attention.sliding_window_pattern", s.swa_period);
 }
 
-// The keys convert_hf_to_gguf.py's Phi3MiniModel writes: rope.dimension_count from
-// partial_rotary_factor, original_context_length and sliding_window always (0: none), and
-// with LongRoPE factors the attention factor sqrt(1 + ln(s) / ln(orig)), s = context / orig.
-void set_phi3_keys(const MakeModelSpec& s, GgufWriter& w) {
-  const std::string a = "phi3.";
-  const int32_t orig = s.rope_orig_ctx > 0 ? s.rope_orig_ctx : s.n_ctx;
-  w.set_u32(a + "context_length", s.n_ctx);
-  w.set_u32(a + "rope.scaling.original_context_length", orig);
-  w.set_u32(a + "embedding_length", s.n_embd);
-  w.set_u32(a + "feed_forward_length", s.n_ff);
-  w.set_u32(a + "block_count", s.n_layer);
-  w.set_u32(a + "attention.head_count", s.n_head);
-  w.set_u32(a + "attention.head_count_kv", s.n_head_kv);
-  w.set_f32(a + "attention.layer_norm_rms_epsilon", s.norm_eps);
-  w.set_u32(a + "rope.dimension_count", s.n_rot > 0 ? s.n_rot : s.head_len());
-  w.set_f32(a + "rope.freq_base", s.rope_theta);
-  w.set_u32(a + "attention.sliding_window", s.sliding_window);
-  if (!s.longrope) return;
-  const double scale = (double)s.n_ctx / orig;
-  const double attn = scale > 1.0 ? std::sqrt(1.0 + std::log(scale) / std::log((double)orig)) : 1.0;
-  w.set_f32(a + "rope.scaling.attn_factor", (float)attn);
-}
-
-void set_rope_scaling_keys(const MakeModelSpec& s, const std::string& a, GgufWriter& w) {
-  if (s.rope_scaling == RopeScaling::kNone) return;
-  w.set_string(a + "rope.scaling.type", rope_scaling_name(s.rope_scaling));
-  w.set_f32(a + "rope.scaling.factor", s.rope_scale);
-  w.set_u32(a + "rope.scaling.original_context_length",
-            s.rope_orig_ctx > 0 ? s.rope_orig_ctx : s.n_ctx);
-}
-
 void set_llama_keys(const MakeModelSpec& s, GgufWriter& w) {
   const std::string a = s.arch + ".";
   w.set_u32(a + "context_length", s.n_ctx);
@@ -107,7 +76,7 @@ void set_llama_keys(const MakeModelSpec& s, GgufWriter& w) {
   w.set_f32(a + "attention.layer_norm_rms_epsilon", s.norm_eps);
   if (is_gemma(s)) {
     set_gemma_keys(s, a, w);
-    set_rope_scaling_keys(s, a, w);
+    write_rope_scaling_keys(s, a, w);
     return;
   }
   w.set_f32(a + "rope.freq_base", s.rope_theta);
@@ -129,53 +98,7 @@ void set_llama_keys(const MakeModelSpec& s, GgufWriter& w) {
     w.set_u32(a + "expert_shared_feed_forward_length", s.n_ff_shexp);
   }
   if (s.arch == "qwen3moe") w.set_u32(a + "expert_feed_forward_length", s.n_ff_exp);
-  set_rope_scaling_keys(s, a, w);
-}
-
-// The keys llama.cpp's convert_hf_to_gguf.py writes for DeepseekV2/V3ForCausalLM. The split
-// layout is what newer converters write: MLA declared as MQA over the latent (one KV head,
-// key_length = kv_lora_rank + rope, value_length = kv_lora_rank) with the per-head lengths in
-// key_length_mla / value_length_mla.
-void set_deepseek2_keys(const MakeModelSpec& s, GgufWriter& w) {
-  const std::string a = "deepseek2.";
-  const bool split = s.mla_layout == MlaLayout::kSplit;
-  const bool moe = s.n_expert > 0;
-  w.set_u32(a + "context_length", s.n_ctx);
-  w.set_u32(a + "embedding_length", s.n_embd);
-  w.set_u32(a + "block_count", s.n_layer);
-  w.set_u32(a + "feed_forward_length", s.n_ff);
-  w.set_u32(a + "attention.head_count", s.n_head);
-  w.set_u32(a + "attention.head_count_kv", split ? 1 : s.n_head);
-  w.set_f32(a + "attention.layer_norm_rms_epsilon", s.norm_eps);
-  w.set_f32(a + "rope.freq_base", s.rope_theta);
-  w.set_u32(a + "rope.dimension_count", s.qk_rope_dim);
-  if (s.q_lora_rank > 0) w.set_u32(a + "attention.q_lora_rank", s.q_lora_rank);
-  w.set_u32(a + "attention.kv_lora_rank", s.kv_lora_rank);
-  const int32_t qk_head = s.qk_nope_dim + s.qk_rope_dim;
-  w.set_u32(a + "attention.key_length", split ? s.kv_lora_rank + s.qk_rope_dim : qk_head);
-  w.set_u32(a + "attention.value_length", split ? s.kv_lora_rank : s.v_head_dim);
-  if (split) {
-    w.set_u32(a + "attention.key_length_mla", qk_head);
-    w.set_u32(a + "attention.value_length_mla", s.v_head_dim);
-  }
-  // Without experts every layer is dense (as converters write non-MoE deepseek2 models).
-  w.set_u32(a + "leading_dense_block_count", moe ? s.n_layer_dense_lead : s.n_layer);
-  w.set_u32(a + "expert_feed_forward_length", moe ? s.n_ff_exp : s.n_ff);
-  w.set_u32(a + "expert_shared_count", s.n_expert_shared);
-  if (moe) {
-    w.set_u32(a + "expert_count", s.n_expert);
-    w.set_u32(a + "expert_used_count", s.n_expert_used);
-    w.set_f32(a + "expert_weights_scale", s.expert_weights_scale);
-    w.set_bool(a + "expert_weights_norm", s.expert_weights_norm);
-    w.set_u32(a + "expert_gating_func", (uint32_t)s.gating);
-    if (s.n_group > 1) {
-      w.set_u32(a + "expert_group_count", s.n_group);
-      w.set_u32(a + "expert_group_used_count", s.n_group_used);
-    }
-  }
-  set_rope_scaling_keys(s, a, w);
-  if (s.rope_scaling == RopeScaling::kYarn)
-    w.set_f32(a + "rope.scaling.yarn_log_multiplier", s.yarn_log_multiplier);
+  write_rope_scaling_keys(s, a, w);
 }
 
 // The hyper-parameters a reader finds in the file make_model writes for `s`: the keys the
@@ -275,6 +198,14 @@ void write_declared(const TensorTable& table, const MakeModelSpec& s, TensorMake
 }
 
 }  // namespace
+
+void write_rope_scaling_keys(const MakeModelSpec& s, const std::string& a, GgufWriter& w) {
+  if (s.rope_scaling == RopeScaling::kNone) return;
+  w.set_string(a + "rope.scaling.type", rope_scaling_name(s.rope_scaling));
+  w.set_f32(a + "rope.scaling.factor", s.rope_scale);
+  w.set_u32(a + "rope.scaling.original_context_length",
+            s.rope_orig_ctx > 0 ? s.rope_orig_ctx : s.n_ctx);
+}
 
 const char* mla_layout_name(MlaLayout layout) {
   return layout == MlaLayout::kSplit ? "split" : "kv_b";
@@ -605,13 +536,10 @@ Status make_model(const MakeModelSpec& s, const std::string& path) {
   GgufWriter w(s.gguf_version);
   w.set_string("general.architecture", s.arch);
   w.set_string("general.name", s.name);
-  const bool deepseek2 = s.arch == "deepseek2", phi3 = s.arch == "phi3";
-  if (deepseek2) {
-    set_deepseek2_keys(s, w);
-  } else if (phi3) {
-    set_phi3_keys(s, w);
-  } else if (gptoss) {
-    set_gptoss_keys(s, w);
+  // The family's own keys (model/families), else the llama layout's.
+  const ModelFamily& family = *find_family(s.arch);
+  if (family.write_keys != nullptr) {
+    family.write_keys(s, w);
   } else {
     set_llama_keys(s, w);
   }

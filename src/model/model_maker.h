@@ -17,6 +17,8 @@
 
 namespace kvw {
 
+class GgufWriter;
+
 // deepseek2's K/V up-projection as stored: one attn_kv_b (older converters) or attn_k_b +
 // attn_v_b per layer (newer converters, which also switch the head-length keys; see hparams.h).
 enum class MlaLayout { kKvB, kSplit };
@@ -128,5 +130,9 @@ struct MakeModelSpec {
 Result<MakeModelSpec> make_model_preset(const std::string& name);
 
 Status make_model(const MakeModelSpec& spec, const std::string& path);
+
+// The rope.scaling.* keys of a spec with --rope-scaling (type, factor, original context), for
+// the families' key writers (ModelFamily::write_keys); `prefix` is "<arch>.".
+void write_rope_scaling_keys(const MakeModelSpec& s, const std::string& prefix, GgufWriter& w);
 
 }  // namespace kvw

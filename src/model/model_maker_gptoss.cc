@@ -75,30 +75,4 @@ Status validate_gptoss(const MakeModelSpec& s) {
   return {};
 }
 
-// As convert_hf_to_gguf.py's GptOssModel: the common keys with head_dim as key and value length
-// (no rope.dimension_count), YaRN's three keys, the window and the experts' width.
-void set_gptoss_keys(const MakeModelSpec& s, GgufWriter& w) {
-  const std::string a = "gpt-oss.";
-  w.set_u32(a + "context_length", s.n_ctx);
-  w.set_u32(a + "embedding_length", s.n_embd);
-  w.set_u32(a + "block_count", s.n_layer);
-  w.set_u32(a + "feed_forward_length", s.n_ff_exp);
-  w.set_u32(a + "attention.head_count", s.n_head);
-  w.set_u32(a + "attention.head_count_kv", s.n_head_kv);
-  w.set_f32(a + "rope.freq_base", s.rope_theta);
-  w.set_f32(a + "attention.layer_norm_rms_epsilon", s.norm_eps);
-  w.set_u32(a + "expert_count", s.n_expert);
-  w.set_u32(a + "expert_used_count", s.n_expert_used);
-  w.set_u32(a + "attention.key_length", s.head_len());
-  w.set_u32(a + "attention.value_length", s.head_len());
-  if (s.rope_scaling != RopeScaling::kNone) {
-    w.set_string(a + "rope.scaling.type", rope_scaling_name(s.rope_scaling));
-    w.set_f32(a + "rope.scaling.factor", s.rope_scale);
-    w.set_u32(a + "rope.scaling.original_context_length",
-              s.rope_orig_ctx > 0 ? s.rope_orig_ctx : s.n_ctx);
-  }
-  w.set_u32(a + "attention.sliding_window", s.sliding_window);
-  w.set_u32(a + "expert_feed_forward_length", s.n_ff_exp);
-}
-
 }  // namespace kvw::maker

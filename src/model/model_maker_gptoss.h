@@ -14,7 +14,6 @@ namespace kvw::maker {
 // gpt-oss-20b's structure at dim 128 (see make_model_preset).
 MakeModelSpec gptoss_tiny();
 Status validate_gptoss(const MakeModelSpec& s);  // messages name the make-model flag
-void set_gptoss_keys(const MakeModelSpec& s, GgufWriter& w);
 // A harmony-format chat template (gpt-oss's roles, channels and <|start|>/<|end|> tokens).
 extern const char* const kHarmonyTemplate;
 

@@ -2,8 +2,10 @@
 #include <cmath>
 
 #include "gguf/gguf_file.h"
+#include "gguf/gguf_writer.h"
 #include "model/families/family.h"
 #include "model/families/tensor_table.h"
+#include "model/model_maker.h"
 
 namespace kvw::families {
 namespace {
@@ -136,6 +138,52 @@ void declare_deepseek2(const ModelHParams& hp, TensorTable& t) {
   declare_output(hp, t);
 }
 
+// The keys llama.cpp's convert_hf_to_gguf.py writes for DeepseekV2/V3ForCausalLM. The split
+// layout is what newer converters write: MLA declared as MQA over the latent (one KV head,
+// key_length = kv_lora_rank + rope, value_length = kv_lora_rank) with the per-head lengths in
+// key_length_mla / value_length_mla.
+void write_deepseek2_keys(const MakeModelSpec& s, GgufWriter& w) {
+  const std::string a = "deepseek2.";
+  const bool split = s.mla_layout == MlaLayout::kSplit;
+  const bool moe = s.n_expert > 0;
+  w.set_u32(a + "context_length", s.n_ctx);
+  w.set_u32(a + "embedding_length", s.n_embd);
+  w.set_u32(a + "block_count", s.n_layer);
+  w.set_u32(a + "feed_forward_length", s.n_ff);
+  w.set_u32(a + "attention.head_count", s.n_head);
+  w.set_u32(a + "attention.head_count_kv", split ? 1 : s.n_head);
+  w.set_f32(a + "attention.layer_norm_rms_epsilon", s.norm_eps);
+  w.set_f32(a + "rope.freq_base", s.rope_theta);
+  w.set_u32(a + "rope.dimension_count", s.qk_rope_dim);
+  if (s.q_lora_rank > 0) w.set_u32(a + "attention.q_lora_rank", s.q_lora_rank);
+  w.set_u32(a + "attention.kv_lora_rank", s.kv_lora_rank);
+  const int32_t qk_head = s.qk_nope_dim + s.qk_rope_dim;
+  w.set_u32(a + "attention.key_length", split ? s.kv_lora_rank + s.qk_rope_dim : qk_head);
+  w.set_u32(a + "attention.value_length", split ? s.kv_lora_rank : s.v_head_dim);
+  if (split) {
+    w.set_u32(a + "attention.key_length_mla", qk_head);
+    w.set_u32(a + "attention.value_length_mla", s.v_head_dim);
+  }
+  // Without experts every layer is dense (as converters write non-MoE deepseek2 models).
+  w.set_u32(a + "leading_dense_block_count", moe ? s.n_layer_dense_lead : s.n_layer);
+  w.set_u32(a + "expert_feed_forward_length", moe ? s.n_ff_exp : s.n_ff);
+  w.set_u32(a + "expert_shared_count", s.n_expert_shared);
+  if (moe) {
+    w.set_u32(a + "expert_count", s.n_expert);
+    w.set_u32(a + "expert_used_count", s.n_expert_used);
+    w.set_f32(a + "expert_weights_scale", s.expert_weights_scale);
+    w.set_bool(a + "expert_weights_norm", s.expert_weights_norm);
+    w.set_u32(a + "expert_gating_func", (uint32_t)s.gating);
+    if (s.n_group > 1) {
+      w.set_u32(a + "expert_group_count", s.n_group);
+      w.set_u32(a + "expert_group_used_count", s.n_group_used);
+    }
+  }
+  write_rope_scaling_keys(s, a, w);
+  if (s.rope_scaling == RopeScaling::kYarn)
+    w.set_f32(a + "rope.scaling.yarn_log_multiplier", s.yarn_log_multiplier);
+}
+
 }  // namespace
 
 // Listed in families.cc.
@@ -146,6 +194,7 @@ const ModelFamily kDeepseek2{.arch = "deepseek2",
                              .tiny_preset = "deepseek-v2-lite-tiny",
                              .hf = {.model_types = {"deepseek_v2", "deepseek_v3"}},
                              .read_keys = read_deepseek2,
-                             .declare_tensors = declare_deepseek2};
+                             .declare_tensors = declare_deepseek2,
+                             .write_keys = write_deepseek2_keys};
 
 }  // namespace kvw::families

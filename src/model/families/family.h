@@ -18,7 +18,9 @@
 namespace kvw {
 
 class GgufFile;
+class GgufWriter;
 class TensorTable;
+struct MakeModelSpec;
 
 // Which layers a config.json's sliding_window applies to when it has no layer_types.
 enum class HfWindows {
@@ -67,6 +69,9 @@ struct ModelFamily {
   Status (*read_keys)(const GgufFile& f, const std::string& prefix, ModelHParams& hp) = nullptr;
   // The tensors of a model of this family, in make-model's order (tensor_table.h). Required.
   void (*declare_tensors)(const ModelHParams& hp, TensorTable& t) = nullptr;
+  // make-model: the keys llama.cpp's converter writes for this family. Null: the llama
+  // layout's (model_maker.cc's set_llama_keys).
+  void (*write_keys)(const MakeModelSpec& s, GgufWriter& w) = nullptr;
 };
 
 // Every supported family, in the order error messages list them.
