@@ -72,7 +72,8 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--out,-o", f->out, "Output GGUF path")->required();
   cmd->add_option("--preset", f->preset,
                   "Start from a named shape: tiny, tinyllama-1.1b, mixtral-tiny, mixtral-1b, "
-                  "qwen2moe-tiny, qwen3-tiny, qwen3moe-tiny, gemma2-tiny, gemma3-tiny, phi3-tiny, "
+                  "qwen2-tiny, qwen2moe-tiny, qwen3-tiny, qwen3moe-tiny, gemma2-tiny, gemma3-tiny, "
+                  "phi3-tiny, "
                   "phi4-mini-tiny, gpt-oss-tiny, "
                   "deepseek-v2-lite-tiny, deepseek-v3-tiny, deepseek-v2-lite")
       ->capture_default_str();

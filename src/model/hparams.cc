@@ -174,7 +174,10 @@ Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
   hp.moe.n_ff_exp = hp.n_ff;
   hp.tied_embeddings = f.find_tensor("output.weight") == nullptr;
   hp.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  hp.qkv_fused = f.find_tensor("blk.0.attn_qkv.weight") != nullptr;
+  hp.longrope = f.find_tensor("rope_factors_long.weight") != nullptr;
   hp.qk_norm = family->qk_norm;
+  hp.gemma.post_norms = family->post_norms;
   hp.gate_up_fused = family->gate_up_fused;
   // The family's own keys and defaults (model/families/<family>.cc).
   if (family->read_keys != nullptr) KVW_RETURN_IF_ERROR(family->read_keys(f, a, hp));

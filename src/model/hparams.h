@@ -113,6 +113,8 @@ struct ModelHParams {
   GemmaParams gemma;
   float norm_eps = 1e-5f;        // attention.layer_norm_rms_epsilon
   bool qkv_bias = false;         // qwen2: attn_{q,k,v}.bias present
+  bool qkv_fused = false;        // one attn_qkv [q_dim + 2 kv_dim] per layer (phi3's files)
+  bool longrope = false;         // rope_factors_long / _short present (phi3's LongRoPE)
   bool qk_norm = false;          // qwen3(moe): attn_{q,k}_norm, per head, before RoPE
   bool gate_up_fused = false;    // phi3: ffn_up [2 n_ff x n_embd] = gate rows, then up rows
   bool tied_embeddings = false;  // no output.weight: logits use token_embd.weight

@@ -4,8 +4,10 @@
 #include <cmath>
 #include <vector>
 
+#include "core/check.h"
 #include "gguf/gguf_writer.h"
 #include "model/families/family.h"
+#include "model/families/tensor_table.h"
 #include "model/model_maker_gptoss.h"
 #include "model/model_maker_tensors.h"
 #include "model/model_maker_validate.h"
@@ -63,37 +65,6 @@ void set_gemma_keys(const MakeModelSpec& s, const std::string& a, GgufWriter& w)
   if (s.swa_period > 0) w.set_u32(a + "attention.sliding_window_pattern", s.swa_period);
 }
 
-// The keys convert_hf_to_gguf.py's Phi3MiniModel writes: rope.dimension_count from
-// partial_rotary_factor, original_context_length and sliding_window always (0: none), and
-// with LongRoPE factors the attention factor sqrt(1 + ln(s) / ln(orig)), s = context / orig.
-void set_phi3_keys(const MakeModelSpec& s, GgufWriter& w) {
-  const std::string a = "phi3.";
-  const int32_t orig = s.rope_orig_ctx > 0 ? s.rope_orig_ctx : s.n_ctx;
-  w.set_u32(a + "context_length", s.n_ctx);
-  w.set_u32(a + "rope.scaling.original_context_length", orig);
-  w.set_u32(a + "embedding_length", s.n_embd);
-  w.set_u32(a + "feed_forward_length", s.n_ff);
-  w.set_u32(a + "block_count", s.n_layer);
-  w.set_u32(a + "attention.head_count", s.n_head);
-  w.set_u32(a + "attention.head_count_kv", s.n_head_kv);
-  w.set_f32(a + "attention.layer_norm_rms_epsilon", s.norm_eps);
-  w.set_u32(a + "rope.dimension_count", s.n_rot > 0 ? s.n_rot : s.head_len());
-  w.set_f32(a + "rope.freq_base", s.rope_theta);
-  w.set_u32(a + "attention.sliding_window", s.sliding_window);
-  if (!s.longrope) return;
-  const double scale = (double)s.n_ctx / orig;
-  const double attn = scale > 1.0 ? std::sqrt(1.0 + std::log(scale) / std::log((double)orig)) : 1.0;
-  w.set_f32(a + "rope.scaling.attn_factor", (float)attn);
-}
-
-void set_rope_scaling_keys(const MakeModelSpec& s, const std::string& a, GgufWriter& w) {
-  if (s.rope_scaling == RopeScaling::kNone) return;
-  w.set_string(a + "rope.scaling.type", rope_scaling_name(s.rope_scaling));
-  w.set_f32(a + "rope.scaling.factor", s.rope_scale);
-  w.set_u32(a + "rope.scaling.original_context_length",
-            s.rope_orig_ctx > 0 ? s.rope_orig_ctx : s.n_ctx);
-}
-
 void set_llama_keys(const MakeModelSpec& s, GgufWriter& w) {
   const std::string a = s.arch + ".";
   w.set_u32(a + "context_length", s.n_ctx);
@@ -105,7 +76,7 @@ void set_llama_keys(const MakeModelSpec& s, GgufWriter& w) {
   w.set_f32(a + "attention.layer_norm_rms_epsilon", s.norm_eps);
   if (is_gemma(s)) {
     set_gemma_keys(s, a, w);
-    set_rope_scaling_keys(s, a, w);
+    write_rope_scaling_keys(s, a, w);
     return;
   }
   w.set_f32(a + "rope.freq_base", s.rope_theta);
@@ -127,213 +98,114 @@ void set_llama_keys(const MakeModelSpec& s, GgufWriter& w) {
     w.set_u32(a + "expert_shared_feed_forward_length", s.n_ff_shexp);
   }
   if (s.arch == "qwen3moe") w.set_u32(a + "expert_feed_forward_length", s.n_ff_exp);
-  set_rope_scaling_keys(s, a, w);
+  write_rope_scaling_keys(s, a, w);
 }
 
-// The keys llama.cpp's convert_hf_to_gguf.py writes for DeepseekV2/V3ForCausalLM. The split
-// layout is what newer converters write: MLA declared as MQA over the latent (one KV head,
-// key_length = kv_lora_rank + rope, value_length = kv_lora_rank) with the per-head lengths in
-// key_length_mla / value_length_mla.
-void set_deepseek2_keys(const MakeModelSpec& s, GgufWriter& w) {
-  const std::string a = "deepseek2.";
-  const bool split = s.mla_layout == MlaLayout::kSplit;
-  const bool moe = s.n_expert > 0;
-  w.set_u32(a + "context_length", s.n_ctx);
-  w.set_u32(a + "embedding_length", s.n_embd);
-  w.set_u32(a + "block_count", s.n_layer);
-  w.set_u32(a + "feed_forward_length", s.n_ff);
-  w.set_u32(a + "attention.head_count", s.n_head);
-  w.set_u32(a + "attention.head_count_kv", split ? 1 : s.n_head);
-  w.set_f32(a + "attention.layer_norm_rms_epsilon", s.norm_eps);
-  w.set_f32(a + "rope.freq_base", s.rope_theta);
-  w.set_u32(a + "rope.dimension_count", s.qk_rope_dim);
-  if (s.q_lora_rank > 0) w.set_u32(a + "attention.q_lora_rank", s.q_lora_rank);
-  w.set_u32(a + "attention.kv_lora_rank", s.kv_lora_rank);
-  const int32_t qk_head = s.qk_nope_dim + s.qk_rope_dim;
-  w.set_u32(a + "attention.key_length", split ? s.kv_lora_rank + s.qk_rope_dim : qk_head);
-  w.set_u32(a + "attention.value_length", split ? s.kv_lora_rank : s.v_head_dim);
-  if (split) {
-    w.set_u32(a + "attention.key_length_mla", qk_head);
-    w.set_u32(a + "attention.value_length_mla", s.v_head_dim);
+// The hyper-parameters a reader finds in the file make_model writes for `s`: the keys the
+// set_*_keys functions write and the tensors the spec's switches add. The family's tensor
+// declaration is made from them, as the loader makes it from the file's (the family test
+// checks the two agree for every family).
+ModelHParams spec_hparams(const MakeModelSpec& s, int64_t n_vocab) {
+  const ModelFamily& family = *find_family(s.arch);
+  ModelHParams hp;
+  hp.arch = s.arch;
+  hp.n_vocab = (int32_t)n_vocab;
+  hp.n_embd = s.n_embd;
+  hp.n_layer = s.n_layer;
+  hp.n_head = s.n_head;
+  hp.n_head_kv = s.n_head_kv;
+  hp.head_dim = s.head_len();
+  hp.n_ff = s.n_ff;
+  hp.tied_embeddings = s.tied;
+  hp.qkv_bias = family.qkv_bias;
+  hp.qkv_fused = family.qkv_fused;
+  hp.qk_norm = family.qk_norm;
+  hp.gate_up_fused = family.gate_up_fused;
+  hp.gemma.post_norms = family.post_norms;
+  hp.gemma.scale_embd = is_gemma(s);
+  hp.rope.n_rot = s.n_rot > 0 ? s.n_rot : s.head_len();
+  hp.longrope = s.longrope;
+  MoeParams& moe = hp.moe;
+  moe.n_expert = s.n_expert;
+  moe.n_expert_used = s.n_expert_used;
+  moe.n_ff_exp = s.n_ff_exp > 0 ? s.n_ff_exp : s.n_ff;  // llama's experts: feed_forward_length
+  moe.n_ff_shared = s.n_ff_shexp > 0 ? s.n_ff_shexp : s.n_ff_exp * s.n_expert_shared;
+  moe.n_layer_dense_lead = s.n_layer_dense_lead;
+  moe.probs_bias = s.probs_bias;
+  if (s.kv_lora_rank > 0) {
+    MlaParams& mla = hp.mla;
+    mla.q_lora_rank = s.q_lora_rank;
+    mla.kv_lora_rank = s.kv_lora_rank;
+    mla.qk_rope_dim = s.qk_rope_dim;
+    mla.qk_nope_dim = s.qk_nope_dim;
+    mla.v_head_dim = s.v_head_dim;
+    mla.split_kv_b = s.mla_layout == MlaLayout::kSplit;
+    hp.head_dim = s.qk_nope_dim + s.qk_rope_dim;
+    hp.rope.n_rot = s.qk_rope_dim;
   }
-  // Without experts every layer is dense (as converters write non-MoE deepseek2 models).
-  w.set_u32(a + "leading_dense_block_count", moe ? s.n_layer_dense_lead : s.n_layer);
-  w.set_u32(a + "expert_feed_forward_length", moe ? s.n_ff_exp : s.n_ff);
-  w.set_u32(a + "expert_shared_count", s.n_expert_shared);
-  if (moe) {
-    w.set_u32(a + "expert_count", s.n_expert);
-    w.set_u32(a + "expert_used_count", s.n_expert_used);
-    w.set_f32(a + "expert_weights_scale", s.expert_weights_scale);
-    w.set_bool(a + "expert_weights_norm", s.expert_weights_norm);
-    w.set_u32(a + "expert_gating_func", (uint32_t)s.gating);
-    if (s.n_group > 1) {
-      w.set_u32(a + "expert_group_count", s.n_group);
-      w.set_u32(a + "expert_group_used_count", s.n_group_used);
-    }
-  }
-  set_rope_scaling_keys(s, a, w);
-  if (s.rope_scaling == RopeScaling::kYarn)
-    w.set_f32(a + "rope.scaling.yarn_log_multiplier", s.yarn_log_multiplier);
+  return hp;
 }
 
-void write_llama_tensors(const MakeModelSpec& s, int64_t n_vocab, TensorMaker& tm) {
-  const int64_t d = s.n_embd, hd = s.head_len(), q = s.n_head * hd, kv = s.n_head_kv * hd;
-  // Gemma scales embeddings by sqrt(d): std 1/sqrt(d) keeps them, and the tied logits, of order 1.
-  const bool gemma = is_gemma(s);
-  tm.matrix("token_embd.weight", d, n_vocab, s.weight_type,
-            gemma ? 1.0f / std::sqrt((float)d) : 1.0f);
-  for (int32_t l = 0; l < s.n_layer; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    tm.vector(p + "attn_norm.weight", d, 1.0f, 0.1f);
-    tm.matrix(p + "attn_q.weight", d, q, s.weight_type);
-    tm.matrix(p + "attn_k.weight", d, kv, s.weight_type);
-    tm.matrix(p + "attn_v.weight", d, kv, s.weight_type);
-    if (s.arch == "qwen2" || s.arch == "qwen2moe") {
-      tm.vector(p + "attn_q.bias", q, 0.0f, 0.1f);
-      tm.vector(p + "attn_k.bias", kv, 0.0f, 0.1f);
-      tm.vector(p + "attn_v.bias", kv, 0.0f, 0.1f);
+// Writes every required entry of the family's declaration, in order, drawn as it says.
+void write_declared(const TensorTable& table, const MakeModelSpec& s, TensorMaker& tm) {
+  const std::vector<TensorDecl>& entries = table.entries();
+  std::vector<float> v_b;  // the second part of a split attn_kv_b draw
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const TensorDecl& d = entries[i];
+    if (d.optional) continue;
+    const GgmlType type = d.store == TensorStore::kF32          ? GgmlType::kF32
+                          : d.store == TensorStore::kExpertType ? s.expert_type
+                                                                : s.weight_type;
+    int64_t n = 1;
+    for (int64_t x : d.shape) n *= x;
+    const float std = d.std != 0 ? d.std : 1.0f / std::sqrt((float)d.shape[0]);
+    switch (d.fill) {
+      case TensorFill::kUniform:
+        tm.put(d.name, type, d.shape, tm.draw(n, std, d.center));
+        break;
+      case TensorFill::kLongRopeLong: {
+        std::vector<float> v = tm.draw(n, std, d.center);
+        for (int64_t k = 0; k < n; ++k) {
+          const float x = (float)k / (float)n;
+          v[k] += 20.0f * x * x;
+        }
+        tm.put(d.name, type, d.shape, v);
+        break;
+      }
+      case TensorFill::kMlaKvBSplit: {
+        // One attn_kv_b draw (per head h: nope rows of W_kb[h], then vd rows of W_vb[h], each r
+        // long): k_b = W_kb[h]^T ({nope, r, nh}), v_b = W_vb[h] ({r, vd, nh}).
+        CHECK(i + 1 < entries.size() && entries[i + 1].fill == TensorFill::kMlaKvBSecond);
+        const int64_t nope = d.shape[0], r = d.shape[1], nh = d.shape[2];
+        const int64_t vd = entries[i + 1].shape[1];
+        const std::vector<float> kv_b = tm.draw(nh * (nope + vd) * r, std);
+        std::vector<float> k_b(nh * r * nope);
+        v_b.assign(nh * vd * r, 0.0f);
+        for (int64_t h = 0; h < nh; ++h) {
+          const float* head = kv_b.data() + h * (nope + vd) * r;
+          for (int64_t a = 0; a < nope; ++a)
+            for (int64_t j = 0; j < r; ++j) k_b[(h * r + j) * nope + a] = head[a * r + j];
+          std::copy(head + nope * r, head + (nope + vd) * r, v_b.begin() + h * vd * r);
+        }
+        tm.put(d.name, type, d.shape, k_b);
+        break;
+      }
+      case TensorFill::kMlaKvBSecond:
+        tm.put(d.name, type, d.shape, v_b);
+        break;
     }
-    if (find_family(s.arch)->qk_norm) {
-      tm.vector(p + "attn_q_norm.weight", hd, 1.0f, 0.3f);  // per-head, std 0.3: they matter
-      tm.vector(p + "attn_k_norm.weight", hd, 1.0f, 0.3f);
-    }
-    tm.matrix(p + "attn_output.weight", q, d, s.weight_type);
-    // Gemma's norms as the converter stores them (HF's weight + 1): around 1.
-    if (gemma) tm.vector(p + "post_attention_norm.weight", d, 1.0f, 0.1f);
-    tm.vector(p + "ffn_norm.weight", d, 1.0f, 0.1f);
-    if (s.n_expert == 0) {
-      tm.matrix(p + "ffn_gate.weight", d, s.n_ff, s.weight_type);
-      tm.matrix(p + "ffn_up.weight", d, s.n_ff, s.weight_type);
-      tm.matrix(p + "ffn_down.weight", s.n_ff, d, s.weight_type);
-      if (gemma) tm.vector(p + "post_ffw_norm.weight", d, 1.0f, 0.1f);
-      continue;
-    }
-    // The router stays f32, as llama.cpp's quantizer leaves ffn_gate_inp; std 3/sqrt(d) spreads
-    // router logits (std ~3) so the top-k choice is rarely a near-tie.
-    tm.matrix(p + "ffn_gate_inp.weight", d, s.n_expert, GgmlType::kF32, 3.0f / std::sqrt((float)d));
-    const bool qwen2moe = s.arch == "qwen2moe";
-    const int64_t f = qwen2moe || s.arch == "qwen3moe" ? s.n_ff_exp : s.n_ff;
-    tm.experts(p + "ffn_gate_exps.weight", d, f, s.n_expert, s.weight_type);
-    tm.experts(p + "ffn_up_exps.weight", d, f, s.n_expert, s.weight_type);
-    tm.experts(p + "ffn_down_exps.weight", f, d, s.n_expert, s.weight_type);
-    if (!qwen2moe) continue;
-    // The shared expert's gate is one row (a 1-D tensor, f32 like every vector): std 1/sqrt(d)
-    // gives gate logits of order one, so sigmoid(gate . x) varies across tokens.
-    tm.vector(p + "ffn_gate_inp_shexp.weight", d, 0.0f, 1.0f / std::sqrt((float)d));
-    tm.matrix(p + "ffn_gate_shexp.weight", d, s.n_ff_shexp, s.weight_type);
-    tm.matrix(p + "ffn_up_shexp.weight", d, s.n_ff_shexp, s.weight_type);
-    tm.matrix(p + "ffn_down_shexp.weight", s.n_ff_shexp, d, s.weight_type);
   }
-  tm.vector("output_norm.weight", d, 1.0f, 0.1f);
-  if (!s.tied) tm.matrix("output.weight", d, n_vocab, s.weight_type);
-}
-
-// Multi-head latent attention of one layer, shapes as llama.cpp's deepseek2 loader expects.
-void write_mla_attention(const MakeModelSpec& s, TensorMaker& tm, const std::string& p) {
-  const GgmlType t = s.weight_type;
-  const int64_t d = s.n_embd, nh = s.n_head, r = s.kv_lora_rank;
-  const int64_t nope = s.qk_nope_dim, rope = s.qk_rope_dim, vd = s.v_head_dim;
-  const int64_t q_rows = nh * (nope + rope);
-  if (s.q_lora_rank > 0) {
-    tm.matrix(p + "attn_q_a.weight", d, s.q_lora_rank, t);
-    tm.vector(p + "attn_q_a_norm.weight", s.q_lora_rank, 1.0f, 0.1f);
-    tm.matrix(p + "attn_q_b.weight", s.q_lora_rank, q_rows, t);
-  } else {
-    tm.matrix(p + "attn_q.weight", d, q_rows, t);
-  }
-  tm.matrix(p + "attn_kv_a_mqa.weight", d, r + rope, t);
-  tm.vector(p + "attn_kv_a_norm.weight", r, 1.0f, 0.1f);
-  // attn_kv_b: per head h, rows [h (nope + v), h (nope + v) + nope) are W_kb[h] and the next v
-  // rows W_vb[h], each row kv_lora_rank long. Both layouts draw this one matrix, so a seed gives
-  // the same model either way; split stores attn_k_b = W_kb[h]^T ({nope, r, nh}) and
-  // attn_v_b = W_vb[h] ({r, v, nh}), as the converter's kv_b_proj split does.
-  const std::vector<float> kv_b = tm.draw(nh * (nope + vd) * r, 1.0f / std::sqrt((float)r));
-  if (s.mla_layout == MlaLayout::kKvB) {
-    tm.put(p + "attn_kv_b.weight", t, {r, nh * (nope + vd)}, kv_b);
-  } else {
-    std::vector<float> k_b(nh * r * nope), v_b(nh * vd * r);
-    for (int64_t h = 0; h < nh; ++h) {
-      const float* head = kv_b.data() + h * (nope + vd) * r;
-      for (int64_t i = 0; i < nope; ++i)
-        for (int64_t j = 0; j < r; ++j) k_b[(h * r + j) * nope + i] = head[i * r + j];
-      std::copy(head + nope * r, head + (nope + vd) * r, v_b.begin() + h * vd * r);
-    }
-    tm.put(p + "attn_k_b.weight", t, {nope, r, nh}, k_b);
-    tm.put(p + "attn_v_b.weight", t, {r, vd, nh}, v_b);
-  }
-  tm.matrix(p + "attn_output.weight", nh * vd, d, t);
-}
-
-// A dense SwiGLU FFN of width n_ff; or routed experts (router f32 like Mixtral's, optional
-// selection bias) plus the shared experts as one FFN of width n_ff_exp * n_expert_shared.
-void write_deepseek2_ffn(const MakeModelSpec& s, TensorMaker& tm, int32_t l, const std::string& p) {
-  const GgmlType t = s.weight_type;
-  const int64_t d = s.n_embd;
-  if (s.n_expert == 0 || l < s.n_layer_dense_lead) {
-    tm.matrix(p + "ffn_gate.weight", d, s.n_ff, t);
-    tm.matrix(p + "ffn_up.weight", d, s.n_ff, t);
-    tm.matrix(p + "ffn_down.weight", s.n_ff, d, t);
-    return;
-  }
-  tm.matrix(p + "ffn_gate_inp.weight", d, s.n_expert, GgmlType::kF32, 3.0f / std::sqrt((float)d));
-  if (s.probs_bias) tm.vector(p + "exp_probs_b.bias", s.n_expert, 0.0f, 0.1f);
-  tm.experts(p + "ffn_gate_exps.weight", d, s.n_ff_exp, s.n_expert, t);
-  tm.experts(p + "ffn_up_exps.weight", d, s.n_ff_exp, s.n_expert, t);
-  tm.experts(p + "ffn_down_exps.weight", s.n_ff_exp, d, s.n_expert, t);
-  if (s.n_expert_shared > 0) {
-    const int64_t fs = (int64_t)s.n_ff_exp * s.n_expert_shared;
-    tm.matrix(p + "ffn_gate_shexp.weight", d, fs, t);
-    tm.matrix(p + "ffn_up_shexp.weight", d, fs, t);
-    tm.matrix(p + "ffn_down_shexp.weight", fs, d, t);
-  }
-}
-
-void write_deepseek2_tensors(const MakeModelSpec& s, int64_t n_vocab, TensorMaker& tm) {
-  const int64_t d = s.n_embd;
-  tm.matrix("token_embd.weight", d, n_vocab, s.weight_type, 1.0f);
-  for (int32_t l = 0; l < s.n_layer; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    tm.vector(p + "attn_norm.weight", d, 1.0f, 0.1f);
-    write_mla_attention(s, tm, p);
-    tm.vector(p + "ffn_norm.weight", d, 1.0f, 0.1f);
-    write_deepseek2_ffn(s, tm, l, p);
-  }
-  tm.vector("output_norm.weight", d, 1.0f, 0.1f);
-  if (!s.tied) tm.matrix("output.weight", d, n_vocab, s.weight_type);
-}
-
-// Phi-3's tensors: attn_qkv (q, then k, then v rows), ffn_up holding the gate rows then the up
-// rows (llama.cpp's swiglu: silu of the first half times the second), and LongRoPE's per-pair
-// divisors as f32 vectors. Short factors near 1, long ones growing to ~20 towards the low
-// frequencies, the profile of Phi-3.5-mini's (1.0 .. 1.2 and 1.0 .. ~60).
-void write_phi3_tensors(const MakeModelSpec& s, int64_t n_vocab, TensorMaker& tm) {
-  const int64_t d = s.n_embd, hd = s.head_len(), q = s.n_head * hd, kv = s.n_head_kv * hd;
-  const GgmlType t = s.weight_type;
-  if (s.longrope) {
-    const int64_t half = (s.n_rot > 0 ? s.n_rot : hd) / 2;
-    std::vector<float> shrt = tm.draw(half, 0.05f, 1.1f), lng = tm.draw(half, 0.1f, 1.0f);
-    for (int64_t i = 0; i < half; ++i) {
-      const float x = (float)i / (float)half;
-      lng[i] += 20.0f * x * x;
-    }
-    tm.put("rope_factors_long.weight", GgmlType::kF32, {half}, lng);
-    tm.put("rope_factors_short.weight", GgmlType::kF32, {half}, shrt);
-  }
-  tm.matrix("token_embd.weight", d, n_vocab, t, 1.0f);
-  for (int32_t l = 0; l < s.n_layer; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    tm.vector(p + "attn_norm.weight", d, 1.0f, 0.1f);
-    tm.matrix(p + "attn_qkv.weight", d, q + 2 * kv, t);
-    tm.matrix(p + "attn_output.weight", q, d, t);
-    tm.vector(p + "ffn_norm.weight", d, 1.0f, 0.1f);
-    tm.matrix(p + "ffn_up.weight", d, 2 * (int64_t)s.n_ff, t);
-    tm.matrix(p + "ffn_down.weight", s.n_ff, d, t);
-  }
-  tm.vector("output_norm.weight", d, 1.0f, 0.1f);
-  if (!s.tied) tm.matrix("output.weight", d, n_vocab, t);
 }
 
 }  // namespace
+
+void write_rope_scaling_keys(const MakeModelSpec& s, const std::string& a, GgufWriter& w) {
+  if (s.rope_scaling == RopeScaling::kNone) return;
+  w.set_string(a + "rope.scaling.type", rope_scaling_name(s.rope_scaling));
+  w.set_f32(a + "rope.scaling.factor", s.rope_scale);
+  w.set_u32(a + "rope.scaling.original_context_length",
+            s.rope_orig_ctx > 0 ? s.rope_orig_ctx : s.n_ctx);
+}
 
 const char* mla_layout_name(MlaLayout layout) {
   return layout == MlaLayout::kSplit ? "split" : "kv_b";
@@ -549,6 +421,22 @@ Result<MakeModelSpec> make_model_preset(const std::string& name) {
     s.vocab_type = "bpe";
     return s;
   }
+  if (name == "qwen2-tiny") {
+    // Qwen2.5-0.5B's structure (GQA, q/k/v biases, tied output, eps 1e-6, theta 1e6, byte-level
+    // BPE with Qwen2's pre-tokenizer and ChatML) at dim 128.
+    s.arch = "qwen2";
+    s.name = "qwen2-tiny-random";
+    s.n_embd = 128;
+    s.n_layer = 2;
+    s.n_head = 4;
+    s.n_head_kv = 2;
+    s.n_ff = 256;
+    s.norm_eps = 1e-6f;
+    s.rope_theta = 1000000.0f;
+    s.tied = true;
+    s.vocab_type = "bpe";
+    return s;
+  }
   if (name == "qwen3-tiny") {
     // Qwen3-0.6B's structure (heads of 128 while n_embd / n_head is 64, GQA 2:1, per-head Q/K
     // RMSNorm, no biases, tied output, eps 1e-6, theta 1e6) at dim 128 with heads of 64.
@@ -618,7 +506,8 @@ Result<MakeModelSpec> make_model_preset(const std::string& name) {
   if (name == "deepseek-v2-lite") return deepseek_v2_lite();
   return Error{
       "unknown --preset '" + name +
-      "' (expected tiny, tinyllama-1.1b, mixtral-tiny, mixtral-1b, qwen2moe-tiny, qwen3-tiny, "
+      "' (expected tiny, tinyllama-1.1b, mixtral-tiny, mixtral-1b, qwen2-tiny, qwen2moe-tiny, "
+      "qwen3-tiny, "
       "qwen3moe-tiny, gemma2-tiny, gemma3-tiny, phi3-tiny, phi4-mini-tiny, gpt-oss-tiny, "
       "deepseek-v2-lite-tiny, deepseek-v3-tiny or deepseek-v2-lite)"};
 }
@@ -655,28 +544,17 @@ Status make_model(const MakeModelSpec& s, const std::string& path) {
   GgufWriter w(s.gguf_version);
   w.set_string("general.architecture", s.arch);
   w.set_string("general.name", s.name);
-  const bool deepseek2 = s.arch == "deepseek2", phi3 = s.arch == "phi3";
-  if (deepseek2) {
-    set_deepseek2_keys(s, w);
-  } else if (phi3) {
-    set_phi3_keys(s, w);
-  } else if (gptoss) {
-    set_gptoss_keys(s, w);
+  // The family's own keys (model/families), else the llama layout's.
+  const ModelFamily& family = *find_family(s.arch);
+  if (family.write_keys != nullptr) {
+    family.write_keys(s, w);
   } else {
     set_llama_keys(s, w);
   }
   vocab_to_gguf(vocab, w);
 
   TensorMaker tm(w, s.seed);
-  if (deepseek2) {
-    write_deepseek2_tensors(s, n_vocab, tm);
-  } else if (phi3) {
-    write_phi3_tensors(s, n_vocab, tm);
-  } else if (gptoss) {
-    write_gptoss_tensors(s, n_vocab, tm);
-  } else {
-    write_llama_tensors(s, n_vocab, tm);
-  }
+  write_declared(declared_tensors(spec_hparams(s, n_vocab)), s, tm);
   return w.write(path);
 }
 

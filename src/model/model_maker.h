@@ -18,6 +18,8 @@
 
 namespace kvw {
 
+class GgufWriter;
+
 // deepseek2's K/V up-projection as stored: one attn_kv_b (older converters) or attn_k_b +
 // attn_v_b per layer (newer converters, which also switch the head-length keys; see hparams.h).
 enum class MlaLayout { kKvB, kSplit };
@@ -114,7 +116,8 @@ struct MakeModelSpec {
 // dim 128: no q compression, softmax routing, 2 shared experts, attn_kv_b), "deepseek-v3-tiny"
 // (V3's: q_lora, sigmoid routing in 4 groups with a selection bias, renormalised and scaled
 // weights, YaRN, attn_k_b / attn_v_b) and "deepseek-v2-lite" (DeepSeek-V2-Lite's full shape,
-// 15.7B parameters: about 9 GB at q4_0), "qwen2moe-tiny" (Qwen1.5-MoE's structure at dim 128:
+// 15.7B parameters: about 9 GB at q4_0), "qwen2-tiny" (Qwen2.5-0.5B's at dim 128: GQA 2:1, q/k/v
+// biases, tied), "qwen2moe-tiny" (Qwen1.5-MoE's structure at dim 128:
 // 8 experts of 64, top-2 with unrenormalised weights, a gated shared expert of 256),
 // "qwen3-tiny" (Qwen3-0.6B's structure at dim 128: heads of 64 so q is twice n_embd wide, GQA
 // 2:1, per-head Q/K norms, no biases, tied output), "qwen3moe-tiny" (Qwen3-30B-A3B's: that
@@ -131,5 +134,9 @@ struct MakeModelSpec {
 Result<MakeModelSpec> make_model_preset(const std::string& name);
 
 Status make_model(const MakeModelSpec& spec, const std::string& path);
+
+// The rope.scaling.* keys of a spec with --rope-scaling (type, factor, original context), for
+// the families' key writers (ModelFamily::write_keys); `prefix` is "<arch>.".
+void write_rope_scaling_keys(const MakeModelSpec& s, const std::string& prefix, GgufWriter& w);
 
 }  // namespace kvw

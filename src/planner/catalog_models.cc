@@ -135,6 +135,24 @@ std::vector<ModelShape> build() {
     m.moe_ff = 768;
     v.push_back(m);
   }
+  {
+    // Qwen1.5-MoE (GGUF arch qwen2moe): MHA with q/k/v biases, every layer 60 routed experts
+    // (top-4) plus one sigmoid-gated shared expert of 5632.
+    ModelShape m = dense("qwen1.5-moe-a2.7b", "Qwen/Qwen1.5-MoE-A2.7B", "qwen2_moe",
+                         "public dump of Qwen1.5-MoE-A2.7B-Chat-GPTQ-Int4 config.json + "
+                         "transformers' Qwen2MoeConfig defaults",
+                         24, 2048, 16, 16, 128, 5632, 151936, 8192);
+    m.qkv_bias = true;
+    m.n_routed_experts = 60;
+    m.n_experts_per_tok = 4;
+    m.moe_ff = 1408;
+    m.shared_expert_ff = 5632;
+    m.unconfirmed = true;
+    m.note =
+        "shared_expert_intermediate_size 5632 and max_position 8192 (the Chat config says 32768) "
+        "not seen in a primary copy of the base config.json";
+    v.push_back(m);
+  }
   // --- Phi-3 family (GGUF arch phi3; HF Phi3ForCausalLM: fused qkv_proj and gate_up_proj, the
   // same KV as separate projections; LongRoPE changes no buffer size) ---
   {

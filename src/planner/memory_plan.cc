@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "model/families/family.h"
+
 namespace kvw::planner {
 
 std::string format_bytes(int64_t bytes) {
@@ -54,7 +56,8 @@ uint64_t layer_attention_params(const ModelShape& m) {
 
 uint64_t layer_norm_params(const ModelShape& m) {
   // Gemma-2/3 have four norms per layer (pre/post attention and MLP); Llama-style models two.
-  uint64_t p = (uint64_t)m.n_embd * (m.arch == "gemma2" || m.arch.starts_with("gemma3") ? 4 : 2);
+  const ModelFamily* family = find_family_by_model_type(m.arch);
+  uint64_t p = (uint64_t)m.n_embd * (family != nullptr && family->post_norms ? 4 : 2);
   if (m.qk_norm) p += 2 * (uint64_t)m.head_dim;
   if (m.is_mla()) p += (uint64_t)(m.kv_lora_rank + m.q_lora_rank);
   return p;

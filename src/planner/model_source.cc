@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "gguf/gguf_file.h"
+#include "model/families/family.h"
 #include "model/hparams.h"
 #include "model/workspace_layout.h"
 #include "planner/catalog.h"
@@ -43,7 +44,10 @@ std::string get_str(const json& j, const char* key) {
     m.field = *_v;                             \
   } while (0)
 
-Status read_windows(const json& j, const std::string& name, ModelShape& m) {
+// Which layers sliding_window applies to: layer_types when the config lists them, else the
+// family's rule (model/families; a model_type no family claims windows every layer).
+Status read_windows(const json& j, const std::string& name, const ModelFamily* family,
+                    ModelShape& m) {
   // Explicit per-layer types (recent transformers configs, hybrid stacks) win over patterns.
   if (auto lt = j.find("layer_types"); lt != j.end() && lt->is_array()) {
     for (const auto& t : *lt) {
@@ -60,18 +64,24 @@ Status read_windows(const json& j, const std::string& name, ModelShape& m) {
     return {};
   }
   if (m.sliding_window <= 0) return {};
-  if (m.arch == "gemma2") {
-    m.window_pattern = WindowPattern::kEveryOther;
-  } else if (m.arch == "gemma3" || m.arch == "gemma3_text") {
-    m.window_pattern = WindowPattern::kPeriodic;
-    auto period = get_int(j, "sliding_window_pattern", 6, name);
-    if (!period.ok()) return period.error();
-    m.window_period = *period;
-  } else if (m.arch == "qwen2" || m.arch == "qwen3" || m.arch == "qwen3_moe") {
-    // Qwen configs carry sliding_window but disable it unless use_sliding_window is true.
-    if (get_bool(j, "use_sliding_window", false)) m.window_pattern = WindowPattern::kAll;
-  } else {
-    m.window_pattern = WindowPattern::kAll;
+  switch (family != nullptr ? family->hf.windows : HfWindows::kAll) {
+    case HfWindows::kAll:
+      m.window_pattern = WindowPattern::kAll;
+      break;
+    case HfWindows::kEveryOther:
+      m.window_pattern = WindowPattern::kEveryOther;
+      break;
+    case HfWindows::kPeriodic: {
+      m.window_pattern = WindowPattern::kPeriodic;
+      auto period = get_int(j, "sliding_window_pattern", 6, name);
+      if (!period.ok()) return period.error();
+      m.window_period = *period;
+      break;
+    }
+    case HfWindows::kWhenEnabled:
+      // Qwen configs carry sliding_window but disable it unless use_sliding_window is true.
+      if (get_bool(j, "use_sliding_window", false)) m.window_pattern = WindowPattern::kAll;
+      break;
   }
   if (m.window_pattern == WindowPattern::kNone) m.sliding_window = 0;
   return {};
@@ -88,6 +98,9 @@ Result<ModelShape> shape_from_config_json(const std::string& json_text, const st
   m.name = name;
   m.source = name;
   m.arch = get_str(j, "model_type");
+  // The family's defaults and switches (model/families); nullptr: a model_type kvwarden does
+  // not serve, planned with Llama's rules.
+  const ModelFamily* family = find_family_by_model_type(m.arch);
   if (auto t = get_str(j, "torch_dtype"); !t.empty()) m.default_weight_dtype = t;
   KVW_ASSIGN_INT(n_layer, "num_hidden_layers", 0);
   KVW_ASSIGN_INT(n_embd, "hidden_size", 0);
@@ -98,9 +111,9 @@ Result<ModelShape> shape_from_config_json(const std::string& json_text, const st
   KVW_ASSIGN_INT(n_vocab, "vocab_size", 0);
   KVW_ASSIGN_INT(max_position, "max_position_embeddings", 0);
   KVW_ASSIGN_INT(sliding_window, "sliding_window", 0);
-  m.tied_embeddings = get_bool(j, "tie_word_embeddings", m.arch == "gemma2");
-  m.qkv_bias = get_bool(j, "attention_bias", m.arch == "qwen2");
-  m.qk_norm = m.arch == "qwen3" || m.arch == "qwen3_moe";
+  m.tied_embeddings = get_bool(j, "tie_word_embeddings", family && family->hf.tied_default);
+  m.qkv_bias = get_bool(j, "attention_bias", family && family->hf.qkv_bias_default);
+  m.qk_norm = family && family->qk_norm;
   KVW_ASSIGN_INT(kv_lora_rank, "kv_lora_rank", 0);
   KVW_ASSIGN_INT(q_lora_rank, "q_lora_rank", 0);
   KVW_ASSIGN_INT(qk_rope_head_dim, "qk_rope_head_dim", 0);
@@ -117,9 +130,9 @@ Result<ModelShape> shape_from_config_json(const std::string& json_text, const st
   KVW_ASSIGN_INT(first_k_dense, "first_k_dense_replace", 0);
   KVW_ASSIGN_INT(shared_expert_ff, "shared_expert_intermediate_size", 0);
   if (m.is_mla() && m.v_head_dim > 0) m.head_dim = m.v_head_dim;
-  KVW_RETURN_IF_ERROR(read_windows(j, name, m));
+  KVW_RETURN_IF_ERROR(read_windows(j, name, family, m));
   // kvwarden's gemma2/gemma3 engine keeps a second rope table for the windowed layers.
-  m.local_rope = m.sliding_window > 0 && (m.arch == "gemma2" || m.arch.starts_with("gemma3"));
+  m.local_rope = m.sliding_window > 0 && family && family->local_rope;
   KVW_RETURN_IF_ERROR(m.validate());
   return m;
 }

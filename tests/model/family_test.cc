@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "model/families/tensor_table.h"
 #include "model_test_util.h"
 
 namespace kvw {
@@ -40,6 +41,78 @@ TEST(ModelFamily, EachFamilysSwitchesReachItsFilesHyperParameters) {
   // A family added to the table needs a make-model file here too.
   for (const ModelFamily* family : all_families()) {
     EXPECT_TRUE(seen.count(std::string(family->arch))) << family->arch << " has no file here";
+  }
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// make-model and the loader read one declaration per family: the file make-model writes for a
+// family's preset holds exactly the declaration's required tensors (made from the hyper-
+// parameters read back from that file), in its order and shapes, and the model loads it.
+TEST(ModelFamily, EveryFamilysFileHoldsExactlyItsDeclaredTensors) {
+  for (const ModelFamily* family : all_families()) {
+    ASSERT_FALSE(family->tiny_preset.empty()) << family->arch << " has no make-model preset";
+    const MakeModelSpec spec = test::preset_spec(std::string(family->tiny_preset));
+    ASSERT_EQ(spec.arch, family->arch) << family->tiny_preset;
+    const std::string path = test::write_model("declared_" + spec.arch, spec);
+    auto f = GgufFile::open(path);
+    ASSERT_TRUE(f.ok()) << f.message();
+    auto hp = hparams_from_gguf(**f);
+    ASSERT_TRUE(hp.ok()) << hp.message();
+    std::vector<std::string> declared, found;
+    const TensorTable table = declared_tensors(*hp);
+    for (const TensorDecl& d : table.entries()) {
+      if (!d.optional) declared.push_back(d.name + " " + shape_str(d.shape));
+    }
+    for (const GgufTensorInfo& t : (*f)->tensors())
+      found.push_back(t.name + " " + shape_str(t.shape));
+    EXPECT_EQ(found, declared) << family->arch;
+    EXPECT_GT(declared.size(), 4u) << family->arch;
+    EXPECT_NE(test::load_model(path, 1), nullptr) << family->arch;
+  }
+}
+
+// The loader takes each family's names and shapes from the declaration: for every family, a
+// required tensor of the last layer dropped, or stored one row short, is refused naming it
+// with found vs expected.
+TEST(ModelFamily, EveryFamilysLoaderRefusesAMissingOrMisshapenDeclaredTensor) {
+  for (const ModelFamily* family : all_families()) {
+    const MakeModelSpec spec = test::preset_spec(std::string(family->tiny_preset));
+    const std::string path = test::write_model("refuse_" + spec.arch, spec);
+    auto f = GgufFile::open(path);
+    ASSERT_TRUE(f.ok());
+    auto hp = hparams_from_gguf(**f);
+    ASSERT_TRUE(hp.ok());
+    // The last required f32 tensor of the last layer (a norm or bias: any type shape fits).
+    const std::string last = "blk." + std::to_string(hp->n_layer - 1) + ".";
+    const TensorDecl* victim = nullptr;
+    const TensorTable table = declared_tensors(*hp);
+    for (const TensorDecl& d : table.entries()) {
+      if (!d.optional && d.store == TensorStore::kF32 && d.shape.size() == 1 &&
+          d.name.starts_with(last)) {
+        victim = &d;
+      }
+    }
+    ASSERT_NE(victim, nullptr) << family->arch;
+    const std::string name = victim->name;
+    const int64_t n = victim->shape[0];
+    const std::string dropped = test::rewrite(
+        path, "refuse_missing_" + spec.arch, test::kNoMeta,
+        [&](GgufWriter&, const GgufTensorInfo& t, const uint8_t*) { return t.name != name; });
+    test::expect_refused(dropped, {"'" + name + "': missing"});
+    const std::string shorter = test::rewrite(
+        path, "refuse_shape_" + spec.arch, test::kNoMeta,
+        [&](GgufWriter& w, const GgufTensorInfo& t, const uint8_t* p) {
+          if (t.name != name) return true;
+          w.add_tensor(t.name, t.type, {n - 2}, std::vector<uint8_t>(p, p + (n - 2) * 4));
+          return false;
+        });
+    test::expect_refused(shorter, {"'" + name + "': shape [" + std::to_string(n - 2) +
+                                   "], expected [" + std::to_string(n) + "]"});
   }
 }
 

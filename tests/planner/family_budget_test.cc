@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "kv/kv_arena.h"
+#include "model/families/family.h"
 #include "model/model.h"
 #include "model/model_maker.h"
 #include "model/workspace_layout.h"
@@ -16,9 +18,17 @@
 namespace kvw::planner {
 namespace {
 
-const char* const kFamilyPresets[] = {
-    "tiny",      "qwen3-tiny",   "qwen3moe-tiny", "gemma2-tiny",           "gemma3-tiny",
-    "phi3-tiny", "gpt-oss-tiny", "qwen2moe-tiny", "deepseek-v2-lite-tiny", "mixtral-tiny"};
+// Every registered family's make-model preset (a family added to model/families is planned
+// here with no edit), and Mixtral-style llama experts, which llama's preset does not have.
+std::vector<std::string> family_presets() {
+  std::vector<std::string> presets;
+  for (const ModelFamily* family : all_families()) {
+    EXPECT_FALSE(family->tiny_preset.empty()) << family->arch;
+    presets.emplace_back(family->tiny_preset);
+  }
+  presets.emplace_back("mixtral-tiny");
+  return presets;
+}
 
 std::string write_preset(const std::string& preset, GgmlType type) {
   auto s = make_model_preset(preset);
@@ -62,7 +72,7 @@ TEST(FamilyBudget, EveryFamilysWorkspaceAndKvEqualThePlan) {
     int64_t tokens;
     int threads;
   } steps[] = {{1, 1}, {37, 2}, {256, 3}};
-  for (const char* preset : kFamilyPresets) {
+  for (const std::string& preset : family_presets()) {
     for (GgmlType type : {GgmlType::kF32, GgmlType::kQ8_0}) {
       const std::string path = write_preset(preset, type);
       auto shape = load_model_shape(path);
@@ -102,7 +112,7 @@ TEST(FamilyBudget, EveryFamilysWorkspaceAndKvEqualThePlan) {
 TEST(FamilyBudget, ShapesWithoutAFileConvertToTheModelsDimensions) {
   // What the catalogue and config.json paths plan with: the shape's fields converted, not a
   // second formula. Every family's converted dimensions equal the ones its model reads.
-  for (const char* preset : kFamilyPresets) {
+  for (const std::string& preset : family_presets()) {
     const std::string path = write_preset(preset, GgmlType::kF32);
     auto shape = load_model_shape(path);
     ASSERT_TRUE(shape.ok()) << shape.message();

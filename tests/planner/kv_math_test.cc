@@ -163,6 +163,55 @@ TEST(KvMath, Gemma2CapsHalfTheLayers) {
   EXPECT_EQ(kv_bytes_per_sequence(m, KvDtype::kBF16, 1, 0, 42, 2048, 16), 42 * layer * 2048);
 }
 
+// Gemma-2-2B: 26 layers x (K + V) x 4 KV heads x 256 x 2 B = 26 x 4096 = 106496 B per token;
+// Gemma-2-27B: 46 x 2 x 16 x 128 x 2 = 46 x 8192 = 376832 (bf16).
+TEST(KvMath, Gemma2SizesBytesPerToken) {
+  EXPECT_EQ(kv_bytes_per_token(model("gemma-2-2b"), KvDtype::kBF16, 1), 106496u);
+  EXPECT_EQ(kv_bytes_per_token(model("gemma-2-27b"), KvDtype::kBF16, 1), 376832u);
+  // Layers 0, 2, ... windowed to 4096, odd layers global.
+  EXPECT_EQ(model("gemma-2-27b").window_of_layer(44), 4096);
+  EXPECT_EQ(model("gemma-2-27b").window_of_layer(45), 0);
+}
+
+// Gemma-3-1B: 26 layers, MQA (1 KV head) of 256: 2 x 1 x 256 x 2 B = 1024 B per layer per token,
+// 26 x 1024 = 26624 B per token. Layers 5, 11, 17, 23 are global (l % 6 == 5), the other 22
+// windowed to 512: at 8192 tokens a local layer keeps ceil((512 + 15) / 16) = 33 blocks of 16 =
+// 528 tokens, so a sequence holds 4 x 1024 x 8192 + 22 x 1024 x 528 = 33554432 + 11894784 =
+// 45449216 B. Gemma-3-27B: 62 x 2 x 16 x 128 x 2 = 62 x 8192 = 507904 B per token.
+TEST(KvMath, Gemma3WindowsFiveLayersInSix) {
+  const ModelShape& m = model("gemma-3-1b");
+  EXPECT_STREQ(m.attention_kind(), "MQA");
+  EXPECT_EQ(kv_bytes_per_token(m, KvDtype::kBF16, 1), 26624u);
+  int global = 0;
+  for (int l = 0; l < 26; ++l) global += m.window_of_layer(l) == 0;
+  EXPECT_EQ(global, 4);
+  EXPECT_EQ(m.window_of_layer(5), 0);
+  EXPECT_EQ(m.window_of_layer(6), 512);
+  EXPECT_EQ(kv_bytes_per_sequence(m, KvDtype::kBF16, 1, 0, 26, 8192, 16), 45449216u);
+  // int8: one f32 scale per head for K and V: 26 x 2 x 1 x (256 + 4) = 13520 B per token.
+  EXPECT_EQ(kv_bytes_per_token(m, KvDtype::kInt8, 1), 13520u);
+  EXPECT_EQ(kv_bytes_per_token(model("gemma-3-27b"), KvDtype::kBF16, 1), 507904u);
+}
+
+// gpt-oss-20b in int8: 24 layers x 2 x 8 KV heads x (64 + 4) B = 26112 B per token. Its sinks are
+// n_head logits per layer in the weights, nothing per token: the 64 query heads do not count.
+TEST(KvMath, GptOssSinksAddNoKv) {
+  const ModelShape& m = model("gpt-oss-20b");
+  EXPECT_EQ(kv_bytes_per_token(m, KvDtype::kInt8, 1), 26112u);
+  ModelShape mha = m;
+  mha.n_kv_head = mha.n_head;  // were every head cached: 8 x as much
+  EXPECT_EQ(kv_bytes_per_token(mha, KvDtype::kInt8, 1), 8 * 26112u);
+}
+
+// Qwen1.5-MoE-A2.7B: 24 layers x 2 x 16 KV heads (MHA) x 128 x 2 B = 196608 B per token; its 60
+// experts and shared expert add none.
+TEST(KvMath, Qwen2MoeBytesPerToken) {
+  const ModelShape& m = model("qwen1.5-moe-a2.7b");
+  EXPECT_STREQ(m.attention_kind(), "MHA");
+  EXPECT_EQ(kv_bytes_per_token(m, KvDtype::kBF16, 1), 196608u);
+  EXPECT_EQ(m.window_of_layer(0), 0);
+}
+
 TEST(KvMath, HybridLayerTypesSkipLayersWithoutKv) {
   ModelShape m = model("llama-3-8b");
   m.layer_window.assign(32, -1);

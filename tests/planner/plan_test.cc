@@ -2,6 +2,9 @@
 // JSON shape and catalogue integrity.
 #include <gtest/gtest.h>
 
+#include <set>
+
+#include "model/families/family.h"
 #include "planner/catalog.h"
 #include "planner/memory_plan.h"
 #include "planner/plan_report.h"
@@ -226,13 +229,13 @@ TEST(Report, ExplainShowsSubstitutedFormulas) {
 TEST(Catalog, EveryEntryValidatesAndNamesItsSource) {
   // Every model the issue names.
   for (const char* name :
-       {"deepseek-v2",  "deepseek-v2-lite", "deepseek-v2.5",  "deepseek-v3", "deepseek-r1",
-        "llama-2-7b",   "llama-2-13b",      "llama-2-70b",    "llama-3-8b",  "llama-3-70b",
-        "llama-3.1-8b", "llama-3.1-70b",    "llama-3.1-405b", "qwen2.5-7b",  "qwen2.5-72b",
-        "qwen3-8b",     "qwen3-32b",        "qwen3-30b-a3b",  "mistral-7b",  "mixtral-8x7b",
-        "gemma-2-9b",   "gemma-2-27b",      "tinyllama-1.1b", "gemma-2-2b",  "gemma-3-1b",
-        "gemma-3-4b",   "gemma-3-12b",      "gemma-3-27b",    "phi-3-mini",  "phi-3.5-mini",
-        "phi-4-mini"}) {
+       {"deepseek-v2",  "deepseek-v2-lite", "deepseek-v2.5",  "deepseek-v3",      "deepseek-r1",
+        "llama-2-7b",   "llama-2-13b",      "llama-2-70b",    "llama-3-8b",       "llama-3-70b",
+        "llama-3.1-8b", "llama-3.1-70b",    "llama-3.1-405b", "qwen2.5-7b",       "qwen2.5-72b",
+        "qwen3-8b",     "qwen3-32b",        "qwen3-30b-a3b",  "mistral-7b",       "mixtral-8x7b",
+        "gemma-2-9b",   "gemma-2-27b",      "tinyllama-1.1b", "gemma-2-2b",       "gemma-3-1b",
+        "gemma-3-4b",   "gemma-3-12b",      "gemma-3-27b",    "phi-3-mini",       "phi-3.5-mini",
+        "phi-4-mini",   "gpt-oss-20b",      "gpt-oss-120b",   "qwen1.5-moe-a2.7b"}) {
     EXPECT_NE(find_model(name), nullptr) << name;
   }
   for (const ModelShape& m : model_catalog()) {
@@ -254,6 +257,21 @@ TEST(Catalog, EveryEntryValidatesAndNamesItsSource) {
   EXPECT_TRUE(find_gpu("A100-40GB")->unconfirmed);
   EXPECT_EQ(find_gpu("nonexistent"), nullptr);
   EXPECT_EQ(find_model("META-LLAMA/Llama-2-7b-hf"), find_model("llama-2-7b"));
+}
+
+// The catalogue speaks the families kvwarden serves: every entry's model_type is claimed by a
+// model/families entry (whose rules plan its config.json), and every family has an entry.
+TEST(Catalog, EveryEntryIsARegisteredFamilyAndEveryFamilyHasOne) {
+  std::set<const ModelFamily*> covered;
+  for (const ModelShape& m : model_catalog()) {
+    const ModelFamily* family = find_family_by_model_type(m.arch);
+    EXPECT_NE(family, nullptr) << m.name << ": model_type " << m.arch;
+    covered.insert(family);
+    if (family != nullptr) EXPECT_EQ(m.qk_norm, family->qk_norm) << m.name;
+  }
+  for (const ModelFamily* family : all_families()) {
+    EXPECT_TRUE(covered.count(family)) << family->arch << " has no catalogue entry";
+  }
 }
 
 TEST(Dtypes, QuantisedFormatsAreExact) {

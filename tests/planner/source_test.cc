@@ -89,6 +89,46 @@ TEST(ConfigJson, SlidingWindowRulesPerFamily) {
   EXPECT_EQ(hybrid->window_of_layer(2), 0);
 }
 
+// config.json is read through the family that claims its model_type (model/families): its
+// window rule, default biases and Q/K norms, so the importer names no architecture itself.
+TEST(ConfigJson, FamilyRulesComeFromTheFamilyTable) {
+  // Qwen1.5-MoE: qwen2moe's rules, as Qwen2's (sliding_window off unless enabled, biases with no
+  // attention_bias key); the shared expert from shared_expert_intermediate_size.
+  auto qmoe = shape_from_config_json(
+      R"({"model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632,
+      "num_attention_heads": 16, "num_key_value_heads": 16, "num_hidden_layers": 24,
+      "vocab_size": 151936, "max_position_embeddings": 8192, "sliding_window": 32768,
+      "use_sliding_window": false, "num_experts": 60, "num_experts_per_tok": 4,
+      "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632})",
+      "qwen2moe.json");
+  ASSERT_TRUE(qmoe.ok()) << qmoe.message();
+  EXPECT_EQ(qmoe->window_of_layer(0), 0);
+  EXPECT_TRUE(qmoe->qkv_bias);
+  EXPECT_EQ(qmoe->shared_ff(), 5632);
+  EXPECT_EQ(kv_bytes_per_token(*qmoe, KvDtype::kBF16, 1),
+            kv_bytes_per_token(*find_model("qwen1.5-moe-a2.7b"), KvDtype::kBF16, 1));
+  // gpt-oss without layer_types: its family windows even layers, as its GGUF files do.
+  auto oss = shape_from_config_json(
+      R"({"model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880,
+      "num_hidden_layers": 24, "num_attention_heads": 64, "num_key_value_heads": 8,
+      "head_dim": 64, "vocab_size": 201088, "max_position_embeddings": 131072,
+      "sliding_window": 128, "num_local_experts": 32, "num_experts_per_tok": 4})",
+      "gpt-oss.json");
+  ASSERT_TRUE(oss.ok()) << oss.message();
+  EXPECT_EQ(oss->window_of_layer(0), 128);
+  EXPECT_EQ(oss->window_of_layer(1), 0);
+  // Qwen3: per-head Q/K norms from the family; no biases.
+  auto qwen3 = shape_from_config_json(
+      R"({"model_type": "qwen3", "hidden_size": 4096, "intermediate_size": 12288,
+      "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+      "num_hidden_layers": 36, "vocab_size": 151936, "max_position_embeddings": 40960})",
+      "qwen3.json");
+  ASSERT_TRUE(qwen3.ok()) << qwen3.message();
+  EXPECT_TRUE(qwen3->qk_norm);
+  EXPECT_FALSE(qwen3->qkv_bias);
+  EXPECT_EQ(count_params(*qwen3).total(), count_params(*find_model("qwen3-8b")).total());
+}
+
 TEST(ConfigJson, BadInputIsOneClearError) {
   auto junk = shape_from_config_json("{not json", "junk.json");
   ASSERT_FALSE(junk.ok());

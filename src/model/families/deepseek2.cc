@@ -1,6 +1,11 @@
 // model/families/deepseek2.cc: DeepSeek-V2/V3 ("deepseek2"): MLA and DeepSeek routing.
+#include <cmath>
+
 #include "gguf/gguf_file.h"
+#include "gguf/gguf_writer.h"
 #include "model/families/family.h"
+#include "model/families/tensor_table.h"
+#include "model/model_maker.h"
 
 namespace kvw::families {
 namespace {
@@ -79,11 +84,117 @@ Status read_deepseek2(const GgufFile& f, const std::string& a, ModelHParams& hp)
   return {};
 }
 
+// Multi-head latent attention of one layer, shapes as llama.cpp's deepseek2 loader expects.
+// attn_kv_b: per head h, rows [h (nope + v), h (nope + v) + nope) are W_kb[h] and the next v
+// rows W_vb[h], each row kv_lora_rank long; the split layout stores attn_k_b = W_kb[h]^T
+// ({nope, r, nh}) and attn_v_b = W_vb[h] ({r, v, nh}), as the converter's kv_b_proj split does
+// (make-model draws the one matrix for both, so a seed gives the same model either way).
+void declare_mla(const ModelHParams& hp, const std::string& p, TensorTable& t) {
+  const MlaParams& m = hp.mla;
+  const int64_t d = hp.n_embd, nh = hp.n_head, r = m.kv_lora_rank;
+  const int64_t nope = m.qk_nope_dim, vd = m.v_head_dim;
+  if (m.q_lora_rank > 0) {
+    t.matrix(p + "attn_q_a.weight", d, m.q_lora_rank);
+    t.vector(p + "attn_q_a_norm.weight", m.q_lora_rank, 1.0f, 0.1f);
+    t.matrix(p + "attn_q_b.weight", m.q_lora_rank, hp.q_dim());
+  } else {
+    t.matrix(p + "attn_q.weight", d, hp.q_dim());
+  }
+  t.matrix(p + "attn_kv_a_mqa.weight", d, r + m.qk_rope_dim);
+  t.vector(p + "attn_kv_a_norm.weight", r, 1.0f, 0.1f);
+  if (m.split_kv_b) {
+    const float std = 1.0f / std::sqrt((float)r);
+    t.add({.name = p + "attn_k_b.weight",
+           .shape = {nope, r, nh},
+           .std = std,
+           .fill = TensorFill::kMlaKvBSplit});
+    t.add({.name = p + "attn_v_b.weight",
+           .shape = {r, vd, nh},
+           .std = std,
+           .fill = TensorFill::kMlaKvBSecond});
+  } else {
+    t.matrix(p + "attn_kv_b.weight", r, nh * (nope + vd));
+  }
+  t.matrix(p + "attn_output.weight", hp.attn_out_dim(), d);
+}
+
+// Leading dense layers, then routed experts plus the always-on shared ones (one FFN of
+// n_ff_exp x expert_shared_count).
+void declare_deepseek2(const ModelHParams& hp, TensorTable& t) {
+  const int64_t d = hp.n_embd;
+  declare_rope_factors(hp, t);
+  declare_embedding(hp, t);
+  for (int32_t l = 0; l < hp.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    t.vector(p + "attn_norm.weight", d, 1.0f, 0.1f);
+    declare_mla(hp, p, t);
+    t.vector(p + "ffn_norm.weight", d, 1.0f, 0.1f);
+    if (hp.is_moe_layer(l)) {
+      declare_moe_ffn(hp, p, /*shared_gate=*/false, t);
+    } else {
+      declare_dense_ffn(hp, p, t);
+    }
+  }
+  declare_output(hp, t);
+}
+
+// The keys llama.cpp's convert_hf_to_gguf.py writes for DeepseekV2/V3ForCausalLM. The split
+// layout is what newer converters write: MLA declared as MQA over the latent (one KV head,
+// key_length = kv_lora_rank + rope, value_length = kv_lora_rank) with the per-head lengths in
+// key_length_mla / value_length_mla.
+void write_deepseek2_keys(const MakeModelSpec& s, GgufWriter& w) {
+  const std::string a = "deepseek2.";
+  const bool split = s.mla_layout == MlaLayout::kSplit;
+  const bool moe = s.n_expert > 0;
+  w.set_u32(a + "context_length", s.n_ctx);
+  w.set_u32(a + "embedding_length", s.n_embd);
+  w.set_u32(a + "block_count", s.n_layer);
+  w.set_u32(a + "feed_forward_length", s.n_ff);
+  w.set_u32(a + "attention.head_count", s.n_head);
+  w.set_u32(a + "attention.head_count_kv", split ? 1 : s.n_head);
+  w.set_f32(a + "attention.layer_norm_rms_epsilon", s.norm_eps);
+  w.set_f32(a + "rope.freq_base", s.rope_theta);
+  w.set_u32(a + "rope.dimension_count", s.qk_rope_dim);
+  if (s.q_lora_rank > 0) w.set_u32(a + "attention.q_lora_rank", s.q_lora_rank);
+  w.set_u32(a + "attention.kv_lora_rank", s.kv_lora_rank);
+  const int32_t qk_head = s.qk_nope_dim + s.qk_rope_dim;
+  w.set_u32(a + "attention.key_length", split ? s.kv_lora_rank + s.qk_rope_dim : qk_head);
+  w.set_u32(a + "attention.value_length", split ? s.kv_lora_rank : s.v_head_dim);
+  if (split) {
+    w.set_u32(a + "attention.key_length_mla", qk_head);
+    w.set_u32(a + "attention.value_length_mla", s.v_head_dim);
+  }
+  // Without experts every layer is dense (as converters write non-MoE deepseek2 models).
+  w.set_u32(a + "leading_dense_block_count", moe ? s.n_layer_dense_lead : s.n_layer);
+  w.set_u32(a + "expert_feed_forward_length", moe ? s.n_ff_exp : s.n_ff);
+  w.set_u32(a + "expert_shared_count", s.n_expert_shared);
+  if (moe) {
+    w.set_u32(a + "expert_count", s.n_expert);
+    w.set_u32(a + "expert_used_count", s.n_expert_used);
+    w.set_f32(a + "expert_weights_scale", s.expert_weights_scale);
+    w.set_bool(a + "expert_weights_norm", s.expert_weights_norm);
+    w.set_u32(a + "expert_gating_func", (uint32_t)s.gating);
+    if (s.n_group > 1) {
+      w.set_u32(a + "expert_group_count", s.n_group);
+      w.set_u32(a + "expert_group_used_count", s.n_group_used);
+    }
+  }
+  write_rope_scaling_keys(s, a, w);
+  if (s.rope_scaling == RopeScaling::kYarn)
+    w.set_f32(a + "rope.scaling.yarn_log_multiplier", s.yarn_log_multiplier);
+}
+
 }  // namespace
 
 // Listed in families.cc.
 extern const ModelFamily kDeepseek2;
 
-const ModelFamily kDeepseek2{.arch = "deepseek2", .mla = true, .read_keys = read_deepseek2};
+const ModelFamily kDeepseek2{.arch = "deepseek2",
+                             .mla = true,
+                             .tiny_preset = "deepseek-v2-lite-tiny",
+                             .hf = {.model_types = {"deepseek_v2", "deepseek_v3"}},
+                             .read_keys = read_deepseek2,
+                             .declare_tensors = declare_deepseek2,
+                             .write_keys = write_deepseek2_keys};
 
 }  // namespace kvw::families

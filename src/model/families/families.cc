@@ -29,6 +29,15 @@ const ModelFamily* find_family(std::string_view arch) {
   return nullptr;
 }
 
+const ModelFamily* find_family_by_model_type(std::string_view name) {
+  for (const ModelFamily* f : kFamilies) {
+    for (std::string_view t : f->hf.model_types) {
+      if (!t.empty() && t == name) return f;
+    }
+  }
+  return find_family(name);
+}
+
 std::string supported_families() {
   std::string s;
   for (const ModelFamily* f : kFamilies) s += (s.empty() ? "" : ", ") + std::string(f->arch);

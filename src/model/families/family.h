@@ -1,10 +1,13 @@
 // model/families/family.h: one description per architecture (GGUF general.architecture): the
-// switches hparams_from_gguf applies from the table and the keys and defaults only that family
-// has. One small file per family in this folder defines its ModelFamily; families.cc lists them.
-// Adding a family: its file here, a line in families.cc, and its tests.
+// switches hparams_from_gguf applies, the keys and defaults only that family has, the tensors
+// its files hold (which the loader checks and make-model writes: tensor_table.h), and how the
+// planner reads its Hugging Face config.json. One small file per family in this folder defines
+// its ModelFamily; families.cc lists them. Adding a family: its file here, a line in
+// families.cc, a make-model preset, and its tests (README "Adding a family").
 // Immutable tables; safe to read from any thread.
 #pragma once
 
+#include <array>
 #include <span>
 #include <string>
 #include <string_view>
@@ -15,6 +18,25 @@
 namespace kvw {
 
 class GgufFile;
+class GgufWriter;
+class TensorTable;
+struct MakeModelSpec;
+
+// Which layers a config.json's sliding_window applies to when it has no layer_types.
+enum class HfWindows {
+  kAll,          // every layer (Mistral, Phi-3)
+  kEveryOther,   // even layers (Gemma-2, gpt-oss)
+  kPeriodic,     // five in six, or sliding_window_pattern's period (Gemma-3)
+  kWhenEnabled,  // every layer, only when use_sliding_window is true (Qwen2/3)
+};
+
+// How the planner reads the family's Hugging Face config.json (planner/model_source.cc).
+struct HfConfigRules {
+  std::array<std::string_view, 3> model_types{};  // config.json model_type values
+  HfWindows windows = HfWindows::kAll;
+  bool tied_default = false;      // tie_word_embeddings when absent (gemma2: always tied)
+  bool qkv_bias_default = false;  // attention_bias when absent (Qwen2 has biases, no key)
+};
 
 struct ModelFamily {
   std::string_view arch;                      // general.architecture, the GGUF key prefix
@@ -28,16 +50,37 @@ struct ModelFamily {
   // whether the shared expert has a sigmoid gate (ffn_gate_inp_shexp, qwen2moe).
   std::string_view ffn_norm = "ffn_norm";
   bool shared_expert_gate = false;
+  // gemma2/3: post_attention_norm and post_ffw_norm on each block's output.
+  bool post_norms = false;
+  // Windowed layers rotate with their own rope table when windowed (gemma2/3; the planner's
+  // workspace counts its second cos/sin row).
+  bool local_rope = false;
+  // What make-model writes: attn_{q,k,v}.bias (the loader takes them from any file that has
+  // them), and one fused attn_qkv instead of attn_q/k/v (the loader takes either).
+  bool qkv_bias = false;
+  bool qkv_fused = false;
+  // The make-model preset that writes a tiny file of this family (tests enumerate families
+  // through it).
+  std::string_view tiny_preset;
+  HfConfigRules hf;
   // The family's own keys and defaults, read after the shared ones (sizes, rope, expert counts,
   // the tied output, Q/K/V biases and the switches above); `prefix` is "<arch>.". Errors name
   // the file and key. Null: nothing more.
   Status (*read_keys)(const GgufFile& f, const std::string& prefix, ModelHParams& hp) = nullptr;
+  // The tensors of a model of this family, in make-model's order (tensor_table.h). Required.
+  void (*declare_tensors)(const ModelHParams& hp, TensorTable& t) = nullptr;
+  // make-model: the keys llama.cpp's converter writes for this family. Null: the llama
+  // layout's (model_maker.cc's set_llama_keys).
+  void (*write_keys)(const MakeModelSpec& s, GgufWriter& w) = nullptr;
 };
 
 // Every supported family, in the order error messages list them.
 std::span<const ModelFamily* const> all_families();
 // The family of `arch`; nullptr when unsupported.
 const ModelFamily* find_family(std::string_view arch);
+// The family whose Hugging Face model_type (config.json) or GGUF architecture is `name`;
+// nullptr when none.
+const ModelFamily* find_family_by_model_type(std::string_view name);
 // "llama, qwen2, ...": the supported architectures for error messages.
 std::string supported_families();
 

@@ -3,6 +3,7 @@
 
 #include "gguf/gguf_file.h"
 #include "model/families/family.h"
+#include "model/families/tensor_table.h"
 
 namespace kvw::families {
 namespace {
@@ -20,7 +21,6 @@ Status read_gemma(const GgufFile& f, const std::string& a, ModelHParams& hp) {
   const bool gemma2 = hp.arch == "gemma2";
   GemmaParams& g = hp.gemma;
   g.scale_embd = true;
-  g.post_norms = true;
   hp.ffn_act = FfnAct::kGeluTanh;
   const int32_t large_layers = gemma2 ? 46 : 62;
   const int32_t head_for_scale = hp.n_layer == large_layers ? hp.n_embd / hp.n_head : hp.head_dim;
@@ -49,14 +49,34 @@ Status read_gemma(const GgufFile& f, const std::string& a, ModelHParams& hp) {
   return {};
 }
 
+// Llama's layout with the post-attention and post-FFN norms (hp.gemma.post_norms).
+void declare_gemma(const ModelHParams& hp, TensorTable& t) {
+  declare_llama_like(hp, /*shared_gate=*/false, t);
+}
+
 }  // namespace
 
 // Listed in families.cc.
 extern const ModelFamily kGemma2, kGemma3;
 
 const ModelFamily kGemma2{
-    .arch = "gemma2", .rope_style = RopeStyle::kNeox, .read_keys = read_gemma};
+    .arch = "gemma2",
+    .rope_style = RopeStyle::kNeox,
+    .post_norms = true,
+    .local_rope = true,
+    .tiny_preset = "gemma2-tiny",
+    .hf = {.model_types = {"gemma2"}, .windows = HfWindows::kEveryOther, .tied_default = true},
+    .read_keys = read_gemma,
+    .declare_tensors = declare_gemma};
 const ModelFamily kGemma3{
-    .arch = "gemma3", .rope_style = RopeStyle::kNeox, .qk_norm = true, .read_keys = read_gemma};
+    .arch = "gemma3",
+    .rope_style = RopeStyle::kNeox,
+    .qk_norm = true,
+    .post_norms = true,
+    .local_rope = true,
+    .tiny_preset = "gemma3-tiny",
+    .hf = {.model_types = {"gemma3", "gemma3_text"}, .windows = HfWindows::kPeriodic},
+    .read_keys = read_gemma,
+    .declare_tensors = declare_gemma};
 
 }  // namespace kvw::families

@@ -1,6 +1,11 @@
 // model/families/gpt_oss.cc: OpenAI's gpt-oss ("gpt-oss").
+#include <cmath>
+
 #include "gguf/gguf_file.h"
+#include "gguf/gguf_writer.h"
 #include "model/families/family.h"
+#include "model/families/tensor_table.h"
+#include "model/model_maker.h"
 
 namespace kvw::families {
 namespace {
@@ -38,6 +43,69 @@ Status read_gptoss(const GgufFile& f, const std::string& a, ModelHParams& hp) {
   return {};
 }
 
+// Every layer: biased Q/K/V/O, sinks, experts with biases in --expert-type. make-model's scales
+// exercise each feature: sinks of order one against scores of order one, expert
+// pre-activations of std ~3 so the SwiGLU's clamp at 7 engages, biases of std 0.5, and router
+// logits of std ~3 (rarely a near-tie in the top-k).
+void declare_gptoss(const ModelHParams& hp, TensorTable& t) {
+  const int64_t d = hp.n_embd, q = hp.q_dim(), kv = hp.kv_dim();
+  const int64_t ne = hp.moe.n_expert, fe = hp.moe.n_ff_exp;
+  const float in_std = 1.0f / std::sqrt((float)d);
+  declare_rope_factors(hp, t);
+  declare_embedding(hp, t);
+  for (int32_t l = 0; l < hp.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    t.vector(p + "attn_norm.weight", d, 1.0f, 0.1f);
+    t.matrix(p + "attn_q.weight", d, q);
+    t.vector(p + "attn_q.bias", q, 0.0f, 0.1f);
+    t.matrix(p + "attn_k.weight", d, kv);
+    t.vector(p + "attn_k.bias", kv, 0.0f, 0.1f);
+    t.matrix(p + "attn_v.weight", d, kv);
+    t.vector(p + "attn_v.bias", kv, 0.0f, 0.1f);
+    t.matrix(p + "attn_output.weight", q, d);
+    t.vector(p + "attn_output.bias", d, 0.0f, 0.5f);
+    t.vector(p + "attn_sinks.weight", hp.n_head, 0.0f, 1.5f);
+    t.vector(p + "post_attention_norm.weight", d, 1.0f, 0.1f);  // the FFN's input norm
+    t.matrix(p + "ffn_gate_inp.weight", d, ne, 3.0f * in_std).store = TensorStore::kF32;
+    t.vector(p + "ffn_gate_inp.bias", ne, 0.0f, 0.5f);
+    t.vector(p + "exp_probs_b.bias", ne, 0.0f, 0.1f).optional = true;
+    t.experts(p + "ffn_gate_exps.weight", d, fe, ne, 3 * in_std).store = TensorStore::kExpertType;
+    t.rows(p + "ffn_gate_exps.bias", fe, ne, 0.5f);
+    t.experts(p + "ffn_up_exps.weight", d, fe, ne, 3 * in_std).store = TensorStore::kExpertType;
+    t.rows(p + "ffn_up_exps.bias", fe, ne, 0.5f);
+    t.experts(p + "ffn_down_exps.weight", fe, d, ne, 0.3f / std::sqrt((float)fe)).store =
+        TensorStore::kExpertType;
+    t.rows(p + "ffn_down_exps.bias", d, ne, 0.5f);
+  }
+  declare_output(hp, t);
+}
+
+// As convert_hf_to_gguf.py's GptOssModel: the common keys with head_dim as key and value length
+// (no rope.dimension_count), YaRN's three keys, the window and the experts' width.
+void write_gptoss_keys(const MakeModelSpec& s, GgufWriter& w) {
+  const std::string a = "gpt-oss.";
+  w.set_u32(a + "context_length", s.n_ctx);
+  w.set_u32(a + "embedding_length", s.n_embd);
+  w.set_u32(a + "block_count", s.n_layer);
+  w.set_u32(a + "feed_forward_length", s.n_ff_exp);
+  w.set_u32(a + "attention.head_count", s.n_head);
+  w.set_u32(a + "attention.head_count_kv", s.n_head_kv);
+  w.set_f32(a + "rope.freq_base", s.rope_theta);
+  w.set_f32(a + "attention.layer_norm_rms_epsilon", s.norm_eps);
+  w.set_u32(a + "expert_count", s.n_expert);
+  w.set_u32(a + "expert_used_count", s.n_expert_used);
+  w.set_u32(a + "attention.key_length", s.head_len());
+  w.set_u32(a + "attention.value_length", s.head_len());
+  if (s.rope_scaling != RopeScaling::kNone) {
+    w.set_string(a + "rope.scaling.type", rope_scaling_name(s.rope_scaling));
+    w.set_f32(a + "rope.scaling.factor", s.rope_scale);
+    w.set_u32(a + "rope.scaling.original_context_length",
+              s.rope_orig_ctx > 0 ? s.rope_orig_ctx : s.n_ctx);
+  }
+  w.set_u32(a + "attention.sliding_window", s.sliding_window);
+  w.set_u32(a + "expert_feed_forward_length", s.n_ff_exp);
+}
+
 }  // namespace
 
 // Listed in families.cc.
@@ -47,6 +115,11 @@ extern const ModelFamily kGptOss;
 const ModelFamily kGptOss{.arch = "gpt-oss",
                           .rope_style = RopeStyle::kNeox,
                           .ffn_norm = "post_attention_norm",
-                          .read_keys = read_gptoss};
+                          .qkv_bias = true,
+                          .tiny_preset = "gpt-oss-tiny",
+                          .hf = {.model_types = {"gpt_oss"}, .windows = HfWindows::kEveryOther},
+                          .read_keys = read_gptoss,
+                          .declare_tensors = declare_gptoss,
+                          .write_keys = write_gptoss_keys};
 
 }  // namespace kvw::families

@@ -2,6 +2,7 @@
 // table) and Qwen1.5-MoE / Qwen2-MoE ("qwen2moe").
 #include "gguf/gguf_file.h"
 #include "model/families/family.h"
+#include "model/families/tensor_table.h"
 
 namespace kvw::families {
 namespace {
@@ -24,15 +25,36 @@ Status read_qwen2moe(const GgufFile& f, const std::string& a, ModelHParams& hp) 
   return {};
 }
 
+void declare_qwen2(const ModelHParams& hp, TensorTable& t) {
+  declare_llama_like(hp, /*shared_gate=*/false, t);
+}
+
+// The shared expert's sigmoid gate (ffn_gate_inp_shexp) before its projections.
+void declare_qwen2moe(const ModelHParams& hp, TensorTable& t) {
+  declare_llama_like(hp, /*shared_gate=*/true, t);
+}
+
 }  // namespace
 
 // Listed in families.cc.
 extern const ModelFamily kQwen2, kQwen2Moe;
 
-const ModelFamily kQwen2{.arch = "qwen2", .rope_style = RopeStyle::kNeox};
+const ModelFamily kQwen2{
+    .arch = "qwen2",
+    .rope_style = RopeStyle::kNeox,
+    .qkv_bias = true,
+    .tiny_preset = "qwen2-tiny",
+    .hf = {.model_types = {"qwen2"}, .windows = HfWindows::kWhenEnabled, .qkv_bias_default = true},
+    .declare_tensors = declare_qwen2};
 const ModelFamily kQwen2Moe{.arch = "qwen2moe",
                             .rope_style = RopeStyle::kNeox,
                             .shared_expert_gate = true,
-                            .read_keys = read_qwen2moe};
+                            .qkv_bias = true,
+                            .tiny_preset = "qwen2moe-tiny",
+                            .hf = {.model_types = {"qwen2_moe"},
+                                   .windows = HfWindows::kWhenEnabled,
+                                   .qkv_bias_default = true},
+                            .read_keys = read_qwen2moe,
+                            .declare_tensors = declare_qwen2moe};
 
 }  // namespace kvw::families

@@ -2,6 +2,7 @@
 // (llama.cpp requires both; the loader checks each layer), NEOX rope, explicit key_length.
 #include "gguf/gguf_file.h"
 #include "model/families/family.h"
+#include "model/families/tensor_table.h"
 
 namespace kvw::families {
 namespace {
@@ -21,15 +22,28 @@ Status read_qwen3moe(const GgufFile& f, const std::string& a, ModelHParams& hp) 
   return {};
 }
 
+void declare_qwen3(const ModelHParams& hp, TensorTable& t) {
+  declare_llama_like(hp, /*shared_gate=*/false, t);
+}
+
 }  // namespace
 
 // Listed in families.cc.
 extern const ModelFamily kQwen3, kQwen3Moe;
 
-const ModelFamily kQwen3{.arch = "qwen3", .rope_style = RopeStyle::kNeox, .qk_norm = true};
-const ModelFamily kQwen3Moe{.arch = "qwen3moe",
-                            .rope_style = RopeStyle::kNeox,
-                            .qk_norm = true,
-                            .read_keys = read_qwen3moe};
+const ModelFamily kQwen3{.arch = "qwen3",
+                         .rope_style = RopeStyle::kNeox,
+                         .qk_norm = true,
+                         .tiny_preset = "qwen3-tiny",
+                         .hf = {.model_types = {"qwen3"}, .windows = HfWindows::kWhenEnabled},
+                         .declare_tensors = declare_qwen3};
+const ModelFamily kQwen3Moe{
+    .arch = "qwen3moe",
+    .rope_style = RopeStyle::kNeox,
+    .qk_norm = true,
+    .tiny_preset = "qwen3moe-tiny",
+    .hf = {.model_types = {"qwen3_moe"}, .windows = HfWindows::kWhenEnabled},
+    .read_keys = read_qwen3moe,
+    .declare_tensors = declare_qwen3};
 
 }  // namespace kvw::families
