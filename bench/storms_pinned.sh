@@ -20,7 +20,8 @@
 # (1), RATE (300), PROMPT_KB (30), WINDOW (20), CYCLES (1: quiet/storm pairs before the last
 # quiet window; e.g. CYCLES=8 WINDOW=6 averages out the fillers' drift), WARMUP (60), FILL_TOKENS (1500:3500; 4000:4000
 # keeps admission full with no gap for 2 minutes, so every storm request is a door refusal),
-# KEEP_ALIVE (unset; 1: storm senders reuse their connections), DURATION (600; 180 for a short run), QUIET (60), OUT (a
+# KEEP_ALIVE (unset; 1: storm senders reuse their connections), SERVE_ARGS (more `kvwarden serve`
+# flags for both storms, e.g. "--refusal-hold 1"), DURATION (600; 180 for a short run), QUIET (60), OUT (a
 # temp dir: logs and JSON reports), PORT (8471). Not part of ctest: it wants a quiet machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,7 +59,7 @@ storm_model() {
 
 run_refusal() {
   taskset -c "$SERVER_CPUS" "$KVW" serve --port "$PORT" --threads "$THREADS" --max-num-seqs 16 \
-    --max-queue 16 --max-model-len 4096 >"$OUT/refusal-server.log" 2>&1 &
+    --max-queue 16 --max-model-len 4096 ${SERVE_ARGS:-} >"$OUT/refusal-server.log" 2>&1 &
   local pid=$!
   PIDS+=("$pid")
   wait_healthy "http://127.0.0.1:$PORT" 120
@@ -88,7 +89,7 @@ for what in "${@:-refusal retry}"; do
       refusal) run_refusal ;;
       retry)
         run_retry retry "$KVW" serve --model "$(storm_model)" --port "$PORT" --threads "$THREADS" \
-          --max-num-seqs 16 --max-queue 16
+          --max-num-seqs 16 --max-queue 16 ${SERVE_ARGS:-}
         ;;
       llama-retry)
         [ -x "${LLAMA_SERVER:-}" ] || { echo "set LLAMA_SERVER to a llama-server binary" >&2; exit 2; }

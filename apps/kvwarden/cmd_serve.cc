@@ -463,7 +463,8 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "Seconds a 429 (admission full) is held before it is written while the door "
                   "refuses more than --refusal-hold-after requests a second (a retry storm), so "
                   "clients that ignore Retry-After retry at most once per hold (0: off; never "
-                  "longer than the Retry-After it carries)")
+                  "longer than the Retry-After it carries). Off by default: a held 429 also "
+                  "delays a client that would have taken the next free slot")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--refusal-hold-after", s.pacing.hold_after,
