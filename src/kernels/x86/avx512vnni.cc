@@ -123,8 +123,10 @@ KVW_INLINE void pair_tile(const PackedArgs& a, int64_t grp, const TileBlock* xb,
   for (int i = 0; i < 16; ++i) {
     levels[i] = (int8_t)(T == GgmlType::kMXFP4 ? kMxfp4Values[i] + 12 : kIq4NlValues[i] + 128);
   }
-  const __m512i table =
-      _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(levels)));
+  // The all-ones zero-masked form: the same broadcast, without the plain form's undefined
+  // source operand, which GCC 12 reports as used uninitialized.
+  const __m512i table = _mm512_maskz_broadcast_i32x4(
+      0xFFFF, _mm_load_si128(reinterpret_cast<const __m128i*>(levels)));
   __m512 acc[C];
 #pragma GCC unroll 16
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
