@@ -137,34 +137,47 @@ KVW_INLINE void q8_0_isums(const uint8_t* q, const XBlock& x, __m256i* isum) {
   }
 }
 
+// The VNNI form of a nibble block (Q4_0/Q4_1, IQ4_NL, MXFP4): isum[c] = init[c] + sum_j
+// w_j x x_c[j], where `weights` maps the block's nibbles (as bytes 0..15) to unsigned weights
+// (the nibbles themselves, or a vpshufb table's levels), by dpbusd in chains(C) chains.
+template <class Dot, int C, class Weights>
+KVW_INLINE void nibble_dpbusd_isums(const uint8_t* q, const XBlock& x, const __m256i* init,
+                                    __m256i* isum, Weights weights) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  constexpr int kChains = chains(C);
+  __m256i part[kChains][C];
+#pragma GCC unroll 16
+  for (int c = 0; c < C; ++c) {
+    part[0][c] = init[c];
+#pragma GCC unroll 4
+    for (int k = 1; k < kChains; ++k) part[k][c] = _mm256_setzero_si256();
+  }
+#pragma GCC unroll 4
+  for (int s = 0; s < 4; ++s) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * s));
+    const __m256i lo = weights(_mm256_and_si256(v, low4));
+    const __m256i hi = weights(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+    __m256i(&p0)[C] = part[(2 * s) % kChains];
+    __m256i(&p1)[C] = part[(2 * s + 1) % kChains];
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      p0[c] = Dot::dpbusd(p0[c], lo, bcast4(x.q(c, s)));
+      p1[c] = Dot::dpbusd(p1[c], hi, bcast4(x.q(c, s + 4)));
+    }
+  }
+  sum_chains<kChains, C>(part, isum);
+}
+
 // Q4_0: stored nibbles n = q + 8 in 0..15; sum(n x) - 8 sum(x) (kShift 4). Q4_1: sum(n x)
 // (kShift -1; its min is the tile's).
 template <class Dot, int C, int kShift>
 KVW_INLINE void q4_isums(const uint8_t* q, const XBlock& x, __m256i* isum) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   if constexpr (Dot::kVnni) {
-    constexpr int kChains = chains(C);
-    __m256i part[kChains][C];
+    __m256i init[C];
 #pragma GCC unroll 16
-    for (int c = 0; c < C; ++c) {
-      part[0][c] = offset_correction<kShift>(x, c);
-#pragma GCC unroll 4
-      for (int k = 1; k < kChains; ++k) part[k][c] = _mm256_setzero_si256();
-    }
-#pragma GCC unroll 4
-    for (int s = 0; s < 4; ++s) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * s));
-      const __m256i lo = _mm256_and_si256(v, low4);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-      __m256i(&p0)[C] = part[(2 * s) % kChains];
-      __m256i(&p1)[C] = part[(2 * s + 1) % kChains];
-#pragma GCC unroll 16
-      for (int c = 0; c < C; ++c) {
-        p0[c] = Dot::dpbusd(p0[c], lo, bcast4(x.q(c, s)));
-        p1[c] = Dot::dpbusd(p1[c], hi, bcast4(x.q(c, s + 4)));
-      }
-    }
-    sum_chains<kChains, C>(part, isum);
+    for (int c = 0; c < C; ++c) init[c] = offset_correction<kShift>(x, c);
+    nibble_dpbusd_isums<Dot, C>(q, x, init, isum, [](__m256i n) { return n; });
   } else {
     // int16 lanes sum 8 maddubs pairs of at most 2 x 15 x 128: 30720 < 2^15, exact.
     __m256i h[C];
@@ -257,36 +270,6 @@ KVW_INLINE void q5_isums(const uint8_t* q, const XBlock& x, __m256i* isum) {
   }
 }
 
-// The VNNI form of a table-lookup nibble block (IQ4_NL, MXFP4): isum[c] = init[c] + sum_j
-// table[nibble_j] x x_c[j], the table's unsigned levels against x by dpbusd in chains(C) chains.
-template <class Dot, int C>
-KVW_INLINE void lookup_dpbusd_isums(const uint8_t* q, const XBlock& x, __m256i table,
-                                    const __m256i* init, __m256i* isum) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  constexpr int kChains = chains(C);
-  __m256i part[kChains][C];
-#pragma GCC unroll 16
-  for (int c = 0; c < C; ++c) {
-    part[0][c] = init[c];
-#pragma GCC unroll 4
-    for (int k = 1; k < kChains; ++k) part[k][c] = _mm256_setzero_si256();
-  }
-#pragma GCC unroll 4
-  for (int s = 0; s < 4; ++s) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * s));
-    const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, low4));
-    const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
-    __m256i(&p0)[C] = part[(2 * s) % kChains];
-    __m256i(&p1)[C] = part[(2 * s + 1) % kChains];
-#pragma GCC unroll 16
-    for (int c = 0; c < C; ++c) {
-      p0[c] = Dot::dpbusd(p0[c], lo, bcast4(x.q(c, s)));
-      p1[c] = Dot::dpbusd(p1[c], hi, bcast4(x.q(c, s + 4)));
-    }
-  }
-  sum_chains<kChains, C>(part, isum);
-}
-
 // IQ4_NL: Q4_0's nibbles index kIq4NlValues (a vpshufb per half). VNNI: levels + 128 unsigned,
 // sum((q + 128) x) - 128 sum(x); plain AVX2: the signed levels, |q| x sign(x, q) as Q8_0.
 template <class Dot, int C>
@@ -300,7 +283,8 @@ KVW_INLINE void iq4_nl_isums(const uint8_t* q, const XBlock& x, __m256i* isum) {
     __m256i init[C];
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) init[c] = x.neg128(c);
-    lookup_dpbusd_isums<Dot, C>(q, x, table, init, isum);
+    nibble_dpbusd_isums<Dot, C>(q, x, init, isum,
+                                [table](__m256i n) { return _mm256_shuffle_epi8(table, n); });
   } else {
     // |q| <= 127 against |x| <= 127: one maddubs pair stays below 2^15, so widen each.
     const __m256i ones = _mm256_set1_epi16(1);
@@ -353,7 +337,8 @@ KVW_INLINE void mxfp4_isums(const uint8_t* q, const XBlock& x, __m256i table, __
     off[c] = _mm256_add_epi32(_mm256_add_epi32(n4, n4), n4);
   }
   if constexpr (Dot::kVnni) {
-    lookup_dpbusd_isums<Dot, C>(q, x, table, off, isum);
+    nibble_dpbusd_isums<Dot, C>(q, x, off, isum,
+                                [table](__m256i n) { return _mm256_shuffle_epi8(table, n); });
   } else {
     // int16 lanes: low and high halves apart, 4 maddubs pairs of at most 2 x 24 x 128 each:
     // 24576 < 2^15, exact (one sum of all 8 would reach 49152 and saturate).
