@@ -67,12 +67,7 @@ void set_gemma_keys(const MakeModelSpec& s, const std::string& a, GgufWriter& w)
 
 void set_llama_keys(const MakeModelSpec& s, GgufWriter& w) {
   const std::string a = s.arch + ".";
-  w.set_u32(a + "context_length", s.n_ctx);
-  w.set_u32(a + "embedding_length", s.n_embd);
-  w.set_u32(a + "block_count", s.n_layer);
-  w.set_u32(a + "feed_forward_length", s.n_ff);
-  w.set_u32(a + "attention.head_count", s.n_head);
-  w.set_u32(a + "attention.head_count_kv", s.n_head_kv);
+  write_size_keys(s, a, s.n_ff, s.n_head_kv, w);
   w.set_f32(a + "attention.layer_norm_rms_epsilon", s.norm_eps);
   if (is_gemma(s)) {
     set_gemma_keys(s, a, w);

@@ -267,7 +267,9 @@ TEST(Catalog, EveryEntryIsARegisteredFamilyAndEveryFamilyHasOne) {
     const ModelFamily* family = find_family_by_model_type(m.arch);
     EXPECT_NE(family, nullptr) << m.name << ": model_type " << m.arch;
     covered.insert(family);
-    if (family != nullptr) EXPECT_EQ(m.qk_norm, family->qk_norm) << m.name;
+    if (family != nullptr) {
+      EXPECT_EQ(m.qk_norm, family->qk_norm) << m.name;
+    }
   }
   for (const ModelFamily* family : all_families()) {
     EXPECT_TRUE(covered.count(family)) << family->arch << " has no catalogue entry";

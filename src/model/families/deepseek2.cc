@@ -146,12 +146,7 @@ void write_deepseek2_keys(const MakeModelSpec& s, GgufWriter& w) {
   const std::string a = "deepseek2.";
   const bool split = s.mla_layout == MlaLayout::kSplit;
   const bool moe = s.n_expert > 0;
-  w.set_u32(a + "context_length", s.n_ctx);
-  w.set_u32(a + "embedding_length", s.n_embd);
-  w.set_u32(a + "block_count", s.n_layer);
-  w.set_u32(a + "feed_forward_length", s.n_ff);
-  w.set_u32(a + "attention.head_count", s.n_head);
-  w.set_u32(a + "attention.head_count_kv", split ? 1 : s.n_head);
+  write_size_keys(s, a, s.n_ff, split ? 1 : s.n_head, w);
   w.set_f32(a + "attention.layer_norm_rms_epsilon", s.norm_eps);
   w.set_f32(a + "rope.freq_base", s.rope_theta);
   w.set_u32(a + "rope.dimension_count", s.qk_rope_dim);

@@ -1,5 +1,7 @@
 #include "gguf/gguf_file.h"
+#include "gguf/gguf_writer.h"
 #include "model/families/family.h"
+#include "model/model_maker.h"
 
 namespace kvw {
 
@@ -17,6 +19,16 @@ const ModelFamily* const kFamilies[] = {
     &families::kPhi3,     &families::kGptOss};
 
 }  // namespace
+
+void write_size_keys(const MakeModelSpec& s, const std::string& prefix, int64_t n_ff,
+                     int64_t n_head_kv, GgufWriter& w) {
+  w.set_u32(prefix + "context_length", s.n_ctx);
+  w.set_u32(prefix + "embedding_length", s.n_embd);
+  w.set_u32(prefix + "block_count", s.n_layer);
+  w.set_u32(prefix + "feed_forward_length", n_ff);
+  w.set_u32(prefix + "attention.head_count", s.n_head);
+  w.set_u32(prefix + "attention.head_count_kv", n_head_kv);
+}
 
 std::span<const ModelFamily* const> all_families() {
   return kFamilies;

@@ -74,6 +74,12 @@ struct ModelFamily {
   void (*write_keys)(const MakeModelSpec& s, GgufWriter& w) = nullptr;
 };
 
+// make-model: the size keys every converter writes first, in its order (context, embedding,
+// blocks, FFN width, heads, KV heads) under `prefix` ("<arch>."); FFN width and KV heads as the
+// family stores them.
+void write_size_keys(const MakeModelSpec& s, const std::string& prefix, int64_t n_ff,
+                     int64_t n_head_kv, GgufWriter& w);
+
 // Every supported family, in the order error messages list them.
 std::span<const ModelFamily* const> all_families();
 // The family of `arch`; nullptr when unsupported.

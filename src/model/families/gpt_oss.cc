@@ -84,12 +84,7 @@ void declare_gptoss(const ModelHParams& hp, TensorTable& t) {
 // (no rope.dimension_count), YaRN's three keys, the window and the experts' width.
 void write_gptoss_keys(const MakeModelSpec& s, GgufWriter& w) {
   const std::string a = "gpt-oss.";
-  w.set_u32(a + "context_length", s.n_ctx);
-  w.set_u32(a + "embedding_length", s.n_embd);
-  w.set_u32(a + "block_count", s.n_layer);
-  w.set_u32(a + "feed_forward_length", s.n_ff_exp);
-  w.set_u32(a + "attention.head_count", s.n_head);
-  w.set_u32(a + "attention.head_count_kv", s.n_head_kv);
+  write_size_keys(s, a, s.n_ff_exp, s.n_head_kv, w);
   w.set_f32(a + "rope.freq_base", s.rope_theta);
   w.set_f32(a + "attention.layer_norm_rms_epsilon", s.norm_eps);
   w.set_u32(a + "expert_count", s.n_expert);
