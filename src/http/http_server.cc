@@ -169,7 +169,7 @@ std::optional<ByteLease> HttpServer::try_reserve(uint64_t bytes) {
 
 void HttpServer::stop_accepting() {
   Impl& s = *impl_;
-  net::post(s.ioc, [&s] {
+  net::post(s.accept_strand, [&s] {
     beast::error_code ec;
     s.acceptor.close(ec);
     s.accept_retry.cancel();

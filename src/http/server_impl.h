@@ -89,11 +89,15 @@ struct HttpServer::Impl {
   // Destroyed in reverse order: the pool and acceptor before the io_context; everything the
   // connections touch (above) after it.
   net::io_context ioc;
-  tcp::acceptor acceptor{ioc};
+  // The acceptor, its retry timer and stop_accepting()'s close run on one strand: the accept
+  // handler re-arms the acceptor on whichever I/O thread ran it, and a close posted to the bare
+  // io_context could run beside it on another (a data race TSan saw in CI).
+  net::strand<net::io_context::executor_type> accept_strand{net::make_strand(ioc)};
+  tcp::acceptor acceptor{accept_strand};
   std::optional<net::thread_pool> handlers;
   std::vector<std::thread> io_threads;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
-  net::steady_timer accept_retry{ioc};
+  net::steady_timer accept_retry{accept_strand};
   int port = -1;
   bool stopped = false;
 
