@@ -73,23 +73,29 @@ for model in "$@"; do
       -o json >"$OUT/$i.lcpp_bench.$rep.json" 2>>"$OUT/$i.lcpp_bench.err"
     "$KVW" bench-model -m "$model" -p "$PROMPTS" -n "$GEN" -t "$THREADS" -r 1 $probes \
       --json "$OUT/$i.kvw_1.$rep.json" >/dev/null 2>>"$OUT/$i.kvw.err"
-    [ "$DEPTH" -gt 0 ] && for fa in off on; do
-      "$BIN/llama-batched-bench" -m "$model" -c $((DEPTH + GEN + 16)) -b 2048 -ub 512 \
-        -npp "$DEPTH" -ntg "$GEN" -npl 1 -t "$THREADS" -tb "$THREADS" -fa $fa --no-mmap \
-        --output-format jsonl 2>/dev/null | grep '^{' >>"$OUT/$i.lcpp_batched.jsonl" ||
-        echo "llama-batched-bench @ d$DEPTH -fa $fa printed no result (run $rep)" >&2
-    done
-    [ "$DEPTH" -gt 0 ] && "$KVW" bench-model -m "$model" -p 0 -n "$GEN" -d "$DEPTH" -t "$THREADS" \
-      -r 1 --no-probes --json "$OUT/$i.kvw_2.$rep.json" >/dev/null 2>>"$OUT/$i.kvw.err"
-    [ "$STREAMS" -gt 0 ] && for fa in off on; do
-      "$BIN/llama-batched-bench" -m "$model" -c $((STREAMS * (32 + STREAM_GEN) + 16)) -b 2048 \
-        -ub 512 -npp 32 -ntg "$STREAM_GEN" -npl "$STREAMS" -t "$THREADS" -tb "$THREADS" \
-        -fa $fa --no-mmap --output-format jsonl 2>/dev/null |
-        grep '^{' >>"$OUT/$i.lcpp_batched.jsonl" ||
-        echo "llama-batched-bench x$STREAMS -fa $fa printed no result (run $rep)" >&2
-    done
-    [ "$STREAMS" -gt 0 ] && "$KVW" bench-model -m "$model" -p 0 -n "$STREAM_GEN" -d 32 \
-      -s "$STREAMS" -t "$THREADS" -r 1 --no-probes --json "$OUT/$i.kvw_3.$rep.json" >/dev/null 2>>"$OUT/$i.kvw.err"
+    if [ "$DEPTH" -gt 0 ]; then
+      for fa in off on; do
+        "$BIN/llama-batched-bench" -m "$model" -c $((DEPTH + GEN + 16)) -b 2048 -ub 512 \
+          -npp "$DEPTH" -ntg "$GEN" -npl 1 -t "$THREADS" -tb "$THREADS" -fa $fa --no-mmap \
+          --output-format jsonl 2>/dev/null | grep '^{' >>"$OUT/$i.lcpp_batched.jsonl" ||
+          echo "llama-batched-bench @ d$DEPTH -fa $fa printed no result (run $rep)" >&2
+      done
+      "$KVW" bench-model -m "$model" -p 0 -n "$GEN" -d "$DEPTH" -t "$THREADS" -r 1 --no-probes \
+        --json "$OUT/$i.kvw_2.$rep.json" >/dev/null 2>>"$OUT/$i.kvw.err"
+    fi
+    # An if, not `[ ... ] && ...`: with DEPTH=0 or STREAMS=0 that list's status ended the loop
+    # and, under set -e, the script before its table.
+    if [ "$STREAMS" -gt 0 ]; then
+      for fa in off on; do
+        "$BIN/llama-batched-bench" -m "$model" -c $((STREAMS * (32 + STREAM_GEN) + 16)) -b 2048 \
+          -ub 512 -npp 32 -ntg "$STREAM_GEN" -npl "$STREAMS" -t "$THREADS" -tb "$THREADS" \
+          -fa $fa --no-mmap --output-format jsonl 2>/dev/null |
+          grep '^{' >>"$OUT/$i.lcpp_batched.jsonl" ||
+          echo "llama-batched-bench x$STREAMS -fa $fa printed no result (run $rep)" >&2
+      done
+      "$KVW" bench-model -m "$model" -p 0 -n "$STREAM_GEN" -d 32 -s "$STREAMS" -t "$THREADS" \
+        -r 1 --no-probes --json "$OUT/$i.kvw_3.$rep.json" >/dev/null 2>>"$OUT/$i.kvw.err"
+    fi
   done
 done
 
