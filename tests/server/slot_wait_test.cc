@@ -33,8 +33,8 @@ std::string post_request(const std::string& path, const std::string& body, bool 
          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
 }
 
-// Wider and deeper than the harness's long model: 4000 tokens take seconds, not ~1 s, so the
-// slot wait is well over the 2 s limit on a fast machine too.
+// Wider and deeper than the harness's long model: 4000 tokens take seconds (~4 s predicted on a
+// busy 2-core machine), so the slot wait is well over the 0.5 s limit on a fast machine too.
 const std::string& slow_model() {
   static const std::string p = harness::make_test_model("slot_wait", 256, 8, 4096);
   return p;
@@ -43,7 +43,7 @@ const std::string& slow_model() {
 TEST(ServerDoor, AuthorisedRequestAnsweredAtOnceWhileLongChoicesHoldEverySlot) {
   ServerConfig cfg;
   cfg.http.api_key = kKey;
-  cfg.admission.max_queue_wait_s = 2;
+  cfg.admission.max_queue_wait_s = 0.5;
   cfg.drain_timeout_s = 0.2;
   Harness h(cfg, slow_model(), /*max_num_seqs=*/2);
   const int port = h.server->port();
@@ -82,12 +82,12 @@ TEST(ServerDoor, AuthorisedRequestAnsweredAtOnceWhileLongChoicesHoldEverySlot) {
   auto r = c.Post("/v1/completions", one.dump(), "application/json");
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   ASSERT_TRUE(r) << "no answer";
-  // Before: admitted, then 503 queue_timeout after --max-queue-wait (2 s here).
+  // Before: admitted, then 503 queue_timeout after --max-queue-wait (0.5 s here).
   harness::expect_error(r, 429, "queue_wait_exceeded");
   const std::string retry = r->get_header_value("Retry-After");
   ASSERT_FALSE(retry.empty());
-  EXPECT_GT(std::stoi(retry), 2) << "the slot wait it foresaw is over --max-queue-wait";
-  EXPECT_LT(secs, 1.5) << "answered from the door, not after waiting";
+  EXPECT_GE(std::stoi(retry), 1);
+  EXPECT_LT(secs, 0.5) << "answered from the door, not after waiting";
   std::printf(
       "1-token completion beside 2 slots held for 4000 tokens: %d in %.3f s, "
       "Retry-After %s s\n",
