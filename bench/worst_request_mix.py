@@ -3,6 +3,7 @@
 (issue 30): prints VmHWM against the budget and what the server refused.
 
     bench/worst_request_mix.py [--kvwarden build/apps/kvwarden/kvwarden] [--seconds 60]
+                               [--max-tokens 512] [--answer-timeout 150]
 
 All at once, every request within the documented bounds:
   - NONSTREAM non-streamed completions: 4 prompts x n 16 = 64 choices, 16 stop strings of
@@ -13,6 +14,9 @@ All at once, every request within the documented bounds:
   - WITHHOLD unauthenticated POSTs announcing an 8 MiB body and sending none;
   - a loop of /debug/kv, /debug/trace, /debug/stats with the key.
 VmHWM and VmRSS come from /proc/PID/status; request memory from /metrics.
+At the end an authorised 1-token completion is sent and timed; its client waits longer than
+the server's own bound (--answer-timeout, more than --max-queue-wait), and /metrics is sampled
+each second while it waits, so a wait shows where it is spent.
 Not part of ctest: minutes of CPU; say how busy the machine was when quoting it.
 """
 import argparse
@@ -27,7 +31,6 @@ import time
 import urllib.request
 
 KEY = "K"
-MAX_TOKENS = 512
 
 
 def status_kib(pid, field):
@@ -38,10 +41,16 @@ def status_kib(pid, field):
     return 0
 
 
-def metric(url, name, label=""):
+def metrics_text(url):
     try:
-        text = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
+        return urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
     except OSError:
+        return None
+
+
+def metric(url, name, label="", text=None):
+    text = text if text is not None else metrics_text(url)
+    if text is None:
         return None
     for line in text.splitlines():
         if line.startswith(name) and label in line:
@@ -49,9 +58,28 @@ def metric(url, name, label=""):
     return None
 
 
+# Where a request can wait before its first token, as /metrics shows it.
+WAIT_SERIES = [("running", "kvwarden_requests{", 'state="running"'),
+               ("waiting", "kvwarden_requests{", 'state="waiting"'),
+               ("preparing", "kvwarden_http_requests_preparing", ""),
+               ("mem_used_MiB", "kvwarden_request_memory_bytes", 'state="used"'),
+               ("mem_waiters", "kvwarden_request_memory_waiters", ""),
+               ("streams", "kvwarden_http_streams", "")]
+
+
+def wait_sample(url):
+    text = metrics_text(url)
+    out = {}
+    for key, name, label in WAIT_SERIES:
+        v = metric(url, name, label, text)
+        out[key] = None if v is None else (round(v / 2**20, 1) if key.endswith("MiB") else int(v))
+    return out
+
+
 def raw_request(host, port, method, path, body=None, key=True, read=True, slow=False,
-                timeout=600):
-    """Sends one HTTP/1.1 request; returns (status, bytes read). slow: 1 KiB a second."""
+                timeout=600, head_out=None):
+    """Sends one HTTP/1.1 request; returns (status, bytes read). slow: 1 KiB a second.
+    head_out: a list that gets the answer's status line and headers."""
     s = socket.create_connection((host, port), timeout=timeout)
     if slow:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -76,6 +104,8 @@ def raw_request(host, port, method, path, body=None, key=True, read=True, slow=F
     except OSError:
         pass
     s.close()
+    if head_out is not None:
+        head_out.append(got.split(b"\r\n\r\n", 1)[0].decode(errors="replace"))
     m = re.match(rb"HTTP/1\.[01] (\d+)", got)
     return (int(m.group(1)) if m else 0), len(got)
 
@@ -87,6 +117,9 @@ def main():
     ap.add_argument("--nonstream", type=int, default=8)
     ap.add_argument("--streamed", type=int, default=8)
     ap.add_argument("--withhold", type=int, default=100)
+    ap.add_argument("--max-tokens", type=int, default=512)
+    ap.add_argument("--answer-timeout", type=float, default=150,
+                    help="the authorised request's client timeout (over the server's bounds)")
     ap.add_argument("--port", type=int, default=8477)
     ap.add_argument("--extra", default="", help="more serve flags")
     a = ap.parse_args()
@@ -114,13 +147,13 @@ def main():
 
     def nonstream():
         body = {"prompt": [prompt] * 4, "n": 16, "stop": stops, "logit_bias": bias,
-                "logprobs": 5, "max_tokens": MAX_TOKENS, "ignore_eos": True}
+                "logprobs": 5, "max_tokens": a.max_tokens, "ignore_eos": True}
         results["nonstream"].append(raw_request("127.0.0.1", a.port, "POST", "/v1/completions",
                                                 body))
 
     def streamed():
         body = {"messages": [{"role": "user", "content": prompt}], "n": 16, "stream": True,
-                "logprobs": True, "top_logprobs": 20, "max_tokens": MAX_TOKENS,
+                "logprobs": True, "top_logprobs": 20, "max_tokens": a.max_tokens,
                 "ignore_eos": True, "stop": stops}
         results["streamed"].append(raw_request("127.0.0.1", a.port, "POST",
                                                "/v1/chat/completions", body, slow=True))
@@ -146,18 +179,37 @@ def main():
     for t in threads:
         t.start()
     peak_rm = 0.0
+    ended = "--seconds passed"
     while time.time() < stop_at and srv.poll() is None:
         rm = metric(url, "kvwarden_request_memory_bytes", 'state="peak"')
         if rm is not None:
             peak_rm = max(peak_rm, rm)
         if all(not t.is_alive() for t in threads if not t.daemon):
+            ended = "every non-streamed request answered"
             break
         time.sleep(0.5)
+    mix_s = time.time() - t0
     hwm = status_kib(srv.pid, "VmHWM") if srv.poll() is None else -1
     rss = status_kib(srv.pid, "VmRSS") if srv.poll() is None else -1
     alive = srv.poll() is None
-    authorised = raw_request("127.0.0.1", a.port, "POST", "/v1/completions",
-                             {"prompt": "Hi", "max_tokens": 1}, timeout=30)[0] if alive else 0
+    # The authorised request, timed, with /metrics sampled each second while it waits.
+    authorised, auth_s, auth_head, samples = 0, 0.0, [], []
+    if alive:
+        done = threading.Event()
+
+        def sampler():
+            while not done.wait(1.0):
+                samples.append((round(time.time() - t_auth, 1), wait_sample(url)))
+
+        t_auth = time.time()
+        samples.append((0.0, wait_sample(url)))
+        th = threading.Thread(target=sampler, daemon=True)
+        th.start()
+        authorised = raw_request("127.0.0.1", a.port, "POST", "/v1/completions",
+                                 {"prompt": "Hi", "max_tokens": 1}, timeout=a.answer_timeout,
+                                 head_out=auth_head)[0]
+        auth_s = time.time() - t_auth
+        done.set()
     for s in withheld:
         s.close()
     srv.terminate()
@@ -173,12 +225,20 @@ def main():
         return out
 
     print(f"load before: {open('/proc/loadavg').read().split()[:3]}; {os.cpu_count()} cpus")
-    print(f"ran {time.time() - t0:.1f} s: {a.nonstream} non-streamed x 64 choices, "
+    print(f"mix ran {mix_s:.1f} s ({ended}): {a.nonstream} non-streamed x 64 choices, "
           f"{a.streamed} streamed slow readers x 16 choices, {a.withhold} withheld bodies, "
           f"{len(results['debug'])} /debug answers")
     print(f"non-streamed statuses {tally(results['nonstream'])}; streamed (finished) "
           f"{tally(results['streamed'])}; debug {dict((s, results['debug'].count(s)) for s in set(results['debug']))}")
-    print(f"authorised 1-token completion beside it all: {authorised}")
+    print(f"authorised 1-token completion beside it all: {authorised} after {auth_s:.1f} s")
+    if auth_head:
+        print("  its answer: " + auth_head[0].replace("\r\n", " | ")[:300])
+    print("  while it waited (s, /metrics; a line when something changed):")
+    last = None
+    for i, (at, smp) in enumerate(samples):
+        if smp != last or i + 1 == len(samples):
+            print(f"    {at:6.1f} {smp}")
+        last = smp
     print(f"request memory peak {peak_rm / 2**20:.1f} MiB")
     print(f"VmHWM idle {idle_hwm / 1024:.1f} MiB, under the mix {hwm / 1024:.1f} MiB, "
           f"VmRSS at the end {rss / 1024:.1f} MiB; budget {budget / 2**20:.0f} MiB "

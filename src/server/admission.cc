@@ -37,7 +37,9 @@ AdmissionDecision AdmissionController::try_admit(double now_s, int64_t n, const 
       std::max<int64_t>(engine.waiting_work_tokens, 0) +
       (int64_t)std::ceil((double)(d.queued_ahead - engine_waiting) * per_request);
   const double rate = engine.token_rate > 0 ? engine.token_rate : cfg_.initial_token_rate;
-  d.predicted_wait_s = (double)d.queued_work_tokens / rate;
+  // It starts neither before a running slot frees nor before the work ahead is computed: each
+  // is a lower bound of its wait, so the larger is taken.
+  d.predicted_wait_s = std::max(engine.slot_wait_s, (double)d.queued_work_tokens / rate);
   // The new requests queue too when every slot is taken.
   const int64_t queued_after = std::max<int64_t>(
       {0, in_flight_ + n - concurrency_, engine_waiting > 0 ? engine_waiting + n : 0});

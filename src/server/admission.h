@@ -1,7 +1,9 @@
 // server/admission.h: admission control for generation requests: a bounded queue and a
 // predicted-wait limit. The predicted wait is the queued work in tokens (prompt tokens to
-// compute + output tokens to decode) over the engine's measured token rate; Retry-After for
-// other refusals comes from a drain-rate estimate (EWMA of completion intervals).
+// compute + output tokens to decode) over the engine's measured token rate, or, when every
+// running slot is taken and it is longer, the time until the soonest running request ends.
+// Retry-After for other refusals comes from a drain-rate estimate (EWMA of completion
+// intervals).
 // Pure logic: time and the engine's figures come in as arguments (seconds on any monotonic
 // clock), so tests drive it.
 // Thread safety: every method locks one mutex; HTTP threads call it concurrently.
@@ -40,6 +42,9 @@ struct QueueLoad {
   // num_waiting_work_tokens).
   int64_t waiting_work_tokens = 0;
   double token_rate = 0;  // tokens/s the engine computes while busy; 0: not measured yet
+  // Every running slot taken: until the soonest running request ends (slot_ends.h), seconds;
+  // 0 when a slot is free or no end is foreseen.
+  double slot_wait_s = 0;
 };
 
 struct AdmissionDecision {
@@ -67,8 +72,9 @@ class AdmissionController {
   // own queue (KV-limited admission can queue below `concurrency`). Queued ahead: the larger of
   // the engine's waiting count and the admitted requests beyond `concurrency` (submissions the
   // engine has not reported yet), whose work is taken as the mean of the engine's waiting
-  // requests (or the last mean seen, or initial_request_tokens). Predicted wait: that work
-  // over the token rate. On kAdmit the n requests count as in flight until on_complete.
+  // requests (or the last mean seen, or initial_request_tokens). Predicted wait: that work over
+  // the token rate, or the wait for a running slot (QueueLoad::slot_wait_s) when longer. On
+  // kAdmit the n requests count as in flight until on_complete.
   AdmissionDecision try_admit(double now_s, int64_t n, const QueueLoad& engine);
   // One engine request ended (any reason); feeds the drain-rate estimate.
   void on_complete(double now_s);

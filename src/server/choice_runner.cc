@@ -7,14 +7,15 @@ namespace kvw::server {
 
 ChoiceRunner::ChoiceRunner(ServerState& st, std::shared_ptr<TokenChannel> channel,
                            std::shared_ptr<const std::vector<std::string>> stops, int32_t logprobs,
-                           bool ignore_eos, uint64_t arrival_ns, uint32_t num_prompt_tokens,
-                           ChoiceOutput output)
+                           bool ignore_eos, int32_t max_tokens, uint64_t arrival_ns,
+                           uint32_t num_prompt_tokens, ChoiceOutput output)
     : st_(st),
       channel_(std::move(channel)),
       decoder_(st.tokenizer(), output.render_special, StreamDecoder::Start::kContinuation),
       stop_(std::move(stops)),
       logprobs_(logprobs),
       ignore_eos_(ignore_eos),
+      max_tokens_(max_tokens),
       discard_output_(output.discard) {
   timing_.arrival_ns = arrival_ns;
   timing_.num_prompt_tokens = num_prompt_tokens;
@@ -23,6 +24,7 @@ ChoiceRunner::ChoiceRunner(ServerState& st, std::shared_ptr<TokenChannel> channe
 
 ChoiceRunner::~ChoiceRunner() {
   channel_->set_notify({});  // after this no engine-thread call reaches what the wake captured
+  leave_slot();
   if (timing_.finish_ns == 0) timing_.finish_ns = steady_now_ns();
   timing_.num_generation_tokens = (uint32_t)num_tokens_;
   if (!finished_) {
@@ -88,6 +90,7 @@ void ChoiceRunner::on_prompt_logprobs(const ChannelEvent& ev) {
 
 void ChoiceRunner::on_token(const ChannelEvent& ev, ChoiceDelta& d) {
   prompt_done_ = true;
+  if (!slot_ && !finished_ && timing_.first_token_ns == 0) enter_slot();
   if (discard_output_) return;  // echo with max_tokens 0: the prompt alone is the answer
   if (st_.cfg.token_fault_hook) st_.cfg.token_fault_hook(timing_.num_prompt_tokens, num_tokens_);
   cumulative_logprob_ += ev.logprob;
@@ -136,7 +139,20 @@ void ChoiceRunner::on_finished(const ChannelEvent& ev, ChoiceDelta& d) {
   end(d);
 }
 
+void ChoiceRunner::enter_slot() {
+  // One token a step: run to max_tokens (ignore_eos), it ends max_tokens - 1 steps from its
+  // first; else EOS may end it at any step.
+  const auto step = (int64_t)st_.engine->stats().num_steps;
+  slot_ = st_.slot_ends.add(ignore_eos_ ? step + max_tokens_ - 1 : step);
+}
+
+void ChoiceRunner::leave_slot() {
+  if (slot_) st_.slot_ends.remove(*slot_);
+  slot_.reset();
+}
+
 void ChoiceRunner::end(ChoiceDelta& d) {
+  leave_slot();
   finished_ = true;
   d.finished = true;
   timing_.finish_ns = steady_now_ns();

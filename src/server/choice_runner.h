@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,10 +46,10 @@ struct ChoiceOutput {
 class ChoiceRunner {
  public:
   // `arrival_ns`: when the HTTP request arrived (steady_now_ns()). `stops` is the request's one
-  // copy, shared by its choices.
+  // copy, shared by its choices. `max_tokens`: the engine request's.
   ChoiceRunner(ServerState& st, std::shared_ptr<TokenChannel> channel,
                std::shared_ptr<const std::vector<std::string>> stops, int32_t logprobs,
-               bool ignore_eos, uint64_t arrival_ns, uint32_t num_prompt_tokens,
+               bool ignore_eos, int32_t max_tokens, uint64_t arrival_ns, uint32_t num_prompt_tokens,
                ChoiceOutput output = {});
   ~ChoiceRunner();
   ChoiceRunner(const ChoiceRunner&) = delete;
@@ -81,6 +82,9 @@ class ChoiceRunner {
   void on_prompt_logprobs(const ChannelEvent& ev);
   void on_finished(const ChannelEvent& ev, ChoiceDelta& d);
   void end(ChoiceDelta& d);
+  // From its first token to its end the choice holds a running slot (slot_ends.h).
+  void enter_slot();
+  void leave_slot();
 
   ServerState& st_;
   std::shared_ptr<TokenChannel> channel_;
@@ -88,6 +92,8 @@ class ChoiceRunner {
   StopMatcher stop_;
   const int32_t logprobs_;
   const bool ignore_eos_;
+  const int32_t max_tokens_;
+  std::optional<SlotEnds::Key> slot_;  // entered in st_.slot_ends while running
   const bool discard_output_;
   std::vector<TokenInfo> prompt_;
   bool prompt_done_ = false;

@@ -195,12 +195,24 @@ std::optional<ApiError> closed_refusal(ServerState& st) {
   return std::nullopt;
 }
 
-// The engine's queue for the predicted-wait check (admission.h): count, work, token rate.
+// Every running slot taken: the steps until the soonest running choice ends (slot_ends.h), a
+// decode step being one token per running sequence at the measured rate (a step with prefill
+// is longer: this errs short). 0 while a slot is free.
+double slot_wait_s(const ServerState& st, const EngineStats& s) {
+  if (s.num_running < (size_t)st.limits().max_num_seqs || !(s.token_rate > 0)) return 0;
+  const std::optional<int64_t> steps = st.slot_ends.steps_to_soonest((int64_t)s.num_steps);
+  if (!steps) return 0;
+  return (double)*steps * (double)s.num_running / s.token_rate;
+}
+
+// The engine's queue for the predicted-wait check (admission.h): count, work, token rate, and
+// the wait for a running slot.
 QueueLoad engine_load(const ServerState& st) {
   const EngineStats s = st.engine->stats();
   return QueueLoad{.num_waiting = (int64_t)s.num_waiting,
                    .waiting_work_tokens = s.num_waiting_work_tokens,
-                   .token_rate = s.token_rate};
+                   .token_rate = s.token_rate,
+                   .slot_wait_s = slot_wait_s(st, s)};
 }
 
 // 429 for an admission refusal.
@@ -257,8 +269,8 @@ std::variant<std::vector<std::unique_ptr<ChoiceRunner>>, ApiError> submit_all(
       // Tool calls and harmony channels are written with special tokens ([TOOL_CALLS],
       // <|channel|>...): keep them.
       runners.push_back(std::make_unique<ChoiceRunner>(
-          st, std::move(*ch), stops, p.logprobs, p.ignore_eos, arrival_ns,
-          (uint32_t)prompts[k].tokens.size(),
+          st, std::move(*ch), stops, p.logprobs, p.ignore_eos, std::max(1, prompts[k].max_tokens),
+          arrival_ns, (uint32_t)prompts[k].tokens.size(),
           ChoiceOutput{.discard = prompts[k].max_tokens == 0,
                        .render_special = p.tool_format.has_value() || p.harmony_channels}));
     }

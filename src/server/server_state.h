@@ -19,6 +19,7 @@
 #include "server/server_config.h"
 #include "server/server_observer.h"
 #include "server/server_stats.h"
+#include "server/slot_ends.h"
 #include "tools/tool_call.h"
 
 namespace kvw::server {
@@ -32,6 +33,7 @@ struct ServerState {
   tools::ToolCallFormat tool_format = tools::ToolCallFormat::kHermes;  // how the model calls tools
   bool harmony_output = false;  // chat answers are harmony channels (tool_calling.h writes_harmony)
   AdmissionController admission;
+  SlotEnds slot_ends;  // when running choices end: admission's wait for a slot
   RefusalPacer pacer;
   Breaker breaker;
   LatencyWindow latency;

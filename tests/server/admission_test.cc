@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "server/slot_ends.h"
+
 namespace kvw::server {
 namespace {
 
@@ -131,6 +133,45 @@ TEST(Admission, RetryAfterIsAtLeastOneSecond) {
   ASSERT_EQ(d.verdict, AdmissionVerdict::kQueueFull);
   EXPECT_EQ(d.retry_after_s, 1);
   EXPECT_EQ(a.retry_after_s(), 1);
+}
+
+// Issue 30 (the worst mix): every slot held by long choices and nothing queued once predicted
+// 0 s, admitted, and the request waited the whole --max-queue-wait for a 503. The wait for a
+// running slot counts when it is the longer bound.
+TEST(Admission, WaitForARunningSlotCountsWhenLongerThanTheQueuedWork) {
+  AdmissionController a(cfg(/*max_queue=*/0, /*max_wait=*/60), /*concurrency=*/1);
+  ASSERT_EQ(a.try_admit(0, 1, waiting(0)).verdict, AdmissionVerdict::kAdmit);  // runs
+  QueueLoad full = waiting(0, 0, /*rate=*/100);
+  full.slot_wait_s = 90.2;
+  AdmissionDecision d = a.try_admit(1, 1, full);
+  EXPECT_EQ(d.verdict, AdmissionVerdict::kWaitTooLong);
+  EXPECT_DOUBLE_EQ(d.predicted_wait_s, 90.2);
+  EXPECT_EQ(d.retry_after_s, 91);
+  full.slot_wait_s = 10;
+  d = a.try_admit(1, 1, full);
+  EXPECT_EQ(d.verdict, AdmissionVerdict::kAdmit);
+  EXPECT_DOUBLE_EQ(d.predicted_wait_s, 10);
+  // More queued work than the slot wait: the work decides, as before.
+  QueueLoad busy = waiting(1, 5000, 100);
+  busy.slot_wait_s = 10;
+  EXPECT_DOUBLE_EQ(a.try_admit(1, 1, busy).predicted_wait_s, 50);
+}
+
+TEST(SlotEnds, SoonestEndLessTheStepOrNoneWhenEmpty) {
+  SlotEnds ends;
+  EXPECT_FALSE(ends.steps_to_soonest(0));
+  const SlotEnds::Key late = ends.add(500);
+  const SlotEnds::Key soon = ends.add(120);
+  const SlotEnds::Key again = ends.add(120);  // two choices ending at one step
+  EXPECT_EQ(ends.steps_to_soonest(100), 20);
+  ends.remove(soon);
+  EXPECT_EQ(ends.steps_to_soonest(100), 20);
+  ends.remove(again);
+  EXPECT_EQ(ends.steps_to_soonest(100), 400);
+  EXPECT_EQ(ends.steps_to_soonest(600), 0) << "past its end: it may end now";
+  ends.remove(late);
+  EXPECT_EQ(ends.size(), 0u);
+  EXPECT_FALSE(ends.steps_to_soonest(600));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // and tokenisation per message prefix, with the same offsets as rendering every prefix.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -107,6 +108,71 @@ TEST(ChatTurns, OffsetsEqualRenderingEachPrefix) {
   }
   EXPECT_GT(compared, 300);
   EXPECT_GT(with_offsets, 200) << "most cases should have offsets to compare";
+}
+
+// Turns of uneven shape: one to five words, some on several lines, some empty.
+std::vector<ChatMessage> uneven_conversation(size_t n, bool with_system) {
+  std::vector<ChatMessage> m;
+  if (with_system) m.push_back({"system", "Be brief\nsystem"});
+  for (size_t i = 0; m.size() < n; ++i) {
+    std::string text;
+    const size_t words = i % 7 == 4 ? 0 : 1 + (i * 5) % 5;
+    for (size_t w = 0; w < words; ++w) {
+      if (w > 0) text += (i + w) % 4 == 0 ? "\n" : " ";
+      text += kWords[(i * 3 + w * 5) % kWords.size()];
+    }
+    m.push_back({i % 2 == 0 ? "user" : "assistant", text});
+  }
+  if (m.back().role == "assistant") m.pop_back();
+  return m;
+}
+
+// The traced offsets are checked against the template's own prefix renders at four turns only
+// (1, 2, n-2, n-1); this checks every turn boundary of longer conversations against rendering
+// each prefix, for every shipped template over every vocabulary kind. A template that renders
+// a middle turn differently from its prefix render would show here. Where the server gives no
+// offsets (prefix renders past the work bound), there is nothing to compare.
+TEST(ChatTurns, EveryTurnBoundaryOfALongConversationEqualsRenderingItsPrefix) {
+  std::vector<std::pair<std::string, std::string>> sources = {{"chatml fallback", ""}};
+  for (const auto& e : std::filesystem::directory_iterator(KVW_CHAT_TEMPLATE_DIR)) {
+    if (e.path().extension() == ".jinja")
+      sources.emplace_back(e.path().filename(), read_file(e.path()));
+  }
+  int compared = 0, boundaries = 0, none_given = 0;
+  for (const std::string kind : {"spm", "qwen2", "llama3", "deepseek-llm"}) {
+    auto tok = make_tokenizer(kind);
+    for (const auto& [name, source] : sources) {
+      auto prompter = ChatPrompter::create(*tok, source);
+      ASSERT_TRUE(prompter.ok()) << name << ": " << prompter.message();
+      for (size_t n : {24, 41}) {
+        for (bool sys : {false, true}) {
+          for (bool uneven : {false, true}) {
+            const std::vector<ChatMessage> msgs =
+                uneven ? uneven_conversation(n, sys) : conversation(n, sys);
+            auto p = (*prompter)->build(msgs, /*with_turn_starts=*/true);
+            if (!p.ok()) continue;  // a template that refuses this conversation
+            const auto want = offsets_by_prefix(*tok, source, msgs, *p);
+            if (p->turn_starts.empty()) {  // no offsets given (prefix renders past the bound)
+              none_given += want.size() > 1;
+              continue;
+            }
+            ASSERT_EQ(p->turn_starts, want)
+                << name << " over " << kind << ", " << msgs.size() << " messages, system " << sys
+                << ", uneven " << uneven << "\n"
+                << p->text;
+            ++compared;
+            boundaries += (int)want.size() - 1;
+          }
+        }
+      }
+    }
+  }
+  std::printf(
+      "%d conversations, %d turn boundaries equal to prefix renders; %d had offsets by "
+      "prefix renders but none given\n",
+      compared, boundaries, none_given);
+  EXPECT_GT(compared, 150);
+  EXPECT_GT(boundaries, 4000) << "most conversations should have offsets to compare";
 }
 
 // The quadratic path: 4,000 messages rendered and tokenised once each plus a few checks, not

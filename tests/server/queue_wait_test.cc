@@ -60,16 +60,24 @@ bool wait_until(Pred pred, int ms = 10000) {
   return pred();
 }
 
-// A streamed request that runs for many seconds on the long model, holding the only slot.
+// A streamed request that runs for many seconds on the long model, holding the only slot. Its
+// end is not foreseen (slot_ends.h): no ignore_eos, its end-of-generation tokens biased away
+// instead, so the door admits behind it and the engine's queue-wait limit is what answers.
 std::thread occupy_the_slot(Harness& h) {
-  std::thread t([&h] {
+  json no_end = json::object();
+  const Tokenizer& tok = h.engine->tokenizer();
+  for (int32_t id = 0; id < tok.n_vocab(); ++id) {
+    if (tok.is_end_of_generation(id)) no_end[std::to_string(id)] = -100;
+  }
+  EXPECT_FALSE(no_end.empty());
+  std::thread t([&h, no_end] {
     httplib::Client c("127.0.0.1", h.server->port());
     c.set_read_timeout(120);
     c.Post("/v1/completions",
            json{{"prompt", "Once upon a time"},
                 {"max_tokens", 4000},
                 {"stream", true},
-                {"ignore_eos", true}}
+                {"logit_bias", no_end}}
                .dump(),
            "application/json");
   });
