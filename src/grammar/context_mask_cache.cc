@@ -8,9 +8,8 @@
 namespace kvw::grammar {
 
 ContextMaskCache::ContextMaskCache(std::shared_ptr<const Grammar> g,
-                                   std::shared_ptr<const TokenTrie> trie, size_t max_bytes,
-                                   bool eager)
-    : g_(std::move(g)), trie_(std::move(trie)), max_bytes_(max_bytes), eager_(eager) {}
+                                   std::shared_ptr<const TokenTrie> trie, size_t max_bytes)
+    : g_(std::move(g)), trie_(std::move(trie)), max_bytes_(max_bytes) {}
 
 std::shared_ptr<const ContextMaskCache::Entry> ContextMaskCache::compute(
     std::span<const uint32_t> key, bool whole) const {
@@ -44,7 +43,7 @@ std::shared_ptr<const ContextMaskCache::Entry> ContextMaskCache::get(std::span<c
       return it->second;
     }
     // Keys met once are kept within 1/8 of the budget (then forgotten all at once).
-    if (!eager_ && seen_.emplace(k, 0).second) {
+    if (seen_.emplace(k, 0).second) {
       seen_bytes_ += 2 * k.size() + 32;
       if (seen_bytes_ > max_bytes_ / 8) seen_.clear(), seen_bytes_ = 0;
       return nullptr;

@@ -36,17 +36,15 @@ class ContextMaskCache {
     size_t bytes() const { return accepted.size() * 8 + uncertain.size() * 6 + 64; }
   };
 
-  // eager: compute an entry at a key's first sighting (a cache shared across requests, where
-  // keys recur from one request to the next: grammar_cache.h).
   ContextMaskCache(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenTrie> trie,
-                   size_t max_bytes, bool eager = false);
+                   size_t max_bytes);
 
   // The entry for a stack whose top positions are `key` (top first; whole = nothing below, so
-  // no token is uncertain). Unless eager, a key seen for the first time is only remembered
-  // (null): an entry costs a trie walk, which pays only for keys that recur (in one JSON
-  // schema output most states are met once). From the second sighting it is computed. Null
-  // also when it cannot be computed within the matcher's limits or is larger than max_bytes.
-  // On null the caller walks the trie.
+  // no token is uncertain). A key seen for the first time is only remembered (null): an entry
+  // costs a trie walk, which pays only for keys that recur (in a JSON schema's output most
+  // states are met once). From the second sighting it is computed. Null also when it cannot be
+  // computed within the matcher's limits or is larger than max_bytes. On null the caller walks
+  // the trie.
   // shared_ptr: a sequence keeps using an entry another thread has just evicted.
   std::shared_ptr<const Entry> get(std::span<const uint32_t> key, bool whole);
 
@@ -61,7 +59,6 @@ class ContextMaskCache {
   std::shared_ptr<const Grammar> g_;
   std::shared_ptr<const TokenTrie> trie_;
   const size_t max_bytes_;
-  const bool eager_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<const Entry>> map_;  // guarded by mu_
   std::deque<std::string> order_;                                      // FIFO eviction

@@ -43,16 +43,17 @@ std::string grammar_content_key(const Grammar& g) {
 GrammarCache::GrammarCache(std::shared_ptr<const TokenTrie> trie, size_t max_bytes)
     : trie_(std::move(trie)), max_bytes_(max_bytes) {}
 
-GrammarCache::Entry GrammarCache::build(std::shared_ptr<const Grammar> g, size_t mask_cache_bytes,
-                                        bool kept) const {
+GrammarCache::Entry GrammarCache::build(std::shared_ptr<const Grammar> g,
+                                        size_t mask_cache_bytes) const {
   Entry e;
   if (g->dfa) {
     e.dfa_masks = std::make_shared<DfaMaskCache>(g->dfa, trie_, mask_cache_bytes);
     // The first step of every request starts here: one walk (~0.5 ms at 152k) off the engine.
     (void)e.dfa_masks->get(ByteDfa::kStart);
   } else {
-    // Kept, its keys recur across requests: an entry pays from the first sighting.
-    e.context_masks = std::make_shared<ContextMaskCache>(g, trie_, mask_cache_bytes, kept);
+    // Entries still from a key's second sighting: computing at the first (keys recur across
+    // requests) made a lone request's first tokens 2-4x slower (states of several stacks).
+    e.context_masks = std::make_shared<ContextMaskCache>(g, trie_, mask_cache_bytes);
   }
   e.grammar = std::move(g);
   return e;
@@ -65,7 +66,7 @@ GrammarCache::Entry GrammarCache::get(std::shared_ptr<const Grammar> g, size_t m
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.num_misses;
     }
-    return build(std::move(g), mask_cache_bytes, /*kept=*/false);
+    return build(std::move(g), mask_cache_bytes);
   }
   std::string key = grammar_content_key(*g);
   put(&key, (uint32_t)(mask_cache_bytes >> 10));  // caches of another size are other entries
@@ -80,10 +81,9 @@ GrammarCache::Entry GrammarCache::get(std::shared_ptr<const Grammar> g, size_t m
     ++stats_.num_misses;
   }
   const size_t charge = key.size() + g->size_bytes() + mask_cache_bytes + kEntryOverhead;
-  const bool kept = charge <= max_bytes_;
-  Entry e = build(std::move(g), mask_cache_bytes, kept);  // refinement, start mask: unlocked
+  Entry e = build(std::move(g), mask_cache_bytes);  // refinement, start mask: unlocked
   std::lock_guard<std::mutex> lock(mu_);
-  if (!kept) {
+  if (charge > max_bytes_) {
     ++stats_.num_too_large;
     return e;
   }

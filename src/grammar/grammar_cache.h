@@ -4,8 +4,7 @@
 // them paid the first visit of every state again (a trie walk: ~0.5 ms through a DFA, 5-14 ms
 // through the matcher at 152k tokens) and a regular grammar's class refinement (2-18 ms).
 // Here a request whose grammar was seen gets the very Grammar object (the masks' positions
-// refer to it) and mask cache the earlier requests filled; a kept context-mask cache computes
-// an entry at a key's first sighting (the next request meets it again).
+// refer to it) and mask cache the earlier requests filled.
 // Bounded by max_bytes: an entry is charged its key, its grammar and its mask cache's limit
 // (what the cache may grow to), least recently used evicted first; a request keeps what it
 // holds after an eviction. Owner: ServerState; thread-safe (one mutex around the map; entries
@@ -63,7 +62,7 @@ class GrammarCache {
     size_t bytes = 0;                             // charged to this entry
     std::list<const std::string*>::iterator pos;  // in lru_
   };
-  Entry build(std::shared_ptr<const Grammar> g, size_t mask_cache_bytes, bool kept) const;
+  Entry build(std::shared_ptr<const Grammar> g, size_t mask_cache_bytes) const;
 
   std::shared_ptr<const TokenTrie> trie_;
   const size_t max_bytes_;

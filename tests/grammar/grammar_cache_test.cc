@@ -48,7 +48,7 @@ TEST(GrammarCache, SeparateCompilesOfOneGrammarShareOneEntry) {
   EXPECT_LE(s.bytes, cache.max_bytes());
 }
 
-// What request 1 computed (from each key's first sighting), request 2 (another compile of
+// What request 1 computed (from each key's second sighting), request 2 (another compile of
 // the grammar) reads: equal masks and no new context-mask entry computed.
 TEST(GrammarCache, SecondRequestReadsTheMasksTheFirstComputed) {
   auto trie = default_trie();
@@ -67,7 +67,8 @@ TEST(GrammarCache, SecondRequestReadsTheMasksTheFirstComputed) {
   };
   const auto e1 = cache.get(compile_json_object().value(), kMaskBytes);
   const auto walked = masks_along(e1, false);
-  EXPECT_EQ(masks_along(e1, true), walked);
+  EXPECT_EQ(masks_along(e1, true), walked);  // first sightings: remembered
+  EXPECT_EQ(masks_along(e1, true), walked);  // second: computed
   const uint64_t computed = e1.context_masks->num_misses();
   ASSERT_GT(computed, 0u);
   const uint64_t hits = e1.context_masks->num_hits();
