@@ -11,13 +11,18 @@
 // Modes: "walk" = every mask walks the trie; "exact" = the per-sequence exact-state cache
 // (the engine before the context cache); "context" = exact + a context-mask cache per
 // sequence (a request per sequence, as now); "shared" = one context-mask cache for the batch
-// (one request with n = batch, as now; or what a server-wide cache per grammar would give).
+// (one request with n = batch); "server" = each output a request whose grammar and mask cache
+// come from one GrammarCache (grammar_cache.h, as the server shares them across requests).
+// --output-tokens N ends an output after N tokens (as max_tokens would), so a run holds many
+// requests; "first 8" is the mean cost of an output's first 8 tokens (first visits of states).
 // The regex compiles with its DFA (byte_dfa.h), so its masks walk the trie through that table;
 // in "context" and "shared" it gets a DfaMaskCache (masks by DFA state class) per request or
 // per batch instead of the context-mask cache. The regex's compile time, DFA size and state
-// classes (and the time to refine them, paid per request) are printed first.
+// classes (and the time to refine them, paid once per grammar with the server's cache) are
+// printed first, with a first visit's walk through the byte trie and the class trie.
 //   build/bench/grammar_overhead_bench --dir build/bench-models [--type q4_0] [--steps 64]
 //                                      [--decode-steps 4] [--no-decode 1] [--mode context]
+//                                      [--output-tokens 0]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,11 +34,14 @@
 #include <vector>
 
 #include "grammar/byte_dfa.h"
+#include "grammar/class_trie.h"
 #include "grammar/context_mask_cache.h"
 #include "grammar/dfa_mask_cache.h"
+#include "grammar/grammar_cache.h"
 #include "grammar/grammar_constraint.h"
 #include "grammar/json_schema.h"
 #include "grammar/regex.h"
+#include "grammar/token_walk.h"
 #include "model/model.h"
 #include "model/model_maker.h"
 #include "schema_suite.h"
@@ -43,6 +51,7 @@ namespace {
 
 using grammar::ContextMaskCache;
 using grammar::DfaMaskCache;
+using grammar::GrammarCache;
 using grammar::GrammarConstraint;
 using grammar::TokenTrie;
 
@@ -137,12 +146,45 @@ double decode_step_ms(Model& model, int batch, int steps) {
   return 1e3 * total / steps;
 }
 
-enum class Mode { kWalk, kExact, kContext, kShared };
+// A first visit's mask through the DFA: the byte trie's walk against the class trie's
+// (class_trie.h), medians over 64 states spread over the DFA.
+void first_visit_walks(const grammar::ByteDfa& dfa, const TokenTrie& trie) {
+  const double t0 = now_s();
+  auto folded = grammar::ClassTrie::build(dfa, trie, SIZE_MAX);
+  const double build_ms = 1e3 * (now_s() - t0);
+  if (!folded) {
+    std::printf("    the trie does not fold under this DFA's byte classes\n");
+    return;
+  }
+  std::vector<double> byte_us, class_us;
+  std::vector<uint64_t> bits(((size_t)trie.n_vocab() + 63) / 64);
+  std::vector<uint32_t> scratch;
+  for (uint32_t i = 0; i < 64; ++i) {
+    const uint32_t s = 1 + (uint32_t)((uint64_t)i * (dfa.num_states() - 1) / 64);
+    std::fill(bits.begin(), bits.end(), 0);
+    double t = now_s();
+    grammar::walk_trie_dfa(dfa, trie, s, false, &scratch, bits.data());
+    byte_us.push_back(1e6 * (now_s() - t));
+    std::fill(bits.begin(), bits.end(), 0);
+    t = now_s();
+    folded->walk(dfa, s, &scratch, bits.data());
+    class_us.push_back(1e6 * (now_s() - t));
+  }
+  std::sort(byte_us.begin(), byte_us.end());
+  std::sort(class_us.begin(), class_us.end());
+  std::printf(
+      "    first-visit mask (median of 64 states): byte trie %.0f us (%zu nodes), class trie %.0f "
+      "us (%u nodes, built in %.1f ms)\n",
+      byte_us[32], trie.nodes().size(), class_us[32], folded->num_nodes(), build_ms);
+}
+
+enum class Mode { kWalk, kExact, kContext, kShared, kServer };
 const char* mode_name(Mode m) {
   return m == Mode::kWalk      ? "walk"
          : m == Mode::kExact   ? "exact"
          : m == Mode::kContext ? "context"
-                               : "shared";
+         : m == Mode::kShared  ? "shared"
+                               : "server";
 }
 
 struct Seq {
@@ -154,6 +196,8 @@ struct Seq {
   double copy_s = 0;            // copying the row first (SeqSampler does only with logprobs)
   double apply_s = 0;           // mask() alone: the bitset and applying it to the row
   std::vector<float> token_us;  // [tokens] mask + accept of each token
+  std::vector<float> first_us;  // the same for each output's first 8 tokens
+  int output_tokens = 0;        // of the output in progress
   double old_s = 0;             // copy + mask + draw + accept (this benchmark's earlier measure)
   int num_tokens = 0;
   uint64_t walks = 0, misses = 0, uncertain = 0;  // of the finished outputs
@@ -162,6 +206,8 @@ struct Seq {
 struct MaskResult {
   double mask_us_per_token = 0;    // per sequence: mask + accept, thread time (mean)
   double median_us_per_token = 0;  // the same, median over the tokens
+  double first_us_per_token = 0;   // mean over each output's first 8 tokens
+  int num_outputs = 0;             // outputs started (requests)
   double copy_us_per_token = 0;    // a row copy (the engine copies only with logprobs)
   double apply_us_per_token = 0;   // mask() alone (mean)
   double old_us_per_token = 0;     // copy + mask + draw + accept (the earlier measure, mean)
@@ -174,7 +220,7 @@ struct MaskResult {
 
 MaskResult run_masks(std::shared_ptr<const grammar::Grammar> g,
                      std::shared_ptr<const TokenTrie> trie, Mode mode, int batch, int steps,
-                     ThreadPool& pool) {
+                     int output_tokens, ThreadPool& pool) {
   const int32_t n_vocab = trie->n_vocab();
   // Noise rows ("the model"), and the same rows with tokens of <= 2 bytes boosted.
   std::mt19937 rng(11);
@@ -192,7 +238,17 @@ MaskResult run_masks(std::shared_ptr<const grammar::Grammar> g,
   const bool regular = g->dfa != nullptr;
   auto shared = std::make_shared<ContextMaskCache>(g, trie, 4u << 20);
   auto shared_dfa = regular ? std::make_shared<DfaMaskCache>(g->dfa, trie, 4u << 20) : nullptr;
+  GrammarCache server(trie, 64u << 20);  // as ServerConfig::grammar_cache_bytes
+  int num_outputs = 0;
   auto fresh = [&](Seq& s) {
+    ++num_outputs;
+    s.output_tokens = 0;
+    if (mode == Mode::kServer) {
+      const GrammarCache::Entry e = server.get(g, 4u << 20);
+      s.cache = e.context_masks, s.dfa_cache = e.dfa_masks;
+      s.c = std::make_unique<GrammarConstraint>(e.grammar, trie, false, 16, s.cache, s.dfa_cache);
+      return;
+    }
     s.cache = regular                  ? nullptr
               : mode == Mode::kContext ? std::make_shared<ContextMaskCache>(g, trie, 4u << 20)
               : mode == Mode::kShared  ? shared
@@ -232,8 +288,9 @@ MaskResult run_masks(std::shared_ptr<const grammar::Grammar> g,
         s.mask_s += grammar_s;
         s.old_s += now_s() - t_copy;  // as this benchmark counted before: copy, mask, draw, accept
         s.token_us.push_back(float(1e6 * grammar_s));
+        if (s.output_tokens++ < 8) s.first_us.push_back(float(1e6 * grammar_s));
         ++s.num_tokens;
-        if (!ok || s.c->done()) {
+        if (!ok || s.c->done() || s.output_tokens == output_tokens) {
           s.walks += s.c->num_trie_walks();
           s.uncertain += s.c->num_uncertain_checked();
           s.misses += s.cache && mode == Mode::kContext ? s.cache->num_misses() : 0;
@@ -260,8 +317,12 @@ MaskResult run_masks(std::shared_ptr<const grammar::Grammar> g,
   double mask_s = 0, copy_s = 0, apply_s = 0, old_s = 0;
   int tokens = 0;
   std::vector<float> token_us;
+  double first_us = 0;
+  size_t num_first = 0;
   for (Seq& s : seqs) {
     token_us.insert(token_us.end(), s.token_us.begin(), s.token_us.end());
+    for (float us : s.first_us) first_us += us;
+    num_first += s.first_us.size();
     mask_s += s.mask_s, tokens += s.num_tokens;
     copy_s += s.copy_s, apply_s += s.apply_s, old_s += s.old_s;
     walks += s.walks + s.c->num_trie_walks();
@@ -270,7 +331,13 @@ MaskResult run_masks(std::shared_ptr<const grammar::Grammar> g,
     misses += s.dfa_cache && mode == Mode::kContext ? s.dfa_cache->num_misses() : 0;
   }
   if (mode == Mode::kShared) misses = regular ? shared_dfa->num_misses() : shared->num_misses();
+  if (mode == Mode::kServer) {
+    const GrammarCache::Entry e = server.get(g, 4u << 20);
+    misses = regular ? e.dfa_masks->num_misses() : e.context_masks->num_misses();
+  }
   r.mask_us_per_token = 1e6 * mask_s / tokens;
+  r.first_us_per_token = num_first ? first_us / num_first : 0.0;
+  r.num_outputs = num_outputs;
   std::sort(token_us.begin(), token_us.end());
   r.median_us_per_token = token_us.empty() ? 0.0 : token_us[token_us.size() / 2];
   r.copy_us_per_token = 1e6 * copy_s / tokens;
@@ -318,6 +385,7 @@ int main(int argc, char** argv) {
   std::string dir = "bench-models", type = "q4_0";
   std::string only_mode;
   int steps = 64, decode_steps = 4, threads = 0, only_vocab = 0, only_batch = 0;
+  int output_tokens = 0;
   bool decode = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
@@ -337,13 +405,15 @@ int main(int argc, char** argv) {
       only_batch = std::atoi(v.c_str());
     else if (a == "--mode")
       only_mode = v;
+    else if (a == "--output-tokens")
+      output_tokens = std::atoi(v.c_str());
     else if (a == "--no-decode")
       decode = std::atoi(v.c_str()) == 0;
     else {
       std::fprintf(stderr,
                    "usage: grammar_overhead_bench [--dir D] [--type q4_0] [--steps 64] "
                    "[--decode-steps 4] [--threads 0] [--no-decode 1] [--vocab N] [--batch N] "
-                   "[--mode walk|exact|context|shared]\n");
+                   "[--mode walk|exact|context|shared|server] [--output-tokens N]\n");
       return 2;
     }
   }
@@ -377,8 +447,12 @@ int main(int argc, char** argv) {
       auto trie = synthetic_trie(n_vocab);
       const double t1 = now_s();
       DfaMaskCache cache(g->dfa, trie, 4u << 20);
-      std::printf("  mask classes at %d tokens (max token %u bytes): %u, refined in %.1f ms\n",
-                  n_vocab, trie->max_depth(), cache.num_classes(), 1e3 * (now_s() - t1));
+      std::printf(
+          "  mask classes at %d tokens (max token %u bytes): %u, refined (and the trie folded by "
+          "byte classes: %s) in %.1f ms\n",
+          n_vocab, trie->max_depth(), cache.num_classes(), cache.folded() ? "yes" : "no",
+          1e3 * (now_s() - t1));
+      first_visit_walks(*g->dfa, *trie);
     }
   }
   struct G {
@@ -390,11 +464,10 @@ int main(int argc, char** argv) {
       {"largest schema", grammar::compile_json_schema(std::string_view(schema)).value()},
       {"regex", grammar::compile_regex(regex, 4u << 20).value()}};
   std::printf(
-      "\n| vocab | batch | decode step ms | grammar | mode | mask us/token mean | median "
-      "| mask() mean | row copy | copy+mask+draw+accept | trie walks/token | cache misses/token | "
-      "uncertain/token "
-      "| masks ms/step (wall) | overhead %% of decode "
-      "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "\n| vocab | batch | decode step ms | grammar | mode | outputs | mask us/token mean | median "
+      "| first 8 mean | mask() mean | row copy | copy+mask+draw+accept | trie walks/token "
+      "| cache misses/token | uncertain/token | masks ms/step (wall) | overhead %% of decode "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int32_t n_vocab : {32000, 151936}) {
     if (only_vocab && n_vocab != only_vocab) continue;
     auto model = decode ? load_model(dir, n_vocab, type, threads) : nullptr;
@@ -404,19 +477,20 @@ int main(int argc, char** argv) {
       if (only_batch && batch != only_batch) continue;
       const double dec_ms = decode ? decode_step_ms(*model, batch, decode_steps) : 0.0;
       for (const G& g : grammars) {
-        for (Mode mode : {Mode::kWalk, Mode::kExact, Mode::kContext, Mode::kShared}) {
+        for (Mode mode :
+             {Mode::kWalk, Mode::kExact, Mode::kContext, Mode::kShared, Mode::kServer}) {
           if (!only_mode.empty() && only_mode != mode_name(mode)) continue;
           // As many threads as the model's (idle meanwhile): the engine samples on those.
           ThreadPool pool(num_threads);
-          const MaskResult r = run_masks(g.g, trie, mode, batch, steps, pool);
+          const MaskResult r = run_masks(g.g, trie, mode, batch, steps, output_tokens, pool);
           const double extra = std::max(0.0, r.step_ms - r.plain_step_ms);
           std::printf(
-              "| %d | %d | %.1f | %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f | %.0f "
-              "| "
-              "%.3f | %.2f |\n",
-              n_vocab, batch, dec_ms, g.name, mode_name(mode), r.mask_us_per_token,
-              r.median_us_per_token, r.apply_us_per_token, r.copy_us_per_token, r.old_us_per_token,
-              r.walks_per_token, r.context_misses_per_token, r.uncertain_per_token, extra,
+              "| %d | %d | %.1f | %s | %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f "
+              "| %.3f | %.0f | %.3f | %.2f |\n",
+              n_vocab, batch, dec_ms, g.name, mode_name(mode), r.num_outputs, r.mask_us_per_token,
+              r.median_us_per_token, r.first_us_per_token, r.apply_us_per_token,
+              r.copy_us_per_token, r.old_us_per_token, r.walks_per_token,
+              r.context_misses_per_token, r.uncertain_per_token, extra,
               dec_ms > 0 ? 100.0 * extra / (dec_ms + r.plain_step_ms) : 0.0);
           std::fflush(stdout);
         }

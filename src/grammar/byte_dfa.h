@@ -32,6 +32,7 @@ class ByteDfa {
   uint32_t next(uint32_t state, uint8_t byte) const {
     return next_by_class(state, byte_class_[byte]);
   }
+  uint32_t byte_class(uint8_t byte) const { return byte_class_[byte]; }
   // cls < num_classes(): the bytes of one class lead every state to the same place.
   uint32_t next_by_class(uint32_t state, uint32_t cls) const {
     return next_[(size_t)state * num_classes_ + cls];

@@ -11,7 +11,9 @@ DfaMaskCache::DfaMaskCache(std::shared_ptr<const ByteDfa> dfa,
                            std::shared_ptr<const TokenTrie> trie, size_t max_bytes)
     : dfa_(std::move(dfa)), trie_(std::move(trie)), max_bytes_(max_bytes) {
   refine(trie_->max_depth());
-  bytes_ = class_.capacity() * 4;
+  classes_ = ClassTrie::build(*dfa_, *trie_, max_bytes_ / 4);
+  fixed_bytes_ = class_.capacity() * 4 + (classes_ ? classes_->memory_bytes() : 0);
+  bytes_ = fixed_bytes_;
 }
 
 // Moore's partition refinement, stopped after max_rounds: round r splits states that some
@@ -75,10 +77,14 @@ std::shared_ptr<const DfaMaskCache::Mask> DfaMaskCache::get(uint32_t state) {
   }
   const size_t words = ((size_t)trie_->n_vocab() + 63) / 64;
   const size_t mask_bytes = words * 8 + 64;
-  if (mask_bytes + class_.capacity() * 4 > max_bytes_) return nullptr;
+  if (mask_bytes + fixed_bytes_ > max_bytes_) return nullptr;
   auto m = std::make_shared<Mask>(words, 0);
   thread_local std::vector<uint32_t> walk;
-  walk_trie_dfa(*dfa_, *trie_, state, /*strip_space=*/false, &walk, m->data());
+  if (classes_) {
+    classes_->walk(*dfa_, state, &walk, m->data());
+  } else {
+    walk_trie_dfa(*dfa_, *trie_, state, /*strip_space=*/false, &walk, m->data());
+  }
   std::lock_guard<std::mutex> lock(mu_);
   auto [it, fresh] = masks_.emplace(c, m);
   if (!fresh) return it->second;  // another thread computed it meanwhile

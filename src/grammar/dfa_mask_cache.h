@@ -4,6 +4,7 @@
 // agree on those (bounded Moore refinement, computed at construction) share one mask: the
 // positions of a counted repetition (`(...){1,50}`) fold onto a few classes, and a step whose
 // class was seen costs a pointer, not a walk of the whole trie (~0.5 ms at 152k tokens).
+// A first visit walks the trie folded by the DFA's byte classes (class_trie.h) when it folds.
 // Owner: shared by the sequences of one request (shared_ptr); thread-safe (one mutex around
 // the map; masks are computed outside it). Bounded by max_bytes, oldest masks evicted.
 #pragma once
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "grammar/byte_dfa.h"
+#include "grammar/class_trie.h"
 #include "grammar/token_trie.h"
 
 namespace kvw::grammar {
@@ -28,7 +30,8 @@ class DfaMaskCache {
   // past it each state is its own class (still cached, only less shared).
   static constexpr uint64_t kMaxRefineSteps = 1ull << 25;
 
-  // Runs the refinement (on the caller's thread: the HTTP thread that compiled the grammar).
+  // Runs the refinement and folds the trie (within max_bytes / 4), on the caller's thread: the
+  // HTTP thread that compiled the grammar.
   DfaMaskCache(std::shared_ptr<const ByteDfa> dfa, std::shared_ptr<const TokenTrie> trie,
                size_t max_bytes);
 
@@ -41,7 +44,8 @@ class DfaMaskCache {
   // Classes of states with equal masks (== num_states when refinement was cut short).
   uint32_t num_classes() const { return num_classes_; }
   uint32_t class_of(uint32_t state) const { return class_[state]; }
-  size_t memory_bytes() const;  // masks held now plus the class table
+  size_t memory_bytes() const;  // masks held now plus the class table and folded trie
+  bool folded() const { return classes_ != nullptr; }  // masks walk the class trie
   uint64_t num_hits() const;
   uint64_t num_misses() const;
 
@@ -51,7 +55,9 @@ class DfaMaskCache {
   std::shared_ptr<const ByteDfa> dfa_;
   std::shared_ptr<const TokenTrie> trie_;
   const size_t max_bytes_;
-  std::vector<uint32_t> class_;  // [num_states] mask class; the dead state is class 0
+  std::vector<uint32_t> class_;               // [num_states] mask class; the dead state is class 0
+  std::unique_ptr<const ClassTrie> classes_;  // null: masks walk the byte trie
+  size_t fixed_bytes_ = 0;                    // class_ and classes_
   uint32_t num_classes_ = 0;
   mutable std::mutex mu_;
   std::unordered_map<uint32_t, std::shared_ptr<const Mask>> masks_;  // by class; guarded by mu_

@@ -29,6 +29,10 @@ struct ServerConfig {
   // --tool-call-parser: a tools::format_from_name name, or empty to detect it from the chat
   // template and the vocabulary (tools/tool_parser.h).
   std::string tool_call_parser;
+  // Compiled grammars and their mask caches kept across requests, by content
+  // (grammar/grammar_cache.h): each entry is charged its mask cache's limit (1/16 of
+  // --request-memory), so 64 MiB keeps ~16 grammars. 0 = each request its own.
+  uint64_t grammar_cache_bytes = uint64_t{64} << 20;
   AdmissionConfig admission;
   RefusalPacing pacing;  // how door refusals are held in a retry storm (refusal_pacer.h)
   BreakerConfig breaker;

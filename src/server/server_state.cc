@@ -2,37 +2,37 @@
 
 #include <algorithm>
 
-#include "grammar/context_mask_cache.h"
-#include "grammar/dfa_mask_cache.h"
+#include "grammar/grammar_cache.h"
 #include "grammar/token_trie.h"
 
 namespace kvw::server {
 
 std::shared_ptr<const grammar::TokenTrie> ServerState::token_trie() {
-  std::call_once(trie_once_, [this] { trie_ = grammar::TokenTrie::from_tokenizer(tokenizer()); });
+  std::call_once(trie_once_, [this] {
+    trie_ = grammar::TokenTrie::from_tokenizer(tokenizer());
+    grammar_cache_ = std::make_shared<grammar::GrammarCache>(trie_, cfg.grammar_cache_bytes);
+  });
   return trie_;
+}
+
+grammar::GrammarCache& ServerState::grammar_cache() {
+  (void)token_trie();
+  return *grammar_cache_;
 }
 
 GenConstraint ServerState::constraint_for(std::shared_ptr<const grammar::Grammar> g,
                                           size_t mask_cache_bytes) {
   if (!g) return {};
-  auto trie = token_trie();
-  // A regular grammar's masks come by DFA state class (refined here, off the engine thread);
-  // the others' by stack top. Either cache takes mask_cache_bytes.
-  std::shared_ptr<grammar::ContextMaskCache> masks;
-  std::shared_ptr<grammar::DfaMaskCache> dfa_masks;
-  if (g->dfa) {
-    dfa_masks = std::make_shared<grammar::DfaMaskCache>(g->dfa, trie, mask_cache_bytes);
-  } else {
-    masks = std::make_shared<grammar::ContextMaskCache>(g, trie, mask_cache_bytes);
-  }
-  return GenConstraint{.grammar = std::move(g),
-                       .trie = std::move(trie),
+  grammar::GrammarCache& cache = grammar_cache();
+  // The cached grammar replaces g (same content): its mask cache's positions refer to it.
+  grammar::GrammarCache::Entry e = cache.get(std::move(g), mask_cache_bytes);
+  return GenConstraint{.grammar = std::move(e.grammar),
+                       .trie = cache.trie(),
                        // the grammar sees the text the client gets, which keeps the SPM
                        // space before the first word (ChoiceRunner's continuation decoder)
                        .strip_leading_space = false,
-                       .context_masks = std::move(masks),
-                       .dfa_masks = std::move(dfa_masks)};
+                       .context_masks = std::move(e.context_masks),
+                       .dfa_masks = std::move(e.dfa_masks)};
 }
 
 Status ServerConfig::validate() const {

@@ -22,6 +22,10 @@
 #include "server/slot_ends.h"
 #include "tools/tool_call.h"
 
+namespace kvw::grammar {
+class GrammarCache;
+}
+
 namespace kvw::server {
 
 struct ServerState {
@@ -61,9 +65,12 @@ struct ServerState {
   // The vocabulary's byte trie for constrained decoding, built on first use (a server that never
   // sees a grammar never pays for it) and shared by every request.
   std::shared_ptr<const grammar::TokenTrie> token_trie();
+  // Grammars and their mask caches shared across requests by content (grammar_cache.h),
+  // within cfg.grammar_cache_bytes; built with the trie.
+  grammar::GrammarCache& grammar_cache();
   // The constraint a request's grammar becomes: the shared trie and the tokenizer's rules, and
-  // a mask cache for the request's sequences of at most mask_cache_bytes (by DFA state class
-  // for a regular grammar, else by stack top).
+  // the mask cache of at most mask_cache_bytes that every request with this grammar shares (by
+  // DFA state class for a regular grammar, else by stack top).
   GenConstraint constraint_for(std::shared_ptr<const grammar::Grammar> g, size_t mask_cache_bytes);
   // max_model_len, n_vocab, max_num_seqs, overflow policy: the engine's, never copied here.
   const EngineLimits& limits() const { return engine->limits(); }
@@ -79,6 +86,8 @@ struct ServerState {
   std::unordered_set<uint64_t> in_flight_;
   std::once_flag trie_once_;
   std::shared_ptr<const grammar::TokenTrie> trie_;
+  // shared_ptr: its deleter is bound where the type is complete (this header only declares it).
+  std::shared_ptr<grammar::GrammarCache> grammar_cache_;
 };
 
 inline double now_s() {

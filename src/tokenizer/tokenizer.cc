@@ -55,10 +55,27 @@ Status validate(const Vocab& v) {
 // <|call|>: gpt-oss ends a tool call's message with it and waits for the tool's answer (its
 // generation_config lists it among the eos ids; llama.cpp adds it to the end tokens by name).
 bool names_end_of_turn(std::string_view text) {
-  static constexpr std::string_view kNames[] = {"<|eot_id|>",      "<|eom_id|>",    "<|im_end|>",
-                                                "<|end|>",         "<end_of_turn>", "<|endoftext|>",
-                                                "<|end_of_text|>", "<EOT>",         "<|call|>"};
+  static constexpr std::string_view kNames[] = {
+      "<|eot_id|>",    "<|eom_id|>",      "<|im_end|>", "<|end|>",  "<end_of_turn>",
+      "<|endoftext|>", "<|end_of_text|>", "<EOT>",      "<|call|>", "<|return|>"};
   return std::find(std::begin(kNames), std::end(kNames), text) != std::end(kNames);
+}
+
+// gpt-oss's harmony format: <|end|> closes a message (the analysis before the final answer)
+// and the model goes on with <|start|>assistant...; only <|return|> and <|call|> end its turn.
+// A vocabulary with both as control tokens is harmony's: its <|end|> (id returned, else -1)
+// ends nothing, whatever the file names as eot (llama.cpp drops it on the same test).
+int32_t harmony_end_of_message(const Vocab& v) {
+  int32_t end = -1;
+  bool has_return = false, has_call = false;
+  for (int32_t id = 0; id < (int32_t)v.tokens.size(); ++id) {
+    if (type_at(v, id) != TokenType::kControl) continue;
+    const std::string& t = v.tokens[id];
+    if (t == "<|end|>") end = id;
+    has_return = has_return || t == "<|return|>";
+    has_call = has_call || t == "<|call|>";
+  }
+  return has_return && has_call ? end : -1;
 }
 
 }  // namespace
@@ -72,7 +89,9 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::create(Vocab vocab) {
 
 Tokenizer::Tokenizer(Vocab vocab, bool strip_leading_space)
     : vocab_(std::move(vocab)), strip_leading_space_(strip_leading_space) {
+  const int32_t end_of_message = harmony_end_of_message(vocab_);
   for (int32_t id = 0; id < n_vocab(); ++id) {
+    if (id == end_of_message) continue;
     const bool named =
         token_type(id) == TokenType::kControl && names_end_of_turn(vocab_.tokens[id]);
     if (id == vocab_.eos_id || id == vocab_.eot_id || named) eog_ids_.push_back(id);

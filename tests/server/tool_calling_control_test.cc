@@ -5,7 +5,8 @@
 // - Hermes with <tool_call> / </tool_call> as control tokens (make-model --control-tokens, as
 //   a GGUF whose converter marked them special), the markers forced by logit_bias;
 // - gpt-oss harmony (make-model's gpt-oss-tiny: <|channel|>, <|constrain|>, <|message|>,
-//   <|call|> are control tokens), where a streamed call goes out as its tokens arrive.
+//   <|call|> are control tokens), where a streamed call goes out as its tokens arrive, and
+//   <|end|> (end of a message) does not end the answer.
 #include <algorithm>
 #include <cstdlib>
 
@@ -231,6 +232,29 @@ TEST(ServerToolCallingControlTokens, StreamedHarmonyCallGoesOutAsItsTokensArrive
     }
   }
   EXPECT_GT(finished, 0) << "no run finished within 120 tokens";
+}
+
+// gpt-oss closes its analysis message with <|end|> and goes on to the final answer
+// (<|start|>assistant<|channel|>final<|message|>...), so <|end|> must not end the generation;
+// only <|return|> and <|call|> do. Biased to, <|end|> comes every step and the answer runs to
+// max_tokens (a 200, never a 500, whatever the channels then hold); <|return|> ends it at once.
+TEST(ServerToolCallingControlTokens, HarmonyEndOfMessageDoesNotEndTheAnswer) {
+  auto h = harmony_server();
+  auto biased_to = [&](const char* token) {
+    return h->post_ok("/v1/chat/completions",
+                      {{"messages", kUser},
+                       {"max_tokens", 6},
+                       {"temperature", 0.0},
+                       {"logit_bias", {{std::to_string(token_id(*h, token)), 100}}}});
+  };
+  const json r = biased_to("<|end|>");
+  ASSERT_TRUE(r.is_object());
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length") << r.dump();
+  EXPECT_EQ(r["usage"]["completion_tokens"], 6) << r.dump();
+  const json s = biased_to("<|return|>");
+  ASSERT_TRUE(s.is_object());
+  EXPECT_EQ(s["choices"][0]["finish_reason"], "stop") << s.dump();
+  EXPECT_LE(s["usage"]["completion_tokens"].get<int>(), 1) << s.dump();
 }
 
 }  // namespace

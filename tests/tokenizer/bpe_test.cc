@@ -128,12 +128,31 @@ TEST(Bpe, BuiltVocabEncodesWordsAsSingleTokens) {
 }
 
 // gpt-oss stops at <|call|> to wait for the tool's answer (issue 31), as at <|return|>; a
-// harmony message's <|channel|> does not end anything.
-TEST(Bpe, HarmonyCallMarkerEndsGeneration) {
+// harmony message's <|channel|> does not end anything, nor does its <|end|>: it closes the
+// analysis message and the final answer follows (the builder's vocabulary names it eot, as
+// a file may).
+TEST(Bpe, HarmonyCallMarkerEndsGenerationAndEndOfMessageDoesNot) {
   auto tok = make(build_bpe_vocab(testing::test_words(), "gpt-4o"));
   EXPECT_TRUE(tok->is_end_of_generation(id_of(*tok, "<|call|>")));
   EXPECT_TRUE(tok->is_end_of_generation(id_of(*tok, "<|return|>")));
   EXPECT_FALSE(tok->is_end_of_generation(id_of(*tok, "<|channel|>")));
+  ASSERT_EQ(tok->vocab().eot_id, id_of(*tok, "<|end|>"));
+  EXPECT_FALSE(tok->is_end_of_generation(id_of(*tok, "<|end|>")));
+}
+
+// Outside harmony (no <|return|> and <|call|> control tokens) <|end|> ends a turn, as Phi-3's.
+TEST(Bpe, EndOfMessageEndsGenerationOutsideHarmony) {
+  for (bool with_call : {false, true}) {
+    Vocab v = hand_vocab({}, {});
+    for (const char* t : {"<|end|>", "<|return|>", "<|call|>"}) {
+      if (std::string(t) == "<|call|>" && !with_call) continue;
+      v.tokens.push_back(t);
+      v.types.push_back(TokenType::kControl);
+    }
+    auto tok = make(std::move(v));
+    EXPECT_EQ(tok->is_end_of_generation(id_of(*tok, "<|end|>")), !with_call) << with_call;
+    EXPECT_TRUE(tok->is_end_of_generation(id_of(*tok, "<|return|>")));
+  }
 }
 
 TEST(Bpe, Llama3NumbersUseGroupsOfThreeAndQwen2SingleDigits) {
