@@ -37,6 +37,7 @@ struct PlanArgs {
   std::string overhead = "1GiB";
   int64_t engine_threads = 0;
   std::string request_memory = "64MiB";  // --engine: serve's request row
+  std::string grammar_cache = "64MiB";   // --engine: serve's request row
   std::string swap_space;                // --engine: serve's --swap-space (the staging row)
   int64_t max_queue = 256;
   bool json = false;
@@ -225,10 +226,16 @@ int run_plan(const PlanArgs& a) {
       std::cerr << "kvwarden plan: " << rm.message() << "\n";
       return 2;
     }
+    auto gc = parse_size("--grammar-cache", a.grammar_cache);
+    if (!gc.ok()) {
+      std::cerr << "kvwarden plan: " << gc.message() << "\n";
+      return 2;
+    }
     opt.request_bytes = request_row_bytes({.request_memory_bytes = *rm,
                                            .max_num_seqs = a.concurrency,
                                            .max_queue = a.max_queue,
-                                           .max_model_len = in->max_model_len});
+                                           .max_model_len = in->max_model_len,
+                                           .grammar_cache_bytes = *gc});
     if (!a.swap_space.empty()) {
       auto sw = parse_size("--swap-space", a.swap_space);
       if (!sw.ok()) {
@@ -338,6 +345,9 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--request-memory", a->request_memory,
                   "--engine: serve's --request-memory (the request row also counts connections "
                   "and streams for --concurrency and --max-queue)")
+      ->capture_default_str();
+  cmd->add_option("--grammar-cache", a->grammar_cache,
+                  "--engine: serve's --grammar-cache (in the request row)")
       ->capture_default_str();
   cmd->add_option("--swap-space", a->swap_space,
                   "--engine: serve's --swap-space (adds the swap tier's staging row)");

@@ -39,10 +39,10 @@ constexpr int64_t kMaxDefaultModelLen = 16384;
 struct ServeFlags {
   server::ServerConfig server;
   EngineConfig engine;
-  std::string memory_budget, request_memory = "64MiB", swap_space, kv_dtype = "f16",
-                             preemption_mode = "swap", overflow = "error", kv_reserve = "none",
-                             chat_template_file, diagnostics_dir, kv_events_json,
-                             diagnostics_max_bytes = "64MiB", speculative_config;
+  std::string memory_budget, request_memory = "64MiB", grammar_cache = "64MiB", swap_space,
+                             kv_dtype = "f16", preemption_mode = "swap", overflow = "error",
+                             kv_reserve = "none", chat_template_file, diagnostics_dir,
+                             kv_events_json, diagnostics_max_bytes = "64MiB", speculative_config;
   double diagnostics_min_interval_s = 60;
   uint32_t diagnostics_max_files = 64;
   uint64_t diagnostics_max_bytes_value = 0;  // parsed from diagnostics_max_bytes
@@ -99,6 +99,11 @@ Result<ServeModel> resolve(ServeFlags& f) {
     auto b = parse_size_flag("--request-memory", f.request_memory);
     if (!b.ok()) return b.error();
     f.server.http.request_memory_bytes = *b;
+  }
+  {
+    auto b = parse_size_flag("--grammar-cache", f.grammar_cache);
+    if (!b.ok()) return b.error();
+    f.server.grammar_cache_bytes = *b;
   }
   {
     auto d = parse_size_flag("--diagnostics-max-bytes", f.diagnostics_max_bytes);
@@ -193,12 +198,14 @@ Result<ServeModel> resolve(ServeFlags& f) {
       h.max_connections = nofile.rlim_cur - spare;
     }
   }
-  e.request_bytes = planner::request_row_bytes({.request_memory_bytes = h.request_memory_bytes,
-                                                .max_connections = (int64_t)h.max_connections,
-                                                .max_num_seqs = e.sched.max_num_seqs,
-                                                .max_queue = f.server.admission.max_queue,
-                                                .stream_buffer_bytes = h.stream_buffer_bytes,
-                                                .max_model_len = e.sched.max_model_len});
+  e.request_bytes =
+      planner::request_row_bytes({.request_memory_bytes = h.request_memory_bytes,
+                                  .max_connections = (int64_t)h.max_connections,
+                                  .max_num_seqs = e.sched.max_num_seqs,
+                                  .max_queue = f.server.admission.max_queue,
+                                  .stream_buffer_bytes = h.stream_buffer_bytes,
+                                  .max_model_len = e.sched.max_model_len,
+                                  .grammar_cache_bytes = f.server.grammar_cache_bytes});
   KVW_RETURN_IF_ERROR(e.validate());
   KVW_RETURN_IF_ERROR(f.server.validate());
   return ServeModel{std::move(*file), std::move(*hp)};
@@ -391,6 +398,12 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "Memory for request bodies, their parsed JSON and prompts before they reach "
                   "the engine (4 x body + 256 KiB each); when spent, bodies wait unread, then "
                   "get 503 (part of the budget table's request row)")
+      ->capture_default_str();
+  cmd->add_option("--grammar-cache", f->grammar_cache,
+                  "Memory for compiled structured-output grammars (response_format, tools) and "
+                  "their token masks, kept across requests so a schema seen before costs no "
+                  "mask walks; least recently used dropped first; 0: each request its own "
+                  "(part of the budget table's request row)")
       ->capture_default_str();
   cmd->add_option("--stream-buffer-bytes", h.stream_buffer_bytes,
                   "Unsent bytes one stream may queue behind a write its client has not finished "

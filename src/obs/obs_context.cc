@@ -116,6 +116,7 @@ std::string ObservabilityContext::metrics_text() {
   if (p.stats) metrics_.update_engine(p.stats());
   if (p.transport) metrics_.update_transport(p.transport());
   if (p.kv_events) metrics_.update_kv_events(p.kv_events());
+  if (p.grammar_cache) metrics_.update_grammar_cache(p.grammar_cache());
   if (p.budget) metrics_.update_budget(p.budget());
   metrics_.update_process();
   return metrics_.render();

@@ -51,8 +51,9 @@ struct ObsProviders {
   std::function<std::shared_ptr<const KvSnapshot>()> kv_snapshot = nullptr;  // null: none yet
   std::function<planner::BudgetTable()> budget = nullptr;
   std::function<nlohmann::json()> config = nullptr;  // the serve config, for diagnostics dumps
-  std::function<http::HttpServerStats()> transport = nullptr;  // the HTTP front door
-  std::function<KvEventsStats()> kv_events = nullptr;          // the KV events publisher
+  std::function<http::HttpServerStats()> transport = nullptr;   // the HTTP front door
+  std::function<KvEventsStats()> kv_events = nullptr;           // the KV events publisher
+  std::function<GrammarCacheSample()> grammar_cache = nullptr;  // structured outputs' cache
 };
 
 class ObservabilityContext {

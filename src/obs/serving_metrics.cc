@@ -153,6 +153,25 @@ void ServingMetrics::init_kvwarden() {
   prefix_evictions_ = &r.counter("kvwarden_prefix_cache_evictions_total",
                                  "Cached prefix blocks evicted to hold other data (LRU).")
                            .with({});
+  auto& gbytes = r.gauge("kvwarden_grammar_cache_bytes",
+                         "Structured-output grammars and their masks kept across requests "
+                         "(--grammar-cache).",
+                         {"state"});
+  grammar_bytes_ = &gbytes.with({"used"});
+  grammar_capacity_ = &gbytes.with({"capacity"});
+  grammar_entries_ =
+      &r.gauge("kvwarden_grammar_cache_entries", "Grammars kept in the grammar cache.").with({});
+  auto& glookups =
+      r.counter("kvwarden_grammar_cache_lookups_total",
+                "Requests with a grammar: hit (its masks were kept) or miss.", {"result"});
+  grammar_hits_ = &glookups.with({"hit"});
+  grammar_misses_ = &glookups.with({"miss"});
+  grammar_evicted_ = &r.counter("kvwarden_grammar_cache_evictions_total",
+                                "Grammars dropped from the cache to make room (least recent).")
+                          .with({});
+  grammar_too_large_ = &r.counter("kvwarden_grammar_cache_too_large_total",
+                                  "Grammars larger than the whole cache: used once, not kept.")
+                            .with({});
   kv_events_published_ = &r.counter("kvwarden_kv_events_published_total",
                                     "KV cache events sent on the --kv-events-config PUB socket.")
                               .with({});
@@ -361,6 +380,16 @@ void ServingMetrics::update_transport(const http::HttpServerStats& t) {
   req_mem_peak_->set(double(t.request_memory.peak));
   req_mem_waiting_->set(double(t.request_memory.num_waiting));
   req_mem_timeouts_->set_total(double(t.request_memory.num_timed_out));
+}
+
+void ServingMetrics::update_grammar_cache(const GrammarCacheSample& s) {
+  grammar_bytes_->set(double(s.bytes));
+  grammar_capacity_->set(double(s.capacity));
+  grammar_entries_->set(double(s.entries));
+  grammar_hits_->set_total(double(s.hits));
+  grammar_misses_->set_total(double(s.misses));
+  grammar_evicted_->set_total(double(s.evicted));
+  grammar_too_large_->set_total(double(s.too_large));
 }
 
 void ServingMetrics::update_process() {

@@ -56,6 +56,12 @@ struct ServingMetricsConfig {
   bool enable_prefix_caching = true;
 };
 
+// The structured-output grammar cache (--grammar-cache), as the server reports it.
+struct GrammarCacheSample {
+  uint64_t hits = 0, misses = 0, evicted = 0, too_large = 0;
+  uint64_t entries = 0, bytes = 0, capacity = 0;
+};
+
 class ServingMetrics {
  public:
   explicit ServingMetrics(ServingMetricsConfig cfg = {});
@@ -72,6 +78,7 @@ class ServingMetrics {
   void update_transport(const http::HttpServerStats& t);
   // The KV events publisher (--kv-events-config), when there is one.
   void update_kv_events(const KvEventsStats& s);
+  void update_grammar_cache(const GrammarCacheSample& s);
 
   // Observes TTFT, TPOT, ITL, e2e and queue time (when known), counts prompt tokens and the
   // finish reason. Generation tokens are counted from EngineStats, not here (no double count).
@@ -122,6 +129,8 @@ class ServingMetrics {
   Counter *http_accepted_, *http_rejected_, *http_slow_, *http_held_total_, *req_mem_timeouts_,
       *defrag_moves_;
   Counter *window_freed_, *prefix_evictions_;
+  Gauge *grammar_bytes_, *grammar_capacity_, *grammar_entries_;
+  Counter *grammar_hits_, *grammar_misses_, *grammar_evicted_, *grammar_too_large_;
   Counter *kv_events_published_, *kv_events_dropped_, *kv_batches_published_, *kv_batches_dropped_;
   Gauge* kv_events_queued_;
   double engine_waiting_ = 0;

@@ -214,7 +214,7 @@ uint64_t request_row_bytes(const RequestMemoryOptions& o) {
                             ? o.max_connections
                             : default_max_connections(o.max_num_seqs, o.max_queue);
   const auto streams = (uint64_t)max_open_streams(o.max_num_seqs, o.max_queue);
-  return o.request_memory_bytes + (uint64_t)conns * kConnectionBytes +
+  return o.request_memory_bytes + o.grammar_cache_bytes + (uint64_t)conns * kConnectionBytes +
          streams * (2 * o.stream_buffer_bytes + (uint64_t)o.max_model_len * kAnswerBytesPerToken);
 }
 

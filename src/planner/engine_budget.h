@@ -63,7 +63,8 @@ inline uint64_t swap_staging_bytes(uint64_t swap_bytes) {
 // hard cap enforced by the transport), per-connection state (kConnectionBytes each, up to
 // --max-connections), and per-stream output (--stream-buffer-bytes of unsent SSE, as much again
 // in the kernel's send buffer (the server sets SO_SNDBUF to half of it; Linux doubles it), plus
-// the accumulated answer of a non-streamed request, max_model_len x kAnswerBytesPerToken).
+// the accumulated answer of a non-streamed request, max_model_len x kAnswerBytesPerToken), and
+// the structured-output grammars kept across requests (--grammar-cache).
 struct RequestMemoryOptions {
   uint64_t request_memory_bytes = uint64_t{64} << 20;  // --request-memory
   int64_t max_connections = 0;                         // 0: default_max_connections()
@@ -71,6 +72,8 @@ struct RequestMemoryOptions {
   int64_t max_queue = 256;  // --max-queue (0: unbounded; then max_num_seqs more)
   uint64_t stream_buffer_bytes = uint64_t{64} << 10;
   int64_t max_model_len = 4096;
+  // Compiled grammars and their mask caches kept across requests (--grammar-cache).
+  uint64_t grammar_cache_bytes = uint64_t{64} << 20;
 };
 inline constexpr uint64_t kConnectionBytes = 16u << 10;  // measured: bench/http_front_bench
 inline constexpr uint64_t kAnswerBytesPerToken = 16;

@@ -8,6 +8,7 @@
 
 #include "core/log.h"
 #include "core/thread_name.h"
+#include "grammar/grammar_cache.h"
 #include "planner/engine_budget.h"
 #include "server/leased_answer.h"
 #include "server/routes.h"
@@ -85,6 +86,20 @@ int64_t longest_token_bytes(const Tokenizer& tok) {
 }
 
 }  // namespace
+
+obs::GrammarCacheSample Server::grammar_cache() const {
+  obs::GrammarCacheSample s{.capacity = st_->cfg.grammar_cache_bytes};
+  const grammar::GrammarCache* cache = st_->built_grammar_cache();
+  if (cache == nullptr) return s;
+  const grammar::GrammarCache::Stats c = cache->stats();
+  s.hits = c.num_hits;
+  s.misses = c.num_misses;
+  s.evicted = c.num_evicted;
+  s.too_large = c.num_too_large;
+  s.entries = c.num_entries;
+  s.bytes = c.bytes;
+  return s;
+}
 
 Server::Server(PassKey, const ServerConfig& cfg, Engine& engine)
     : st_(std::make_unique<ServerState>(cfg, engine)) {

@@ -20,6 +20,7 @@
 #include "core/status.h"
 #include "engine/engine.h"
 #include "http/http_server.h"
+#include "obs/serving_metrics.h"
 #include "server/server_config.h"
 #include "server/server_observer.h"
 #include "server/server_state.h"
@@ -75,6 +76,7 @@ class Server {
   const RefusalCounters& refusals() const { return st_->refusals; }
   const ServerCounters& counters() const { return st_->counters; }
   http::HttpServerStats transport() const { return http_->stats(); }
+  obs::GrammarCacheSample grammar_cache() const;
   const http::HttpServerConfig& transport_config() const { return http_->config(); }
   const std::string& model_name() const { return st_->model_name; }
   // The most text bytes one token stands for (bounds tokens per prompt byte).

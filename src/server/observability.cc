@@ -68,7 +68,8 @@ void wire_observability(Server& server, Engine& engine, obs::ObservabilityContex
        .budget = [&engine] { return engine.budget(); },
        .config = [config = std::move(config)] { return config; },
        .transport = [&server] { return server.transport(); },
-       .kv_events = std::move(kv_events)});
+       .kv_events = std::move(kv_events),
+       .grammar_cache = [&server] { return server.grammar_cache(); }});
   ctx.metrics().set_breaker_state(BreakerState::kOk);
   server.set_observer(&bridge);
   obs::register_observability_routes(

@@ -11,6 +11,7 @@ std::shared_ptr<const grammar::TokenTrie> ServerState::token_trie() {
   std::call_once(trie_once_, [this] {
     trie_ = grammar::TokenTrie::from_tokenizer(tokenizer());
     grammar_cache_ = std::make_shared<grammar::GrammarCache>(trie_, cfg.grammar_cache_bytes);
+    grammar_cache_ready_.store(grammar_cache_.get(), std::memory_order_release);
   });
   return trie_;
 }

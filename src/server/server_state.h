@@ -68,6 +68,10 @@ struct ServerState {
   // Grammars and their mask caches shared across requests by content (grammar_cache.h),
   // within cfg.grammar_cache_bytes; built with the trie.
   grammar::GrammarCache& grammar_cache();
+  // The cache once the first grammar built it, else null; never builds it (for /metrics).
+  const grammar::GrammarCache* built_grammar_cache() const {
+    return grammar_cache_ready_.load(std::memory_order_acquire);
+  }
   // The constraint a request's grammar becomes: the shared trie and the tokenizer's rules, and
   // the mask cache of at most mask_cache_bytes that every request with this grammar shares (by
   // DFA state class for a regular grammar, else by stack top).
@@ -88,6 +92,7 @@ struct ServerState {
   std::shared_ptr<const grammar::TokenTrie> trie_;
   // shared_ptr: its deleter is bound where the type is complete (this header only declares it).
   std::shared_ptr<grammar::GrammarCache> grammar_cache_;
+  std::atomic<const grammar::GrammarCache*> grammar_cache_ready_{nullptr};
 };
 
 inline double now_s() {

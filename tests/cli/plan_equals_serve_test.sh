@@ -20,14 +20,14 @@ table() { grep -E "^  (weights|workspace|kv_pool|reserve|request|total|kv:|kv wi
 compare() {
   local name="$1" model="$2" len="$3" local_layers_full="${4:-}"
   "$KVW" serve --model "$model" --port 0 --threads 2 --max-num-seqs 64 --max-model-len "$len" \
-    --max-queue 100 --request-memory 40MiB ${EXTRA_FLAGS:-} >"$WORK/$name.out" 2>"$WORK/$name.err" &
+    --max-queue 100 --request-memory 40MiB --grammar-cache 24MiB ${EXTRA_FLAGS:-} >"$WORK/$name.out" 2>"$WORK/$name.err" &
   PID=$!
   for _ in $(seq 1 100); do grep -q "kvwarden serving" "$WORK/$name.out" && break; sleep 0.1; done
   grep -q "kvwarden serving" "$WORK/$name.out" || fail "$name: serve did not start: $(cat "$WORK/$name.err")"
   URL="$(sed -n 's/^kvwarden serving .* on \(http[^ ]*\).*/\1/p' "$WORK/$name.out")"
   table "$WORK/$name.err" >"$WORK/$name.serve.table"
   "$KVW" plan --model "$model" --engine --concurrency 64 --max-model-len "$len" \
-    --engine-threads 2 --max-queue 100 --request-memory 40MiB --gpu-memory 80GiB \
+    --engine-threads 2 --max-queue 100 --request-memory 40MiB --grammar-cache 24MiB --gpu-memory 80GiB \
     --max-num-batched-tokens 2048 ${EXTRA_FLAGS:-} >"$WORK/$name.plan.out" 2>&1 ||
     fail "$name: plan: $(cat "$WORK/$name.plan.out")"
   awk '/kvwarden CPU engine budget/{on=1; next} on && !/^  /{on=0} on' "$WORK/$name.plan.out" |

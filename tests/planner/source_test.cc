@@ -695,10 +695,11 @@ TEST(EngineBudget, RequestRowIsCountedAndComesOutOfTheKvPool) {
   r.max_queue = 48;
   r.stream_buffer_bytes = 64 << 10;
   r.max_model_len = 256;
+  r.grammar_cache_bytes = 8 * kMiB;
   const int64_t conns = default_max_connections(16, 48);
   EXPECT_EQ(conns, 1024);  // 2 x 64 + 512 < 1024
   EXPECT_EQ(max_open_streams(16, 48), 64);
-  EXPECT_EQ(request_row_bytes(r), 64 * kMiB + 1024 * kConnectionBytes +
+  EXPECT_EQ(request_row_bytes(r), 64 * kMiB + 8 * kMiB + 1024 * kConnectionBytes +
                                       64 * (2 * (64 << 10) + 256 * kAnswerBytesPerToken));
   EXPECT_EQ(max_open_streams(16, 0), 32);  // unbounded queue: the engine's own bound
   MakeModelSpec s;

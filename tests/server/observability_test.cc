@@ -77,6 +77,32 @@ TEST(ServerObservability, MetricsShowRequestsTimingsRefusalsAndEngineState) {
             std::string::npos);
 }
 
+// The grammar cache (--grammar-cache): nothing before the first grammar (the trie is not built
+// for a scrape), then one miss that keeps the grammar and one hit that reads it.
+TEST(ServerObservability, GrammarCacheLookupsAndBytesShowInMetrics) {
+  Wired w;
+  Harness& h = *w.h;
+  auto before = h.client->Get("/metrics");
+  ASSERT_TRUE(before);
+  EXPECT_EQ(sample(before->body, R"(kvwarden_grammar_cache_lookups_total{result="miss"})"), 0);
+  EXPECT_EQ(sample(before->body, R"(kvwarden_grammar_cache_bytes{state="used"})"), 0);
+  EXPECT_EQ(sample(before->body, R"(kvwarden_grammar_cache_bytes{state="capacity"})"),
+            double(ServerConfig{}.grammar_cache_bytes));
+  const json body = {{"messages", json::array({{{"role", "user"}, {"content", "JSON please"}}})},
+                     {"max_tokens", 4},
+                     {"response_format", {{"type", "json_object"}}}};
+  for (int i = 0; i < 2; ++i) h.post_ok("/v1/chat/completions", body);
+  auto m = h.client->Get("/metrics");
+  ASSERT_TRUE(m);
+  const std::string& t = m->body;
+  EXPECT_EQ(sample(t, R"(kvwarden_grammar_cache_lookups_total{result="miss"})"), 1) << t;
+  EXPECT_EQ(sample(t, R"(kvwarden_grammar_cache_lookups_total{result="hit"})"), 1) << t;
+  EXPECT_EQ(sample(t, "kvwarden_grammar_cache_entries"), 1);
+  const double used = sample(t, R"(kvwarden_grammar_cache_bytes{state="used"})");
+  EXPECT_GT(used, 0);
+  EXPECT_LE(used, double(ServerConfig{}.grammar_cache_bytes));
+}
+
 TEST(ServerObservability, DebugKvDashboardAndTrace) {
   Wired w;
   Harness& h = *w.h;
