@@ -16,10 +16,8 @@ namespace {
 
 TEST(ModelFamily, EachFamilysSwitchesReachItsFilesHyperParameters) {
   std::vector<MakeModelSpec> specs;
-  for (const char* preset : {"tiny", "qwen2moe-tiny", "qwen3-tiny", "qwen3moe-tiny", "gemma2-tiny",
-                             "gemma3-tiny", "deepseek-v2-lite-tiny", "phi3-tiny", "gpt-oss-tiny"}) {
-    specs.push_back(test::preset_spec(preset));
-  }
+  for (const ModelFamily* family : all_families())
+    specs.push_back(test::preset_spec(std::string(family->tiny_preset())));
   MakeModelSpec qwen2;  // no preset: the default shape under qwen2's name
   qwen2.arch = "qwen2";
   specs.push_back(qwen2);
@@ -36,6 +34,8 @@ TEST(ModelFamily, EachFamilysSwitchesReachItsFilesHyperParameters) {
     EXPECT_EQ(hp->qk_norm, family->qk_norm) << hp->arch;
     EXPECT_EQ(hp->gate_up_fused, family->gate_up_fused) << hp->arch;
     EXPECT_EQ(hp->mla.is_mla(), family->mla) << hp->arch;
+    EXPECT_EQ(hp->gemma.post_norms, family->post_norms) << hp->arch;
+    EXPECT_EQ(hp->gemma.scale_embd, family->scale_embd) << hp->arch;
     seen.insert(hp->arch);
   }
   // A family added to the table needs a make-model file here too.
@@ -55,9 +55,9 @@ std::string shape_str(const std::vector<int64_t>& s) {
 // parameters read back from that file), in its order and shapes, and the model loads it.
 TEST(ModelFamily, EveryFamilysFileHoldsExactlyItsDeclaredTensors) {
   for (const ModelFamily* family : all_families()) {
-    ASSERT_FALSE(family->tiny_preset.empty()) << family->arch << " has no make-model preset";
-    const MakeModelSpec spec = test::preset_spec(std::string(family->tiny_preset));
-    ASSERT_EQ(spec.arch, family->arch) << family->tiny_preset;
+    ASSERT_FALSE(family->tiny_preset().empty()) << family->arch << " has no make-model preset";
+    const MakeModelSpec spec = test::preset_spec(std::string(family->tiny_preset()));
+    ASSERT_EQ(spec.arch, family->arch) << family->tiny_preset();
     const std::string path = test::write_model("declared_" + spec.arch, spec);
     auto f = GgufFile::open(path);
     ASSERT_TRUE(f.ok()) << f.message();
@@ -81,7 +81,7 @@ TEST(ModelFamily, EveryFamilysFileHoldsExactlyItsDeclaredTensors) {
 // with found vs expected.
 TEST(ModelFamily, EveryFamilysLoaderRefusesAMissingOrMisshapenDeclaredTensor) {
   for (const ModelFamily* family : all_families()) {
-    const MakeModelSpec spec = test::preset_spec(std::string(family->tiny_preset));
+    const MakeModelSpec spec = test::preset_spec(std::string(family->tiny_preset()));
     const std::string path = test::write_model("refuse_" + spec.arch, spec);
     auto f = GgufFile::open(path);
     ASSERT_TRUE(f.ok());

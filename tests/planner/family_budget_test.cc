@@ -23,8 +23,8 @@ namespace {
 std::vector<std::string> family_presets() {
   std::vector<std::string> presets;
   for (const ModelFamily* family : all_families()) {
-    EXPECT_FALSE(family->tiny_preset.empty()) << family->arch;
-    presets.emplace_back(family->tiny_preset);
+    EXPECT_FALSE(family->tiny_preset().empty()) << family->arch;
+    presets.emplace_back(family->tiny_preset());
   }
   presets.emplace_back("mixtral-tiny");
   return presets;
@@ -34,9 +34,9 @@ std::string write_preset(const std::string& preset, GgmlType type) {
   auto s = make_model_preset(preset);
   EXPECT_TRUE(s.ok()) << preset << ": " << (s.ok() ? "" : s.message());
   s->weight_type = type;
-  // gpt-oss's experts too (its preset writes MXFP4 ones, which read Q8_0 activation rows): the
+  // Typed experts too (gpt-oss's preset writes MXFP4 ones, which read Q8_0 activation rows): the
   // file is then the uniform type the shapes without a file plan for.
-  if (s->arch == "gpt-oss") s->expert_type = type;
+  if (find_family(s->arch)->maker.flags & kMakeExpertType) s->expert_type = type;
   const std::string path = ::testing::TempDir() + "/family_budget_" + preset + "_" +
                            std::string(type_traits(type).name) + ".gguf";
   const Status st = make_model(*s, path);
