@@ -116,6 +116,68 @@ TEST(ModelFamily, EveryFamilysLoaderRefusesAMissingOrMisshapenDeclaredTensor) {
   }
 }
 
+// make-model's presets live in their family's rules: every preset makes a valid spec of its own
+// family, names are unique, and an unknown name is refused listing them all.
+TEST(ModelFamily, EveryPresetIsAValidSpecOfItsOwnFamily) {
+  std::set<std::string_view> names;
+  for (const ModelFamily* family : all_families()) {
+    ASSERT_NE(family->maker.validate, nullptr) << family->arch;
+    ASSERT_NE(family->maker.write_keys, nullptr) << family->arch;
+    for (const MakerPreset& p : family->maker.presets) {
+      EXPECT_TRUE(names.insert(p.name).second) << p.name << " twice";
+      auto spec = make_model_preset(std::string(p.name));
+      ASSERT_TRUE(spec.ok()) << p.name;
+      EXPECT_EQ(spec->arch, family->arch) << p.name;
+      const Status st = spec->validate();
+      EXPECT_TRUE(st.ok()) << p.name << ": " << st.message();
+    }
+  }
+  auto unknown = make_model_preset("no-such-preset");
+  ASSERT_FALSE(unknown.ok());
+  for (std::string_view name : names)
+    EXPECT_NE(unknown.message().find(std::string(name)), std::string::npos) << name;
+}
+
+// Each flag only some families read (MakerFlag), set on every family's tiny spec: refused
+// naming the flag and exactly the families whose rules take it where the family lacks the bit,
+// never refused for that reason where it has it. A new bit needs a row here.
+TEST(ModelFamily, AFlagIsRefusedExactlyForTheFamiliesWithoutIt) {
+  const struct {
+    uint32_t bit;
+    const char* flag;
+    void (*set)(MakeModelSpec&);
+  } rows[] = {
+      {kMakeHeadDim, "--head-dim", [](MakeModelSpec& s) { s.head_dim = 64; }},
+      {kMakeExperts, "--experts", [](MakeModelSpec& s) { s.n_expert = s.n_expert_used = 2; }},
+      {kMakeExpertFfn, "--expert-ffn", [](MakeModelSpec& s) { s.n_ff_exp = 64; }},
+      {kMakeSharedExpert, "--shared-expert-ffn", [](MakeModelSpec& s) { s.n_ff_shexp = 64; }},
+      {kMakeWindow, "--sliding-window", [](MakeModelSpec& s) { s.sliding_window = 32; }},
+      {kMakeMla, "--kv-lora-rank", [](MakeModelSpec& s) { s.kv_lora_rank = 64; }},
+      {kMakeMla, "--gating", [](MakeModelSpec& s) { s.gating = ExpertGating::kSigmoid; }},
+      {kMakeGemma, "--swa-period", [](MakeModelSpec& s) { s.swa_period = 3; }},
+      {kMakeAttnSoftcap, "--attn-softcap", [](MakeModelSpec& s) { s.attn_softcap = 40.0f; }},
+      {kMakeLongRope, "--longrope", [](MakeModelSpec& s) { s.longrope = !s.longrope; }},
+      {kMakeExpertType, "--expert-type", [](MakeModelSpec& s) { s.expert_type = GgmlType::kQ8_0; }},
+  };
+  uint32_t covered = 0, used = 0;
+  for (const auto& r : rows) covered |= r.bit;
+  for (const ModelFamily* family : all_families()) used |= family->maker.flags;
+  EXPECT_EQ(used & ~covered, 0u) << "a MakerFlag bit has no row here";
+  for (const ModelFamily* family : all_families()) {
+    for (const auto& r : rows) {
+      MakeModelSpec s = test::preset_spec(std::string(family->tiny_preset()));
+      r.set(s);
+      const Status st = s.validate();
+      const std::string refusal = std::string(r.flag) + " need";
+      const bool refused_for_family =
+          !st.ok() && st.message().find(refusal) != std::string::npos &&
+          st.message().find("--arch " + families_taking(r.bit)) != std::string::npos;
+      EXPECT_EQ(refused_for_family, !(family->maker.flags & r.bit))
+          << family->arch << " " << r.flag << ": " << (st.ok() ? "accepted" : st.message());
+    }
+  }
+}
+
 TEST(ModelFamily, NamesAreUniqueAndUnknownOnesListEveryFamily) {
   std::set<std::string_view> names;
   for (const ModelFamily* family : all_families()) {
