@@ -108,7 +108,7 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
                            "attention.sliding_window_pattern, one global layer every "
                            "N (0: not written; readers take the family's)"));
   cmd->add_option("--rope-theta-swa", s.rope_theta_swa,
-                  taken_by(kMakeGemma,
+                  taken_by(kMakeLocalRopeBase,
                            "RoPE base of the local layers, rope.freq_base_swa (0: not "
                            "written; readers take the family's)"));
   cmd->add_option("--attn-softcap", s.attn_softcap,

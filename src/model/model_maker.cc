@@ -169,38 +169,40 @@ namespace {
 Status refuse_foreign_flags(const MakeModelSpec& s, const ModelFamily& family) {
   const struct {
     bool set;
-    uint32_t flag;
-    const char* what;  // the flag(s) and verb
+    uint32_t bit;
+    const char* flag;
   } uses[] = {
-      {s.n_rot != 0 || s.longrope, kMakeLongRope, "--rope-dim and --longrope need"},
-      {s.expert_type != GgmlType::kMXFP4, kMakeExpertType, "--expert-type needs"},
-      {s.attn_softcap != 0, kMakeAttnSoftcap, "--attn-softcap needs"},
-      {s.final_softcap != 0 || s.rope_theta_swa != 0 || s.swa_period != 0, kMakeGemma,
-       "--final-softcap, --rope-theta-swa and --swa-period need"},
-      {s.head_dim != 0, kMakeHeadDim, "--head-dim needs"},
-      {s.n_expert != 0, kMakeExperts, "--experts needs"},
-      {s.n_ff_exp != 0, kMakeExpertFfn, "--expert-ffn needs"},
-      {s.n_ff_shexp != 0, kMakeSharedExpert, "--shared-expert-ffn needs"},
-      {s.sliding_window != 0, kMakeWindow, "--sliding-window needs"},
-      {s.q_lora_rank != 0, kMakeMla, "--q-lora-rank needs"},
-      {s.kv_lora_rank != 0, kMakeMla, "--kv-lora-rank needs"},
-      {s.qk_rope_dim != 0, kMakeMla, "--qk-rope-dim needs"},
-      {s.qk_nope_dim != 0, kMakeMla, "--qk-nope-dim needs"},
-      {s.v_head_dim != 0, kMakeMla, "--v-head-dim needs"},
-      {s.mla_layout != MlaLayout::kKvB, kMakeMla, "--mla-layout needs"},
-      {s.n_expert_shared != 0, kMakeMla, "--experts-shared needs"},
-      {s.n_layer_dense_lead != 0, kMakeMla, "--dense-lead needs"},
-      {s.gating != ExpertGating::kSoftmax, kMakeMla, "--gating needs"},
-      {s.n_group != 0, kMakeMla, "--expert-groups needs"},
-      {s.n_group_used != 0, kMakeMla, "--expert-groups-used needs"},
-      {s.expert_weights_scale != 1.0f, kMakeMla, "--expert-weights-scale needs"},
-      {s.expert_weights_norm, kMakeMla, "--expert-weights-norm needs"},
-      {s.probs_bias, kMakeMla, "--probs-bias needs"},
-      {s.yarn_log_multiplier != 0.0f, kMakeMla, "--yarn-log-multiplier needs"},
+      {s.n_rot != 0, kMakeLongRope, "--rope-dim"},
+      {s.longrope, kMakeLongRope, "--longrope"},
+      {s.expert_type != GgmlType::kMXFP4, kMakeExpertType, "--expert-type"},
+      {s.attn_softcap != 0, kMakeAttnSoftcap, "--attn-softcap"},
+      {s.final_softcap != 0, kMakeGemma, "--final-softcap"},
+      {s.swa_period != 0, kMakeGemma, "--swa-period"},
+      {s.rope_theta_swa != 0, kMakeLocalRopeBase, "--rope-theta-swa"},
+      {s.head_dim != 0, kMakeHeadDim, "--head-dim"},
+      {s.n_expert != 0, kMakeExperts, "--experts"},
+      {s.n_ff_exp != 0, kMakeExpertFfn, "--expert-ffn"},
+      {s.n_ff_shexp != 0, kMakeSharedExpert, "--shared-expert-ffn"},
+      {s.sliding_window != 0, kMakeWindow, "--sliding-window"},
+      {s.q_lora_rank != 0, kMakeMla, "--q-lora-rank"},
+      {s.kv_lora_rank != 0, kMakeMla, "--kv-lora-rank"},
+      {s.qk_rope_dim != 0, kMakeMla, "--qk-rope-dim"},
+      {s.qk_nope_dim != 0, kMakeMla, "--qk-nope-dim"},
+      {s.v_head_dim != 0, kMakeMla, "--v-head-dim"},
+      {s.mla_layout != MlaLayout::kKvB, kMakeMla, "--mla-layout"},
+      {s.n_expert_shared != 0, kMakeMla, "--experts-shared"},
+      {s.n_layer_dense_lead != 0, kMakeMla, "--dense-lead"},
+      {s.gating != ExpertGating::kSoftmax, kMakeMla, "--gating"},
+      {s.n_group != 0, kMakeMla, "--expert-groups"},
+      {s.n_group_used != 0, kMakeMla, "--expert-groups-used"},
+      {s.expert_weights_scale != 1.0f, kMakeMla, "--expert-weights-scale"},
+      {s.expert_weights_norm, kMakeMla, "--expert-weights-norm"},
+      {s.probs_bias, kMakeMla, "--probs-bias"},
+      {s.yarn_log_multiplier != 0.0f, kMakeMla, "--yarn-log-multiplier"},
   };
   for (const auto& u : uses) {
-    if (u.set && !(family.maker.flags & u.flag))
-      return Error{std::string(u.what) + " --arch " + families_taking(u.flag)};
+    if (u.set && !(family.maker.flags & u.bit))
+      return Error{std::string(u.flag) + " needs --arch " + families_taking(u.bit)};
   }
   return {};
 }

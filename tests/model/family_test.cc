@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 #include <vector>
@@ -138,23 +140,33 @@ TEST(ModelFamily, EveryPresetIsAValidSpecOfItsOwnFamily) {
     EXPECT_NE(unknown.message().find(std::string(name)), std::string::npos) << name;
 }
 
-// Each flag only some families read (MakerFlag), set on every family's tiny spec: refused
-// naming the flag and exactly the families whose rules take it where the family lacks the bit,
-// never refused for that reason where it has it. A new bit needs a row here.
-TEST(ModelFamily, AFlagIsRefusedExactlyForTheFamiliesWithoutIt) {
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Each flag only some families read (MakerFlag), changed on every family's tiny spec. Where the
+// family lacks the bit: refused naming the flag and exactly the families whose rules take it.
+// Where it has it: accepted, and the file it writes differs from the preset's and loads (a flag
+// a family takes but ignores would write the same bytes). A new bit needs a row here.
+TEST(ModelFamily, AFamilyOnlyFlagChangesItsFamilysFileAndIsRefusedElsewhere) {
   const struct {
     uint32_t bit;
     const char* flag;
     void (*set)(MakeModelSpec&);
   } rows[] = {
-      {kMakeHeadDim, "--head-dim", [](MakeModelSpec& s) { s.head_dim = 64; }},
+      {kMakeHeadDim, "--head-dim", [](MakeModelSpec& s) { s.head_dim = 2 * s.head_len(); }},
       {kMakeExperts, "--experts", [](MakeModelSpec& s) { s.n_expert = s.n_expert_used = 2; }},
-      {kMakeExpertFfn, "--expert-ffn", [](MakeModelSpec& s) { s.n_ff_exp = 64; }},
+      {kMakeExpertFfn, "--expert-ffn", [](MakeModelSpec& s) { s.n_ff_exp = 32; }},
       {kMakeSharedExpert, "--shared-expert-ffn", [](MakeModelSpec& s) { s.n_ff_shexp = 64; }},
-      {kMakeWindow, "--sliding-window", [](MakeModelSpec& s) { s.sliding_window = 32; }},
-      {kMakeMla, "--kv-lora-rank", [](MakeModelSpec& s) { s.kv_lora_rank = 64; }},
+      {kMakeWindow, "--sliding-window", [](MakeModelSpec& s) { s.sliding_window += 32; }},
+      {kMakeMla, "--kv-lora-rank", [](MakeModelSpec& s) { s.kv_lora_rank = 32; }},
       {kMakeMla, "--gating", [](MakeModelSpec& s) { s.gating = ExpertGating::kSigmoid; }},
       {kMakeGemma, "--swa-period", [](MakeModelSpec& s) { s.swa_period = 3; }},
+      {kMakeGemma, "--final-softcap", [](MakeModelSpec& s) { s.final_softcap = 20.0f; }},
+      {kMakeLocalRopeBase, "--rope-theta-swa",
+       [](MakeModelSpec& s) { s.rope_theta_swa = 5000.0f; }},
+      {kMakeLongRope, "--rope-dim", [](MakeModelSpec& s) { s.n_rot = s.head_len() / 2; }},
       {kMakeAttnSoftcap, "--attn-softcap", [](MakeModelSpec& s) { s.attn_softcap = 40.0f; }},
       {kMakeLongRope, "--longrope", [](MakeModelSpec& s) { s.longrope = !s.longrope; }},
       {kMakeExpertType, "--expert-type", [](MakeModelSpec& s) { s.expert_type = GgmlType::kQ8_0; }},
@@ -164,16 +176,27 @@ TEST(ModelFamily, AFlagIsRefusedExactlyForTheFamiliesWithoutIt) {
   for (const ModelFamily* family : all_families()) used |= family->maker.flags;
   EXPECT_EQ(used & ~covered, 0u) << "a MakerFlag bit has no row here";
   for (const ModelFamily* family : all_families()) {
+    const MakeModelSpec preset = test::preset_spec(std::string(family->tiny_preset()));
+    const std::string base = file_bytes(test::write_model("flag_base", preset));
     for (const auto& r : rows) {
-      MakeModelSpec s = test::preset_spec(std::string(family->tiny_preset()));
+      MakeModelSpec s = preset;
       r.set(s);
       const Status st = s.validate();
-      const std::string refusal = std::string(r.flag) + " need";
-      const bool refused_for_family =
-          !st.ok() && st.message().find(refusal) != std::string::npos &&
-          st.message().find("--arch " + families_taking(r.bit)) != std::string::npos;
-      EXPECT_EQ(refused_for_family, !(family->maker.flags & r.bit))
-          << family->arch << " " << r.flag << ": " << (st.ok() ? "accepted" : st.message());
+      const std::string who = std::string(family->arch) + " " + r.flag;
+      if (!(family->maker.flags & r.bit)) {
+        ASSERT_FALSE(st.ok()) << who << ": accepted";
+        EXPECT_NE(
+            st.message().find(std::string(r.flag) + " needs --arch " + families_taking(r.bit)),
+            std::string::npos)
+            << who << ": " << st.message();
+        continue;
+      }
+      ASSERT_TRUE(st.ok()) << who << ": " << st.message();
+      const std::string path = test::write_model("flag_set", s);
+      EXPECT_TRUE(file_bytes(path) != base) << who << " wrote the preset's file";
+      auto f = GgufFile::open(path);
+      ASSERT_TRUE(f.ok()) << who;
+      EXPECT_TRUE(hparams_from_gguf(**f).ok()) << who;
     }
   }
 }

@@ -43,16 +43,17 @@ struct HfConfigRules {
 // make-model flags only some families read (MakerRules::flags). A spec that sets one for a
 // family without its bit is refused naming the flag and the families that take it.
 enum MakerFlag : uint32_t {
-  kMakeHeadDim = 1u << 0,       // --head-dim
-  kMakeExperts = 1u << 1,       // --experts
-  kMakeExpertFfn = 1u << 2,     // --expert-ffn
-  kMakeSharedExpert = 1u << 3,  // --shared-expert-ffn
-  kMakeWindow = 1u << 4,        // --sliding-window
-  kMakeMla = 1u << 5,           // deepseek2's MLA and routing flags
-  kMakeGemma = 1u << 6,         // --final-softcap, --rope-theta-swa, --swa-period
-  kMakeAttnSoftcap = 1u << 7,   // --attn-softcap
-  kMakeLongRope = 1u << 8,      // --rope-dim, --longrope
-  kMakeExpertType = 1u << 9,    // --expert-type
+  kMakeHeadDim = 1u << 0,        // --head-dim
+  kMakeExperts = 1u << 1,        // --experts
+  kMakeExpertFfn = 1u << 2,      // --expert-ffn
+  kMakeSharedExpert = 1u << 3,   // --shared-expert-ffn
+  kMakeWindow = 1u << 4,         // --sliding-window
+  kMakeMla = 1u << 5,            // deepseek2's MLA and routing flags
+  kMakeGemma = 1u << 6,          // --final-softcap, --swa-period
+  kMakeAttnSoftcap = 1u << 7,    // --attn-softcap
+  kMakeLocalRopeBase = 1u << 8,  // --rope-theta-swa
+  kMakeLongRope = 1u << 9,       // --rope-dim, --longrope
+  kMakeExpertType = 1u << 10,    // --expert-type
 };
 
 // A named make-model shape (make-model --preset).

@@ -127,7 +127,8 @@ MakeModelSpec gemma3_tiny() {
 
 constexpr MakerPreset kGemma2Presets[] = {{"gemma2-tiny", gemma2_tiny}};
 constexpr MakerPreset kGemma3Presets[] = {{"gemma3-tiny", gemma3_tiny}};
-constexpr uint32_t kGemma3Flags = kMakeHeadDim | kMakeWindow | kMakeGemma;
+// gemma3 also takes --rope-theta-swa (gemma2 files have one rope base), gemma2 --attn-softcap.
+constexpr uint32_t kGemmaFlags = kMakeHeadDim | kMakeWindow | kMakeGemma;
 
 }  // namespace
 
@@ -144,7 +145,7 @@ const ModelFamily kGemma2{
     .read_keys = read_gemma,
     .declare_tensors = declare_gemma,
     .maker = {.presets = kGemma2Presets,
-              .flags = kGemma3Flags | kMakeAttnSoftcap,
+              .flags = kGemmaFlags | kMakeAttnSoftcap,
               .validate = validate_gemma,
               .write_keys = write_gemma_keys,
               .add_space_prefix = false}};
@@ -159,7 +160,7 @@ const ModelFamily kGemma3{
     .read_keys = read_gemma,
     .declare_tensors = declare_gemma,
     .maker = {.presets = kGemma3Presets,
-              .flags = kGemma3Flags,
+              .flags = kGemmaFlags | kMakeLocalRopeBase,
               .validate = validate_gemma,
               .write_keys = write_gemma_keys,
               .add_space_prefix = false}};
