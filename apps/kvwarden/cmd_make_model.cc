@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "apps/kvwarden/commands.h"
+#include "model/families/family.h"
 #include "model/model_maker.h"
 
 namespace kvw::app {
@@ -12,38 +13,44 @@ struct MakeModelFlags {
   MakeModelSpec spec;
 };
 
-// deepseek2's flags (MLA ranks and head lengths, DeepSeekMoE routing).
-void add_deepseek2_options(CLI::App* cmd, MakeModelFlags& f) {
-  MakeModelSpec& s = f.spec;
-  cmd->add_option("--q-lora-rank", s.q_lora_rank,
-                  "deepseek2: query compression rank (0: plain attn_q, as V2-Lite)");
-  cmd->add_option("--kv-lora-rank", s.kv_lora_rank, "deepseek2: K/V latent rank (kv_lora_rank)");
-  cmd->add_option("--qk-rope-dim", s.qk_rope_dim, "deepseek2: rotated dims of each q/k head");
-  cmd->add_option("--qk-nope-dim", s.qk_nope_dim, "deepseek2: unrotated dims of each q/k head");
-  cmd->add_option("--v-head-dim", s.v_head_dim, "deepseek2: value head length");
-  cmd->add_option("--mla-layout", f.mla_layout,
-                  "deepseek2: kv_b (attn_kv_b, older converters) or split (attn_k_b + attn_v_b)");
-  cmd->add_option("--experts-shared", s.n_expert_shared, "deepseek2: always-on shared experts");
-  cmd->add_option("--expert-ffn", s.n_ff_exp,
-                  "deepseek2, qwen2moe, qwen3moe: each routed expert's width (--ffn: dense)");
-  cmd->add_option("--dense-lead", s.n_layer_dense_lead,
-                  "deepseek2: leading layers with a dense FFN instead of experts");
-  cmd->add_option("--gating", f.gating, "deepseek2: router scores, softmax or sigmoid");
-  cmd->add_option("--expert-groups", s.n_group,
-                  "deepseek2: expert groups (> 1 limits top-k to the best groups)");
-  cmd->add_option("--expert-groups-used", s.n_group_used, "deepseek2: groups kept per token");
-  cmd->add_option("--expert-weights-scale", s.expert_weights_scale,
-                  "deepseek2: multiplier of the routed experts' weights");
-  cmd->add_option("--expert-weights-norm", s.expert_weights_norm,
-                  "deepseek2: renormalise the chosen experts' weights (true|false)");
-  cmd->add_option("--probs-bias", s.probs_bias,
-                  "deepseek2: write exp_probs_b.bias, a selection-only router bias (true|false)");
-  cmd->add_option("--yarn-log-multiplier", s.yarn_log_multiplier,
-                  "deepseek2 with yarn: rope.scaling.yarn_log_multiplier (attention mscale)");
+// A help line ending in the families whose make-model rules take the flag (model/families).
+std::string taken_by(uint32_t maker_flag, const std::string& help) {
+  return families_taking(maker_flag) + ": " + help;
 }
 
-// Copies the deepseek2 flags that were given onto the preset's spec.
-void override_deepseek2(const CLI::App* cmd, const MakeModelSpec& g, MakeModelSpec& spec) {
+// MLA's and DeepSeekMoE's flags.
+void add_mla_options(CLI::App* cmd, MakeModelFlags& f) {
+  MakeModelSpec& s = f.spec;
+  const auto mla = [](const std::string& help) { return taken_by(kMakeMla, help); };
+  cmd->add_option("--q-lora-rank", s.q_lora_rank,
+                  mla("query compression rank (0: plain attn_q, as V2-Lite)"));
+  cmd->add_option("--kv-lora-rank", s.kv_lora_rank, mla("K/V latent rank (kv_lora_rank)"));
+  cmd->add_option("--qk-rope-dim", s.qk_rope_dim, mla("rotated dims of each q/k head"));
+  cmd->add_option("--qk-nope-dim", s.qk_nope_dim, mla("unrotated dims of each q/k head"));
+  cmd->add_option("--v-head-dim", s.v_head_dim, mla("value head length"));
+  cmd->add_option("--mla-layout", f.mla_layout,
+                  mla("kv_b (attn_kv_b, older converters) or split (attn_k_b + attn_v_b)"));
+  cmd->add_option("--experts-shared", s.n_expert_shared, mla("always-on shared experts"));
+  cmd->add_option("--expert-ffn", s.n_ff_exp,
+                  taken_by(kMakeExpertFfn, "each routed expert's width (--ffn: dense)"));
+  cmd->add_option("--dense-lead", s.n_layer_dense_lead,
+                  mla("leading layers with a dense FFN instead of experts"));
+  cmd->add_option("--gating", f.gating, mla("router scores, softmax or sigmoid"));
+  cmd->add_option("--expert-groups", s.n_group,
+                  mla("expert groups (> 1 limits top-k to the best groups)"));
+  cmd->add_option("--expert-groups-used", s.n_group_used, mla("groups kept per token"));
+  cmd->add_option("--expert-weights-scale", s.expert_weights_scale,
+                  mla("multiplier of the routed experts' weights"));
+  cmd->add_option("--expert-weights-norm", s.expert_weights_norm,
+                  mla("renormalise the chosen experts' weights (true|false)"));
+  cmd->add_option("--probs-bias", s.probs_bias,
+                  mla("write exp_probs_b.bias, a selection-only router bias (true|false)"));
+  cmd->add_option("--yarn-log-multiplier", s.yarn_log_multiplier,
+                  mla("with yarn, rope.scaling.yarn_log_multiplier (attention mscale)"));
+}
+
+// Copies the MLA flags that were given onto the preset's spec.
+void override_mla(const CLI::App* cmd, const MakeModelSpec& g, MakeModelSpec& spec) {
   auto given = [&](const char* flag) { return cmd->count(flag) > 0; };
   if (given("--q-lora-rank")) spec.q_lora_rank = g.q_lora_rank;
   if (given("--kv-lora-rank")) spec.kv_lora_rank = g.kv_lora_rank;
@@ -63,74 +70,72 @@ void override_deepseek2(const CLI::App* cmd, const MakeModelSpec& g, MakeModelSp
 }  // namespace
 
 void add_make_model_command(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand(
-      "make-model",
-      "Write a GGUF model with seeded random weights (llama, qwen2, qwen2moe, qwen3, "
-      "qwen3moe, gemma2, gemma3, deepseek2, phi3 or gpt-oss) and a tokenizer");
+  auto* cmd = app.add_subcommand("make-model", "Write a GGUF model with seeded random weights (" +
+                                                   supported_families() + ") and a tokenizer");
   auto f = std::make_shared<MakeModelFlags>();
   MakeModelSpec& s = f->spec;
   cmd->add_option("--out,-o", f->out, "Output GGUF path")->required();
-  cmd->add_option("--preset", f->preset,
-                  "Start from a named shape: tiny, tinyllama-1.1b, mixtral-tiny, mixtral-1b, "
-                  "qwen2-tiny, qwen2moe-tiny, qwen3-tiny, qwen3moe-tiny, gemma2-tiny, gemma3-tiny, "
-                  "phi3-tiny, "
-                  "phi4-mini-tiny, gpt-oss-tiny, "
-                  "deepseek-v2-lite-tiny, deepseek-v3-tiny, deepseek-v2-lite")
+  cmd->add_option("--preset", f->preset, "Start from a named shape: " + make_model_preset_names())
       ->capture_default_str();
   cmd->add_option(
       "--arch", s.arch,
-      "Architecture: llama, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3, deepseek2, phi3 or "
-      "gpt-oss (default llama)");
+      "Architecture: " + supported_families() + " (default " + MakeModelSpec{}.arch + ")");
   cmd->add_option("--name", s.name, "general.name");
   cmd->add_option("--dim", s.n_embd, "Embedding width");
   cmd->add_option("--layers", s.n_layer, "Number of decoder layers");
   cmd->add_option("--heads", s.n_head, "Attention heads");
   cmd->add_option("--kv-heads", s.n_head_kv,
-                  "K/V heads (GQA when fewer than --heads; deepseek2 does not use it)");
-  cmd->add_option("--head-dim", s.head_dim,
-                  "qwen3, qwen3moe, gemma2, gemma3: q/k/v head length, key_length = value_length "
-                  "(0: --dim / --heads)");
+                  "K/V heads (GQA when fewer than --heads; MLA files write their own)");
+  cmd->add_option(
+      "--head-dim", s.head_dim,
+      taken_by(kMakeHeadDim, "q/k/v head length, key_length = value_length (0: --dim / --heads)"));
   cmd->add_option("--ffn", s.n_ff,
-                  "Feed-forward width (llama: of each expert with --experts; deepseek2: of the "
-                  "dense layers; qwen2moe: feed_forward_length only)");
+                  "Feed-forward width (dense layers; with --experts and no --expert-ffn, each "
+                  "expert's)");
   cmd->add_option("--experts", s.n_expert,
-                  "Routed experts per layer (llama: Mixtral-style, qwen2moe / qwen3moe: Qwen-MoE, "
-                  "deepseek2: DeepSeekMoE; 0: dense FFN)");
+                  taken_by(kMakeExperts, "routed experts per layer (0: dense FFN)"));
   cmd->add_option("--experts-used", s.n_expert_used, "Experts each token is routed to (top-k)");
   cmd->add_option("--shared-expert-ffn", s.n_ff_shexp,
-                  "qwen2moe: the gated shared expert's width (required > 0)");
+                  taken_by(kMakeSharedExpert, "the gated shared expert's width (required > 0)"));
   cmd->add_option("--n-vocab", s.n_vocab, "Pad the vocabulary to this many tokens (0: as built)");
   cmd->add_option("--context", s.n_ctx, "Trained context length (context_length)");
   cmd->add_option("--sliding-window", s.sliding_window,
-                  "Sliding-window attention size (0: off; gemma2/gemma3: of the local layers)");
+                  taken_by(kMakeWindow,
+                           "sliding-window attention size (0: off; with a window "
+                           "pattern, of the local layers)"));
   cmd->add_option("--swa-period", s.swa_period,
-                  "gemma2/gemma3: attention.sliding_window_pattern, one global layer every N "
-                  "(0: not written; readers take 2 / 6)");
+                  taken_by(kMakeGemma,
+                           "attention.sliding_window_pattern, one global layer every "
+                           "N (0: not written; readers take the family's)"));
   cmd->add_option("--rope-theta-swa", s.rope_theta_swa,
-                  "gemma2/gemma3: RoPE base of the local layers, rope.freq_base_swa (0: not "
-                  "written; gemma2 then uses --rope-theta, gemma3 10000)");
+                  taken_by(kMakeLocalRopeBase,
+                           "RoPE base of the local layers, rope.freq_base_swa (0: not "
+                           "written; readers take the family's)"));
   cmd->add_option("--attn-softcap", s.attn_softcap,
-                  "gemma2: attention logit soft-capping, attn_logit_softcapping (> 0)");
+                  taken_by(kMakeAttnSoftcap, "attention logit soft-capping (> 0)"));
   cmd->add_option("--final-softcap", s.final_softcap,
-                  "gemma2/gemma3: final logit soft-capping (gemma2 > 0; gemma3 0: not written)");
+                  taken_by(kMakeGemma, "final logit soft-capping (0: not written)"));
   cmd->add_option("--norm-eps", s.norm_eps, "RMSNorm epsilon");
   cmd->add_option("--rope-theta", s.rope_theta, "RoPE frequency base");
   cmd->add_option("--rope-scaling", f->rope_scaling, "none, linear, ntk or yarn");
   cmd->add_option("--rope-scale", s.rope_scale, "Context extension factor for --rope-scaling");
   cmd->add_option("--rope-orig-ctx", s.rope_orig_ctx,
-                  "Original context for yarn, and phi3's rope.scaling.original_context_length "
+                  "Original context of yarn and LongRoPE, rope.scaling.original_context_length "
                   "(default --context)");
-  cmd->add_option("--rope-dim", s.n_rot,
-                  "phi3: rotated dims per head, rope.dimension_count (0: the whole head)");
+  cmd->add_option(
+      "--rope-dim", s.n_rot,
+      taken_by(kMakeLongRope, "rotated dims per head, rope.dimension_count (0: the whole head)"));
   cmd->add_flag("--longrope", s.longrope,
-                "phi3: write LongRoPE's rope_factors_long / _short and rope.scaling.attn_factor "
-                "(--longrope=false: neither)");
+                taken_by(kMakeLongRope,
+                         "write LongRoPE's rope_factors_long / _short and rope.scaling.attn_factor "
+                         "(--longrope=false: neither)"));
   cmd->add_option("--weight-type", f->weight_type,
                   "Type of every matrix: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, "
                   "mxfp4, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_xs (K-quants and iq4_xs need rows "
                   "of a multiple of 256) (default f32)");
   cmd->add_option("--expert-type", f->expert_type,
-                  "gpt-oss: type of the expert matrices (default mxfp4, as the released files)");
+                  taken_by(kMakeExpertType,
+                           "type of the expert matrices (default mxfp4, as the released files)"));
   cmd->add_flag("--tied", s.tied, "Tie output and embedding weights (no output.weight)");
   cmd->add_option("--vocab-type", s.vocab_type, "spm (SentencePiece-style) or bpe (byte-level)");
   cmd->add_option("--control-tokens", s.extra_control_tokens,
@@ -139,7 +144,7 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
       ->delimiter(',');
   cmd->add_option("--seed", s.seed, "Random seed");
   cmd->add_option("--gguf-version", s.gguf_version, "GGUF version to write: 2 or 3");
-  add_deepseek2_options(cmd, *f);
+  add_mla_options(cmd, *f);
   // Presets apply first; explicit flags then override (CLI11 parses before the callback, so
   // re-read only the flags that were given).
   cmd->callback([f, cmd, &exit_code] {
@@ -181,7 +186,7 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
     if (given("--control-tokens")) spec.extra_control_tokens = g.extra_control_tokens;
     if (given("--seed")) spec.seed = g.seed;
     if (given("--gguf-version")) spec.gguf_version = g.gguf_version;
-    override_deepseek2(cmd, g, spec);
+    override_mla(cmd, g, spec);
     auto flag_error = [&](const std::string& message) {
       std::cerr << "kvwarden make-model: " << message << "\n";
       exit_code = 2;

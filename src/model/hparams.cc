@@ -178,6 +178,7 @@ Result<ModelHParams> hparams_from_gguf(const GgufFile& f) {
   hp.longrope = f.find_tensor("rope_factors_long.weight") != nullptr;
   hp.qk_norm = family->qk_norm;
   hp.gemma.post_norms = family->post_norms;
+  hp.gemma.scale_embd = family->scale_embd;
   hp.gate_up_fused = family->gate_up_fused;
   // The family's own keys and defaults (model/families/<family>.cc).
   if (family->read_keys != nullptr) KVW_RETURN_IF_ERROR(family->read_keys(f, a, hp));

@@ -1,11 +1,8 @@
-// model/model_maker.h: writes GGUF models with seeded random weights in real architectures
-// (llama: Llama-2/3, TinyLlama, Mistral with sliding window, Mixtral-style mixture of experts;
-// qwen2: QKV biases; qwen2moe: Qwen1.5-MoE / Qwen2-57B-A14B's routed experts plus a gated
-// shared expert; qwen3: per-head Q/K RMSNorm and an explicit head length; qwen3moe: that with
-// renormalised top-k experts; deepseek2:
-// DeepSeek-V2/V3's multi-head latent attention and DeepSeekMoE, in either tensor layout llama.cpp's
-// converters have written), with a tokenizer built from a word list. Used by `kvwarden make-model`,
-// tests and benchmarks; the files are ordinary GGUF files that any GGUF reader accepts.
+// model/model_maker.h: writes GGUF models with seeded random weights in the real layouts of
+// every registered family (model/families: each family's MakerRules gives its presets, flags,
+// checks, keys and tokenizer; its tensor declaration the tensors), with a tokenizer built from
+// a word list. Used by `kvwarden make-model`, tests and benchmarks; the files are ordinary GGUF
+// files that any GGUF reader accepts.
 #pragma once
 
 #include <cstdint>
@@ -29,8 +26,7 @@ Result<MlaLayout> parse_mla_layout(const std::string& name);        // error nam
 Result<ExpertGating> parse_expert_gating(const std::string& name);  // softmax|sigmoid, --gating
 
 struct MakeModelSpec {
-  std::string arch = "llama";  // llama, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3,
-                               // deepseek2, phi3 or gpt-oss
+  std::string arch = "llama";  // a registered family's GGUF architecture (model/families)
   std::string name = "kvwarden-random";
   int32_t n_embd = 64;
   int32_t n_layer = 2;
@@ -110,33 +106,25 @@ struct MakeModelSpec {
   int32_t head_len() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
 };
 
-// Named shapes: "tiny" (the default dims above), "tinyllama-1.1b", "mixtral-tiny" (tiny with 8
-// experts, 2 per token, as Mixtral-8x7B routes), "mixtral-1b" (Mixtral's proportions at
-// dim 1024: 0.79B parameters, 0.26B active), "deepseek-v2-lite-tiny" (V2-Lite's structure at
-// dim 128: no q compression, softmax routing, 2 shared experts, attn_kv_b), "deepseek-v3-tiny"
-// (V3's: q_lora, sigmoid routing in 4 groups with a selection bias, renormalised and scaled
-// weights, YaRN, attn_k_b / attn_v_b) and "deepseek-v2-lite" (DeepSeek-V2-Lite's full shape,
-// 15.7B parameters: about 9 GB at q4_0), "qwen2-tiny" (Qwen2.5-0.5B's at dim 128: GQA 2:1, q/k/v
-// biases, tied), "qwen2moe-tiny" (Qwen1.5-MoE's structure at dim 128:
-// 8 experts of 64, top-2 with unrenormalised weights, a gated shared expert of 256),
-// "qwen3-tiny" (Qwen3-0.6B's structure at dim 128: heads of 64 so q is twice n_embd wide, GQA
-// 2:1, per-head Q/K norms, no biases, tied output), "qwen3moe-tiny" (Qwen3-30B-A3B's: that
-// attention with 16 experts of 64, top-4 renormalised, untied), "gemma2-tiny" (Gemma-2-2B's
-// structure at dim 128: 4 layers alternating local (window 16) and global, heads of 64 over a
-// 128 embedding, GQA 2:1, soft-capping 50 / 30, tied) and "gemma3-tiny" (Gemma-3-1B's at dim
-// 128: 6 layers, five local of window 16 then one global, heads of 64, MQA, per-head Q/K norms,
-// global rope base 1e6 and local 1e4, tied), "phi3-tiny" (Phi-3.5-mini's
-// at dim 128: MHA, fused QKV and gate/up, LongRoPE from an original context of 256 of 8192, a
-// window of twice the context as Phi-3.5's 262144, untied), "phi4-mini-tiny" (Phi-4-mini's:
-// GQA 3:1, 3/4 of each head rotated, LongRoPE, no window, tied, byte-level BPE), "gpt-oss-tiny"
-// (gpt-oss-20b's at dim 128: heads of 32 so q is twice n_embd wide, GQA 4:1, even layers
-// windowed (16), sinks, biases, 16 MXFP4 experts of 64 top-4, YaRN x32, o200k-style BPE).
+// A named shape from a family's presets (model/families: MakerRules::presets; "tiny" is the
+// default spec above); an unknown name is refused listing every preset.
 Result<MakeModelSpec> make_model_preset(const std::string& name);
+// "tiny, tinyllama-1.1b, ...": every preset, in family order, for help and error messages.
+std::string make_model_preset_names();
 
 Status make_model(const MakeModelSpec& spec, const std::string& path);
 
-// The rope.scaling.* keys of a spec with --rope-scaling (type, factor, original context), for
-// the families' key writers (ModelFamily::write_keys); `prefix` is "<arch>.".
+// For the families' make-model rules (model/families: MakerRules).
+// The rope.scaling.* keys of a spec with --rope-scaling (type, factor, original context);
+// `prefix` is "<arch>.".
 void write_rope_scaling_keys(const MakeModelSpec& s, const std::string& prefix, GgufWriter& w);
+// Attention and FFN shapes of the llama-style layers (sizes > 0, head length even and dividing
+// as stored, whole quant blocks); messages name the flag.
+Status validate_llama_shape(const MakeModelSpec& s);
+// ChatML (Qwen's and a common choice for small chat models).
+inline constexpr char kChatMlTemplate[] =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
 }  // namespace kvw

@@ -234,7 +234,7 @@ TEST(ChatTemplate, Phi35MiniEndsWithEosWithoutGenerationPrompt) {
 }
 
 TEST(ChatTemplate, ModelMakerChatMlTemplateRenders) {
-  // src/model/model_maker.cc kChatMlTemplate, character for character.
+  // src/model/model_maker.h kChatMlTemplate, character for character.
   const char* const kChatMl =
       "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
       "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
@@ -293,7 +293,7 @@ TEST(ChatTemplate, StrftimeNowFormatsTheRenderTimeInUtc) {
 }
 
 TEST(ChatTemplate, ModelMakerHarmonyTemplateRenders) {
-  // src/model/model_maker_gptoss.cc kHarmonyTemplate, character for character.
+  // src/model/families/gpt_oss.cc kHarmonyTemplate, character for character.
   const char* const kHarmony =
       "{%- for message in messages -%}"
       "{%- if message['role'] == 'assistant' -%}"

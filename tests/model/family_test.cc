@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 #include <vector>
@@ -16,10 +18,8 @@ namespace {
 
 TEST(ModelFamily, EachFamilysSwitchesReachItsFilesHyperParameters) {
   std::vector<MakeModelSpec> specs;
-  for (const char* preset : {"tiny", "qwen2moe-tiny", "qwen3-tiny", "qwen3moe-tiny", "gemma2-tiny",
-                             "gemma3-tiny", "deepseek-v2-lite-tiny", "phi3-tiny", "gpt-oss-tiny"}) {
-    specs.push_back(test::preset_spec(preset));
-  }
+  for (const ModelFamily* family : all_families())
+    specs.push_back(test::preset_spec(std::string(family->tiny_preset())));
   MakeModelSpec qwen2;  // no preset: the default shape under qwen2's name
   qwen2.arch = "qwen2";
   specs.push_back(qwen2);
@@ -36,6 +36,8 @@ TEST(ModelFamily, EachFamilysSwitchesReachItsFilesHyperParameters) {
     EXPECT_EQ(hp->qk_norm, family->qk_norm) << hp->arch;
     EXPECT_EQ(hp->gate_up_fused, family->gate_up_fused) << hp->arch;
     EXPECT_EQ(hp->mla.is_mla(), family->mla) << hp->arch;
+    EXPECT_EQ(hp->gemma.post_norms, family->post_norms) << hp->arch;
+    EXPECT_EQ(hp->gemma.scale_embd, family->scale_embd) << hp->arch;
     seen.insert(hp->arch);
   }
   // A family added to the table needs a make-model file here too.
@@ -55,9 +57,9 @@ std::string shape_str(const std::vector<int64_t>& s) {
 // parameters read back from that file), in its order and shapes, and the model loads it.
 TEST(ModelFamily, EveryFamilysFileHoldsExactlyItsDeclaredTensors) {
   for (const ModelFamily* family : all_families()) {
-    ASSERT_FALSE(family->tiny_preset.empty()) << family->arch << " has no make-model preset";
-    const MakeModelSpec spec = test::preset_spec(std::string(family->tiny_preset));
-    ASSERT_EQ(spec.arch, family->arch) << family->tiny_preset;
+    ASSERT_FALSE(family->tiny_preset().empty()) << family->arch << " has no make-model preset";
+    const MakeModelSpec spec = test::preset_spec(std::string(family->tiny_preset()));
+    ASSERT_EQ(spec.arch, family->arch) << family->tiny_preset();
     const std::string path = test::write_model("declared_" + spec.arch, spec);
     auto f = GgufFile::open(path);
     ASSERT_TRUE(f.ok()) << f.message();
@@ -81,7 +83,7 @@ TEST(ModelFamily, EveryFamilysFileHoldsExactlyItsDeclaredTensors) {
 // with found vs expected.
 TEST(ModelFamily, EveryFamilysLoaderRefusesAMissingOrMisshapenDeclaredTensor) {
   for (const ModelFamily* family : all_families()) {
-    const MakeModelSpec spec = test::preset_spec(std::string(family->tiny_preset));
+    const MakeModelSpec spec = test::preset_spec(std::string(family->tiny_preset()));
     const std::string path = test::write_model("refuse_" + spec.arch, spec);
     auto f = GgufFile::open(path);
     ASSERT_TRUE(f.ok());
@@ -113,6 +115,89 @@ TEST(ModelFamily, EveryFamilysLoaderRefusesAMissingOrMisshapenDeclaredTensor) {
         });
     test::expect_refused(shorter, {"'" + name + "': shape [" + std::to_string(n - 2) +
                                    "], expected [" + std::to_string(n) + "]"});
+  }
+}
+
+// make-model's presets live in their family's rules: every preset makes a valid spec of its own
+// family, names are unique, and an unknown name is refused listing them all.
+TEST(ModelFamily, EveryPresetIsAValidSpecOfItsOwnFamily) {
+  std::set<std::string_view> names;
+  for (const ModelFamily* family : all_families()) {
+    ASSERT_NE(family->maker.validate, nullptr) << family->arch;
+    ASSERT_NE(family->maker.write_keys, nullptr) << family->arch;
+    for (const MakerPreset& p : family->maker.presets) {
+      EXPECT_TRUE(names.insert(p.name).second) << p.name << " twice";
+      auto spec = make_model_preset(std::string(p.name));
+      ASSERT_TRUE(spec.ok()) << p.name;
+      EXPECT_EQ(spec->arch, family->arch) << p.name;
+      const Status st = spec->validate();
+      EXPECT_TRUE(st.ok()) << p.name << ": " << st.message();
+    }
+  }
+  auto unknown = make_model_preset("no-such-preset");
+  ASSERT_FALSE(unknown.ok());
+  for (std::string_view name : names)
+    EXPECT_NE(unknown.message().find(std::string(name)), std::string::npos) << name;
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Each flag only some families read (MakerFlag), changed on every family's tiny spec. Where the
+// family lacks the bit: refused naming the flag and exactly the families whose rules take it.
+// Where it has it: accepted, and the file it writes differs from the preset's and loads (a flag
+// a family takes but ignores would write the same bytes). A new bit needs a row here.
+TEST(ModelFamily, AFamilyOnlyFlagChangesItsFamilysFileAndIsRefusedElsewhere) {
+  const struct {
+    uint32_t bit;
+    const char* flag;
+    void (*set)(MakeModelSpec&);
+  } rows[] = {
+      {kMakeHeadDim, "--head-dim", [](MakeModelSpec& s) { s.head_dim = 2 * s.head_len(); }},
+      {kMakeExperts, "--experts", [](MakeModelSpec& s) { s.n_expert = s.n_expert_used = 2; }},
+      {kMakeExpertFfn, "--expert-ffn", [](MakeModelSpec& s) { s.n_ff_exp = 32; }},
+      {kMakeSharedExpert, "--shared-expert-ffn", [](MakeModelSpec& s) { s.n_ff_shexp = 64; }},
+      {kMakeWindow, "--sliding-window", [](MakeModelSpec& s) { s.sliding_window += 32; }},
+      {kMakeMla, "--kv-lora-rank", [](MakeModelSpec& s) { s.kv_lora_rank = 32; }},
+      {kMakeMla, "--gating", [](MakeModelSpec& s) { s.gating = ExpertGating::kSigmoid; }},
+      {kMakeGemma, "--swa-period", [](MakeModelSpec& s) { s.swa_period = 3; }},
+      {kMakeGemma, "--final-softcap", [](MakeModelSpec& s) { s.final_softcap = 20.0f; }},
+      {kMakeLocalRopeBase, "--rope-theta-swa",
+       [](MakeModelSpec& s) { s.rope_theta_swa = 5000.0f; }},
+      {kMakeLongRope, "--rope-dim", [](MakeModelSpec& s) { s.n_rot = s.head_len() / 2; }},
+      {kMakeAttnSoftcap, "--attn-softcap", [](MakeModelSpec& s) { s.attn_softcap = 40.0f; }},
+      {kMakeLongRope, "--longrope", [](MakeModelSpec& s) { s.longrope = !s.longrope; }},
+      {kMakeExpertType, "--expert-type", [](MakeModelSpec& s) { s.expert_type = GgmlType::kQ8_0; }},
+  };
+  uint32_t covered = 0, used = 0;
+  for (const auto& r : rows) covered |= r.bit;
+  for (const ModelFamily* family : all_families()) used |= family->maker.flags;
+  EXPECT_EQ(used & ~covered, 0u) << "a MakerFlag bit has no row here";
+  for (const ModelFamily* family : all_families()) {
+    const MakeModelSpec preset = test::preset_spec(std::string(family->tiny_preset()));
+    const std::string base = file_bytes(test::write_model("flag_base", preset));
+    for (const auto& r : rows) {
+      MakeModelSpec s = preset;
+      r.set(s);
+      const Status st = s.validate();
+      const std::string who = std::string(family->arch) + " " + r.flag;
+      if (!(family->maker.flags & r.bit)) {
+        ASSERT_FALSE(st.ok()) << who << ": accepted";
+        EXPECT_NE(
+            st.message().find(std::string(r.flag) + " needs --arch " + families_taking(r.bit)),
+            std::string::npos)
+            << who << ": " << st.message();
+        continue;
+      }
+      ASSERT_TRUE(st.ok()) << who << ": " << st.message();
+      const std::string path = test::write_model("flag_set", s);
+      EXPECT_TRUE(file_bytes(path) != base) << who << " wrote the preset's file";
+      auto f = GgufFile::open(path);
+      ASSERT_TRUE(f.ok()) << who;
+      EXPECT_TRUE(hparams_from_gguf(**f).ok()) << who;
+    }
   }
 }
 

@@ -225,7 +225,7 @@ TEST(Phi3MakeModel, FlagsAreChecked) {
   llama.longrope = true;
   Status st = llama.validate();
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("--longrope need --arch phi3"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("--longrope needs --arch phi3"), std::string::npos) << st.message();
   MakeModelSpec s = test::preset_spec("phi3-tiny");
   s.rope_scaling = RopeScaling::kYarn;
   st = s.validate();

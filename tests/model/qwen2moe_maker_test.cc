@@ -211,11 +211,11 @@ TEST(Qwen2MoeMaker, BadValuesAreRefusedNamingTheFlag) {
       q, [](auto& s) { s.n_expert_shared = 2; }, "--experts-shared");  // deepseek2's flag
   expect_refused(
       q, [](auto& s) { s.kv_lora_rank = 64; }, "--kv-lora-rank");
-  // The shared expert's width is qwen2moe's alone; --expert-ffn is qwen2moe's and deepseek2's.
+  // The shared expert's width is qwen2moe's alone; --expert-ffn is the MoE families'.
   expect_refused(
       "tiny", [](auto& s) { s.n_ff_shexp = 256; }, "--shared-expert-ffn needs --arch qwen2moe");
   expect_refused(
-      "mixtral-tiny", [](auto& s) { s.n_ff_exp = 64; }, "--expert-ffn needs --arch deepseek2");
+      "mixtral-tiny", [](auto& s) { s.n_ff_exp = 64; }, "--expert-ffn needs --arch");
   expect_refused(
       "deepseek-v2-lite-tiny", [](auto& s) { s.n_ff_shexp = 256; }, "--shared-expert-ffn");
   expect_refused(

@@ -179,6 +179,160 @@ void write_deepseek2_keys(const MakeModelSpec& s, GgufWriter& w) {
     w.set_f32(a + "rope.scaling.yarn_log_multiplier", s.yarn_log_multiplier);
 }
 
+// DeepSeekMoE's routing flags: with --experts, the routed and shared experts, dense lead layers
+// and expert groups must fit; without, none of them may be set.
+Status validate_deepseek2_routing(const MakeModelSpec& s) {
+  if (s.n_expert == 0) {
+    if (s.n_expert_shared != 0 || s.n_ff_exp != 0 || s.n_layer_dense_lead != 0 || s.n_group != 0 ||
+        s.n_group_used != 0 || s.probs_bias) {
+      return Error{
+          "--experts-shared, --expert-ffn, --dense-lead, --expert-groups, --expert-groups-used "
+          "and --probs-bias need --experts"};
+    }
+    return {};
+  }
+  if (s.n_ff_exp <= 0) return Error{"--expert-ffn must be > 0 with --experts"};
+  if (s.n_expert_shared < 0) return Error{"--experts-shared must be >= 0"};
+  if (s.n_layer_dense_lead < 0 || s.n_layer_dense_lead > s.n_layer)
+    return Error{"--dense-lead must be between 0 and --layers"};
+  if (s.n_group < 0) return Error{"--expert-groups must be >= 0"};
+  if (s.n_group <= 1) {
+    if (s.n_group_used > s.n_group) return Error{"--expert-groups-used needs --expert-groups > 1"};
+  } else {
+    // A group's score is the sum of its two best experts (DeepSeek-V3), so groups hold >= 2.
+    if (s.n_expert % s.n_group != 0 || s.n_expert / s.n_group < 2)
+      return Error{"--expert-groups must divide --experts into groups of at least 2"};
+    if (s.n_group_used < 1 || s.n_group_used > s.n_group)
+      return Error{"--expert-groups-used must be between 1 and --expert-groups"};
+    if (s.n_expert_used > s.n_group_used * (s.n_expert / s.n_group))
+      return Error{"--experts-used must be at most the experts in --expert-groups-used groups"};
+  }
+  if (!(s.expert_weights_scale > 0.0f)) return Error{"--expert-weights-scale must be > 0"};
+  return {};
+}
+
+// MLA ranks and head lengths, DeepSeek's YaRN, the routing; every row length whole quant blocks.
+Status validate_deepseek2(const MakeModelSpec& s) {
+  if (s.n_embd <= 0 || s.n_layer <= 0 || s.n_head <= 0 || s.n_ff <= 0 || s.n_ctx <= 0)
+    return Error{"--dim, --layers, --heads, --ffn and --context must be > 0"};
+  if (s.kv_lora_rank <= 0) return Error{"--kv-lora-rank must be > 0 for --arch deepseek2"};
+  if (s.q_lora_rank < 0) return Error{"--q-lora-rank must be >= 0 (0: no query compression)"};
+  if (s.qk_rope_dim <= 0 || s.qk_rope_dim % 2 != 0)
+    return Error{"--qk-rope-dim must be even and > 0"};
+  if (s.qk_nope_dim <= 0 || s.qk_nope_dim % 2 != 0)
+    return Error{"--qk-nope-dim must be even and > 0"};
+  if (s.v_head_dim <= 0) return Error{"--v-head-dim must be > 0"};
+  if (s.rope_scaling != RopeScaling::kNone && s.rope_scaling != RopeScaling::kYarn)
+    return Error{"--rope-scaling must be none or yarn for --arch deepseek2"};
+  if (s.rope_scaling == RopeScaling::kYarn && !(s.yarn_log_multiplier > 0.0f)) {
+    // Without it llama.cpp versions disagree on DeepSeek's YaRN attention scale.
+    return Error{"--yarn-log-multiplier must be > 0 with --rope-scaling yarn for --arch deepseek2"};
+  }
+  if (s.rope_scaling != RopeScaling::kYarn && s.yarn_log_multiplier != 0.0f)
+    return Error{"--yarn-log-multiplier needs --rope-scaling yarn"};
+  KVW_RETURN_IF_ERROR(validate_deepseek2_routing(s));
+  const int64_t blk = type_traits(s.weight_type).block_elems;
+  const struct {
+    int64_t row;
+    const char* what;
+  } rows[] = {
+      {s.n_embd, "--dim"},
+      {s.n_ff, "--ffn"},
+      {s.kv_lora_rank, "--kv-lora-rank"},
+      {(int64_t)s.n_head * s.v_head_dim, "--heads x --v-head-dim"},
+      {s.q_lora_rank, "--q-lora-rank"},
+      {s.n_ff_exp, "--expert-ffn"},
+      {s.mla_layout == MlaLayout::kSplit ? s.qk_nope_dim : 0,
+       "--qk-nope-dim (attn_k_b rows with --mla-layout split)"},
+  };
+  for (const auto& r : rows) {
+    if (r.row % blk != 0) {
+      return Error{std::string(r.what) + " must be a multiple of " + std::to_string(blk) +
+                   " for --weight-type " + std::string(type_traits(s.weight_type).name)};
+    }
+  }
+  return {};
+}
+
+// DeepSeek-V2-Lite's structure at dim 128 ("deepseek-v2-lite-tiny": no q compression, softmax
+// routing, 2 shared experts, attn_kv_b), or DeepSeek-V3's ("deepseek-v3-tiny": q compression,
+// sigmoid routing in 4 groups with a selection bias, renormalised and scaled weights, YaRN, the
+// split attn_k_b / attn_v_b layout).
+MakeModelSpec deepseek_tiny(bool v3) {
+  MakeModelSpec s;
+  s.arch = "deepseek2";
+  s.name = v3 ? "deepseek-v3-tiny-random" : "deepseek-v2-lite-tiny-random";
+  s.n_embd = 128;
+  s.n_layer = 3;
+  s.n_head = 4;
+  s.n_head_kv = 4;
+  s.n_ff = 256;
+  s.norm_eps = 1e-6f;
+  s.kv_lora_rank = 64;
+  s.qk_rope_dim = 16;
+  s.qk_nope_dim = 32;
+  s.v_head_dim = 32;
+  s.n_expert = 8;
+  s.n_expert_used = 2;
+  s.n_expert_shared = 2;
+  s.n_ff_exp = 64;
+  s.n_layer_dense_lead = 1;
+  if (!v3) return s;
+  s.q_lora_rank = 48;
+  s.n_expert_shared = 1;
+  s.gating = ExpertGating::kSigmoid;
+  s.n_group = 4;
+  s.n_group_used = 2;
+  s.probs_bias = true;
+  s.expert_weights_norm = true;
+  s.expert_weights_scale = 2.5f;
+  s.mla_layout = MlaLayout::kSplit;
+  s.n_ctx = 512;
+  s.rope_scaling = RopeScaling::kYarn;
+  s.rope_scale = 4.0f;
+  s.rope_orig_ctx = 128;
+  s.yarn_log_multiplier = 0.1f;
+  return s;
+}
+
+MakeModelSpec deepseek_v2_lite_tiny() {
+  return deepseek_tiny(false);
+}
+MakeModelSpec deepseek_v3_tiny() {
+  return deepseek_tiny(true);
+}
+
+// DeepSeek-V2-Lite (config.json of deepseek-ai/DeepSeek-V2-Lite): 15.7B parameters, 2.4B
+// active; about 9 GB at q4_0.
+MakeModelSpec deepseek_v2_lite() {
+  MakeModelSpec s = deepseek_tiny(false);
+  s.name = "deepseek-v2-lite-shaped-random";
+  s.n_embd = 2048;
+  s.n_layer = 27;
+  s.n_head = 16;
+  s.n_head_kv = 16;
+  s.n_ff = 10944;
+  s.kv_lora_rank = 512;
+  s.qk_rope_dim = 64;
+  s.qk_nope_dim = 128;
+  s.v_head_dim = 128;
+  s.n_expert = 64;
+  s.n_expert_used = 6;
+  s.n_expert_shared = 2;
+  s.n_ff_exp = 1408;
+  s.n_vocab = 102400;
+  s.n_ctx = 163840;
+  s.rope_scaling = RopeScaling::kYarn;
+  s.rope_scale = 40.0f;
+  s.rope_orig_ctx = 4096;
+  s.yarn_log_multiplier = 0.0707f;  // the converter writes 0.1 * mscale_all_dim (0.707)
+  return s;
+}
+
+constexpr MakerPreset kPresets[] = {{"deepseek-v2-lite-tiny", deepseek_v2_lite_tiny},
+                                    {"deepseek-v3-tiny", deepseek_v3_tiny},
+                                    {"deepseek-v2-lite", deepseek_v2_lite}};
+
 }  // namespace
 
 // Listed in families.cc.
@@ -186,10 +340,12 @@ extern const ModelFamily kDeepseek2;
 
 const ModelFamily kDeepseek2{.arch = "deepseek2",
                              .mla = true,
-                             .tiny_preset = "deepseek-v2-lite-tiny",
                              .hf = {.model_types = {"deepseek_v2", "deepseek_v3"}},
                              .read_keys = read_deepseek2,
                              .declare_tensors = declare_deepseek2,
-                             .write_keys = write_deepseek2_keys};
+                             .maker = {.presets = kPresets,
+                                       .flags = kMakeExperts | kMakeExpertFfn | kMakeMla,
+                                       .validate = validate_deepseek2,
+                                       .write_keys = write_deepseek2_keys}};
 
 }  // namespace kvw::families

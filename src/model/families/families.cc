@@ -1,3 +1,5 @@
+#include <vector>
+
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
 #include "model/families/family.h"
@@ -54,6 +56,18 @@ std::string supported_families() {
   std::string s;
   for (const ModelFamily* f : kFamilies) s += (s.empty() ? "" : ", ") + std::string(f->arch);
   return s;
+}
+
+std::string families_taking(uint32_t maker_flag) {
+  std::vector<std::string_view> names;
+  for (const ModelFamily* f : kFamilies) {
+    if (f->maker.flags & maker_flag) names.push_back(f->arch);
+  }
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + std::string(names[i]);
+  }
+  return out;
 }
 
 namespace families {

@@ -91,30 +91,98 @@ void write_gptoss_keys(const MakeModelSpec& s, GgufWriter& w) {
   w.set_u32(a + "expert_used_count", s.n_expert_used);
   w.set_u32(a + "attention.key_length", s.head_len());
   w.set_u32(a + "attention.value_length", s.head_len());
-  if (s.rope_scaling != RopeScaling::kNone) {
-    w.set_string(a + "rope.scaling.type", rope_scaling_name(s.rope_scaling));
-    w.set_f32(a + "rope.scaling.factor", s.rope_scale);
-    w.set_u32(a + "rope.scaling.original_context_length",
-              s.rope_orig_ctx > 0 ? s.rope_orig_ctx : s.n_ctx);
-  }
+  write_rope_scaling_keys(s, a, w);
   w.set_u32(a + "attention.sliding_window", s.sliding_window);
   w.set_u32(a + "expert_feed_forward_length", s.n_ff_exp);
 }
 
+// Every layer MoE with biased experts in --expert-type, always windowed, never tied.
+Status validate_gptoss(const MakeModelSpec& s) {
+  if (s.n_embd <= 0 || s.n_layer <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.n_ctx <= 0)
+    return Error{"--dim, --layers, --heads, --kv-heads and --context must be > 0"};
+  if (s.head_dim < 0 || s.head_len() % 2 != 0)
+    return Error{"head dimension (--head-dim or --dim / --heads) must be even and > 0"};
+  if (s.head_dim == 0 && s.n_embd % s.n_head != 0)
+    return Error{"--dim must be a multiple of --heads"};
+  if (s.n_head % s.n_head_kv != 0) return Error{"--heads must be a multiple of --kv-heads"};
+  if (s.n_expert <= 0)
+    return Error{"--experts must be > 0 for --arch gpt-oss (every layer is MoE)"};
+  if (s.n_ff_exp <= 0) return Error{"--expert-ffn must be > 0 for --arch gpt-oss"};
+  if (s.sliding_window <= 0) return Error{"--sliding-window must be > 0 for --arch gpt-oss"};
+  if (s.tied) return Error{"--tied: gpt-oss files always carry output.weight"};
+  if (s.expert_type == GgmlType::kQ8_K) return Error{"--expert-type q8_K is not a weight type"};
+  const int64_t blk = type_traits(s.weight_type).block_elems;
+  if (s.n_embd % blk != 0 || ((int64_t)s.n_head * s.head_len()) % blk != 0)
+    return Error{"--dim and --heads x head dimension must be multiples of " + std::to_string(blk) +
+                 " for --weight-type"};
+  const int64_t eblk = type_traits(s.expert_type).block_elems;
+  if (s.n_embd % eblk != 0 || s.n_ff_exp % eblk != 0)
+    return Error{"--dim and --expert-ffn must be multiples of " + std::to_string(eblk) +
+                 " for --expert-type"};
+  return {};
+}
+
+// gpt-oss-20b's structure at dim 128: heads of 32 so q is twice n_embd wide, GQA 4:1, even
+// layers windowed (16), sinks, biases, 16 MXFP4 experts of 64 top-4, YaRN x32, o200k-style BPE.
+MakeModelSpec gptoss_tiny() {
+  MakeModelSpec s;
+  s.arch = "gpt-oss";
+  s.name = "gpt-oss-tiny-random";
+  s.n_embd = 128;
+  s.n_layer = 4;
+  s.n_head = 8;
+  s.n_head_kv = 2;
+  s.head_dim = 32;
+  s.n_ff = 64;
+  s.n_expert = 16;
+  s.n_expert_used = 4;
+  s.n_ff_exp = 64;
+  s.n_ctx = 2048;
+  s.sliding_window = 16;
+  s.norm_eps = 1e-5f;
+  s.rope_theta = 150000.0f;
+  s.rope_scaling = RopeScaling::kYarn;
+  s.rope_scale = 32.0f;
+  s.rope_orig_ctx = 64;
+  s.vocab_type = "bpe";
+  s.expert_type = GgmlType::kMXFP4;
+  return s;
+}
+
+constexpr MakerPreset kPresets[] = {{"gpt-oss-tiny", gptoss_tiny}};
+
 }  // namespace
+
+// The shape of gpt-oss's own template (its messages in the harmony format, an assistant's
+// final answer on the "final" channel, the generation prompt opening an assistant message)
+// without its tool and reasoning branches: make-model's chat template for gpt-oss.
+constexpr char kHarmonyTemplate[] =
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'assistant' -%}"
+    "{{- '<|start|>assistant<|channel|>final<|message|>' + message['content'] + '<|end|>' -}}"
+    "{%- else -%}"
+    "{{- '<|start|>' + message['role'] + '<|message|>' + message['content'] + '<|end|>' -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|start|>assistant' -}}{%- endif -%}";
 
 // Listed in families.cc.
 extern const ModelFamily kGptOss;
 
 // gpt-oss names its FFN input norm post_attention_norm (llama.cpp's attn_post_norm).
-const ModelFamily kGptOss{.arch = "gpt-oss",
-                          .rope_style = RopeStyle::kNeox,
-                          .ffn_norm = "post_attention_norm",
-                          .qkv_bias = true,
-                          .tiny_preset = "gpt-oss-tiny",
-                          .hf = {.model_types = {"gpt_oss"}, .windows = HfWindows::kEveryOther},
-                          .read_keys = read_gptoss,
-                          .declare_tensors = declare_gptoss,
-                          .write_keys = write_gptoss_keys};
+const ModelFamily kGptOss{
+    .arch = "gpt-oss",
+    .rope_style = RopeStyle::kNeox,
+    .ffn_norm = "post_attention_norm",
+    .qkv_bias = true,
+    .hf = {.model_types = {"gpt_oss"}, .windows = HfWindows::kEveryOther},
+    .read_keys = read_gptoss,
+    .declare_tensors = declare_gptoss,
+    .maker = {.presets = kPresets,
+              .flags = kMakeHeadDim | kMakeExperts | kMakeExpertFfn | kMakeWindow | kMakeExpertType,
+              .validate = validate_gptoss,
+              .write_keys = write_gptoss_keys,
+              .bpe_pre = "gpt-4o",  // o200k's
+              .chat_template = kHarmonyTemplate}};
 
 }  // namespace kvw::families
