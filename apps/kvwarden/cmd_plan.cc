@@ -37,7 +37,7 @@ struct PlanArgs {
   std::string overhead = "1GiB";
   int64_t engine_threads = 0;
   std::string request_memory = "64MiB";  // --engine: serve's request row
-  std::string grammar_cache = "64MiB";   // --engine: serve's request row
+  std::string grammar_cache = "16MiB";   // --engine: serve's request row
   std::string swap_space;                // --engine: serve's --swap-space (the staging row)
   int64_t max_queue = 256;
   bool json = false;

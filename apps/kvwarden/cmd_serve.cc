@@ -39,7 +39,7 @@ constexpr int64_t kMaxDefaultModelLen = 16384;
 struct ServeFlags {
   server::ServerConfig server;
   EngineConfig engine;
-  std::string memory_budget, request_memory = "64MiB", grammar_cache = "64MiB", swap_space,
+  std::string memory_budget, request_memory = "64MiB", grammar_cache = "16MiB", swap_space,
                              kv_dtype = "f16", preemption_mode = "swap", overflow = "error",
                              kv_reserve = "none", chat_template_file, diagnostics_dir,
                              kv_events_json, diagnostics_max_bytes = "64MiB", speculative_config;

@@ -73,7 +73,7 @@ struct RequestMemoryOptions {
   uint64_t stream_buffer_bytes = uint64_t{64} << 10;
   int64_t max_model_len = 4096;
   // Compiled grammars and their mask caches kept across requests (--grammar-cache).
-  uint64_t grammar_cache_bytes = uint64_t{64} << 20;
+  uint64_t grammar_cache_bytes = uint64_t{16} << 20;
 };
 inline constexpr uint64_t kConnectionBytes = 16u << 10;  // measured: bench/http_front_bench
 inline constexpr uint64_t kAnswerBytesPerToken = 16;

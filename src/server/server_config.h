@@ -31,8 +31,10 @@ struct ServerConfig {
   std::string tool_call_parser;
   // Compiled grammars and their mask caches kept across requests, by content
   // (grammar/grammar_cache.h): each entry is charged its mask cache's limit (1/16 of
-  // --request-memory), so 64 MiB keeps ~16 grammars. 0 = each request its own.
-  uint64_t grammar_cache_bytes = uint64_t{64} << 20;
+  // --request-memory, 4 MiB by default), so 16 MiB keeps 4 grammars (json_object and a few schemas
+  // or tool sets); it is a part of the request row of the start-up budget. 0 = each request its
+  // own.
+  uint64_t grammar_cache_bytes = uint64_t{16} << 20;
   AdmissionConfig admission;
   RefusalPacing pacing;  // how door refusals are held in a retry storm (refusal_pacer.h)
   BreakerConfig breaker;

@@ -35,10 +35,12 @@ TEST(Faults, TinyBudgetWithSwapServesOrRefusesEveryLongPrompt) {
   // forward threads: the workspace holds each thread's GEMM scratch (~1 MiB here).
   constexpr uint64_t kBudget = 137ull << 20;
   TempDir tmp;
-  auto served = serve_default_model(
-      {"--memory-budget", "137MiB", "--max-num-seqs", "16", "--max-queue", "16", "--request-memory",
-       "8MiB", "--max-body-bytes", "1048576", "--swap-space", "8MiB", "--swap-path",
-       tmp.path() + "/swap", "--max-model-len", "256", "--threads", "2"});
+  auto served =
+      serve_default_model({"--memory-budget", "137MiB", "--max-num-seqs",   "16",
+                           "--max-queue",     "16",     "--request-memory", "8MiB",
+                           "--grammar-cache", "0",      "--max-body-bytes", "1048576",
+                           "--swap-space",    "8MiB",   "--swap-path",      tmp.path() + "/swap",
+                           "--max-model-len", "256",    "--threads",        "2"});
   ASSERT_TRUE(served->server && served->server->alive());
   const uint16_t port = served->server->port();
   std::vector<PlannedRequest> reqs;

@@ -135,7 +135,8 @@ TEST(FrontDoor, SixtyFourChoiceRequestsWithMaximalStopsGetRequestMemoryRefusalsW
 // The same mix with the default request memory (64 MiB): all eight fit; the figure for the
 // README's serving-limits table.
 TEST(FrontDoor, WorstLegalMixWithDefaultRequestMemoryStaysWithinBudget) {
-  // 576 streams (2 x 64 KiB buffers each) and 64 MiB of request memory need ~352 MiB.
+  // 576 streams (2 x 64 KiB buffers each), 64 MiB of request memory and the 16 MiB grammar
+  // cache need ~368 MiB.
   constexpr uint64_t kBudget = 384ull << 20;
   auto served = serve_default_model({"--memory-budget", "384MiB", "--max-num-seqs", "64",
                                      "--max-queue", "512", "--max-queue-wait", "0"});
