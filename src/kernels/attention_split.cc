@@ -22,8 +22,10 @@ constexpr int kTileHeads = 16;    // query heads per segment call (the x86 kerne
 void attention_merge(float* out, float* ml, const float* seg_out, const float* seg_ml,
                      int32_t head_dim) {
   const float m = std::max(ml[0], seg_ml[0]);
-  const float a = std::exp(ml[0] - m);  // both states are of non-empty segments: m is finite
-  const float b = std::exp(seg_ml[0] - m);
+  // Both states are of non-empty segments: m is finite. One exponent is 0, whose exp is 1
+  // exactly: skipping that call halves the exps of a prefill tile's ~40 merges per pair at 10k.
+  const float a = ml[0] == m ? 1.0f : std::exp(ml[0] - m);
+  const float b = seg_ml[0] == m ? 1.0f : std::exp(seg_ml[0] - m);
   for (int32_t i = 0; i < head_dim; ++i) out[i] = out[i] * a + seg_out[i] * b;
   ml[0] = m;
   ml[1] = ml[1] * a + seg_ml[1] * b;

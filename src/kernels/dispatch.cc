@@ -81,10 +81,10 @@ int32_t gqa_group(int32_t n_heads, const KvLayerView& kv) {
   return n_heads / kv.n_kv_heads;
 }
 
-// One chunk's K (transposed) and V rows decoded to f32, one decoded row, and a chunk of
+// A step's chunks' K (transposed) and V rows decoded to f32, one decoded row, and a chunk of
 // softmax weights.
 int64_t attention_segment_scratch_floats(int32_t head_dim) {
-  return (2 * kAttnChunk + 1) * (int64_t)head_dim + kAttnChunk;
+  return (2 * kAttnStepChunks * kAttnChunk + 1) * (int64_t)head_dim + kAttnChunk;
 }
 
 namespace {

@@ -161,6 +161,9 @@ void attention_of(std::span<const AttnQuery> queries, int32_t n_heads, const KvL
 }
 // Scratch of one attention_segment call (the kernels' own part of attention_scratch_floats).
 int64_t attention_segment_scratch_floats(int32_t head_dim);
+// Chunks the AVX-512 kernel's prefill step takes at once (x86/attention_avx512.cc): their K and
+// V rows, decoded, are its scratch.
+constexpr int kAttnStepChunks = 2;
 
 // The packed layout of Q4_K / Q5_K / Q6_K matrices (kernels/packed_kquants.cc): groups of
 // kPackRows rows, super-block by super-block. pack() and packs() above route these types there.

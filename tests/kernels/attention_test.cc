@@ -209,6 +209,47 @@ TEST(KernelsAttention, TileOfQueriesEqualsEachQueryAloneBitForBit) {
   }
 }
 
+// A prefill tile deep in its context as the model calls it (16 queries x a KV head's 8 query
+// heads): the chunks every query attends in full, which the AVX-512 table scores and accumulates
+// several at a time, must give each query the same bits as attending alone (one chunk at a time),
+// with and without a softcap or a window (whose tile has both kinds of chunk), and stay within
+// rounding of the float64 oracle.
+TEST(KernelsAttention, DeepPrefillTileEqualsEachQueryAloneBitForBit) {
+  const int32_t hd = 64, gqa = 8, n_heads = kKvHeads * gqa;
+  const int64_t first = 80, n_q = 16;  // positions 80..95: chunks 0..63 attended by all
+  for (const KernelTable* t : available_kernel_tables()) {
+    for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBF16, KvDtype::kInt8}) {
+      for (auto [softcap, window] : {std::pair<float, int64_t>{0.0f, 0}, {5.0f, 0}, {0.0f, 60}}) {
+        SCOPED_TRACE(std::string(t->isa) + " " + std::string(kv_dtype_name(dtype)) + " softcap " +
+                     std::to_string(softcap) + " window " + std::to_string(window));
+        KvArena arena(dtype, hd);
+        fill(kernels_ref(), arena, 96, 81);
+        const auto q = testing::random_floats(n_q * n_heads * hd, 83, 3.0f);
+        std::vector<float> tiled(n_q * n_heads * hd, NAN), alone(n_q * n_heads * hd, NAN);
+        std::vector<AttnQuery> queries;
+        for (int64_t i = 0; i < n_q; ++i) {
+          const int64_t begin = window > 0 ? first + i + 1 - window : 0;
+          queries.push_back(
+              {q.data() + i * n_heads * hd, tiled.data() + i * n_heads * hd, begin, first + i + 1});
+        }
+        std::vector<float> scratch(attention_scratch_floats(hd), NAN);
+        const AttnScores sc = {1.0f / std::sqrt((float)hd), softcap};
+        t->attention(queries, n_heads, arena.view, kBlockTable, sc, scratch.data());
+        for (int64_t i = 0; i < n_q; ++i) {
+          AttnQuery one = queries[i];
+          one.out = alone.data() + i * n_heads * hd;
+          t->attention({&one, 1}, n_heads, arena.view, kBlockTable, sc, scratch.data());
+          if (i != 0 && i != n_q - 1) continue;
+          const auto want = naive_attention(arena, std::vector<float>(one.q, one.q + n_heads * hd),
+                                            n_heads, one.pos_begin, one.pos_end, sc);
+          EXPECT_LE(testing::max_abs_diff(one.out, want.data(), n_heads * hd), 2e-5) << i;
+        }
+        EXPECT_EQ(std::memcmp(tiled.data(), alone.data(), tiled.size() * sizeof(float)), 0);
+      }
+    }
+  }
+}
+
 // Gemma-2's soft-capped scores and gpt-oss's sinks in every table: within float rounding of the
 // float64 two-pass softmax with the same variant, far from the plain softmax (so the variant is
 // really applied), and a tile of queries equal to each query alone bit for bit (prefill tiles,

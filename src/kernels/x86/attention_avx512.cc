@@ -5,7 +5,9 @@
 // range accumulate V together (eight, a decode's whole GQA group, in one pass over each V row), so
 // the FMA units, not FMA latency, bound the loops. Each pair's arithmetic is the same whatever
 // pairs it is grouped with, so a query's result is the same bits in any tile (the AVX2 table's bits
-// may differ: it sums in another order). Compiled with -mavx512f -mavx512bw -mavx512vl; runs only
+// may differ: it sums in another order). Prefill tiles take several chunks per step where every
+// pair attends them in full (attend_step): the same arithmetic with fewer loads and stores of q
+// and output rows. Compiled with -mavx512f -mavx512bw -mavx512vl; runs only
 // after dispatch.cc saw AVX-512.
 #include <algorithm>
 #include <cstring>
@@ -49,9 +51,9 @@ KVW_INLINE __m512 exp512(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  const __m512i e =
-      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+  // p * 2^n in one uop instead of four (convert, add the bias, shift, multiply); n is in
+  // [-126, 127], so both round the same real product once: the same bits.
+  return _mm512_scalef_ps(p, n);
 }
 
 // tanh512 / softcap512: avx2_util.h's tanh256 / softcap256 on 16 lanes (same formula).
@@ -76,6 +78,28 @@ KVW_INLINE void score_pairs(const ChunkPair* pairs, const float* kt, int32_t hd,
   for (int n = 0; n < N; ++n) _mm512_storeu_ps(out + n * kAttnChunk, acc[n]);
 }
 
+// score_pairs against two chunks (kt0, kt1) at once: each lane's arithmetic is the same, and each
+// q[d] is broadcast once for 32 positions instead of 16 (16 accumulators at N = 8).
+template <int N>
+KVW_INLINE void score_pairs2(const ChunkPair* pairs, const float* kt0, const float* kt1, int32_t hd,
+                             float* out0, float* out1) {
+  __m512 acc0[N], acc1[N];
+  for (int n = 0; n < N; ++n) acc0[n] = acc1[n] = _mm512_setzero_ps();
+  for (int32_t d = 0; d < hd; ++d) {
+    const __m512 k0 = _mm512_loadu_ps(kt0 + d * kAttnChunk);
+    const __m512 k1 = _mm512_loadu_ps(kt1 + d * kAttnChunk);
+    for (int n = 0; n < N; ++n) {
+      const __m512 q = _mm512_set1_ps(pairs[n].q[d]);
+      acc0[n] = _mm512_fmadd_ps(q, k0, acc0[n]);
+      acc1[n] = _mm512_fmadd_ps(q, k1, acc1[n]);
+    }
+  }
+  for (int n = 0; n < N; ++n) {
+    _mm512_storeu_ps(out0 + n * kAttnChunk, acc0[n]);
+    _mm512_storeu_ps(out1 + n * kAttnChunk, acc1[n]);
+  }
+}
+
 // How accumulate reads V rows: f32 rows (decoded, or the F32 cache's own), or the F16 / INT8
 // cache's rows in place, decoded per use to the same f32 values as the f32 rows. INT8 rows are
 // their integers: each row's scale is folded into the weights instead (fold_scales).
@@ -83,7 +107,7 @@ enum class VRows { kF32, kF16, kInt8 };
 
 // 16 elements of a V row from element j.
 template <VRows kV>
-KVW_INLINE __m512 load_v(const void* row, float /*row_scale*/, int32_t j, __mmask16 m) {
+KVW_INLINE __m512 load_v(const void* row, int32_t j, __mmask16 m) {
   if constexpr (kV == VRows::kF16) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(row) + j));
   } else if constexpr (kV == VRows::kInt8) {
@@ -94,25 +118,50 @@ KVW_INLINE __m512 load_v(const void* row, float /*row_scale*/, int32_t j, __mmas
   }
 }
 
-// For N pairs with the same lanes [a, b): out[n] = out[n] * c[n] + sum over p in [a, b) of
-// w[n][p] * v[p], each element fma'd over p in order (64, then 16, then a masked 1..15 at a
-// time: the per-element arithmetic does not depend on the blocking or on N).
-template <int N, int W, VRows kV>
-KVW_INLINE void accumulate_block(float* const* out, const float* c, const float* const* w,
-                                 const void* const* v, const float* vs, int a, int b, int32_t j,
+// One chunk's share of a V accumulation: each pair's rescale of its state, its weights and the
+// chunk's V rows.
+struct AccChunk {
+  const float* c;        // [pair]
+  const float* w;        // [pair][kAttnChunk]: one base pointer, not N (they would spill)
+  const void* const* v;  // [kAttnChunk] rows
+};
+
+// Whether the N rescales from c are all exactly 1: no pair's max moved (exp512(0) is 1.0f
+// exactly), so multiplying by them, an identity, can be skipped. Deep in a context the max
+// rarely moves: the skip saves 1 of every 17 vector ops of the V accumulation.
+template <int N>
+KVW_INLINE bool all_ones(const float* c) {
+  constexpr __mmask16 m = (__mmask16)((1u << N) - 1);
+  return _mm512_mask_cmp_ps_mask(m, _mm512_maskz_loadu_ps(m, c), _mm512_set1_ps(1.0f),
+                                 _CMP_EQ_OQ) == m;
+}
+
+// For N pairs with the same lanes [a, b), chunk after chunk (G in position order):
+// out[n] = out[n] * c[n] + sum over p in [a, b) of w[n][p] * v[p], each element fma'd over p in
+// order (64, then 16, then a masked 1..15 at a time). The per-element arithmetic does not depend
+// on the blocking, on N or on G: a chunk's sum kept in a register for the next chunk is the float
+// a store and reload would give.
+template <int N, int W, int G, VRows kV>
+KVW_INLINE void accumulate_block(float* const* out, const AccChunk* ch, int a, int b, int32_t j,
                                  __mmask16 tail) {
   __m512 acc[N][W];
   for (int n = 0; n < N; ++n) {
-    const __m512 vc = _mm512_set1_ps(c[n]);
-    for (int u = 0; u < W; ++u)
-      acc[n][u] = _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, out[n] + j + 16 * u), vc);
+    for (int u = 0; u < W; ++u) acc[n][u] = _mm512_maskz_loadu_ps(tail, out[n] + j + 16 * u);
   }
-  for (int p = a; p < b; ++p) {
-    __m512 vv[W];
-    for (int u = 0; u < W; ++u) vv[u] = load_v<kV>(v[p], vs[p], j + 16 * u, tail);
-    for (int n = 0; n < N; ++n) {
-      const __m512 wp = _mm512_set1_ps(w[n][p]);
-      for (int u = 0; u < W; ++u) acc[n][u] = _mm512_fmadd_ps(wp, vv[u], acc[n][u]);
+  for (int g = 0; g < G; ++g) {
+    if (!all_ones<N>(ch[g].c)) {
+      for (int n = 0; n < N; ++n) {
+        const __m512 vc = _mm512_set1_ps(ch[g].c[n]);
+        for (int u = 0; u < W; ++u) acc[n][u] = _mm512_mul_ps(acc[n][u], vc);
+      }
+    }
+    for (int p = a; p < b; ++p) {
+      __m512 vv[W];
+      for (int u = 0; u < W; ++u) vv[u] = load_v<kV>(ch[g].v[p], j + 16 * u, tail);
+      for (int n = 0; n < N; ++n) {
+        const __m512 wp = _mm512_set1_ps(ch[g].w[n * kAttnChunk + p]);
+        for (int u = 0; u < W; ++u) acc[n][u] = _mm512_fmadd_ps(wp, vv[u], acc[n][u]);
+      }
     }
   }
   for (int n = 0; n < N; ++n) {
@@ -122,29 +171,66 @@ KVW_INLINE void accumulate_block(float* const* out, const float* c, const float*
 
 // Up to 4 pairs take 64 elements of a row per pass (16 accumulators); 8 pairs (a decode's GQA
 // group) take 32, so each V row is loaded and converted once for all 8 instead of twice.
-template <int N, VRows kV>
-KVW_INLINE void accumulate_pairs(float* const* out, const float* c, const float* const* w,
-                                 const void* const* v, const float* vs, int a, int b, int32_t hd) {
+template <int N, int G, VRows kV>
+KVW_INLINE void accumulate_pairs(float* const* out, const AccChunk* ch, int a, int b, int32_t hd) {
   constexpr int kWide = N > 4 ? 2 : 4;
   int32_t j = 0;
   for (; j + 16 * kWide <= hd; j += 16 * kWide)
-    accumulate_block<N, kWide, kV>(out, c, w, v, vs, a, b, j, 0xFFFF);
-  for (; j + 16 <= hd; j += 16) accumulate_block<N, 1, kV>(out, c, w, v, vs, a, b, j, 0xFFFF);
+    accumulate_block<N, kWide, G, kV>(out, ch, a, b, j, 0xFFFF);
+  for (; j + 16 <= hd; j += 16) accumulate_block<N, 1, G, kV>(out, ch, a, b, j, 0xFFFF);
   if (j < hd) {
-    accumulate_block<N, 1, kV>(out, c, w, v, vs, a, b, j, (__mmask16)((1u << (hd - j)) - 1));
+    accumulate_block<N, 1, G, kV>(out, ch, a, b, j, (__mmask16)((1u << (hd - j)) - 1));
   }
 }
 
-template <int N>
-KVW_INLINE void accumulate_any(VRows rows, float* const* out, const float* c, const float* const* w,
-                               const void* const* v, const float* vs, int a, int b, int32_t hd) {
-  switch (rows) {
-    case VRows::kF16:
-      return accumulate_pairs<N, VRows::kF16>(out, c, w, v, vs, a, b, hd);
-    case VRows::kInt8:
-      return accumulate_pairs<N, VRows::kInt8>(out, c, w, v, vs, a, b, hd);
-    case VRows::kF32:
-      return accumulate_pairs<N, VRows::kF32>(out, c, w, v, vs, a, b, hd);
+// Two-chunk steps read decoded f32 rows only.
+template <int N, int G>
+KVW_INLINE void accumulate_any(VRows rows, float* const* out, const AccChunk* ch, int a, int b,
+                               int32_t hd) {
+  if constexpr (G == 1) {
+    switch (rows) {
+      case VRows::kF16:
+        return accumulate_pairs<N, G, VRows::kF16>(out, ch, a, b, hd);
+      case VRows::kInt8:
+        return accumulate_pairs<N, G, VRows::kInt8>(out, ch, a, b, hd);
+      case VRows::kF32:
+        break;
+    }
+  }
+  accumulate_pairs<N, G, VRows::kF32>(out, ch, a, b, hd);
+}
+
+// PV of pairs [0, np) over G consecutive chunks (pv[g], cs[g], vrow[g]: chunk g's weights,
+// rescales and V rows): pairs with the same lanes go together, 8 at a time, else at most 4.
+template <int G>
+void accumulate_runs(VRows rows, const ChunkPair* pairs, int np, float (*const* pv)[kAttnChunk],
+                     const float* const* cs, const void* const* const* vrow, int32_t hd) {
+  for (int k = 0; k < np;) {
+    int run = x86::same_range_run(pairs, k, np, kAccBatch);
+    if (run < kAccBatch) run = run < 4 ? run : 4;
+    float* out[kAccBatch];
+    AccChunk ch[G];
+    for (int n = 0; n < run; ++n) out[n] = pairs[k + n].out;
+    for (int g = 0; g < G; ++g) ch[g] = {cs[g] + k, pv[g][k], vrow[g]};
+    const int a = pairs[k].qa, b = pairs[k].qb;
+    switch (run) {
+      case 8:
+        accumulate_any<8, G>(rows, out, ch, a, b, hd);
+        break;
+      case 4:
+        accumulate_any<4, G>(rows, out, ch, a, b, hd);
+        break;
+      case 3:
+        accumulate_any<3, G>(rows, out, ch, a, b, hd);
+        break;
+      case 2:
+        accumulate_any<2, G>(rows, out, ch, a, b, hd);
+        break;
+      default:
+        accumulate_any<1, G>(rows, out, ch, a, b, hd);
+        break;
+    }
+    k += run;
   }
 }
 
@@ -205,26 +291,25 @@ KVW_INLINE float row_scale(const void* scales, const ChunkRows& r, int p) {
   return scale;
 }
 
-// prefetcht0 as volatile asm: GCC 12 deletes a loop whose body is only _mm_prefetch (no side
-// effects), which left prefetch_rows empty.
-KVW_INLINE void prefetch_l1(const uint8_t* p) {
-  asm volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(p)));
+// prefetcht0 / prefetcht1 as volatile asm: GCC 12 deletes a loop whose body is only
+// _mm_prefetch (no side effects), which left prefetch_rows empty.
+template <bool kToL2>
+KVW_INLINE void prefetch_line(uintptr_t p) {
+  if constexpr (kToL2) {
+    asm volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(p)));
+  } else {
+    asm volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(p)));
+  }
 }
 
-// Prefetches every cache line of bytes [p, p + n).
-KVW_INLINE void prefetch_span(const uint8_t* p, int64_t n) {
-  const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
-  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + (uintptr_t)n;
-  for (uintptr_t a = first; a < end; a += 64) prefetch_l1(reinterpret_cast<const uint8_t*>(a));
-}
-
-// Prefetches the K and V rows (and INT8 scales) of positions [a, b) of the chunk at c0 into L1.
-// Blocks are scattered (one head's block is 16 x 128 bytes at f16 and hd 64, then a jump of the
-// layer's block stride), so the hardware prefetcher, which stops at 4 KB pages, restarts at every
-// block hop. A block's rows of one head are contiguous: one span per block, not per row (per-row
-// addressing cost 7% of a decode's time with the rows already in L2).
-void prefetch_rows(const KvLayerView& kv, const uint32_t* block_table, int64_t c0, int a, int b,
-                   int32_t kv_head) {
+// Calls span(p, n) for the bytes of the K and V rows (and INT8 scales) of positions [a, b) of
+// the chunk at c0. Blocks are scattered (one head's block is 16 x 128 bytes at f16 and hd 64,
+// then a jump of the layer's block stride), so the hardware prefetcher, which stops at 4 KB
+// pages, restarts at every block hop. A block's rows of one head are contiguous: one span per
+// block, not per row (per-row addressing cost 7% of a decode's time with the rows already in L2).
+template <class Span>
+void for_each_row_span(const KvLayerView& kv, const uint32_t* block_table, int64_t c0, int a, int b,
+                       int32_t kv_head, Span&& span) {
   const int64_t row_bytes = kv.head_dim * (int64_t)kv_elem_bytes(kv.dtype);
   int64_t pos = c0 + a;
   const int64_t end = c0 + b;
@@ -233,15 +318,50 @@ void prefetch_rows(const KvLayerView& kv, const uint32_t* block_table, int64_t c
     const int64_t n = std::min<int64_t>(end - pos, kv.block_size - slot);
     const int64_t base = (int64_t)block_table[blk] * kv.block_stride;
     const int64_t row = (int64_t)kv_head * kv.block_size + slot;
-    prefetch_span(static_cast<const uint8_t*>(kv.k) + base + row * row_bytes, n * row_bytes);
-    prefetch_span(static_cast<const uint8_t*>(kv.v) + base + row * row_bytes, n * row_bytes);
+    span(static_cast<const uint8_t*>(kv.k) + base + row * row_bytes, n * row_bytes);
+    span(static_cast<const uint8_t*>(kv.v) + base + row * row_bytes, n * row_bytes);
     if (kv.k_scale != nullptr) {
-      prefetch_span(static_cast<const uint8_t*>(kv.k_scale) + base + row * 4, n * 4);
-      prefetch_span(static_cast<const uint8_t*>(kv.v_scale) + base + row * 4, n * 4);
+      span(static_cast<const uint8_t*>(kv.k_scale) + base + row * 4, n * 4);
+      span(static_cast<const uint8_t*>(kv.v_scale) + base + row * 4, n * 4);
     }
     pos += n;
   }
 }
+
+// Prefetches the rows of positions [a, b) of the chunk at c0 into L1 (decode).
+void prefetch_rows(const KvLayerView& kv, const uint32_t* block_table, int64_t c0, int a, int b,
+                   int32_t kv_head) {
+  for_each_row_span(kv, block_table, c0, a, b, kv_head, [](const uint8_t* p, int64_t n) {
+    const uintptr_t end = reinterpret_cast<uintptr_t>(p) + (uintptr_t)n;
+    for (uintptr_t at = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63}; at < end; at += 64)
+      prefetch_line<false>(at);
+  });
+}
+
+// The lines of a later prefill step's rows, prefetched into L2 a few at a time between the
+// current step's score batches. Not L1, which the q and output rows stream through; not at once:
+// a burst of a step's 128 lines (f16, hd 64) stalled on the L1 fill buffers for most of what the
+// step's own loads had waited on L3 (14% of its time; busy machine, perf cpu-clock).
+class StepPrefetch {
+ public:
+  void add(const uint8_t* p, int64_t n) {
+    if (n_ == kMaxSpans) return;  // more than a step of 16-row blocks has: dropped, not wrong
+    at_[n_] = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
+    end_[n_++] = reinterpret_cast<uintptr_t>(p) + (uintptr_t)n;
+  }
+  // Up to `lines` more lines; lines < 0: all that are left.
+  void issue(int lines) {
+    for (; i_ < n_ && lines != 0; ++i_) {
+      for (; at_[i_] < end_[i_] && lines != 0; at_[i_] += 64, --lines) prefetch_line<true>(at_[i_]);
+      if (at_[i_] < end_[i_]) return;
+    }
+  }
+
+ private:
+  static constexpr int kMaxSpans = 32;
+  uintptr_t at_[kMaxSpans], end_[kMaxSpans];
+  int n_ = 0, i_ = 0;
+};
 
 // K rows of positions [la, lb) of the chunk at c0, transposed into kt [hd][16]. F16, F32 and
 // INT8 caches with head_dim % 16 == 0 go 16 x 16 at a time in registers (lanes outside [la, lb)
@@ -291,12 +411,39 @@ bool load_kt(const KvLayerView& kv, const uint32_t* block_table, const ChunkRows
   return int8;
 }
 
-// An INT8 V row's integers as f32 (its scale goes into the weights).
-void int8_row_to_f32(const int8_t* src, float* dst, int32_t n) {
+// A V row decoded to f32 in dst: F16 exactly, INT8 as its integers (its scale goes into the
+// weights). 16 at a time from the row's address (kv_row's per-row division cost ~20 cycles).
+template <VRows kV>
+void v_row_to_f32(const void* src, float* dst, int32_t n) {
   for (int32_t j = 0; j < n; j += 16) {
     const __mmask16 m = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
-    _mm512_mask_storeu_ps(
-        dst + j, m, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, src + j))));
+    _mm512_mask_storeu_ps(dst + j, m, load_v<kV>(src, j, m));
+  }
+}
+
+// V rows of positions [la, lb) of the chunk for accumulate: the cache's own rows (F32, or F16 /
+// INT8 read in place) or rows decoded into vbuf ([kAttnChunk][hd]); INT8 rows' scales into vs
+// (0 outside [la, lb)).
+void load_v_rows(const KvLayerView& kv, const uint32_t* block_table, const ChunkRows& cr,
+                 int64_t c0, int la, int lb, int32_t kv_head, VRows v_rows, float* vbuf,
+                 const void** vrow, float* vs) {
+  const int32_t hd = kv.head_dim;
+  const int64_t row_bytes = hd * (int64_t)kv_elem_bytes(kv.dtype);
+  for (int p = 0; p < kAttnChunk; ++p) {
+    if (kv.dtype == KvDtype::kInt8) vs[p] = p >= la && p < lb ? row_scale(kv.v_scale, cr, p) : 0.0f;
+    if (p < la || p >= lb) continue;
+    const uint8_t* src = row_ptr(kv.v, cr, p, row_bytes);
+    float* dst = vbuf + p * hd;
+    vrow[p] = dst;
+    if (v_rows != VRows::kF32 || kv.dtype == KvDtype::kF32) {
+      vrow[p] = src;
+    } else if (kv.dtype == KvDtype::kF16) {
+      v_row_to_f32<VRows::kF16>(src, dst, hd);
+    } else if (kv.dtype == KvDtype::kInt8) {
+      v_row_to_f32<VRows::kInt8>(src, dst, hd);
+    } else {
+      vrow[p] = kv_row(kv, true, block_table, c0 + p, kv_head, dst);
+    }
   }
 }
 
@@ -367,124 +514,203 @@ void softmax_pairs(const ChunkPair* pairs, int n, __m512 scale, float softcap,
   for (int i = 0; i < n; ++i) *pairs[i].st = {m_new[i], l_new[i]};
 }
 
+// What a tile's chunk steps share: the tile, its KV head, how V is read, and scratch.
+struct TileWork {
+  const KvLayerView* kv;
+  const uint32_t* block_table;
+  int32_t kv_head;
+  AttnScores scores;
+  VRows v_rows;
+  float* kt;    // [kAttnStepChunks][hd][kAttnChunk]: a step's K, transposed
+  float* vbuf;  // [kAttnStepChunks][kAttnChunk][hd]: a step's V rows, decoded
+  float* row;   // [hd]
+};
+
+// The chunk at c0, positions [la, lb): K transposed into kt, V rows for accumulate into vrow
+// (and vs, INT8 V scales). Returns the scores' multiplier: the softmax scale, times each
+// position's K scale for INT8 rows.
+__m512 load_chunk(const TileWork& t, int64_t c0, int la, int lb, float* kt, float* vbuf,
+                  const void** vrow, float* vs) {
+  ChunkRows cr;
+  chunk_rows(*t.kv, t.block_table, c0, la, lb, t.kv_head, &cr);
+  alignas(64) float ks[kAttnChunk];  // INT8 K rows' scales when load_kt left them out
+  const __m512 scale = _mm512_set1_ps(t.scores.scale);
+  const bool k_scaled = load_kt(*t.kv, t.block_table, cr, c0, la, lb, t.kv_head, kt, t.row, ks);
+  load_v_rows(*t.kv, t.block_table, cr, c0, la, lb, t.kv_head, t.v_rows, vbuf, vrow, vs);
+  return k_scaled ? _mm512_mul_ps(_mm512_load_ps(ks), scale) : scale;
+}
+
+void score_all(const ChunkPair* pairs, int np, const float* kt, int32_t hd,
+               float (*pv)[kAttnChunk]) {
+  int k = 0;
+  for (; k + kScoreBatch <= np; k += kScoreBatch)
+    score_pairs<kScoreBatch>(pairs + k, kt, hd, pv[k]);
+  for (; k + 2 <= np; k += 2) score_pairs<2>(pairs + k, kt, hd, pv[k]);
+  for (; k < np; ++k) score_pairs<1>(pairs + k, kt, hd, pv[k]);
+}
+
+// Softmax of a chunk's scores for all pairs, 16 at a time; INT8 V scales (vs, nullable) go into
+// the weights.
+void softmax_all(const ChunkPair* pairs, int np, __m512 kmul, float softcap,
+                 float (*pv)[kAttnChunk], float* cs, const float* vs) {
+  for (int k = 0; k < np; k += kAttnChunk) {
+    if (np - k <= 8) {
+      softmax_pairs<8>(pairs + k, np - k, kmul, softcap, pv + k, cs + k);
+    } else {
+      softmax_pairs<kAttnChunk>(pairs + k, np - k, kmul, softcap, pv + k, cs + k);
+    }
+  }
+  if (vs == nullptr) return;
+  const __m512 v = _mm512_load_ps(vs);
+  for (int k = 0; k < np; ++k) _mm512_store_ps(pv[k], _mm512_mul_ps(_mm512_load_ps(pv[k]), v));
+}
+
+constexpr int kMaxPairs = kMaxTile * kMaxGroup;
+// A step scores, softmaxes and accumulates this many pairs before the next ones: their q and
+// output rows (16 KB at hd 64) and the step's K and V (16 KB) fit L1 together. Prefill tile at
+// depth 8192 (busy machine, CPU time, medians of 3): 32 pairs 100.6 GFLOP/s, 16: 102.1, all 128
+// at once: 97.1.
+constexpr int kPhasePairs = 32;
+
+// G chunks from c0 that every pair attends in full (all lanes) as one step, prefetching the next
+// step's rows below hi: each q[d] broadcast once for two chunks' scores, and each output row
+// loaded and stored once for the G chunks' V (the largest costs beside the FMAs of a prefill
+// tile, whose 128 q and output rows, 64 KB, do not stay in L1). The same per-pair arithmetic as
+// G one-chunk steps. Prefill tile at depth 8192 (busy machine, CPU time): 66 GFLOP/s one chunk
+// at a time, 89 with G = 2.
+template <int G>
+void attend_step(const TileWork& t, int64_t c0, int64_t hi, const ChunkPair* pairs, int np,
+                 float (*pv)[kMaxPairs][kAttnChunk], float (*cs)[kMaxPairs]) {
+  static_assert(G % 2 == 0, "scores go two chunks at a time");
+  StepPrefetch pf;  // the next step's rows, below hi
+  const int64_t next = c0 + G * kAttnChunk;
+  if (next < hi) {
+    for_each_row_span(*t.kv, t.block_table, next, 0,
+                      (int)(std::min(hi, next + G * kAttnChunk) - next), t.kv_head,
+                      [&pf](const uint8_t* p, int64_t n) { pf.add(p, n); });
+  }
+  const int32_t hd = t.kv->head_dim;
+  const int64_t kt_floats = hd * kAttnChunk;
+  const void* vrow[G][kAttnChunk];
+  alignas(64) float vs[G][kAttnChunk];
+  __m512 kmul[G];
+  for (int g = 0; g < G; ++g) {
+    kmul[g] = load_chunk(t, c0 + g * kAttnChunk, 0, kAttnChunk, t.kt + g * kt_floats,
+                         t.vbuf + g * kt_floats, vrow[g], vs[g]);
+  }
+  const bool fold_v = t.kv->dtype == KvDtype::kInt8;
+  const void* const* v[G];
+  for (int g = 0; g < G; ++g) v[g] = vrow[g];
+  for (int k0 = 0; k0 < np; k0 += kPhasePairs) {
+    const int n = std::min(kPhasePairs, np - k0);
+    const ChunkPair* ps = pairs + k0;
+    for (int g = 0; g < G; g += 2) {
+      const float* kt0 = t.kt + g * kt_floats;
+      const float* kt1 = kt0 + kt_floats;
+      float(*s0)[kAttnChunk] = pv[g] + k0;
+      float(*s1)[kAttnChunk] = pv[g + 1] + k0;
+      int k = 0;
+      for (; k + kScoreBatch <= n; k += kScoreBatch) {
+        score_pairs2<kScoreBatch>(ps + k, kt0, kt1, hd, s0[k], s1[k]);
+        pf.issue(kScoreBatch);
+      }
+      for (; k + 2 <= n; k += 2) score_pairs2<2>(ps + k, kt0, kt1, hd, s0[k], s1[k]);
+      for (; k < n; ++k) score_pairs2<1>(ps + k, kt0, kt1, hd, s0[k], s1[k]);
+    }
+    float(*w[G])[kAttnChunk];
+    const float* c[G];
+    for (int g = 0; g < G; ++g) {
+      softmax_all(ps, n, kmul[g], t.scores.softcap, pv[g] + k0, cs[g] + k0,
+                  fold_v ? vs[g] : nullptr);
+      w[g] = pv[g] + k0;
+      c[g] = cs[g] + k0;
+    }
+    accumulate_runs<G>(VRows::kF32, ps, n, w, c, v, hd);
+  }
+  pf.issue(-1);
+}
+
 // Queries [0, nq) x query heads [h0, h0 + ng) of KV head kv_head (see the file comment).
 // Unnormalised: each pair's state goes to ml[query][head][2] (heads of n_heads) instead.
 void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t kv_head,
                  const KvLayerView& kv, const uint32_t* block_table, AttnScores scores, float* ml,
                  int32_t n_heads, float* scratch) {
   const int32_t hd = kv.head_dim;
-  float* kt = scratch;                        // [hd][kAttnChunk]
-  float* vbuf = kt + hd * kAttnChunk;         // [kAttnChunk][hd]
-  float* row = vbuf + hd * kAttnChunk;        // [hd]
-  const void* vrow[kAttnChunk];               // f32 rows, or the F16 / INT8 cache's own rows
-  alignas(64) float vscale_rows[kAttnChunk];  // INT8 rows' scales, 0 outside the chunk's lanes
-  alignas(64) float kscale_rows[kAttnChunk];  // INT8 K rows' scales when load_kt left them out
   // A tile of few pairs (decode) reads F16 and INT8 V rows in place, converting per use; a large
   // tile converts each row once into vbuf. Either way the same exact f32 values. INT8 V rows are
-  // their integers in both, and each pair's weights take the rows' scales (fold_v): 1 multiply
-  // per pair and chunk instead of 1 per 16 elements of every row and pair.
-  const bool fold_v = kv.dtype == KvDtype::kInt8;
+  // their integers in both, and each pair's weights take the rows' scales: 1 multiply per pair
+  // and chunk instead of 1 per 16 elements of every row and pair.
   const bool in_place = nq * ng <= 16;
-  const int64_t elem = (int64_t)kv_elem_bytes(kv.dtype);
   const VRows v_rows = !in_place                    ? VRows::kF32
                        : kv.dtype == KvDtype::kF16  ? VRows::kF16
                        : kv.dtype == KvDtype::kInt8 ? VRows::kInt8
                                                     : VRows::kF32;
+  const int64_t step_floats = (int64_t)kAttnStepChunks * hd * kAttnChunk;
+  const TileWork t = {&kv,
+                      block_table,
+                      kv_head,
+                      scores,
+                      v_rows,
+                      scratch,
+                      scratch + step_floats,
+                      scratch + 2 * step_floats};
   SoftmaxState st[kMaxTile][kMaxGroup];
-  ChunkPair pairs[kMaxTile * kMaxGroup];
-  // Scores, then weights, per pair, and each pair's rescale of its state. softmax_pairs reads and
-  // writes 16 pairs at a time from a multiple of 16, which the pair count's bound is.
-  static_assert(kMaxTile * kMaxGroup % kAttnChunk == 0);
-  alignas(64) float pv[kMaxTile * kMaxGroup][kAttnChunk];
-  float cs[kMaxTile * kMaxGroup];
+  // pairs: this chunk's; full: those of a chunk every query attends in full (built once).
+  ChunkPair pairs[kMaxPairs], full[kMaxPairs];
+  int n_full = -1;
+  // Scores, then weights, per pair, and each pair's rescale of its state, for a step's chunks.
+  // softmax_pairs reads and writes 16 pairs at a time from a multiple of 16, which the pair
+  // count's bound is.
+  static_assert(kMaxPairs % kAttnChunk == 0);
+  alignas(64) float pv[kAttnStepChunks][kMaxPairs][kAttnChunk];
+  float cs[kAttnStepChunks][kMaxPairs];
+  // [lo, hi): positions some query attends; [begin_max, end_min): those all of them attend.
   int64_t lo = queries[0].pos_begin, hi = queries[0].pos_end;
+  int64_t begin_max = lo, end_min = hi;
   for (int i = 0; i < nq; ++i) {
-    lo = queries[i].pos_begin < lo ? queries[i].pos_begin : lo;
-    hi = queries[i].pos_end > hi ? queries[i].pos_end : hi;
+    lo = std::min(lo, queries[i].pos_begin);
+    hi = std::max(hi, queries[i].pos_end);
+    begin_max = std::max(begin_max, queries[i].pos_begin);
+    end_min = std::min(end_min, queries[i].pos_end);
     for (int g = 0; g < ng; ++g) {
       st[i][g] = {-__builtin_inff(), 0.0f};
       std::memset(queries[i].out + (int64_t)(h0 + g) * hd, 0, hd * sizeof(float));
     }
   }
-  const __m512 vscale = _mm512_set1_ps(scores.scale);
   constexpr int64_t kAhead = kPrefetchChunks * kAttnChunk;
-  for (int64_t c0 = lo / kAttnChunk * kAttnChunk; c0 < hi; c0 += kAttnChunk) {
+  const int64_t first = lo / kAttnChunk * kAttnChunk;
+  for (int64_t c0 = first; c0 < hi;) {
+    // Large tiles (prefill) take kAttnStepChunks chunks at once where every pair attends them
+    // in full; decode keeps the one-chunk step, which reads V in place and prefetches.
+    if (!in_place && begin_max <= c0 && c0 + kAttnStepChunks * kAttnChunk <= end_min) {
+      if (n_full < 0) n_full = x86::chunk_pairs(queries, nq, h0, ng, hd, c0, st, full);
+      attend_step<kAttnStepChunks>(t, c0, hi, full, n_full, pv, cs);
+      c0 += kAttnStepChunks * kAttnChunk;
+      continue;
+    }
     // Load the chunk's positions that some query attends; other lanes score zero (masked).
-    const int la = (int)((lo > c0 ? lo : c0) - c0);
-    const int lb = (int)((hi < c0 + kAttnChunk ? hi : c0 + kAttnChunk) - c0);
-    // Only small (decode) tiles prefetch: a large tile's ~10x more arithmetic per chunk hides
-    // the misses already, and its 128 output rows (32 KB) need L1 more.
+    const int la = (int)(std::max(lo, c0) - c0);
+    const int lb = (int)(std::min(hi, c0 + kAttnChunk) - c0);
+    // One-chunk steps prefetch for small (decode) tiles only: a large tile has few of them (the
+    // causal diagonal, a window's edges), and its 128 output rows (32 KB) need L1 more.
     if (in_place) {
-      const int64_t first = c0 == lo / kAttnChunk * kAttnChunk ? c0 + kAttnChunk : c0 + kAhead;
-      for (int64_t pc = first; pc <= c0 + kAhead && pc < hi; pc += kAttnChunk) {
-        prefetch_rows(kv, block_table, pc, 0,
-                      (int)((hi < pc + kAttnChunk ? hi : pc + kAttnChunk) - pc), kv_head);
+      for (int64_t pc = c0 == first ? c0 + kAttnChunk : c0 + kAhead; pc <= c0 + kAhead && pc < hi;
+           pc += kAttnChunk) {
+        prefetch_rows(kv, block_table, pc, 0, (int)(std::min(hi, pc + kAttnChunk) - pc), kv_head);
       }
     }
-    ChunkRows cr;
-    chunk_rows(kv, block_table, c0, la, lb, kv_head, &cr);
-    const __m512 kmul = load_kt(kv, block_table, cr, c0, la, lb, kv_head, kt, row, kscale_rows)
-                            ? _mm512_mul_ps(_mm512_load_ps(kscale_rows), vscale)
-                            : vscale;
-    for (int p = 0; p < kAttnChunk; ++p) {
-      if (fold_v) vscale_rows[p] = p >= la && p < lb ? row_scale(kv.v_scale, cr, p) : 0.0f;
-      if (p < la || p >= lb) continue;
-      if (v_rows != VRows::kF32) {
-        vrow[p] = row_ptr(kv.v, cr, p, hd * elem);
-      } else if (fold_v) {
-        int8_row_to_f32(reinterpret_cast<const int8_t*>(row_ptr(kv.v, cr, p, hd)), vbuf + p * hd,
-                        hd);
-        vrow[p] = vbuf + p * hd;
-      } else {
-        vrow[p] = kv_row(kv, true, block_table, c0 + p, kv_head, vbuf + p * hd);
-      }
-    }
+    const void* vrow[kAttnChunk];
+    alignas(64) float vs[kAttnChunk];
+    const __m512 kmul = load_chunk(t, c0, la, lb, t.kt, t.vbuf, vrow, vs);
     const int np = x86::chunk_pairs(queries, nq, h0, ng, hd, c0, st, pairs);
-    int k = 0;
-    for (; k + kScoreBatch <= np; k += kScoreBatch)
-      score_pairs<kScoreBatch>(pairs + k, kt, hd, pv[k]);
-    for (; k + 2 <= np; k += 2) score_pairs<2>(pairs + k, kt, hd, pv[k]);
-    for (; k < np; ++k) score_pairs<1>(pairs + k, kt, hd, pv[k]);
-    for (k = 0; k < np; k += kAttnChunk) {
-      if (np - k <= 8) {
-        softmax_pairs<8>(pairs + k, np - k, kmul, scores.softcap, pv + k, cs + k);
-      } else {
-        softmax_pairs<kAttnChunk>(pairs + k, np - k, kmul, scores.softcap, pv + k, cs + k);
-      }
-    }
-    if (fold_v) {
-      const __m512 vs = _mm512_load_ps(vscale_rows);
-      for (k = 0; k < np; ++k) _mm512_store_ps(pv[k], _mm512_mul_ps(_mm512_load_ps(pv[k]), vs));
-    }
-    for (k = 0; k < np;) {
-      int run = x86::same_range_run(pairs, k, np, kAccBatch);
-      if (run < kAccBatch) run = run < 4 ? run : 4;
-      float* out[kAccBatch];
-      const float* w[kAccBatch];
-      for (int n = 0; n < run; ++n) {
-        out[n] = pairs[k + n].out;
-        w[n] = pv[k + n];
-      }
-      const int a = pairs[k].qa, b = pairs[k].qb;
-      switch (run) {
-        case 8:
-          accumulate_any<8>(v_rows, out, cs + k, w, vrow, vscale_rows, a, b, hd);
-          break;
-        case 4:
-          accumulate_any<4>(v_rows, out, cs + k, w, vrow, vscale_rows, a, b, hd);
-          break;
-        case 3:
-          accumulate_any<3>(v_rows, out, cs + k, w, vrow, vscale_rows, a, b, hd);
-          break;
-        case 2:
-          accumulate_any<2>(v_rows, out, cs + k, w, vrow, vscale_rows, a, b, hd);
-          break;
-        default:
-          accumulate_any<1>(v_rows, out, cs + k, w, vrow, vscale_rows, a, b, hd);
-          break;
-      }
-      k += run;
-    }
+    score_all(pairs, np, t.kt, hd, pv[0]);
+    softmax_all(pairs, np, kmul, scores.softcap, pv[0], cs[0],
+                kv.dtype == KvDtype::kInt8 ? vs : nullptr);
+    float(*const w[1])[kAttnChunk] = {pv[0]};
+    const float* const c[1] = {cs[0]};
+    const void* const* const v[1] = {vrow};
+    accumulate_runs<1>(v_rows, pairs, np, w, c, v, hd);
+    c0 += kAttnChunk;
   }
   for (int i = 0; i < nq; ++i) {
     for (int g = 0; g < ng; ++g) {
