@@ -226,7 +226,8 @@ int run_plan(const PlanArgs& a) {
       std::cerr << "kvwarden plan: " << rm.message() << "\n";
       return 2;
     }
-    auto gc = parse_size("--grammar-cache", a.grammar_cache);
+    auto gc = a.grammar_cache == "0" ? Result<uint64_t>(uint64_t{0})
+                                     : parse_size("--grammar-cache", a.grammar_cache);
     if (!gc.ok()) {
       std::cerr << "kvwarden plan: " << gc.message() << "\n";
       return 2;
