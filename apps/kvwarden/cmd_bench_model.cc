@@ -289,7 +289,7 @@ int run(const BenchModelFlags& f) {
       if (f.output == "md") {
         std::cerr << name << " " << r.test << ": " << fmt("%.2f t/s", r.median_ts);
         if (!r.depth_fill_ts.empty()) {
-          std::cerr << fmt(" (its %d-token context prefilled at %.2f t/s)", r.n_depth,
+          std::cerr << fmt(" (its %.0f-token context prefilled at %.2f t/s)", r.n_depth,
                            r.depth_fill_ts.front());
         }
         std::cerr << "\n";

@@ -16,6 +16,8 @@ fail() {
 for t in "pp16" "pp40" "tg4" "tg4 x3" "pp16 @ d24" "pp40 @ d24" "tg4 @ d24" "tg4 x3 @ d24"; do
   grep -q "| $t |" "$WORK/out" || fail "no row for $t: $(cat "$WORK/out")"
 done
+grep -q "tg4 @ d24: .* t/s (its 24-token context prefilled at .* t/s)" "$WORK/err" ||
+  fail "no depth prefill rate: $(cat "$WORK/err")"
 grep -q "^machine: .*read .* GB/s, triad .* GB/s, f32 FMA .* GFLOP/s.*int8 .* GOP/s" "$WORK/out" ||
   fail "no probe line: $(head -1 "$WORK/out")"
 /usr/bin/python3 - "$WORK/r.json" <<'PY' || fail "JSON report"
@@ -37,6 +39,10 @@ for name, x in tests.items():
         assert x["pct_of_peak"] > 0, x
 assert tests["tg4 x3 @ d24"]["streams"] == 3 and tests["tg4 x3 @ d24"]["n_depth"] == 24
 assert tests["pp40"]["n_prompt"] == 40 and tests["pp40"]["n_gen"] == 0
+# A depth test also times its context's own prefill, once per timed run; depth 0 has none.
+for name, x in tests.items():
+    fills = x["depth_fill_ts"]
+    assert len(fills) == (2 if x["n_depth"] > 0 else 0) and all(f > 0 for f in fills), x
 print("bench-model:", ", ".join(f"{k} {v['median_ts']:.0f} t/s" for k, v in tests.items()))
 PY
 # Bad input: one line naming the flag, exit 2.
