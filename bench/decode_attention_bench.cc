@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_main.h"
 #include "core/thread_pool.h"
 #include "kernels/kernels.h"
 #include "kernels/membw.h"
@@ -103,28 +104,12 @@ void bm_decode_attention(benchmark::State& state, KvDtype dtype, int64_t depth, 
 }
 
 void register_all() {
-  for (KvDtype dtype : {KvDtype::kF16, KvDtype::kInt8}) {
-    for (int64_t depth : {4096, 8192, 32768}) {
-      for (int threads : {1, 2}) {
-        const std::string name = std::string("BM_DecodeAttention/") + kv_dtype_name(dtype) +
-                                 "/depth:" + std::to_string(depth) +
-                                 "/threads:" + std::to_string(threads);
-        benchmark::RegisterBenchmark(name.c_str(), bm_decode_attention, dtype, depth, threads)
-            ->Unit(benchmark::kMillisecond)
-            ->UseRealTime();
-      }
-    }
-  }
+  bench::register_attention_sweep("BM_DecodeAttention", bm_decode_attention, {4096, 8192, 32768});
 }
 
 }  // namespace
 }  // namespace kvw::kernels
 
 int main(int argc, char** argv) {
-  kvw::kernels::register_all();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return kvw::bench::run_registered(argc, argv, kvw::kernels::register_all);
 }

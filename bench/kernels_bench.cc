@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench_main.h"
 #include "core/thread_pool.h"
 #include "gguf/tensor_types.h"
 #include "kernels/kernels.h"
@@ -214,10 +215,5 @@ void register_all() {
 }  // namespace kvw::kernels
 
 int main(int argc, char** argv) {
-  kvw::kernels::register_all();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return kvw::bench::run_registered(argc, argv, kvw::kernels::register_all);
 }
