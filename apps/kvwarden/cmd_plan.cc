@@ -8,6 +8,7 @@
 
 #include "apps/kvwarden/commands.h"
 #include "apps/kvwarden/rope_flags.h"
+#include "engine/engine_config.h"
 #include "planner/catalog.h"
 #include "planner/engine_budget.h"
 #include "planner/memory_plan.h"
@@ -226,8 +227,8 @@ int run_plan(const PlanArgs& a) {
       std::cerr << "kvwarden plan: " << rm.message() << "\n";
       return 2;
     }
-    auto gc = a.grammar_cache == "0" ? Result<uint64_t>(uint64_t{0})
-                                     : parse_size("--grammar-cache", a.grammar_cache);
+    // Parsed as serve parses it (0: off), so the two tables agree.
+    auto gc = parse_size_or_off("--grammar-cache", a.grammar_cache, machine_memory_limit_bytes());
     if (!gc.ok()) {
       std::cerr << "kvwarden plan: " << gc.message() << "\n";
       return 2;

@@ -100,10 +100,8 @@ Result<ServeModel> resolve(ServeFlags& f) {
     if (!b.ok()) return b.error();
     f.server.http.request_memory_bytes = *b;
   }
-  if (f.grammar_cache == "0") {  // off: sizes must be > 0, but 0 is this flag's "none"
-    f.server.grammar_cache_bytes = 0;
-  } else {
-    auto b = parse_size_flag("--grammar-cache", f.grammar_cache);
+  {
+    auto b = parse_size_or_off("--grammar-cache", f.grammar_cache, machine_memory_limit_bytes());
     if (!b.ok()) return b.error();
     f.server.grammar_cache_bytes = *b;
   }

@@ -110,6 +110,20 @@ uint64_t parse_cgroup_memory_max(std::string_view text) {
   return ec == std::errc() ? v : 0;
 }
 
+Result<uint64_t> parse_size_or_off(std::string_view flag, std::string_view text,
+                                   uint64_t machine_limit_bytes) {
+  const std::string s(trim(text));
+  double v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec == std::errc() && v == 0) return uint64_t{0};
+  auto r = parse_memory_budget(s, machine_limit_bytes);
+  if (r.ok()) return r;
+  const std::string_view budget = "--memory-budget";
+  std::string msg = r.message();
+  if (msg.starts_with(budget)) msg = std::string(flag) + msg.substr(budget.size());
+  return Error{msg};
+}
+
 uint64_t machine_memory_limit_bytes() {
   const uint64_t total = parse_meminfo_total(read_small_file("/proc/meminfo"));
   const uint64_t cgroup = parse_cgroup_memory_max(read_small_file("/sys/fs/cgroup/memory.max"));

@@ -97,6 +97,10 @@ Result<SpecConfig> parse_speculative_config(std::string_view text, SpecConfig ba
 // = GiB), or a percentage ("75%") of min(machine memory, cgroup limit) given as
 // `machine_limit_bytes`. Errors name the flag and the text.
 Result<uint64_t> parse_memory_budget(std::string_view text, uint64_t machine_limit_bytes);
+// The same for the size given to `flag`, whose 0 means "off" ("0", "0MiB"): 0, else as
+// parse_memory_budget, its errors naming `flag`.
+Result<uint64_t> parse_size_or_off(std::string_view flag, std::string_view text,
+                                   uint64_t machine_limit_bytes);
 
 // min(MemTotal of /proc/meminfo, /sys/fs/cgroup/memory.max when it is a number). 0 when neither
 // can be read.

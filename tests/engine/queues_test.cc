@@ -70,6 +70,16 @@ TEST(MemoryBudget, ParsesBytesUnitsAndPercentOfMachineLimit) {
   EXPECT_NE(bad.message().find("--memory-budget"), std::string::npos);
 }
 
+TEST(MemoryBudget, SizeOrOffTakesZeroInAnyUnitAndParsesTheRestAsABudget) {
+  EXPECT_EQ(*parse_size_or_off("--grammar-cache", "0", 0), 0u);
+  EXPECT_EQ(*parse_size_or_off("--grammar-cache", " 0MiB ", 0), 0u);
+  EXPECT_EQ(*parse_size_or_off("--grammar-cache", "16MiB", 0), uint64_t{16} << 20);
+  EXPECT_FALSE(parse_size_or_off("--grammar-cache", "-1", 0).ok());
+  auto bad = parse_size_or_off("--grammar-cache", "off", 0);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.message().find("--grammar-cache 'off'"), 0u) << bad.message();
+}
+
 TEST(MemoryBudget, MachineLimitIsSmallerOfMemTotalAndCgroup) {
   EXPECT_EQ(parse_meminfo_total("MemTotal:       16384 kB\nMemFree: 1 kB\n"), 16384u * 1024);
   EXPECT_EQ(parse_meminfo_total("MemFree: 1 kB\n"), 0u);
