@@ -335,9 +335,6 @@ constexpr MakerPreset kPresets[] = {{"deepseek-v2-lite-tiny", deepseek_v2_lite_t
 
 }  // namespace
 
-// Listed in families.cc.
-extern const ModelFamily kDeepseek2;
-
 const ModelFamily kDeepseek2{.arch = "deepseek2",
                              .mla = true,
                              .hf = {.model_types = {"deepseek_v2", "deepseek_v3"}},
@@ -347,5 +344,11 @@ const ModelFamily kDeepseek2{.arch = "deepseek2",
                                        .flags = kMakeExperts | kMakeExpertFfn | kMakeMla,
                                        .validate = validate_deepseek2,
                                        .write_keys = write_deepseek2_keys}};
+
+// This file's families, in the order the registry lists them (families.cc).
+std::span<const ModelFamily* const> deepseek2_families() {
+  static constexpr const ModelFamily* kThisFile[] = {&kDeepseek2};
+  return kThisFile;
+}
 
 }  // namespace kvw::families

@@ -7,18 +7,31 @@
 
 namespace kvw {
 
+// Each file in this folder but this one and tensor_table.cc holds families and defines
+// `std::span<const ModelFamily* const> <file>_families()`; CMake lists the files, sorted by name,
+// in family_files.inc as KVW_FAMILY_FILE(<file>) (src/model/CMakeLists.txt). A listed file that
+// lacks the function fails to link; an unlisted one cannot exist.
 namespace families {
-extern const ModelFamily kLlama, kQwen2, kQwen2Moe, kQwen3, kQwen3Moe, kGemma2, kGemma3, kDeepseek2,
-    kPhi3, kGptOss;
+#define KVW_FAMILY_FILE(file) std::span<const ModelFamily* const> file##_families();
+#include "family_files.inc"
+#undef KVW_FAMILY_FILE
 }  // namespace families
 
 namespace {
 
-// Explicit, not self-registering: a static library drops object files nothing refers to.
-const ModelFamily* const kFamilies[] = {
-    &families::kLlama,    &families::kQwen2,  &families::kQwen2Moe, &families::kQwen3,
-    &families::kQwen3Moe, &families::kGemma2, &families::kGemma3,   &families::kDeepseek2,
-    &families::kPhi3,     &families::kGptOss};
+// Files by name, each file's families in its order. Built on first use, so it never reads
+// another file's tables before their static initialisation.
+const std::vector<const ModelFamily*>& registry() {
+  static const std::vector<const ModelFamily*> all = [] {
+    std::vector<const ModelFamily*> out;
+#define KVW_FAMILY_FILE(file) \
+  for (const ModelFamily* f : families::file##_families()) out.push_back(f);
+#include "family_files.inc"
+#undef KVW_FAMILY_FILE
+    return out;
+  }();
+  return all;
+}
 
 }  // namespace
 
@@ -33,18 +46,18 @@ void write_size_keys(const MakeModelSpec& s, const std::string& prefix, int64_t 
 }
 
 std::span<const ModelFamily* const> all_families() {
-  return kFamilies;
+  return registry();
 }
 
 const ModelFamily* find_family(std::string_view arch) {
-  for (const ModelFamily* f : kFamilies) {
+  for (const ModelFamily* f : registry()) {
     if (f->arch == arch) return f;
   }
   return nullptr;
 }
 
 const ModelFamily* find_family_by_model_type(std::string_view name) {
-  for (const ModelFamily* f : kFamilies) {
+  for (const ModelFamily* f : registry()) {
     for (std::string_view t : f->hf.model_types) {
       if (!t.empty() && t == name) return f;
     }
@@ -54,13 +67,13 @@ const ModelFamily* find_family_by_model_type(std::string_view name) {
 
 std::string supported_families() {
   std::string s;
-  for (const ModelFamily* f : kFamilies) s += (s.empty() ? "" : ", ") + std::string(f->arch);
+  for (const ModelFamily* f : registry()) s += (s.empty() ? "" : ", ") + std::string(f->arch);
   return s;
 }
 
 std::string families_taking(uint32_t maker_flag) {
   std::vector<std::string_view> names;
-  for (const ModelFamily* f : kFamilies) {
+  for (const ModelFamily* f : registry()) {
     if (f->maker.flags & maker_flag) names.push_back(f->arch);
   }
   std::string out;

@@ -3,8 +3,9 @@
 // its files hold (which the loader checks and make-model writes: tensor_table.h), how the
 // planner reads its Hugging Face config.json, and what make-model writes for it (presets, the
 // flags it takes, its checks, keys and tokenizer). One small file per family in this folder
-// defines its ModelFamily; families.cc lists them. Adding a family: its file here, a line in
-// families.cc and CMakeLists.txt, and its tests (README "Adding a family").
+// defines its ModelFamily and `<file>_families()`, which the registry (families.cc) lists, the
+// build finding the files. Adding a family: its file here and its tests (README "Adding a
+// family").
 // Immutable tables; safe to read from any thread.
 #pragma once
 
@@ -131,7 +132,8 @@ void write_size_keys(const MakeModelSpec& s, const std::string& prefix, int64_t 
 // expert counts. The family adds its own keys, then write_rope_scaling_keys.
 void write_llama_layout_keys(const MakeModelSpec& s, bool head_len_keys, GgufWriter& w);
 
-// Every supported family, in the order error messages list them.
+// Every supported family, in the order error messages list them: files by name, each file's
+// families in its order.
 std::span<const ModelFamily* const> all_families();
 // The family of `arch`; nullptr when unsupported.
 const ModelFamily* find_family(std::string_view arch);

@@ -132,9 +132,6 @@ constexpr uint32_t kGemmaFlags = kMakeHeadDim | kMakeWindow | kMakeGemma;
 
 }  // namespace
 
-// Listed in families.cc.
-extern const ModelFamily kGemma2, kGemma3;
-
 const ModelFamily kGemma2{
     .arch = "gemma2",
     .rope_style = RopeStyle::kNeox,
@@ -164,5 +161,11 @@ const ModelFamily kGemma3{
               .validate = validate_gemma,
               .write_keys = write_gemma_keys,
               .add_space_prefix = false}};
+
+// This file's families, in the order the registry lists them (families.cc).
+std::span<const ModelFamily* const> gemma_families() {
+  static constexpr const ModelFamily* kThisFile[] = {&kGemma2, &kGemma3};
+  return kThisFile;
+}
 
 }  // namespace kvw::families

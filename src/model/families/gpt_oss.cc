@@ -166,9 +166,6 @@ constexpr char kHarmonyTemplate[] =
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{- '<|start|>assistant' -}}{%- endif -%}";
 
-// Listed in families.cc.
-extern const ModelFamily kGptOss;
-
 // gpt-oss names its FFN input norm post_attention_norm (llama.cpp's attn_post_norm).
 const ModelFamily kGptOss{
     .arch = "gpt-oss",
@@ -184,5 +181,11 @@ const ModelFamily kGptOss{
               .write_keys = write_gptoss_keys,
               .bpe_pre = "gpt-4o",  // o200k's
               .chat_template = kHarmonyTemplate}};
+
+// This file's families, in the order the registry lists them (families.cc).
+std::span<const ModelFamily* const> gpt_oss_families() {
+  static constexpr const ModelFamily* kThisFile[] = {&kGptOss};
+  return kThisFile;
+}
 
 }  // namespace kvw::families

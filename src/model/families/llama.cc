@@ -92,9 +92,6 @@ constexpr MakerPreset kPresets[] = {{"tiny", tiny},
 
 }  // namespace
 
-// Listed in families.cc.
-extern const ModelFamily kLlama;
-
 const ModelFamily kLlama{.arch = "llama",
                          .hf = {.model_types = {"llama", "mistral", "mixtral"}},
                          .declare_tensors = declare_llama,
@@ -102,6 +99,12 @@ const ModelFamily kLlama{.arch = "llama",
                                    .flags = kMakeExperts | kMakeWindow,
                                    .validate = validate_llama_shape,
                                    .write_keys = write_llama_keys}};
+
+// This file's families, in the order the registry lists them (families.cc).
+std::span<const ModelFamily* const> llama_families() {
+  static constexpr const ModelFamily* kThisFile[] = {&kLlama};
+  return kThisFile;
+}
 
 }  // namespace families
 }  // namespace kvw

@@ -94,9 +94,6 @@ constexpr MakerPreset kPresets[] = {{"phi3-tiny", phi3_tiny}, {"phi4-mini-tiny",
 
 }  // namespace
 
-// Listed in families.cc.
-extern const ModelFamily kPhi3;
-
 const ModelFamily kPhi3{.arch = "phi3",
                         .rope_style = RopeStyle::kNeox,
                         .gate_up_fused = true,
@@ -108,5 +105,11 @@ const ModelFamily kPhi3{.arch = "phi3",
                                   .validate = validate_phi3,
                                   .write_keys = write_phi3_keys,
                                   .spm_eos_token = "<|endoftext|>"}};
+
+// This file's families, in the order the registry lists them (families.cc).
+std::span<const ModelFamily* const> phi3_families() {
+  static constexpr const ModelFamily* kThisFile[] = {&kPhi3};
+  return kThisFile;
+}
 
 }  // namespace kvw::families

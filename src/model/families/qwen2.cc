@@ -111,9 +111,6 @@ constexpr MakerPreset kQwen2MoePresets[] = {{"qwen2moe-tiny", qwen2moe_tiny}};
 
 }  // namespace
 
-// Listed in families.cc.
-extern const ModelFamily kQwen2, kQwen2Moe;
-
 const ModelFamily kQwen2{
     .arch = "qwen2",
     .rope_style = RopeStyle::kNeox,
@@ -141,5 +138,11 @@ const ModelFamily kQwen2Moe{.arch = "qwen2moe",
                                       .write_keys = write_qwen2moe_keys,
                                       .bpe_pre = "qwen2",
                                       .chat_template = kChatMlTemplate}};
+
+// This file's families, in the order the registry lists them (families.cc).
+std::span<const ModelFamily* const> qwen2_families() {
+  static constexpr const ModelFamily* kThisFile[] = {&kQwen2, &kQwen2Moe};
+  return kThisFile;
+}
 
 }  // namespace kvw::families

@@ -89,9 +89,6 @@ constexpr MakerPreset kQwen3MoePresets[] = {{"qwen3moe-tiny", qwen3moe_tiny}};
 
 }  // namespace
 
-// Listed in families.cc.
-extern const ModelFamily kQwen3, kQwen3Moe;
-
 const ModelFamily kQwen3{.arch = "qwen3",
                          .rope_style = RopeStyle::kNeox,
                          .qk_norm = true,
@@ -116,5 +113,11 @@ const ModelFamily kQwen3Moe{
               .write_keys = write_qwen3_keys,
               .bpe_pre = "qwen2",
               .chat_template = kChatMlTemplate}};
+
+// This file's families, in the order the registry lists them (families.cc).
+std::span<const ModelFamily* const> qwen3_families() {
+  static constexpr const ModelFamily* kThisFile[] = {&kQwen3, &kQwen3Moe};
+  return kThisFile;
+}
 
 }  // namespace kvw::families
