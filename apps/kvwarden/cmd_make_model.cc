@@ -4,12 +4,14 @@
 #include "apps/kvwarden/commands.h"
 #include "model/families/family.h"
 #include "model/model_maker.h"
+#include "model/relayout.h"
 
 namespace kvw::app {
 
 namespace {
 struct MakeModelFlags {
   std::string out, preset = "tiny", weight_type, expert_type, rope_scaling, mla_layout, gating;
+  std::string from;  // --from: rewrite this llama file instead of drawing weights
   MakeModelSpec spec;
 };
 
@@ -49,6 +51,34 @@ void add_mla_options(CLI::App* cmd, MakeModelFlags& f) {
                   mla("with yarn, rope.scaling.yarn_log_multiplier (attention mscale)"));
 }
 
+// make-model --from: the llama file rewritten as --arch, taking only --sliding-window besides.
+void relayout_command(const CLI::App* cmd, const MakeModelFlags& f, int& exit_code) {
+  for (const CLI::Option* o : cmd->get_options()) {
+    const std::string name = o->get_name();
+    if (o->count() == 0 || name == "--from" || name == "--out" || name == "--arch" ||
+        name == "--sliding-window" || name == "--help") {
+      continue;
+    }
+    std::cerr << "kvwarden make-model: " << name
+              << " draws a new model; --from rewrites a file (it takes --arch, --sliding-window)\n";
+    exit_code = 2;
+    return;
+  }
+  if (cmd->count("--arch") == 0) {
+    std::cerr << "kvwarden make-model: --from needs --arch phi3, qwen2 or llama\n";
+    exit_code = 2;
+    return;
+  }
+  Status st =
+      relayout_llama(f.from, {.arch = f.spec.arch, .sliding_window = f.spec.sliding_window}, f.out);
+  if (!st.ok()) {
+    std::cerr << "kvwarden make-model: " << st.message() << "\n";
+    exit_code = 1;
+    return;
+  }
+  std::cerr << "wrote " << f.out << "\n";
+}
+
 // Copies the MLA flags that were given onto the preset's spec.
 void override_mla(const CLI::App* cmd, const MakeModelSpec& g, MakeModelSpec& spec) {
   auto given = [&](const char* flag) { return cmd->count(flag) > 0; };
@@ -75,6 +105,10 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
   auto f = std::make_shared<MakeModelFlags>();
   MakeModelSpec& s = f->spec;
   cmd->add_option("--out,-o", f->out, "Output GGUF path")->required();
+  cmd->add_option("--from", f->from,
+                  "Rewrite this llama GGUF as --arch phi3 (fused QKV and gate/up, NEOX rope), "
+                  "qwen2 (zero Q/K/V biases, NEOX rope) or llama (with --sliding-window: "
+                  "Mistral's layout): the same model in that family's layout");
   cmd->add_option("--preset", f->preset, "Start from a named shape: " + make_model_preset_names())
       ->capture_default_str();
   cmd->add_option(
@@ -148,6 +182,7 @@ void add_make_model_command(CLI::App& app, int& exit_code) {
   // Presets apply first; explicit flags then override (CLI11 parses before the callback, so
   // re-read only the flags that were given).
   cmd->callback([f, cmd, &exit_code] {
+    if (!f->from.empty()) return relayout_command(cmd, *f, exit_code);
     auto preset = make_model_preset(f->preset);
     if (!preset) {
       std::cerr << "kvwarden make-model: " << preset.message() << "\n";

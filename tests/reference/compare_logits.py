@@ -138,6 +138,12 @@ CASES = {
                                "play outside in the park with her friends.",
                                "Once upon a time")),
 }
+# The same weights rewritten by `make-model --from` (model/relayout.h): phi3's fused tensors and
+# qwen2's zero biases with NEOX rope, and Mistral's layout with a window of 8, far shorter than
+# the sequences, so the window changes the logits (checked) and the reference applies it.
+for _arch, _flags in (("phi3", ()), ("qwen2", ()), ("mistral_window", ("--sliding-window", "8"))):
+    CASES["stories260k_" + _arch] = dict(CASES["stories260k"], relayout=(
+        "llama" if _arch == "mistral_window" else _arch, *_flags))
 
 
 # deepseek2 (MLA attention + DeepSeekMoE), built from make-model's presets with flags on top.
@@ -797,6 +803,17 @@ def check_feature_matters(model, seqs, ours, c, max_abs):
     return gap
 
 
+def _window_matters(model, seqs, ours, max_abs):
+    saved, model.hp.sliding_window = model.hp.sliding_window, 0
+    try:
+        gap = float(np.abs(ours - model.forward_batch(seqs)).max())
+    finally:
+        model.hp.sliding_window = saved
+    if gap < 100 * max_abs:
+        raise CaseFailure(f"the window changes logits by only {gap:.2e}: case is vacuous")
+    return gap
+
+
 def check_same_model_as_kv_b(kvw, c, model, seqs, workdir):
     """A split-layout file must encode the model the kv_b file of the same seed does."""
     twin_path = os.path.join(workdir, "model_kv_b.gguf")
@@ -825,7 +842,13 @@ def run_case(kvw, name, workdir, threads):
         models_dir = os.environ.get("KVW_TEST_MODELS",
                                     os.path.join(os.path.dirname(__file__), "../models"))
         model_path = os.path.join(models_dir, c["real_model"])
+        if "relayout" in c:
+            source, model_path = model_path, os.path.join(workdir, "model.gguf")
+            arch, *flags = c["relayout"]
+            _run([kvw, "make-model", "--from", source, "--arch", arch, "--out", model_path, *flags])
         model = LlamaRef(model_path)
+        if model.hp.arch != c.get("relayout", ("llama",))[0]:
+            raise CaseFailure(f"rewritten file has architecture {model.hp.arch!r}")
         seqs = real_model_sequences(c, model)
         kv_dtype = "f32"
     elif c["arch"] == "deepseek2":
@@ -887,6 +910,8 @@ def run_case(kvw, name, workdir, threads):
     if "real_model" not in c:
         stats["diff_with_feature_off"] = check_feature_matters(model, seqs, ours, c,
                                                                TOLERANCES[c["tol"]][0])
+    elif model.hp.sliding_window:
+        stats["diff_with_window_off"] = _window_matters(model, seqs, ours, TOLERANCES[c["tol"]][0])
     stats.update(case=name, lengths=[len(s) for s in seqs], kvwarden_seconds=round(seconds, 3))
     return stats, failures
 
