@@ -20,9 +20,12 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   auto flags = std::make_shared<BenchFlags>();  // shared: CLI11 keeps the callbacks past this call
   CLI::App* sub = app.add_subcommand(
       "bench",
-      "Benchmark an OpenAI-compatible server (default http://127.0.0.1:8000): traffic patterns,\n"
-      "workloads, TTFT/TPOT/ITL/E2EL percentiles, goodput, server /metrics, JSON and HTML "
-      "reports.\n"
+      "Benchmark an OpenAI-compatible server: traffic patterns, workloads, latency percentiles, "
+      "goodput, server /metrics");
+  // The long description goes under the flags, so `kvwarden --help` lists bench in one line.
+  sub->footer(
+      "Targets http://127.0.0.1:8000 by default. Reports TTFT/TPOT/ITL/E2EL percentiles, "
+      "goodput and the server's /metrics over time, as text, JSON and HTML.\n"
       "408/409/429/5xx and connection failures are retried as the openai SDK does (--max-retries\n"
       "2, Retry-After honoured); latencies count from a request's first attempt.\n"
       "`vllm bench serve` flag names work as well (--num-prompts, --max-concurrency,\n"

@@ -48,7 +48,7 @@ struct TestResult {
   std::vector<double> samples_ts;
   double median_ts = 0, avg_ts = 0, stddev_ts = 0;
   double matmul_gops = 0, pct_of_peak = 0;  // prompt tests only
-  std::vector<double> depth_fill_ts;          // the context's own prefill, tokens/s per run
+  std::vector<double> depth_fill_ts;        // the context's own prefill, tokens/s per run
 };
 
 double now_s() {
@@ -388,7 +388,8 @@ void add_bench_model_command(CLI::App& app, int& exit_code) {
   add_rope_flags(cmd, &f->rope);
   cmd->add_option("-o,--output", f->output, "md (table on stdout) or json")->default_val("md");
   cmd->add_option("--json", f->json_path, "Also write the JSON report to this file");
-  cmd->add_flag("!--no-probes", f->probes, "Skip the bandwidth and compute probes");
+  cmd->add_flag_callback(
+      "--no-probes", [f] { f->probes = false; }, "Skip the bandwidth and compute probes");
   cmd->callback([f, lists, &exit_code] {
     try {
       if (!(*lists)[0].empty()) f->n_prompt = parse_list((*lists)[0]);

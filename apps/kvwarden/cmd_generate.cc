@@ -48,10 +48,7 @@ int run(GenerateFlags f) {
   if (f.model.empty()) {
     f.model = find_default_model();
     if (f.model.empty()) {
-      return fail(
-          "no --model given and the default model (models/kvwarden-default.gguf) was "
-          "not found; set --model or KVW_DEFAULT_MODEL",
-          2);
+      return fail(missing_default_model_message(), 2);
     }
   }
   auto loaded = Model::load(f.model, opt);
@@ -144,8 +141,7 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("generate", "Generate text from a prompt (streams to stdout)");
   auto f = std::make_shared<GenerateFlags>();
   SamplingParams& s = f->sampling;
-  cmd->add_option("--model,-m", f->model,
-                  "GGUF model file (default: the embedded models/kvwarden-default.gguf)");
+  cmd->add_option("--model,-m", f->model, kModelFlagHelp);
   cmd->add_option("--prompt,-p", f->prompt, "Prompt text")->required();
   cmd->add_option("--max-tokens,-n", f->max_tokens, "Tokens to generate at most")
       ->capture_default_str();

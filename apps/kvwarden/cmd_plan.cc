@@ -272,9 +272,12 @@ int run_plan(const PlanArgs& a) {
                    {"num_window_slots", b->num_window_slots},
                    {"max_seqs_at_max_model_len", b->max_seqs_at_max_len}};
     if (!a.json) {
-      std::cout << "kvwarden CPU engine budget (" << a.concurrency << " x " << in->max_model_len
-                << " tokens, " << kv_dtype_name(opt.kv_dtype) << " KV, " << opt.n_threads
-                << " threads)\n"
+      // Without --memory-budget the pool holds --concurrency sequences of up to 4,096 tokens
+      // (and always one of --max-model-len), as serve sizes it.
+      const int64_t pool_len = std::min(in->max_model_len, kDefaultPoolTokensPerSeq);
+      std::cout << "kvwarden CPU engine budget (KV pool for " << a.concurrency << " x " << pool_len
+                << " tokens and one of " << in->max_model_len << ", " << kv_dtype_name(opt.kv_dtype)
+                << " KV, " << opt.n_threads << " threads)\n"
                 << b->to_string() << "\n";
     }
   }
@@ -332,8 +335,10 @@ void add_plan_command(CLI::App& app, int& exit_code) {
                   "Framework overhead per GPU (CUDA context, NCCL, CUDA graphs)")
       ->capture_default_str();
   cmd->add_flag("--engine", a->engine,
-                "Also print kvwarden's own CPU engine budget (weights + workspace + KV pool + "
-                "reserve) for --concurrency sequences of --max-model-len");
+                "Also print kvwarden's own CPU engine budget, as serve logs it at start-up: "
+                "weights, workspace, request memory, reserve and a KV pool for --concurrency "
+                "sequences of min(--max-model-len, 4096) tokens (and one of --max-model-len); "
+                "needs --gpu or --gpu-memory for the GPU plan above it");
   cmd->add_flag("--swa-full", a->swa_full,
                 "--engine: serve's --swa-full (windowed layers keep every position's KV)");
   cmd->add_flag("--spec-ngram", a->spec_ngram,

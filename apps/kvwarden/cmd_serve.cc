@@ -85,9 +85,7 @@ Result<ServeModel> resolve(ServeFlags& f) {
   if (e.model_path.empty()) {
     e.model_path = find_default_model();
     if (e.model_path.empty()) {
-      return Error{
-          "no --model given and no default model found ($KVW_DEFAULT_MODEL, "
-          "share/kvwarden/default.gguf or models/kvwarden-default.gguf)"};
+      return Error{missing_default_model_message()};
     }
   }
   if (!f.memory_budget.empty()) {
@@ -351,13 +349,13 @@ int run(ServeFlags f) {
 void add_serve_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("serve",
                                  "OpenAI-compatible HTTP server (/v1/completions, "
-                                 "/v1/chat/completions, /v1/models, /health, /ready)");
+                                 "/v1/chat/completions, /v1/models, /tokenize, /detokenize, "
+                                 "/health, /ready, /metrics, /dashboard, /debug/*)");
   auto f = std::make_shared<ServeFlags>();
   server::ServerConfig& s = f->server;
   EngineConfig& e = f->engine;
   // Server.
-  cmd->add_option("--model,-m", e.model_path,
-                  "GGUF model file (default: the embedded default model)");
+  cmd->add_option("--model,-m", e.model_path, kModelFlagHelp);
   http::HttpServerConfig& h = s.http;
   cmd->add_option("--host", h.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", h.port, "Port to listen on (0: any free port)")
@@ -548,7 +546,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                 "Hybrid sliding-window models (gemma2/3, gpt-oss): keep every position's KV in "
                 "the windowed layers too (llama.cpp's name), so prefixes stay reusable over long "
                 "contexts; by default they hold only their window's blocks");
-  cmd->add_option("--swap-path", e.swap_path, "Swap file location (with --swap-space)");
+  cmd->add_option("--swap-path", e.swap_path, "Swap file location (required with --swap-space)");
   cmd->add_flag("--mlock", e.mlock,
                 "Lock the weights, KV pool and buffers in RAM after start-up (the OS never pages "
                 "them out); refuses to start when RLIMIT_MEMLOCK is too small");

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <string>
 #include <system_error>
 
 namespace kvw::app {
@@ -19,6 +20,16 @@ std::string find_default_model() {
   }
   const fs::path in_tree = fs::path(KVW_SOURCE_DIR) / "models/kvwarden-default.gguf";
   return fs::exists(in_tree, ec) ? in_tree.string() : std::string();
+}
+
+std::string missing_default_model_message() {
+  if (const char* env = std::getenv("KVW_DEFAULT_MODEL"); env != nullptr && *env != '\0') {
+    return "no --model given and the default model $KVW_DEFAULT_MODEL names no file: " +
+           std::string(env);
+  }
+  return "no --model given and no default model found (share/kvwarden/default.gguf beside the "
+         "binary or models/kvwarden-default.gguf in the source tree); set --model or "
+         "$KVW_DEFAULT_MODEL";
 }
 
 }  // namespace kvw::app

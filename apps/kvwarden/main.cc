@@ -1,6 +1,7 @@
 // kvwarden: one binary, one subcommand per job.
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <string>
 
 #include "apps/kvwarden/commands.h"
 
@@ -20,6 +21,19 @@ int main(int argc, char** argv) {
   kvw::app::add_serve_command(app, exit_code);
   kvw::app::add_bench_command(app, exit_code);
   kvw::app::add_bench_model_command(app, exit_code);
+  // CLI11 reads an unknown first word as a missing subcommand; name it instead.
+  const CLI::App& commands = app;
+  std::string names;
+  bool known = false;
+  for (const CLI::App* sub : commands.get_subcommands([](const CLI::App*) { return true; })) {
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+    known |= argc > 1 && sub->get_name() == argv[1];
+  }
+  if (argc > 1 && argv[1][0] != '-' && !known) {
+    std::cerr << "kvwarden: unknown command '" << argv[1] << "' (commands: " << names
+              << "; see --help)\n";
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -25,6 +25,7 @@ enum class WindowPattern {
 
 // Extra facts only a GGUF file gives; they make kvwarden's own engine budget exact.
 struct GgufFacts {
+  std::string path;           // the file, as given
   uint64_t weight_bytes = 0;  // sum of every tensor's bytes in the file
   uint64_t num_params = 0;    // sum of every tensor's elements
   // The engine's dimensions and matmul needs, as Model::Model reads them from the same file:

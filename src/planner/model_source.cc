@@ -185,6 +185,7 @@ Result<ModelShape> shape_from_gguf(const GgufFile& f, const ModelHParams& hp) {
   m.qk_norm = hp.qk_norm;
   m.rope_dims = hp.rope.n_rot;
   GgufFacts g;
+  g.path = path;
   std::map<std::string, int> type_counts;
   for (const GgufTensorInfo& t : f.tensors()) {
     g.weight_bytes += t.num_bytes;

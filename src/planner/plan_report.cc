@@ -56,9 +56,13 @@ RecommendedFlags recommended_flags(const MemoryPlan& p) {
              (in.kv_dtype == KvDtype::kFp8 ? " --kv-cache-dtype fp8_e4m3" : "") +
              (quant.empty() ? "" : quant);
   if (!rope.empty()) f.sglang += " --json-model-override-args '{\"rope_scaling\": " + rope + "}'";
-  f.kvwarden = "kvwarden serve --model " + p.model.name + " --max-model-len " + len +
-               " --max-num-seqs " + seqs + " --block-size " + std::to_string(in.block_size) +
-               " --kv-cache-dtype " + kv_dtype_name(in.kv_dtype) + " --max-num-batched-tokens " +
+  // kvwarden serves GGUF files and stores no fp8 KV: a catalogue or config.json plan names the
+  // file to bring, and fp8 becomes int8 (one byte per element too, plus a scale per row).
+  const std::string file = p.model.gguf ? p.model.gguf->path : "<" + p.model.name + ">.gguf";
+  const KvDtype kv_cpu = in.kv_dtype == KvDtype::kFp8 ? KvDtype::kInt8 : in.kv_dtype;
+  f.kvwarden = "kvwarden serve --model " + file + " --max-model-len " + len + " --max-num-seqs " +
+               seqs + " --block-size " + std::to_string(in.block_size) + " --kv-cache-dtype " +
+               kv_dtype_name(kv_cpu) + " --max-num-batched-tokens " +
                std::to_string(in.max_num_batched_tokens);
   if (!rope.empty()) f.kvwarden += " --rope-scaling '" + rope + "'";
   return f;

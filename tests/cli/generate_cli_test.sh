@@ -29,7 +29,7 @@ head -c 500 "$WORK/m.gguf" >"$WORK/cut.gguf"
 
 # No --model: the default model, or one clear line when it cannot be found.
 KVW_DEFAULT_MODEL="$WORK/missing.gguf" "$KVW" generate -p hi 2>"$WORK/err"; rc=$?
-[ $rc -eq 2 ] && [ "$(wc -l <"$WORK/err")" -eq 1 ] && grep -q "default model" "$WORK/err" ||
+[ $rc -eq 2 ] && [ "$(wc -l <"$WORK/err")" -eq 1 ] && grep -q "default model.*$WORK/missing.gguf" "$WORK/err" ||
   fail "missing default model: rc=$rc $(cat "$WORK/err")"
 a=$(KVW_DEFAULT_MODEL="$WORK/m.gguf" "$KVW" generate -p "the cat" -n 16 --seed 9 2>/dev/null)
 [ "$a" = "$b" ] || fail "KVW_DEFAULT_MODEL was not used as the default model"

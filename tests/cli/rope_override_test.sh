@@ -41,7 +41,7 @@ got="$(serve_len --rope-scaling yarn --rope-scale 4)"
 
 "$KVW" plan --model "$M" --gpu-memory 24GiB --engine --rope-scaling yarn --rope-scale 4 \
   >"$WORK/plan" 2>&1 || fail "plan: $(cat "$WORK/plan")"
-grep -q "budget (1 x 16384 tokens" "$WORK/plan" || fail "plan --engine: $(head -3 "$WORK/plan")"
+grep -q "budget (KV pool for 1 x 4096 tokens and one of 16384," "$WORK/plan" || fail "plan --engine: $(head -3 "$WORK/plan")"
 grep -q "vllm serve .*--max-model-len 16384 .*--hf-overrides '{\"rope_parameters\": {\"factor\":4.0,\"original_max_position_embeddings\":4096,\"rope_type\":\"yarn\"}}'" "$WORK/plan" ||
   fail "plan's vLLM line: $(grep 'vllm serve' "$WORK/plan")"
 "$KVW" bench-model --help | grep -q -- "--rope-scaling" || fail "bench-model has no --rope-scaling"

@@ -216,6 +216,28 @@ TEST(Report, JsonHasTheDocumentedShape) {
   EXPECT_TRUE(j["explain"][0].contains("formula"));
 }
 
+// kvwarden's launch line must run as printed but for the file to bring: the CPU engine stores no
+// fp8 KV (int8 is its one-byte cache), and a catalogue plan names a GGUF, not a catalogue entry.
+TEST(Report, KvwardenLineUsesACacheTypeServeTakesAndNamesAGgufFile) {
+  PlanInputs in = inputs(80 * kGiB, 1, 8192, 16);
+  in.kv_dtype = KvDtype::kFp8;
+  auto p = plan_memory(model("llama-3-8b"), in);
+  ASSERT_TRUE(p.ok());
+  const std::string line = recommended_flags(*p).kvwarden;
+  EXPECT_NE(line.find("--kv-cache-dtype int8"), std::string::npos) << line;
+  EXPECT_EQ(line.find("fp8"), std::string::npos) << line;
+  EXPECT_NE(line.find("--model <llama-3-8b>.gguf "), std::string::npos) << line;
+  EXPECT_NE(recommended_flags(*p).vllm.find("--kv-cache-dtype fp8"), std::string::npos);
+
+  ModelShape from_file = model("llama-3-8b");
+  from_file.gguf = GgufFacts{.path = "/models/llama-3-8b.Q4_K_M.gguf"};
+  auto q = plan_memory(from_file, inputs(80 * kGiB, 1, 8192, 16));
+  ASSERT_TRUE(q.ok());
+  EXPECT_NE(recommended_flags(*q).kvwarden.find("--model /models/llama-3-8b.Q4_K_M.gguf "),
+            std::string::npos)
+      << recommended_flags(*q).kvwarden;
+}
+
 TEST(Report, ExplainShowsSubstitutedFormulas) {
   auto p = plan_memory(model("llama-2-7b"), inputs(80 * kGiB, 1, 4096, 8));
   ASSERT_TRUE(p.ok());
