@@ -261,7 +261,8 @@ TEST(KernelsAttention, SoftcapAndSinksMatchTwoPassSoftmaxAndTilesEqualAlone) {
   for (int32_t h = 0; h < n_heads; ++h) sinks[h] = 0.5f * (float)h - 1.0f;
   for (const KernelTable* t : available_kernel_tables()) {
     for (KvDtype dtype : {KvDtype::kF16, KvDtype::kInt8}) {
-      for (int32_t hd : {64, 40}) {
+      // 64 and 128: the AVX-512 decode's compile-time head_dims; 48 its run-time one.
+      for (int32_t hd : {64, 128, 48, 40}) {
         for (int variant = 0; variant < 3; ++variant) {
           const float scale = 1.0f / std::sqrt((float)hd);
           const AttnScores sc = {scale, variant != 1 ? 5.0f : 0.0f,
