@@ -458,7 +458,8 @@ void add_serve_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   // Admission and breaker.
   cmd->add_option("--max-queue", s.admission.max_queue,
-                  "Requests that may wait for a running slot; more get 429 (0: unbounded)")
+                  "Requests that may wait for a running slot; more get 429 (0: unbounded). "
+                  "The further choices (n > 1) of a prompt admitted may take as many places again")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--max-queue-wait", s.admission.max_queue_wait_s,

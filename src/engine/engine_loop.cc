@@ -238,6 +238,8 @@ void Engine::publish_and_emit() {
   stats_.num_waiting_work_tokens = sched_->num_waiting_work_tokens();
   stats_.num_preemptions_swap = c.num_swap_outs;
   stats_.num_preemptions_recompute = c.num_recomputes;
+  stats_.forward_tokens_finished = c.forward_tokens_finished;
+  stats_.num_recomputed_tokens = c.num_recomputed_tokens;
   stats_.num_alloc_failures = c.num_alloc_failures;
   stats_.num_admission_deferrals = c.num_admission_deferrals;
   stats_.num_window_freed_blocks = kv_->num_window_freed_blocks();

@@ -5,6 +5,7 @@
 // Thread safety: every method is thread-safe; all mutex/condvar code of the engine lives here.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -185,6 +186,10 @@ struct EngineStats {
   uint64_t num_finished = 0;          // requests ended for any reason
   uint64_t num_queue_timeouts = 0;    // ended with no token within max_queue_wait_s
   uint64_t num_computed_tokens = 0;   // prompt + output tokens run through forward
+  // Of them: those of finished requests, by FinishReason, and those computed again after a
+  // preemption dropped their KV (SchedCounters: where the work went).
+  std::array<uint64_t, 5> forward_tokens_finished{};
+  uint64_t num_recomputed_tokens = 0;
   uint64_t num_preemptions = 0;
   uint64_t num_swap_outs = 0;
   uint64_t num_swap_ins = 0;

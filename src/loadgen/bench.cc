@@ -134,9 +134,10 @@ CpuWindow run_cpu(double cpu0, double cpu1, const RunOutput& out) {
 }
 
 // The quiet phase: the same prompts, patient SDK clients who never leave early, a closed loop
-// of --quiet-concurrency. Returns completed output tokens/s; cpu receives its server CPU.
+// of --quiet-concurrency. Returns completed output tokens/s; cpu receives its server CPU and
+// mix the completed requests' mix (completed_mix, keys prefixed quiet_).
 double measure_quiet_capacity(HttpClient& http, const BenchOptions& o, RunConfig rc,
-                              std::vector<RequestSpec> specs, CpuWindow* cpu) {
+                              std::vector<RequestSpec> specs, CpuWindow* cpu, nlohmann::json* mix) {
   for (auto& s : specs) s.abort_after_s = -1, s.impatient = false;
   rc.closed_loop = true;
   rc.concurrency = o.quiet_concurrency;
@@ -148,6 +149,8 @@ double measure_quiet_capacity(HttpClient& http, const BenchOptions& o, RunConfig
   const double cpu0 = server_cpu_now(o);
   RunOutput out = run_benchmark(http, rc, specs);
   *cpu = run_cpu(cpu0, server_cpu_now(o), out);
+  const nlohmann::json completed = completed_mix(out.results);
+  for (const auto& [k, v] : completed.items()) (*mix)["quiet_" + k] = v;
   int64_t tokens = 0;
   for (const auto& r : out.results)
     if (r.ok()) tokens += r.output_tokens;
@@ -334,9 +337,10 @@ int run_one(BenchOptions o, const std::vector<Criterion>& criteria) {
             << std::flush;
 
   CpuWindow quiet_cpu;
+  nlohmann::json quiet_mix = nlohmann::json::object();
   double capacity = o.quiet_capacity > 0 ? o.quiet_capacity : NAN;
   if (o.quiet_phase_s > 0)
-    capacity = measure_quiet_capacity(http, o, rc, specs.value(), &quiet_cpu);
+    capacity = measure_quiet_capacity(http, o, rc, specs.value(), &quiet_cpu, &quiet_mix);
 
   const double cpu0 = server_cpu_now(o);
   RunOutput out = run_benchmark(http, rc, specs.value());
@@ -374,6 +378,7 @@ int run_one(BenchOptions o, const std::vector<Criterion>& criteria) {
   const nlohmann::json vs_quiet = compare_to_quiet(overload["goodput_tokens_per_s"].get<double>(),
                                                    capacity, refusals_in_run, storm_cpu, quiet_cpu);
   for (auto& [k, v] : vs_quiet.items()) report[k] = v;
+  for (auto& [k, v] : quiet_mix.items()) report[k] = v;
   report["quiet_capacity_source"] = o.quiet_phase_s > 0    ? "measured"
                                     : o.quiet_capacity > 0 ? "given"
                                                            : "none";

@@ -64,7 +64,22 @@ nlohmann::json summarize_overload(const std::vector<RequestResult>& results, dou
   out["max_admitted_wait_ms"] = waits.empty() ? 0.0 : *std::max_element(waits.begin(), waits.end());
   out["unanswered_past_bound"] = unanswered;
   out["answer_bound_s"] = options.answer_bound_ms / 1e3;
+  out.update(completed_mix(results));
   return out;
+}
+
+nlohmann::json completed_mix(const std::vector<RequestResult>& results) {
+  int64_t n = 0, input = 0, output = 0;
+  for (const auto& r : results) {
+    if (r.warmup || !r.ok()) continue;
+    ++n;
+    input += r.input_tokens;
+    output += r.output_tokens;
+  }
+  const double d = n > 0 ? static_cast<double>(n) : 1;
+  return {{"completed_requests", n},
+          {"completed_mean_input_tokens", static_cast<double>(input) / d},
+          {"completed_mean_output_tokens", static_cast<double>(output) / d}};
 }
 
 nlohmann::json compare_to_quiet(double goodput_tokens_per_s, double quiet_capacity_tokens_per_s,
@@ -117,6 +132,15 @@ std::string format_overload(const nlohmann::json& r) {
   row("Quiet capacity (tok/s):", "quiet_capacity_tokens_per_s");
   row("Goodput / quiet capacity:", "goodput_ratio", "%-42s %12.3f\n");
   row("Tokens sent to clients that left:", "left_output_tokens", kCount);
+  // Which requests completed: a different mix of prompt and output lengths (n included)
+  // changes tokens/s at the same efficiency, so the two phases compare only when these agree.
+  row("Completed requests:", "completed_requests", kCount);
+  row("  mean prompt tokens:", "completed_mean_input_tokens", "%-42s %12.0f\n");
+  row("  mean output tokens (all choices):", "completed_mean_output_tokens", "%-42s %12.1f\n");
+  row("Quiet phase: completed requests:", "quiet_completed_requests", kCount);
+  row("  mean prompt tokens:", "quiet_completed_mean_input_tokens", "%-42s %12.0f\n");
+  row("  mean output tokens (all choices):", "quiet_completed_mean_output_tokens",
+      "%-42s %12.1f\n");
   row("Admitted requests:", "admitted", kCount);
   row("P50 admitted wait (ms):", "p50_admitted_wait_ms");
   row("P99 admitted wait (ms):", "p99_admitted_wait_ms");

@@ -37,8 +37,14 @@ struct OverloadOptions {
 //   {pNN,max}_admitted_wait_ms: admitted requests' final attempt, send to first token (streamed)
 //     or first byte (not streamed); one that never got it counts with the time it waited.
 //   unanswered_past_bound: requests with an attempt unanswered past the bound; answer_bound_s.
+//   and completed_mix's fields.
 nlohmann::json summarize_overload(const std::vector<RequestResult>& results, double duration_s,
                                   const OverloadOptions& options);
+
+// The measured requests that completed: completed_requests, completed_mean_input_tokens and
+// completed_mean_output_tokens (all choices). Goodput in tokens/s depends on this mix, so a
+// storm compares with its quiet phase only where the two mixes agree.
+nlohmann::json completed_mix(const std::vector<RequestResult>& results);
 
 // Server CPU seconds used over a window of wall_s seconds (NaN: not measured).
 struct CpuWindow {

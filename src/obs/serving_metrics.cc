@@ -134,6 +134,22 @@ void ServingMetrics::init_kvwarden() {
   prompt_tokens_ =
       &r.counter("kvwarden_prompt_tokens_total", "Prompt tokens of finished requests.").with({});
   gen_tokens_ = &r.counter("kvwarden_generation_tokens_total", "Generated tokens.").with({});
+  // Where the model's work went: all of it, that of finished requests by how they ended (a
+  // cancelled request's tokens were wasted unless a stop string ended it), and recomputation.
+  forward_tokens_ = &r.counter("kvwarden_forward_tokens_total",
+                               "Tokens run through the model (prompts, recomputes, decodes).")
+                         .with({});
+  auto& fwd =
+      r.counter("kvwarden_forward_tokens_finished_total",
+                "Tokens run through the model for requests that finished, by reason.", {"reason"});
+  for (FinishReason reason : {FinishReason::kStop, FinishReason::kLength, FinishReason::kCancelled,
+                              FinishReason::kError}) {
+    forward_finished_[size_t(reason) - 1] = &fwd.with({to_string(reason)});
+  }
+  recomputed_tokens_ =
+      &r.counter("kvwarden_recomputed_tokens_total",
+                 "Tokens computed again at positions whose KV a preemption had dropped.")
+           .with({});
   rss_ = &r.gauge("kvwarden_process_resident_memory_bytes", "Resident set size of the process.")
               .with({});
   cpu_ = &r.counter("kvwarden_process_cpu_seconds_total",
@@ -328,6 +344,10 @@ void ServingMetrics::update_engine(const EngineStats& s) {
   swapped_->set(double(s.num_swapped));
   numerics_->set_total(double(s.num_numerics_errors));
   gen_tokens_->set_total(double(s.num_generated_tokens));
+  forward_tokens_->set_total(double(s.num_computed_tokens));
+  for (size_t i = 0; i < 4; ++i)
+    forward_finished_[i]->set_total(double(s.forward_tokens_finished[i + 1]));
+  recomputed_tokens_->set_total(double(s.num_recomputed_tokens));
 
   v_kv_usage_->set(kv.block_usage());
   v_gpu_usage_->set(kv.block_usage());

@@ -115,6 +115,8 @@ class ServingMetrics {
   Counter *alloc_failures_, *alloc_retries_, *preempt_swap_, *preempt_recompute_, *swap_in_,
       *swap_out_;
   Counter *prefix_queries_, *prefix_hits_, *numerics_, *prompt_tokens_, *gen_tokens_;
+  Counter *forward_tokens_, *recomputed_tokens_;
+  Counter* forward_finished_[4];  // stop, length, cancelled, error
   Gauge *running_, *waiting_, *swapped_;
   Counter* finished_[4];  // stop, length, cancelled, error
   Gauge* breaker_;

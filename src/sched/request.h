@@ -82,6 +82,11 @@ struct Request {
   // Tokens [0, num_computed_tokens) have KV in the pool (== KvManager's count while resident).
   int64_t num_computed_tokens = 0;
   int32_t num_preemptions = 0;
+  // Tokens run through the model for this request, recomputes included (the waste accounting:
+  // SchedCounters::forward_tokens_finished), and the furthest position ever computed, beyond
+  // which nothing counts as recomputed.
+  int64_t num_forward_tokens = 0;
+  int64_t max_computed_tokens = 0;
   bool cancel_requested = false;
   // Speculative decoding (sched/scheduler_spec.cc).
   bool speculate = false;

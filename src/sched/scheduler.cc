@@ -282,6 +282,7 @@ std::vector<FinishedRequest> Scheduler::update_from_output(const SchedulerOutput
     CHECK(it != requests_.end()) << "scheduled sequence " << index_of(s.seq_id) << " unknown";
     Request* r = it->second.get();
     CHECK(r->state == RequestState::kRunning && r->num_computed_tokens == s.start_pos);
+    count_forward(r, s);
     if (s.prompt_logits) {
       r->prompt_logits_done = std::max(r->prompt_logits_done, s.start_pos + s.num_tokens);
     }
@@ -294,6 +295,8 @@ std::vector<FinishedRequest> Scheduler::update_from_output(const SchedulerOutput
     }
     CHECK(n >= 1 || !s.needs_logits) << "missing sampled token for " << index_of(s.seq_id);
     const FinishReason reason = apply_sampled(r, s, sampled.subspan(next_sample, n));
+    // Rejected drafts leave positions uncomputed: only what was kept counts as computed.
+    r->max_computed_tokens = std::max(r->max_computed_tokens, r->num_computed_tokens);
     next_sample += n;
     if (reason == FinishReason::kNone) continue;
     remove_running(r);
@@ -316,6 +319,13 @@ void Scheduler::finish(Request* r, FinishReason reason) {
   r->state = RequestState::kFinished;
   r->finish_reason = reason;
   ++counters_.num_finished[static_cast<size_t>(reason)];
+  counters_.forward_tokens_finished[static_cast<size_t>(reason)] += (uint64_t)r->num_forward_tokens;
+}
+
+void Scheduler::count_forward(Request* r, const ScheduledSeq& s) {
+  r->num_forward_tokens += s.num_tokens;
+  counters_.num_recomputed_tokens +=
+      (uint64_t)std::clamp<int64_t>(r->max_computed_tokens - s.start_pos, 0, s.num_tokens);
 }
 
 void Scheduler::remove_running(Request* r) {

@@ -18,7 +18,9 @@
 //                           preempted requests first, while the budget, max_num_seqs and the
 //                           blocks above the watermark allow, after reserving what every
 //                           running request and the candidate still need (the rest of their
-//                           prompts, the expected output: reserve_blocks_for)
+//                           prompts, the expected output: reserve_blocks_for); a choice
+//                           whose sibling (same prompt) is still prefilling it waits for the
+//                           prefix cache instead of computing the same prompt beside it
 //   build_output()
 #pragma once
 
@@ -102,6 +104,12 @@ struct SchedCounters {
   uint64_t num_rejected = 0;             // add_request errors
   uint64_t num_truncated = 0;            // prompts shortened by the overflow policy
   std::array<uint64_t, 5> num_finished{};  // indexed by FinishReason
+  // Where the model's work went: tokens run through forward for requests that finished, by
+  // FinishReason (kCancelled: the client left, a stop string, the queue-wait limit), and the
+  // tokens computed again at positions a request had computed before (after a preemption
+  // dropped its KV; prefix-cache hits are not recomputed).
+  std::array<uint64_t, 5> forward_tokens_finished{};
+  uint64_t num_recomputed_tokens = 0;
   SpecCounters spec;
   uint64_t finished(FinishReason r) const { return num_finished[static_cast<size_t>(r)]; }
 };
@@ -192,6 +200,10 @@ class Scheduler {
   void preempt(Request* victim, SchedulerOutput& out);
   void schedule_waiting(SchedulerOutput& out);
   bool admit(Request* r, int64_t running_reserve, SchedulerOutput& out);
+  // Whether a running choice of the same prompt is still computing it: r then waits and gets
+  // the prompt from the prefix cache once that is done (n choices of a long prompt otherwise
+  // each prefill it in parallel, n times the work).
+  bool sibling_is_prefilling(const Request* r) const;
   SwapInStatus admit_swapped(Request* r, int64_t running_reserve);
   void requeue_lost_swap(Request* r);  // not queued anywhere when called
   void build_output(SchedulerOutput& out);
@@ -209,6 +221,8 @@ class Scheduler {
   void enqueue_waiting(Request* r);
   void remove_running(Request* r);
   void finish(Request* r, FinishReason reason);  // frees KV, counts, observes the length
+  // Adds a scheduled chunk to r's forward tokens and its recomputed part to the counters.
+  void count_forward(Request* r, const ScheduledSeq& s);
   WaitKey wait_key(const Request* r) const;
   int64_t blocks_for(int64_t tokens) const;
   // Blocks a sequence of `tokens` tokens holds at most: blocks_for, capped by the window.

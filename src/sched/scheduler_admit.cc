@@ -114,9 +114,13 @@ void Scheduler::schedule_waiting(SchedulerOutput& out) {
   // A step that had to preempt is short of blocks: admitting now would preempt again.
   if (preempted_this_step_) return;
   int64_t running_reserve = running_reserve_blocks();
-  while (!waiting_.empty() && budget_ > 0 &&
+  auto next = waiting_.begin();
+  while (next != waiting_.end() && budget_ > 0 &&
          running_.size() + swapping_in_.size() < size_t(cfg_.max_num_seqs)) {
-    Request* r = requests_.at(waiting_.begin()->id).get();
+    Request* r = requests_.at(next->id).get();
+    ++next;  // admit() erases r's entry only
+    // Not a starvation risk: the sibling runs, and r comes first once it is done.
+    if (sibling_is_prefilling(r)) continue;
     // FCFS: when the head does not fit, nothing behind it jumps the queue (no starvation of
     // long prompts).
     if (!admit(r, running_reserve, out)) {
@@ -127,6 +131,17 @@ void Scheduler::schedule_waiting(SchedulerOutput& out) {
         r->state == RequestState::kSwappingIn ? r->num_computed_tokens + 1 : kv_->num_tokens(r->id);
     running_reserve += reserve_blocks_for(r, resident);
   }
+}
+
+bool Scheduler::sibling_is_prefilling(const Request* r) const {
+  if (!kv_->config().enable_prefix_caching || r->prompt_logits ||
+      r->num_prompt_tokens < kv_->block_size()) {
+    return false;
+  }
+  return std::ranges::any_of(running_, [&](const Request* s) {
+    return s->prompt_ids.shares_with(r->prompt_ids) &&
+           s->num_computed_tokens < s->num_prompt_tokens;
+  });
 }
 
 bool Scheduler::admit(Request* r, int64_t running_reserve, SchedulerOutput& out) {

@@ -22,7 +22,8 @@ int64_t AdmissionController::retry_after_locked(int64_t queued) const {
   return clamp_retry_after((double)std::max<int64_t>(queued, 1) / drain_rate_locked());
 }
 
-AdmissionDecision AdmissionController::try_admit(double now_s, int64_t n, const QueueLoad& engine) {
+AdmissionDecision AdmissionController::try_admit(double now_s, int64_t n, const QueueLoad& engine,
+                                                 int64_t siblings) {
   const int64_t engine_waiting = std::max<int64_t>(engine.num_waiting, 0);
   std::lock_guard lock(mu_);
   AdmissionDecision d;
@@ -43,7 +44,10 @@ AdmissionDecision AdmissionController::try_admit(double now_s, int64_t n, const 
   // The new requests queue too when every slot is taken.
   const int64_t queued_after = std::max<int64_t>(
       {0, in_flight_ + n - concurrency_, engine_waiting > 0 ? engine_waiting + n : 0});
-  if (cfg_.max_queue > 0 && queued_after > cfg_.max_queue) {
+  siblings = std::clamp<int64_t>(siblings, 0, n);
+  const int64_t sibling_room = siblings > 0 ? cfg_.max_queue : 0;
+  if (cfg_.max_queue > 0 &&
+      (queued_after - siblings > cfg_.max_queue || queued_after > cfg_.max_queue + sibling_room)) {
     d.verdict = AdmissionVerdict::kQueueFull;
   } else if (cfg_.max_queue_wait_s > 0 && d.predicted_wait_s > cfg_.max_queue_wait_s) {
     d.verdict = AdmissionVerdict::kWaitTooLong;

@@ -74,8 +74,13 @@ class AdmissionController {
   // engine has not reported yet), whose work is taken as the mean of the engine's waiting
   // requests (or the last mean seen, or initial_request_tokens). Predicted wait: that work over
   // the token rate, or the wait for a running slot (QueueLoad::slot_wait_s) when longer. On
-  // kAdmit the n requests count as in flight until on_complete.
-  AdmissionDecision try_admit(double now_s, int64_t n, const QueueLoad& engine);
+  // kAdmit the n requests count as in flight until on_complete. `siblings` of the n are further
+  // choices of prompts already admitted (they share the prompt and its prefill): they may queue
+  // up to --max-queue places beyond the limit, while the rest must fit it. Without this a
+  // request with n > 1 choices, which needs n free places at once, was refused whenever n = 1
+  // requests took each place as it freed (a retry storm starved them, issue 34).
+  AdmissionDecision try_admit(double now_s, int64_t n, const QueueLoad& engine,
+                              int64_t siblings = 0);
   // One engine request ended (any reason); feeds the drain-rate estimate.
   void on_complete(double now_s);
   // Gives back `n` admitted slots that never became engine requests (a door reservation the

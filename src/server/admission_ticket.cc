@@ -4,20 +4,23 @@
 
 namespace kvw::server {
 
-AdmissionDecision AdmissionTicket::reserve(double now_s, int64_t n, const QueueLoad& engine) {
-  const AdmissionDecision d = admission_->try_admit(now_s, n, engine);
+AdmissionDecision AdmissionTicket::reserve(double now_s, int64_t n, const QueueLoad& engine,
+                                           int64_t siblings) {
+  const AdmissionDecision d = admission_->try_admit(now_s, n, engine, siblings);
   if (d.verdict == AdmissionVerdict::kAdmit) held_ += n;
   return d;
 }
 
-AdmissionDecision AdmissionTicket::admit_exact(double now_s, int64_t total,
-                                               const QueueLoad& engine) {
+AdmissionDecision AdmissionTicket::admit_exact(double now_s, int64_t total, const QueueLoad& engine,
+                                               int64_t siblings) {
   if (total <= held_) {
     admission_->release(held_ - total);
     held_ = total;
     return AdmissionDecision{};  // kAdmit: the door already decided on these slots
   }
-  return reserve(now_s, total - held_, engine);
+  // The slots held stand for first choices as far as they go; the rest are siblings.
+  const int64_t extra = total - held_;
+  return reserve(now_s, extra, engine, std::min(extra, siblings));
 }
 
 void AdmissionTicket::hand_over(int64_t n) {

@@ -28,11 +28,13 @@ class AdmissionTicket final : public http::DoorPass {
   AdmissionTicket& operator=(const AdmissionTicket&) = delete;
 
   // Decides on `n` more slots (AdmissionController::try_admit); on kAdmit this ticket holds them.
-  AdmissionDecision reserve(double now_s, int64_t n, const QueueLoad& engine);
+  AdmissionDecision reserve(double now_s, int64_t n, const QueueLoad& engine, int64_t siblings = 0);
   // The exact check for `total` slots. Slots already held count without a new decision; only
   // total - held() more go through try_admit. On kAdmit the ticket holds exactly `total` (a
   // surplus goes back); on a refusal it keeps what it held until release() or destruction.
-  AdmissionDecision admit_exact(double now_s, int64_t total, const QueueLoad& engine);
+  // `siblings` of the total are choices beyond the first of their prompt (try_admit).
+  AdmissionDecision admit_exact(double now_s, int64_t total, const QueueLoad& engine,
+                                int64_t siblings = 0);
   // `n` held slots now belong to submitted engine requests (each returns its own slot through
   // AdmissionController::on_complete). n <= held().
   void hand_over(int64_t n);

@@ -231,9 +231,11 @@ ApiError admission_refusal(const AdmissionDecision& d) {
 // The exact check once the request is parsed: `num_choices` slots against what the door
 // reserved (admission_ticket.h). 503 while draining or shedding, 429 when admission refuses;
 // nullopt = admitted (the ticket holds the slots).
-std::optional<ApiError> gate(ServerState& st, AdmissionTicket& ticket, int64_t num_choices) {
+std::optional<ApiError> gate(ServerState& st, AdmissionTicket& ticket, int64_t num_choices,
+                             int64_t num_prompts) {
   if (auto e = closed_refusal(st)) return e;
-  const AdmissionDecision d = ticket.admit_exact(now_s(), num_choices, engine_load(st));
+  const AdmissionDecision d =
+      ticket.admit_exact(now_s(), num_choices, engine_load(st), num_choices - num_prompts);
   if (d.verdict == AdmissionVerdict::kAdmit) return std::nullopt;
   return admission_refusal(d);
 }
@@ -253,7 +255,7 @@ std::variant<std::vector<std::unique_ptr<ChoiceRunner>>, ApiError> submit_all(
     const std::vector<PreparedPrompt>& prompts, uint64_t arrival_ns,
     const std::shared_ptr<const std::vector<std::string>>& stops) {
   const int64_t total = (int64_t)prompts.size() * num_candidates(p);
-  if (auto e = gate(st, ticket, total)) return *e;
+  if (auto e = gate(st, ticket, total, (int64_t)prompts.size())) return *e;
   std::vector<std::unique_ptr<ChoiceRunner>> runners;
   for (size_t k = 0; k < prompts.size(); ++k) {
     for (int32_t i = 0; i < num_candidates(p); ++i) {

@@ -51,6 +51,25 @@ TEST(Overload, GoodputCountsOnlyRequestsWhoseClientGotTheWholeAnswer) {
   EXPECT_EQ(j["admitted_then_left"], 2);
 }
 
+// The mix of what completed, so a storm's goodput is compared with a quiet phase of the same mix.
+TEST(Overload, CompletedMixIsTheMeanPromptAndOutputOfCompletedRequests) {
+  std::vector<RequestResult> rs;
+  rs.push_back(completed(100, 10));
+  rs.back().input_tokens = 1000;
+  rs.push_back(completed(20, 10));
+  rs.back().input_tokens = 3000;
+  RequestResult left = completed(30, 5);
+  left.input_tokens = 9000;
+  left.status = 0;
+  left.error = "aborted";
+  rs.push_back(left);
+  const auto j = completed_mix(rs);
+  EXPECT_EQ(j["completed_requests"], 2);
+  EXPECT_DOUBLE_EQ(j["completed_mean_input_tokens"].get<double>(), 2000.0);
+  EXPECT_DOUBLE_EQ(j["completed_mean_output_tokens"].get<double>(), 60.0);
+  EXPECT_EQ(summarize_overload(rs, 1.0, OverloadOptions{})["completed_requests"], 2);
+}
+
 TEST(Overload, RefusalsWaitsAndTheBoundArePerAttempt) {
   std::vector<RequestResult> rs;
   for (int i = 1; i <= 100; ++i) rs.push_back(completed(1, i));  // waits 1..100 ms

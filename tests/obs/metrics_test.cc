@@ -191,6 +191,11 @@ TEST(ServingMetrics, ExportsEngineFiguresInBaseUnits) {
   EXPECT_EQ(value_of(p, "kvwarden_kv_alloc_retries_total"), 8);
   EXPECT_EQ(value_of(p, "kvwarden_preemptions_total", {{"mode", "swap"}}), 4);
   EXPECT_EQ(value_of(p, "kvwarden_preemptions_total", {{"mode", "recompute"}}), 5);
+  EXPECT_EQ(value_of(p, "kvwarden_forward_tokens_total"), 9000);
+  EXPECT_EQ(value_of(p, "kvwarden_forward_tokens_finished_total", {{"reason", "length"}}), 6000);
+  EXPECT_EQ(value_of(p, "kvwarden_forward_tokens_finished_total", {{"reason", "cancelled"}}), 1500);
+  EXPECT_EQ(value_of(p, "kvwarden_forward_tokens_finished_total", {{"reason", "stop"}}), 0);
+  EXPECT_EQ(value_of(p, "kvwarden_recomputed_tokens_total"), 700);
   EXPECT_EQ(value_of(p, "kvwarden_swap_bytes_total", {{"direction", "out"}}), 1 << 20);
   EXPECT_EQ(value_of(p, "kvwarden_prefix_cache_hits_total"), 250);
   EXPECT_EQ(value_of(p, "kvwarden_prefix_cache_evictions_total"), 17);

@@ -90,6 +90,10 @@ EngineStats make_stats() {
   s.num_preemptions = 9;
   s.num_preemptions_swap = 4;
   s.num_preemptions_recompute = 5;
+  s.num_computed_tokens = 9000;
+  s.forward_tokens_finished[size_t(FinishReason::kLength)] = 6000;
+  s.forward_tokens_finished[size_t(FinishReason::kCancelled)] = 1500;
+  s.num_recomputed_tokens = 700;
   s.swap_out_bytes = 1 << 20;
   s.swap_in_bytes = 1 << 19;
   s.num_alloc_failures = 3;

@@ -204,6 +204,35 @@ TEST_P(PreemptionTest, PreemptsNewestWhenDecodeCannotGrow) {
 INSTANTIATE_TEST_SUITE_P(SwapOrRecompute, PreemptionTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "Swap" : "Recompute"; });
 
+// The waste accounting behind kvwarden_forward_tokens_finished_total and
+// kvwarden_recomputed_tokens_total: every token a step ran is charged to its request, and a
+// recompute after preemption counts only the positions computed before (not the prefix-cache hit).
+TEST(Scheduler, CountsForwardTokensByOutcomeAndRecomputedTokens) {
+  Harness h(kv_config(11),
+            SchedConfig{
+                .max_num_batched_tokens = 512, .max_num_seqs = 4, .long_prefill_chunk_tokens = 0});
+  h.add(1, tokens(96, 0), 4);
+  h.add(2, tokens(72, 1000), 4);  // preempted (recompute) for A's first decode, as above
+  int64_t batched = h.step().num_batched_tokens;
+  SchedulerOutput s2 = h.step();
+  ASSERT_EQ(s2.preempted, std::vector<SeqId>{SeqId{2}});
+  batched += s2.num_batched_tokens;
+  while (h.sched.has_unfinished()) batched += h.step().num_batched_tokens;
+  h.add(3, tokens(40, 5000), 8);
+  batched += h.step().num_batched_tokens;  // C's prompt, then its client leaves
+  ASSERT_TRUE(h.sched.cancel(SeqId{3}));
+  batched += h.step().num_batched_tokens;
+  ASSERT_EQ(h.reason_of(3), FinishReason::kCancelled);
+  const SchedCounters& c = h.sched.counters();
+  // B computed positions 0..71 before it was dropped; back, the cache revived 0..63, so 64..71
+  // ran again (72, its first output, is new).
+  EXPECT_EQ(c.num_recomputed_tokens, 8u);
+  // A: 96 + 3 decodes; B: 72 + 9 (recompute) + 2 decodes; C: its 40 prompt tokens, thrown away.
+  EXPECT_EQ(c.forward_tokens_finished[size_t(FinishReason::kLength)], 99u + 83u);
+  EXPECT_EQ(c.forward_tokens_finished[size_t(FinishReason::kCancelled)], 40u);
+  EXPECT_EQ(99 + 83 + 40, batched);
+}
+
 // A slow disk: C is swapped out, and its read-back is held at the file while A keeps decoding.
 // The swap-in reserves C's blocks and returns; A gets a decode in every step until the reads
 // land, then C rejoins without recomputing anything.
@@ -335,6 +364,31 @@ TEST(Scheduler, PromptIsHashedOncePerRequest) {
   EXPECT_EQ(num_block_hashes_this_thread() - before, 12u + 2u);
   EXPECT_EQ(h.reason_of(2), FinishReason::kLength);
   EXPECT_GT(h.kv.prefix_counters().num_hit_blocks, 0u);
+}
+
+// n choices of one prompt (one shared list): while the first computes the prompt the others
+// wait, then take it from the prefix cache; computing it n times in parallel was most of a
+// retry storm's prefill (issue 34).
+TEST(Scheduler, ChoicesOfOnePromptWaitForTheFirstPrefillInsteadOfRepeatingIt) {
+  Harness h(kv_config(64),
+            SchedConfig{
+                .max_num_batched_tokens = 512, .max_num_seqs = 8, .long_prefill_chunk_tokens = 64});
+  const TokenList prompt(tokens(200, 0));  // 12 full blocks + 8 tokens
+  for (uint64_t id = 1; id <= 3; ++id) {
+    ASSERT_TRUE(
+        h.sched.add_request(RequestInput{.id = SeqId{id}, .prompt = prompt, .max_tokens = 4}).ok());
+  }
+  h.add(4, tokens(40, 9000), 4);  // another prompt is not held up behind the waiting choices
+  const SchedulerOutput first = h.step();
+  EXPECT_NE(find_scheduled(first, 1), nullptr);
+  EXPECT_EQ(find_scheduled(first, 2), nullptr);
+  EXPECT_EQ(find_scheduled(first, 3), nullptr);
+  EXPECT_NE(find_scheduled(first, 4), nullptr);
+  h.run_to_completion();
+  for (uint64_t id = 1; id <= 3; ++id) EXPECT_EQ(h.reason_of(id), FinishReason::kLength);
+  // Choice 1: 200 + 3 decodes; 2 and 3 each: the last 8 prompt tokens + 3 decodes; 4: 40 + 3.
+  EXPECT_EQ(h.sched.counters().forward_tokens_finished[size_t(FinishReason::kLength)],
+            203u + 2 * 11u + 43u);
 }
 
 TEST(Scheduler, CancelFreesBlocksAtNextSchedule) {

@@ -49,6 +49,22 @@ TEST(Admission, MultiChoiceRequestNeedsRoomForAllItsChoices) {
   EXPECT_EQ(b.try_admit(0, 4, waiting(0)).verdict, AdmissionVerdict::kQueueFull);
 }
 
+// Further choices of an admitted prompt may take up to --max-queue more places: in a retry
+// storm n = 1 requests took each place as it freed, and n > 1 (which needs n at once) starved.
+TEST(Admission, SiblingChoicesMayQueueUpToMaxQueueBeyondTheLimit) {
+  AdmissionController a(cfg(/*max_queue=*/4, 0), /*concurrency=*/2);
+  for (int i = 0; i < 6; ++i)
+    ASSERT_EQ(a.try_admit(0, 1, waiting(0)).verdict, AdmissionVerdict::kAdmit);
+  EXPECT_EQ(a.try_admit(0, 1, waiting(0)).verdict, AdmissionVerdict::kQueueFull);  // 5 > 4
+  // Choices of a prompt the door admitted may queue within 4 + 4, not beyond: 9 > 8.
+  EXPECT_EQ(a.try_admit(0, 5, waiting(0), /*siblings=*/5).verdict, AdmissionVerdict::kQueueFull);
+  // A new prompt's first choice among them must fit the limit itself: 8 - 3 > 4.
+  EXPECT_EQ(a.try_admit(0, 4, waiting(0), 3).verdict, AdmissionVerdict::kQueueFull);
+  EXPECT_EQ(a.try_admit(0, 3, waiting(0), 3).verdict, AdmissionVerdict::kAdmit);  // 7 queued
+  EXPECT_EQ(a.try_admit(0, 1, waiting(0)).verdict, AdmissionVerdict::kQueueFull);
+  EXPECT_EQ(a.snapshot().in_flight, 9);
+}
+
 TEST(Admission, EngineWaitingCountsAsQueuedEvenBelowConcurrency) {
   AdmissionController a(cfg(2, 0), 100);
   EXPECT_EQ(a.try_admit(0, 1, waiting(2)).verdict, AdmissionVerdict::kQueueFull);

@@ -52,9 +52,17 @@ TEST(AdmissionTicket, ChoicesBeyondTheReservationAreDecidedAndRefusedWhenTheyDoN
   AdmissionController a(queue_only(2), 1);
   AdmissionTicket t(a);
   ASSERT_EQ(t.reserve(0, 1, kIdleEngine).verdict, AdmissionVerdict::kAdmit);
-  // n = 4: 1 runs, 3 would queue > 2.
+  // n = 4 of one prompt: 1 runs, 3 would queue > 2.
   EXPECT_EQ(t.admit_exact(0, 4, kIdleEngine).verdict, AdmissionVerdict::kQueueFull);
-  EXPECT_EQ(t.held(), 1);  // the door's slot, until released
+  // As choices of the one prompt the door admitted they may queue up to 2 + 2, but not 5.
+  EXPECT_EQ(t.admit_exact(0, 6, kIdleEngine, /*siblings=*/5).verdict, AdmissionVerdict::kQueueFull);
+  EXPECT_EQ(t.admit_exact(0, 4, kIdleEngine, /*siblings=*/3).verdict, AdmissionVerdict::kAdmit);
+  EXPECT_EQ(t.held(), 4);
+  t.release();
+  // Two prompts of n = 2 (3 slots beyond the door's, 2 of them siblings): 3 queue, of which
+  // the second prompt's first choice must fit the limit (3 - 2 <= 2).
+  ASSERT_EQ(t.reserve(0, 1, kIdleEngine).verdict, AdmissionVerdict::kAdmit);
+  EXPECT_EQ(t.admit_exact(0, 4, kIdleEngine, /*siblings=*/2).verdict, AdmissionVerdict::kAdmit);
   t.release();
   EXPECT_EQ(a.snapshot().in_flight, 0);
   // n = 3 fits: 1 runs, 2 queue.

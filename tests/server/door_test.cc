@@ -194,8 +194,9 @@ TEST(ServerDoor, DoorSlotGoesBackOnEveryEarlyExit) {
   harness::expect_error(bad, 400, "");
   EXPECT_TRUE(wait_for([&] { return in_flight() == 1; })) << in_flight();
 
-  // n = 2: the door reserves 1 (it would queue), the exact check finds no room for the second.
-  auto two = h.post("/v1/completions", {{"prompt", "Once"}, {"n", 2}, {"max_tokens", 1}});
+  // n = 3: the door reserves 1 (it would queue), the exact check finds no room for the other
+  // two (choices of one prompt may queue up to --max-queue places beyond it: 1 + 1 < 3).
+  auto two = h.post("/v1/completions", {{"prompt", "Once"}, {"n", 3}, {"max_tokens", 1}});
   harness::expect_error(two, 429, "queue_full");
   EXPECT_TRUE(wait_for([&] { return in_flight() == 1; })) << in_flight();
 
