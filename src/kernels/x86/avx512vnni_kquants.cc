@@ -128,11 +128,11 @@ KVW_INLINE void pair_tile(const KPackedArgs& a, int64_t grp, int64_t t0) {
     __m512i isum[C];
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) isum[c] = _mm512_setzero_si512();
-      // Half-chunks hc = 2 chunk + half in a loop that is not unrolled: one half's 12 dots and
-      // the 12 sums fill the registers (unrolled, the compiler interleaved both halves' dots and
-      // spilled).
 #pragma GCC unroll 1
     for (int hc = 0; hc < 8; ++hc) {
+      // Half-chunk hc = 2 chunk + half, in a loop that is not unrolled: one half's 12 dots and
+      // the 12 sums fill the registers (unrolled, the compiler interleaved both halves' dots and
+      // spilled).
       const __m128i shift = _mm_cvtsi32_si128(4 * (hc % 2));  // low or high nibbles
       const uint8_t* qv = quants + 256 * (hc / 2);
       __m512i fifth = _mm512_setzero_si512();
