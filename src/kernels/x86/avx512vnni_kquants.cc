@@ -45,7 +45,10 @@ KVW_INLINE __m128i load8_pair(const uint8_t* p, int64_t group_bytes) {
 
 struct KScales16 {
   __m512i sc[16];  // int32 scale per lane (row), per scale index
-  __m512i bs[8];   // int16 pairs meeting the bsums pairs (see x86::KScales)
+  // int16 pairs meeting the activation's sums: Q6_K (sc_2i, sc_2i+1) x (bsums[2i], bsums[2i + 1])
+  // as x86::KScales; Q4_K/Q5_K (m_2i, m_2i+1) x the sub-block sums (bs_2i, bs_2i+1), i < 4
+  // (bs_j = bsums[2j] + bsums[2j + 1]: half the multiply-adds of (m_j, m_j) x the bsums pairs).
+  __m512i bs[8];
 };
 
 template <GgmlType T>
@@ -66,6 +69,7 @@ KVW_INLINE void unpack_scales(const uint8_t* sb, int64_t gb, KScales16& k) {
     }
   } else {
     const __m512i m15 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi32(3);
+    __m512i mins[8];
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
       const __m512i lo = _mm512_cvtepu8_epi32(load8_pair(sb + kq::kScLow + 8 * j, gb));
@@ -73,10 +77,13 @@ KVW_INLINE void unpack_scales(const uint8_t* sb, int64_t gb, KScales16& k) {
           _mm512_cvtepu8_epi32(load8_pair(sb + kq::kScHigh + 8 * (j % 4), gb)), (j / 4) * 4);
       k.sc[j] = _mm512_or_si512(_mm512_and_si512(lo, m15),
                                 _mm512_slli_epi32(_mm512_and_si512(hi, m3), 4));
-      const __m512i m =
+      mins[j] =
           _mm512_or_si512(_mm512_srli_epi32(lo, 4),
                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hi, 2), m3), 4));
-      k.bs[j] = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      k.bs[i] = _mm512_or_si512(mins[2 * i], _mm512_slli_epi32(mins[2 * i + 1], 16));
     }
   }
 }
@@ -175,11 +182,24 @@ KVW_INLINE void pair_tile(const KPackedArgs& a, int64_t grp, int64_t t0) {
     for (int c = 0; c < C; ++c) {
       const auto* xk = reinterpret_cast<const BlockQ8_K*>(xb + c * xs);
       __m512i bsum = _mm512_setzero_si512();
+      if constexpr (T == GgmlType::kQ6_K) {
 #pragma GCC unroll 8
-      for (int i = 0; i < 8; ++i) {
-        int32_t pair;
-        std::memcpy(&pair, xk->bsums + 2 * i, 4);
-        bsum = _mm512_dpwssd_epi32(bsum, k.bs[i], _mm512_set1_epi32(pair));
+        for (int i = 0; i < 8; ++i) {
+          int32_t pair;
+          std::memcpy(&pair, xk->bsums + 2 * i, 4);
+          bsum = _mm512_dpwssd_epi32(bsum, k.bs[i], _mm512_set1_epi32(pair));
+        }
+      } else {
+        // Sub-block sums bs_j (|bs_j| <= 32 x 128: the int16 pack is exact) as int16 pairs:
+        // (bs_0, bs_1), (bs_2, bs_3) in dwords 0-1, (bs_4, bs_5), (bs_6, bs_7) in dwords 4-5.
+        const __m256i sums = _mm256_madd_epi16(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xk->bsums)), _mm256_set1_epi16(1));
+        alignas(32) int32_t pairs[8];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(pairs), _mm256_packs_epi32(sums, sums));
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+          bsum = _mm512_dpwssd_epi32(bsum, k.bs[i], _mm512_set1_epi32(pairs[i % 2 + 4 * (i / 2)]));
+        }
       }
       const __m512 dx = _mm512_set1_ps(xk->d);
       if constexpr (T == GgmlType::kQ6_K) {
