@@ -38,9 +38,10 @@ const Shape kShapes[] = {{8, 32, 1},     {16, 256, 5},   {37, 512, 3},  {40, 544
                          {64, 768, 17},  {129, 256, 13}, {200, 544, 9}, {203, 64, 25},
                          {48, 2080, 33}, {40, 2080, 19}, {16, 8192, 30}};
 // K-quants: n_in in 256-element super-blocks (1, 2, 3, 5), the same row and token edges, the
-// AVX-512 6-token tiles with 2 left (8, 14), decode over several groups, super-blocks, an odd
-// group and tail rows (37 x 512, 64 x 1280), and rows of 32 super-blocks whose 9 KiB Q8_K
-// activations make L2 blocks of 24-27 tokens (a multiple of the tile), so 30 tokens walk two.
+// AVX-512 12-token pair tiles with 1, 2 or 6 left (13, 14, 30) and 6-token single-group tiles,
+// decode over several groups, super-blocks, an odd group and tail rows (37 x 512, 64 x 1280), and
+// rows of 32 super-blocks whose 9 KiB Q8_K activations make L2 blocks of 24-27 tokens (a multiple
+// of the tile), so 30 tokens walk two.
 const Shape kKquantShapes[] = {{8, 256, 1},   {16, 512, 5},  {37, 256, 3},   {40, 768, 7},
                                {64, 256, 13}, {203, 512, 4}, {48, 1280, 25}, {24, 256, 12},
                                {40, 512, 8},  {56, 256, 14}, {37, 512, 1},   {64, 1280, 1},

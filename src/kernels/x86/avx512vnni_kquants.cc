@@ -45,7 +45,10 @@ KVW_INLINE __m128i load8_pair(const uint8_t* p, int64_t group_bytes) {
 
 struct KScales16 {
   __m512i sc[16];  // int32 scale per lane (row), per scale index
-  __m512i bs[8];   // int16 pairs meeting the bsums pairs (see x86::KScales)
+  // int16 pairs meeting the activation's sums: Q6_K (sc_2i, sc_2i+1) x (bsums[2i], bsums[2i + 1])
+  // as x86::KScales; Q4_K/Q5_K (m_2i, m_2i+1) x the sub-block sums (bs_2i, bs_2i+1), i < 4
+  // (bs_j = bsums[2j] + bsums[2j + 1]: half the multiply-adds of (m_j, m_j) x the bsums pairs).
+  __m512i bs[8];
 };
 
 template <GgmlType T>
@@ -66,6 +69,7 @@ KVW_INLINE void unpack_scales(const uint8_t* sb, int64_t gb, KScales16& k) {
     }
   } else {
     const __m512i m15 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi32(3);
+    __m512i mins[8];
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
       const __m512i lo = _mm512_cvtepu8_epi32(load8_pair(sb + kq::kScLow + 8 * j, gb));
@@ -73,10 +77,13 @@ KVW_INLINE void unpack_scales(const uint8_t* sb, int64_t gb, KScales16& k) {
           _mm512_cvtepu8_epi32(load8_pair(sb + kq::kScHigh + 8 * (j % 4), gb)), (j / 4) * 4);
       k.sc[j] = _mm512_or_si512(_mm512_and_si512(lo, m15),
                                 _mm512_slli_epi32(_mm512_and_si512(hi, m3), 4));
-      const __m512i m =
+      mins[j] =
           _mm512_or_si512(_mm512_srli_epi32(lo, 4),
                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hi, 2), m3), 4));
-      k.bs[j] = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      k.bs[i] = _mm512_or_si512(mins[2 * i], _mm512_slli_epi32(mins[2 * i + 1], 16));
     }
   }
 }
@@ -100,7 +107,12 @@ KVW_INLINE __m512i high2(__m512i bits, int s) {
   }
 }
 
-// Groups grp and grp + 1 x tokens [t0, t0 + C): x86::kquant_tile in 16 lanes.
+// Groups grp and grp + 1 x tokens [t0, t0 + C): x86::kquant_tile in 16 lanes. A step's load
+// holds both halves of a chunk (two scale indices, low and high nibbles); the tile walks the
+// chunk's steps once per half, so each token keeps one running sub-block dot (not two) and the
+// tile fits twice the tokens of a two-dot tile: the weight decode and scale unpack, paid per tile,
+// spread over 12 tokens. The dots are exact int32 sums as in x86::kquant_tile, so the order of
+// the halves changes no bit.
 template <GgmlType T, int C>
 KVW_INLINE void pair_tile(const KPackedArgs& a, int64_t grp, int64_t t0) {
   const int64_t gb = a.g.group_bytes;
@@ -108,6 +120,9 @@ KVW_INLINE void pair_tile(const KPackedArgs& a, int64_t grp, int64_t t0) {
   const uint8_t* x0 = a.x + t0 * a.g.x_row_bytes;
   const int64_t xs = a.g.x_row_bytes;
   const __m512i low4 = _mm512_set1_epi8(0x0F);
+  // Scales' steps: a whole sub-block (32 elements) for Q4_K/Q5_K, a Q6_K group (16).
+  constexpr int kFlush = T == GgmlType::kQ6_K ? 4 : 8;
+  // Touched once per super-block: left to memory, the registers go to the dots and sums.
   __m512 acc[C];
 #pragma GCC unroll 16
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
@@ -120,46 +135,38 @@ KVW_INLINE void pair_tile(const KPackedArgs& a, int64_t grp, int64_t t0) {
     __m512i isum[C];
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) isum[c] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-    for (int ch = 0; ch < 4; ++ch) {
-      __m512i fifth_lo = _mm512_setzero_si512(), fifth_hi = _mm512_setzero_si512();
-      if constexpr (T == GgmlType::kQ5_K) {
-        fifth_lo = load_pair(sb + kq::kQ5Fifth + 64 * ch, gb);
-        fifth_hi = load_pair(sb + kq::kQ5Fifth + 64 * ch + 32, gb);
-      }
-      constexpr int kFlush = T == GgmlType::kQ6_K ? 4 : 8;
-      __m512i dl[C], dh[C];
+#pragma GCC unroll 1
+    for (int hc = 0; hc < 8; ++hc) {
+      // Half-chunk hc = 2 chunk + half, in a loop that is not unrolled: one half's 12 dots and
+      // the 12 sums fill the registers (unrolled, the compiler interleaved both halves' dots and
+      // spilled).
+      const __m128i shift = _mm_cvtsi32_si128(4 * (hc % 2));  // low or high nibbles
+      const uint8_t* qv = quants + 256 * (hc / 2);
+      __m512i fifth = _mm512_setzero_si512();
+      if constexpr (T == GgmlType::kQ5_K) fifth = load_pair(sb + kq::kQ5Fifth + 32 * hc, gb);
+      __m512i d[C];
 #pragma GCC unroll 8
       for (int s = 0; s < 8; ++s) {
         if (s % kFlush == 0) {
 #pragma GCC unroll 16
-          for (int c = 0; c < C; ++c) dl[c] = dh[c] = _mm512_setzero_si512();
+          for (int c = 0; c < C; ++c) d[c] = _mm512_setzero_si512();
         }
-        const __m512i v = load_pair(quants + 256 * ch + 32 * s, gb);
-        __m512i lo = _mm512_and_si512(v, low4);
-        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-        if constexpr (T == GgmlType::kQ5_K) {
-          lo = _mm512_or_si512(lo, bit_to_16(fifth_lo, s));
-          hi = _mm512_or_si512(hi, bit_to_16(fifth_hi, s));
-        }
+        __m512i w = _mm512_and_si512(_mm512_srl_epi16(load_pair(qv + 32 * s, gb), shift), low4);
+        if constexpr (T == GgmlType::kQ5_K) w = _mm512_or_si512(w, bit_to_16(fifth, s));
         if constexpr (T == GgmlType::kQ6_K) {
-          const uint8_t* h2 = sb + kq::kQ6High + 128 * ch;
-          lo = _mm512_or_si512(lo, high2(load_pair(h2 + 32 * (s / 4), gb), s));
-          hi = _mm512_or_si512(hi, high2(load_pair(h2 + 32 * (2 + s / 4), gb), s));
+          const uint8_t* h2 = sb + kq::kQ6High + 64 * hc + 32 * (s / 4);
+          w = _mm512_or_si512(w, high2(load_pair(h2, gb), s));
         }
 #pragma GCC unroll 16
         for (int c = 0; c < C; ++c) {
-          const int8_t* q = reinterpret_cast<const int8_t*>(xb + c * xs + 4) + 64 * ch + 4 * s;
-          dl[c] = _mm512_dpbusd_epi32(dl[c], lo, bcast4(q));
-          dh[c] = _mm512_dpbusd_epi32(dh[c], hi, bcast4(q + 32));
+          const int8_t* q = reinterpret_cast<const int8_t*>(xb + c * xs + 4) + 32 * hc + 4 * s;
+          d[c] = _mm512_dpbusd_epi32(d[c], w, bcast4(q));
         }
         if ((s + 1) % kFlush == 0) {
-          const int jl = T == GgmlType::kQ6_K ? 4 * ch + s / 4 : 2 * ch;
-          const int jh = T == GgmlType::kQ6_K ? 4 * ch + 2 + s / 4 : 2 * ch + 1;
+          const int j = T == GgmlType::kQ6_K ? 2 * hc + s / 4 : hc;
 #pragma GCC unroll 16
           for (int c = 0; c < C; ++c) {
-            isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(dl[c], k.sc[jl]));
-            isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(dh[c], k.sc[jh]));
+            isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(d[c], k.sc[j]));
           }
         }
       }
@@ -175,11 +182,24 @@ KVW_INLINE void pair_tile(const KPackedArgs& a, int64_t grp, int64_t t0) {
     for (int c = 0; c < C; ++c) {
       const auto* xk = reinterpret_cast<const BlockQ8_K*>(xb + c * xs);
       __m512i bsum = _mm512_setzero_si512();
+      if constexpr (T == GgmlType::kQ6_K) {
 #pragma GCC unroll 8
-      for (int i = 0; i < 8; ++i) {
-        int32_t pair;
-        std::memcpy(&pair, xk->bsums + 2 * i, 4);
-        bsum = _mm512_dpwssd_epi32(bsum, k.bs[i], _mm512_set1_epi32(pair));
+        for (int i = 0; i < 8; ++i) {
+          int32_t pair;
+          std::memcpy(&pair, xk->bsums + 2 * i, 4);
+          bsum = _mm512_dpwssd_epi32(bsum, k.bs[i], _mm512_set1_epi32(pair));
+        }
+      } else {
+        // Sub-block sums bs_j (|bs_j| <= 32 x 128: the int16 pack is exact) as int16 pairs:
+        // (bs_0, bs_1), (bs_2, bs_3) in dwords 0-1, (bs_4, bs_5), (bs_6, bs_7) in dwords 4-5.
+        const __m256i sums = _mm256_madd_epi16(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xk->bsums)), _mm256_set1_epi16(1));
+        alignas(32) int32_t pairs[8];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(pairs), _mm256_packs_epi32(sums, sums));
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+          bsum = _mm512_dpwssd_epi32(bsum, k.bs[i], _mm512_set1_epi32(pairs[i % 2 + 4 * (i / 2)]));
+        }
       }
       const __m512 dx = _mm512_set1_ps(xk->d);
       if constexpr (T == GgmlType::kQ6_K) {
@@ -197,13 +217,18 @@ KVW_INLINE void pair_tile(const KPackedArgs& a, int64_t grp, int64_t t0) {
   }
 }
 
-// 16 rows x 6 tokens: 6 x (float accumulator, int32 sum, two sub-block dots) and the weights.
-constexpr int kTokens = 6;
+// 16 rows x 12 tokens: 12 int32 sums and 12 sub-block dots in registers, the float sums in
+// memory. The 8-row tile (decode, an odd last group) keeps two dots and its float sums per
+// token, so it takes 6.
+constexpr int kTokens = 12;
+constexpr int kSingleTokens = 6;
 
 // As x86::kquant_groups, with group pairs; decode and an odd last group take the 8-row tile.
 template <GgmlType T>
 void pair_groups(const KPackedArgs& a, int64_t g_begin, int64_t g_end) {
-  if (a.n_tokens == 1) return x86::kquant_groups<DotAvx512Vnni, T, kTokens>(a, g_begin, g_end);
+  if (a.n_tokens == 1) {
+    return x86::kquant_groups<DotAvx512Vnni, T, kSingleTokens>(a, g_begin, g_end);
+  }
   x86::walk_token_blocks<kTokens, 2>(
       a.g.x_row_bytes, a.n_tokens, g_begin, g_end,
       [&](int64_t grp, int ng, int64_t tb, int64_t te) {
@@ -211,7 +236,7 @@ void pair_groups(const KPackedArgs& a, int64_t g_begin, int64_t g_end) {
           x86::token_tiles<kTokens>(
               tb, te, [&](auto n, int64_t t) { pair_tile<T, decltype(n)::value>(a, grp, t); });
         } else {
-          x86::token_tiles<kTokens>(tb, te, [&](auto n, int64_t t) {
+          x86::token_tiles<kSingleTokens>(tb, te, [&](auto n, int64_t t) {
             x86::kquant_tile<DotAvx512Vnni, T, decltype(n)::value>(a, grp, t);
           });
         }
