@@ -7,9 +7,9 @@
 // pairs it is grouped with, so a query's result is the same bits in any tile (the AVX2 table's bits
 // may differ: it sums in another order). Prefill tiles take several chunks per step where every
 // pair attends them in full (attend_step): the same arithmetic with fewer loads and stores of q
-// and output rows. Decode tiles (attend_decode) keep the same arithmetic in the transposed
-// layout: pairs in the lanes, one register per position. Compiled with -mavx512f -mavx512bw
-// -mavx512vl; runs only after dispatch.cc saw AVX-512.
+// and output rows. Decode tiles (attend_decode, attention_decode_avx512.cc) keep the same
+// arithmetic in the transposed layout: pairs in the lanes, one register per position. Compiled with
+// -mavx512f -mavx512bw -mavx512vl; runs only after dispatch.cc saw AVX-512.
 #include <algorithm>
 #include <cstring>
 
@@ -17,27 +17,14 @@
 // uninitialized once softmax_pairs<8> folds its constant rows; it is a false positive.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-#include "kernels/kernels_internal.h"
-#include "kernels/x86/attention_util.h"
+#include "kernels/x86/attention_avx512_util.h"
 
 namespace kvw::kernels::avx512 {
 namespace {
 
-static_assert(kAttnChunk == 16, "one __m512 holds a chunk's scores");
-
-using x86::ChunkPair;
 using x86::kv_row;
-using x86::SoftmaxState;
 
-using x86::kMaxGroup;
-using x86::kMaxTile;
-// Decode prefetches this many chunks ahead (16 KB of f16 K/V at hd 64), into L2 (prefetch_rows).
-// On a DRAM stream of 512 MiB (decode_attention_bench, 1 thread, busy machine, CPU time, per-row
-// prefetch): 1 chunk ahead 123-126 ms, 2: 128-131, 4: 117-118.
-constexpr int kPrefetchChunks = 4;
 constexpr int kScoreBatch = 8;
-constexpr int kAccBatch = 8;     // pairs accumulating V together: 8 or at most 4
-constexpr int kDecodeLanes = 8;  // a decode tile's pairs, one per lane of a __m256 (attend_decode)
 
 // exp256 of avx2_util.h on 16 lanes (same reduction and polynomial).
 KVW_INLINE __m512 exp512(__m512 x) {
@@ -102,108 +89,6 @@ KVW_INLINE void score_pairs2(const ChunkPair* pairs, const float* kt0, const flo
   }
 }
 
-// How accumulate reads V rows: f32 rows (decoded, or the F32 cache's own), or the F16 / INT8
-// cache's rows in place, decoded per use to the same f32 values as the f32 rows. INT8 rows are
-// their integers: each row's scale is folded into the weights instead (fold_scales).
-enum class VRows { kF32, kF16, kInt8 };
-
-// 16 elements of a V row from element j.
-template <VRows kV>
-KVW_INLINE __m512 load_v(const void* row, int32_t j, __mmask16 m) {
-  if constexpr (kV == VRows::kF16) {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(row) + j));
-  } else if constexpr (kV == VRows::kInt8) {
-    return _mm512_cvtepi32_ps(
-        _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, static_cast<const int8_t*>(row) + j)));
-  } else {
-    return _mm512_maskz_loadu_ps(m, static_cast<const float*>(row) + j);
-  }
-}
-
-// One chunk's share of a V accumulation: each pair's rescale of its state, its weights and the
-// chunk's V rows.
-struct AccChunk {
-  const float* c;        // [pair]
-  const float* w;        // [pair][kAttnChunk], or [kAttnChunk][kDecodeLanes] (kPosMajor): one
-                         // base pointer, not N (they would spill)
-  const void* const* v;  // [kAttnChunk] rows
-};
-
-// Whether the N rescales from c are all exactly 1: no pair's max moved (exp512(0) is 1.0f
-// exactly), so multiplying by them, an identity, can be skipped. Deep in a context the max
-// rarely moves: the skip saves 1 of every 17 vector ops of the V accumulation.
-template <int N>
-KVW_INLINE bool all_ones(const float* c) {
-  constexpr __mmask16 m = (__mmask16)((1u << N) - 1);
-  return _mm512_mask_cmp_ps_mask(m, _mm512_maskz_loadu_ps(m, c), _mm512_set1_ps(1.0f),
-                                 _CMP_EQ_OQ) == m;
-}
-
-// For N pairs with the same lanes [a, b), chunk after chunk (G in position order):
-// out[n] = out[n] * c[n] + sum over p in [a, b) of w[n][p] * v[p], each element fma'd over p in
-// order (64, then 16, then a masked 1..15 at a time). The per-element arithmetic does not depend
-// on the blocking, on N or on G: a chunk's sum kept in a register for the next chunk is the float
-// a store and reload would give.
-template <int N, int W, int G, VRows kV, bool kPosMajor>
-KVW_INLINE void accumulate_block(float* const* out, const AccChunk* ch, int a, int b, int32_t j,
-                                 __mmask16 tail) {
-  __m512 acc[N][W];
-  for (int n = 0; n < N; ++n) {
-    for (int u = 0; u < W; ++u) acc[n][u] = _mm512_maskz_loadu_ps(tail, out[n] + j + 16 * u);
-  }
-  for (int g = 0; g < G; ++g) {
-    if (!all_ones<N>(ch[g].c)) {
-      for (int n = 0; n < N; ++n) {
-        const __m512 vc = _mm512_set1_ps(ch[g].c[n]);
-        for (int u = 0; u < W; ++u) acc[n][u] = _mm512_mul_ps(acc[n][u], vc);
-      }
-    }
-    for (int p = a; p < b; ++p) {
-      __m512 vv[W];
-      for (int u = 0; u < W; ++u) vv[u] = load_v<kV>(ch[g].v[p], j + 16 * u, tail);
-      for (int n = 0; n < N; ++n) {
-        const __m512 wp =
-            _mm512_set1_ps(ch[g].w[kPosMajor ? p * kDecodeLanes + n : n * kAttnChunk + p]);
-        for (int u = 0; u < W; ++u) acc[n][u] = _mm512_fmadd_ps(wp, vv[u], acc[n][u]);
-      }
-    }
-  }
-  for (int n = 0; n < N; ++n) {
-    for (int u = 0; u < W; ++u) _mm512_mask_storeu_ps(out[n] + j + 16 * u, tail, acc[n][u]);
-  }
-}
-
-// Up to 4 pairs take 64 elements of a row per pass (16 accumulators); 8 pairs (a decode's GQA
-// group) take 32, so each V row is loaded and converted once for all 8 instead of twice.
-template <int N, int G, VRows kV, bool kPosMajor = false>
-KVW_INLINE void accumulate_pairs(float* const* out, const AccChunk* ch, int a, int b, int32_t hd) {
-  constexpr int kWide = N > 4 ? 2 : 4;
-  int32_t j = 0;
-  for (; j + 16 * kWide <= hd; j += 16 * kWide)
-    accumulate_block<N, kWide, G, kV, kPosMajor>(out, ch, a, b, j, 0xFFFF);
-  for (; j + 16 <= hd; j += 16) accumulate_block<N, 1, G, kV, kPosMajor>(out, ch, a, b, j, 0xFFFF);
-  if (j < hd) {
-    accumulate_block<N, 1, G, kV, kPosMajor>(out, ch, a, b, j, (__mmask16)((1u << (hd - j)) - 1));
-  }
-}
-
-// Two-chunk steps read decoded f32 rows only.
-template <int N, int G, bool kPosMajor = false>
-KVW_INLINE void accumulate_any(VRows rows, float* const* out, const AccChunk* ch, int a, int b,
-                               int32_t hd) {
-  if constexpr (G == 1) {
-    switch (rows) {
-      case VRows::kF16:
-        return accumulate_pairs<N, G, VRows::kF16, kPosMajor>(out, ch, a, b, hd);
-      case VRows::kInt8:
-        return accumulate_pairs<N, G, VRows::kInt8, kPosMajor>(out, ch, a, b, hd);
-      case VRows::kF32:
-        break;
-    }
-  }
-  accumulate_pairs<N, G, VRows::kF32, kPosMajor>(out, ch, a, b, hd);
-}
-
 // PV of pairs [0, np) over G consecutive chunks (pv[g], cs[g], vrow[g]: chunk g's weights,
 // rescales and V rows): pairs with the same lanes go together, 8 at a time, else at most 4.
 template <int G>
@@ -264,86 +149,6 @@ KVW_INLINE void transpose16(__m512 r[16]) {
     r[4 + c] = _mm512_shuffle_f32x4(v1, v3, 0x88);
     r[12 + c] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
   }
-}
-
-// Where the rows of positions [a, b) of the chunk at c0 live: row p is at byte
-// block[p] + idx[p] * row bytes of K or V, and its INT8 scale at block[p] + idx[p] * 4. One
-// division per chunk: kv_offset's pos / block_size per row (a runtime divisor, ~20 cycles) cost
-// more than the chunk's softmax.
-struct ChunkRows {
-  int64_t block[kAttnChunk];
-  int64_t idx[kAttnChunk];
-};
-
-KVW_INLINE void chunk_rows(const KvLayerView& kv, const uint32_t* block_table, int64_t c0, int a,
-                           int b, int32_t kv_head, ChunkRows* r) {
-  int64_t blk = (c0 + a) / kv.block_size, slot = c0 + a - blk * kv.block_size;
-  for (int p = a; p < b; ++p) {
-    r->block[p] = (int64_t)block_table[blk] * kv.block_stride;
-    r->idx[p] = (int64_t)kv_head * kv.block_size + slot;
-    if (++slot == kv.block_size) slot = 0, ++blk;
-  }
-}
-
-KVW_INLINE const uint8_t* row_ptr(const void* base, const ChunkRows& r, int p, int64_t row_bytes) {
-  return static_cast<const uint8_t*>(base) + r.block[p] + r.idx[p] * row_bytes;
-}
-
-KVW_INLINE float row_scale(const void* scales, const ChunkRows& r, int p) {
-  float scale;
-  std::memcpy(&scale, static_cast<const uint8_t*>(scales) + r.block[p] + r.idx[p] * 4, 4);
-  return scale;
-}
-
-// prefetcht0 / prefetcht1 as volatile asm: GCC 12 deletes a loop whose body is only
-// _mm_prefetch (no side effects), which left prefetch_rows empty.
-template <bool kToL2>
-KVW_INLINE void prefetch_line(uintptr_t p) {
-  if constexpr (kToL2) {
-    asm volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(p)));
-  } else {
-    asm volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(p)));
-  }
-}
-
-// Calls span(p, n) for the bytes of the K and V rows (and INT8 scales) of positions [a, b) of
-// the chunk at c0. Blocks are scattered (one head's block is 16 x 128 bytes at f16 and hd 64,
-// then a jump of the layer's block stride), so the hardware prefetcher, which stops at 4 KB
-// pages, restarts at every block hop. A block's rows of one head are contiguous: one span per
-// block, not per row (per-row addressing cost 7% of a decode's time with the rows already in L2).
-template <class Span>
-void for_each_row_span(const KvLayerView& kv, const uint32_t* block_table, int64_t c0, int a, int b,
-                       int32_t kv_head, Span&& span) {
-  const int64_t row_bytes = kv.head_dim * (int64_t)kv_elem_bytes(kv.dtype);
-  int64_t pos = c0 + a;
-  const int64_t end = c0 + b;
-  while (pos < end) {
-    const int64_t blk = pos / kv.block_size, slot = pos - blk * kv.block_size;
-    const int64_t n = std::min<int64_t>(end - pos, kv.block_size - slot);
-    const int64_t base = (int64_t)block_table[blk] * kv.block_stride;
-    const int64_t row = (int64_t)kv_head * kv.block_size + slot;
-    span(static_cast<const uint8_t*>(kv.k) + base + row * row_bytes, n * row_bytes);
-    span(static_cast<const uint8_t*>(kv.v) + base + row * row_bytes, n * row_bytes);
-    if (kv.k_scale != nullptr) {
-      span(static_cast<const uint8_t*>(kv.k_scale) + base + row * 4, n * 4);
-      span(static_cast<const uint8_t*>(kv.v_scale) + base + row * 4, n * 4);
-    }
-    pos += n;
-  }
-}
-
-// Prefetches the rows of positions [a, b) of the chunk at c0 into L2 (decode). Into L1, each
-// line held an L1 miss buffer for a whole DRAM latency: a chunk's 64 lines stalled on them, and
-// its loads still waited (profile: 13% of decode at the prefetch, 20% at the first V loads).
-// decode_attention_bench f16 @ d8192, 1 thread, 512 MiB, busy machine, CPU time, medians of 3:
-// prefetcht0 135-160 ms, prefetcht1 (L2) 115-125, prefetchnta 163; 8 chunks ahead with t1 131.
-void prefetch_rows(const KvLayerView& kv, const uint32_t* block_table, int64_t c0, int a, int b,
-                   int32_t kv_head) {
-  for_each_row_span(kv, block_table, c0, a, b, kv_head, [](const uint8_t* p, int64_t n) {
-    const uintptr_t end = reinterpret_cast<uintptr_t>(p) + (uintptr_t)n;
-    for (uintptr_t at = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63}; at < end; at += 64)
-      prefetch_line<true>(at);
-  });
 }
 
 // The lines of a later prefill step's rows, prefetched into L2 a few at a time between the
@@ -522,18 +327,6 @@ void softmax_pairs(const ChunkPair* pairs, int n, __m512 scale, float softcap,
   for (int i = 0; i < n; ++i) *pairs[i].st = {m_new[i], l_new[i]};
 }
 
-// What a tile's chunk steps share: the tile, its KV head, how V is read, and scratch.
-struct TileWork {
-  const KvLayerView* kv;
-  const uint32_t* block_table;
-  int32_t kv_head;
-  AttnScores scores;
-  VRows v_rows;
-  float* kt;    // [kAttnStepChunks][hd][kAttnChunk]: a step's K, transposed
-  float* vbuf;  // [kAttnStepChunks][kAttnChunk][hd]: a step's V rows, decoded
-  float* row;   // [hd]
-};
-
 // The chunk at c0, positions [la, lb): K transposed into kt, V rows for accumulate into vrow
 // (and vs, INT8 V scales). Returns the scores' multiplier: the softmax scale, times each
 // position's K scale for INT8 rows.
@@ -638,233 +431,6 @@ void attend_step(const TileWork& t, int64_t c0, int64_t hi, const ChunkPair* pai
   pf.issue(-1);
 }
 
-// Decode tiles (one query, up to kDecodeLanes heads of a GQA group, F16 / F32 / INT8 rows with
-// head_dim % 16 == 0) keep the pairs in the lanes of a __m256 and the chunk's positions in 16
-// registers, which is the layout softmax_pairs transposes its scores into: the scores need no
-// transposed K (each K element is broadcast from the decoded row) and the softmax no transposes.
-// Every lane does the arithmetic of the pair-major path in the same order, so the bits are the
-// same: fma(q[d], k[d], acc) over d in order; the score times the multiplier, soft-capped, masked;
-// the max (exact in any order); exp512's operations (below, on 8 lanes); the weights summed in
-// position order. Zen 4 runs AVX-512 on two 256-bit FMA pipes, so a __m256 FMA does half the
-// work of a __m512 one at twice the rate; a CPU with two 512-bit FMA ports scores at half its
-// peak here (the V accumulation stays __m512).
-
-// exp512 and softcap512 on 8 lanes: the same operations, so each lane's bits are theirs.
-KVW_INLINE __m256 exp256x(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
-  const __m256 n = _mm256_roundscale_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  return _mm256_scalef_ps(p, n);
-}
-
-KVW_INLINE __m256 softcap256x(__m256 x, __m256 cap, __m256 inv_cap) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 y = _mm256_mul_ps(x, inv_cap);
-  const __m256 abs_y = _mm256_and_ps(y, _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MAX)));
-  const __m256 t = exp256x(_mm256_mul_ps(abs_y, _mm256_set1_ps(-2.0f)));
-  const __m256 th = _mm256_div_ps(_mm256_sub_ps(one, t), _mm256_add_ps(one, t));
-  const __m256 sign = _mm256_and_ps(y, _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN)));
-  return _mm256_mul_ps(cap, _mm256_or_ps(th, sign));
-}
-
-// 16 elements of a K row from element d0, as f32 (INT8: its integers, as load_kt).
-template <KvDtype kD>
-KVW_INLINE __m512 load_k16(const uint8_t* row, int32_t d0) {
-  if constexpr (kD == KvDtype::kF16) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row) + d0 / 16));
-  } else if constexpr (kD == KvDtype::kInt8) {
-    return _mm512_cvtepi32_ps(
-        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d0))));
-  } else {
-    return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + d0);
-  }
-}
-
-// A decode chunk's rows, positions [la, lb) of the chunk at c0: K decoded to f32 (INT8: its
-// integers, the scale in kmul with the softmax scale, as load_chunk), V row pointers and INT8 V
-// scales. Rows outside [la, lb) are zeros, as load_kt leaves them (scored, then masked).
-struct DecodeRows {
-  float* kbuf;  // [kAttnChunk][hd]
-  const void* vrow[kAttnChunk];
-  float kmul[kAttnChunk], vs[kAttnChunk];
-  int la, lb;
-};
-
-template <KvDtype kD>
-void decode_rows(const TileWork& t, int64_t c0, int la, int lb, DecodeRows* r) {
-  const KvLayerView& kv = *t.kv;
-  const int32_t hd = kv.head_dim;
-  const int64_t row_bytes = hd * (int64_t)kv_elem_bytes(kD);
-  ChunkRows cr;
-  chunk_rows(kv, t.block_table, c0, la, lb, t.kv_head, &cr);
-  r->la = la, r->lb = lb;
-  for (int p = 0; p < kAttnChunk; ++p) {
-    float* dst = r->kbuf + p * hd;
-    if (p < la || p >= lb) {
-      std::memset(dst, 0, sizeof(float) * hd);
-      continue;
-    }
-    const uint8_t* src = row_ptr(kv.k, cr, p, row_bytes);
-    for (int32_t j = 0; j < hd; j += 16) _mm512_storeu_ps(dst + j, load_k16<kD>(src, j));
-    r->vrow[p] = row_ptr(kv.v, cr, p, row_bytes);
-    r->kmul[p] = t.scores.scale;
-    if constexpr (kD == KvDtype::kInt8) {
-      r->kmul[p] = row_scale(kv.k_scale, cr, p) * t.scores.scale;
-      r->vs[p] = row_scale(kv.v_scale, cr, p);
-    }
-  }
-}
-
-// The running softmax state of a decode tile, lanes = pairs (lanes past its heads: q = 0).
-struct DecodeState {
-  const float* qt;  // [hd][kDecodeLanes]: the pairs' q rows, transposed
-  __m256 m, l;
-};
-
-// Scores, softmax and the state update of a decode chunk's pairs: weights to w
-// ([kAttnChunk][kDecodeLanes]; INT8 V scales folded in after the sum, as softmax_all),
-// rescales to c.
-template <bool kInt8, int32_t kHd>
-void decode_softmax(const DecodeRows& r, int32_t hd_run, AttnScores scores, DecodeState& ds,
-                    float* w, float* c) {
-  // A compile-time head_dim puts the 16 rows at fixed offsets from one pointer: 16 row pointers
-  // spilled from the general-purpose registers (the loop's other cost beside its FMAs).
-  const int32_t hd = kHd > 0 ? kHd : hd_run;
-  __m256 acc[kAttnChunk];
-  for (int p = 0; p < kAttnChunk; ++p) acc[p] = _mm256_setzero_ps();
-  for (int32_t d = 0; d < hd; ++d) {
-    const __m256 q = _mm256_loadu_ps(ds.qt + d * kDecodeLanes);
-    for (int p = 0; p < kAttnChunk; ++p)
-      acc[p] = _mm256_fmadd_ps(q, _mm256_set1_ps(r.kbuf[p * hd + d]), acc[p]);
-  }
-  const int la = r.la, lb = r.lb;
-  const __m256 cap = _mm256_set1_ps(scores.softcap);
-  const __m256 inv_cap = _mm256_set1_ps(scores.softcap > 0.0f ? 1.0f / scores.softcap : 0.0f);
-  __m256 mx[kAttnChunk];
-  for (int p = 0; p < kAttnChunk; ++p) {
-    if (p < la || p >= lb) {
-      acc[p] = _mm256_set1_ps(-__builtin_inff());
-    } else {
-      acc[p] = _mm256_mul_ps(acc[p], _mm256_set1_ps(r.kmul[p]));
-      if (scores.softcap > 0.0f) acc[p] = softcap256x(acc[p], cap, inv_cap);
-    }
-    mx[p] = acc[p];
-  }
-  for (int h = kAttnChunk / 2; h > 0; h /= 2) {
-    for (int p = 0; p < h; ++p) mx[p] = _mm256_max_ps(mx[p], mx[p + h]);
-  }
-  const __m256 m = _mm256_max_ps(ds.m, mx[0]);
-  const __m256 rescale = exp256x(_mm256_sub_ps(ds.m, m));
-  __m256 sum = _mm256_setzero_ps();
-  for (int p = 0; p < kAttnChunk; ++p) {
-    const bool live = p >= la && p < lb;
-    const __m256 wp = live ? exp256x(_mm256_sub_ps(acc[p], m)) : _mm256_setzero_ps();
-    sum = p == 0 ? wp : _mm256_add_ps(sum, wp);
-    _mm256_store_ps(w + p * kDecodeLanes,
-                    kInt8 && live ? _mm256_mul_ps(wp, _mm256_set1_ps(r.vs[p])) : wp);
-  }
-  ds.m = m;
-  ds.l = _mm256_add_ps(_mm256_mul_ps(ds.l, rescale), sum);
-  _mm256_storeu_ps(c, rescale);
-}
-
-// accumulate_runs<1> of a decode chunk's position-major weights.
-void accumulate_decode(VRows rows, const ChunkPair* pairs, int np, const float* w, const float* c,
-                       const void* const* vrow, int32_t hd) {
-  for (int k = 0; k < np;) {
-    const int run = np - k >= kAccBatch ? kAccBatch : std::min(np - k, 4);
-    float* out[kAccBatch];
-    for (int n = 0; n < run; ++n) out[n] = pairs[k + n].out;
-    const AccChunk ch = {c + k, w + k, vrow};
-    const int a = pairs[k].qa, b = pairs[k].qb;
-    switch (run) {
-      case 8:
-        accumulate_any<8, 1, true>(rows, out, &ch, a, b, hd);
-        break;
-      case 4:
-        accumulate_any<4, 1, true>(rows, out, &ch, a, b, hd);
-        break;
-      case 3:
-        accumulate_any<3, 1, true>(rows, out, &ch, a, b, hd);
-        break;
-      case 2:
-        accumulate_any<2, 1, true>(rows, out, &ch, a, b, hd);
-        break;
-      default:
-        accumulate_any<1, 1, true>(rows, out, &ch, a, b, hd);
-        break;
-    }
-    k += run;
-  }
-}
-
-// attend_tile's one-chunk steps for a decode tile of heads [h0, h0 + ng) (see above), the state
-// to st[0] as attend_tile's. Each chunk's K rows are decoded one chunk ahead, into the other of
-// two buffers: the scores' 4-byte broadcasts read rows stored a chunk earlier, not 64-byte
-// stores still draining, and the row loads have a chunk's work to arrive behind.
-template <KvDtype kD>
-void attend_decode(const TileWork& t, const AttnQuery* query, int32_t h0, int ng,
-                   SoftmaxState (*st)[kMaxGroup]) {
-  const KvLayerView& kv = *t.kv;
-  const int32_t hd = kv.head_dim;
-  const int64_t lo = query->pos_begin, hi = query->pos_end;
-  const int64_t first = lo / kAttnChunk * kAttnChunk;
-  // attend_tile's step scratch for K (qt, one buffer) and V (the other), which decode reads
-  // in place.
-  float* qt = t.kt;
-  for (int32_t d = 0; d < hd; ++d) {
-    for (int n = 0; n < kDecodeLanes; ++n)
-      qt[d * kDecodeLanes + n] = n < ng ? query->q[(int64_t)(h0 + n) * hd + d] : 0.0f;
-  }
-  DecodeState ds = {qt, _mm256_set1_ps(-__builtin_inff()), _mm256_setzero_ps()};
-  DecodeRows rows[2];
-  rows[0].kbuf = qt + hd * kDecodeLanes;
-  rows[1].kbuf = t.vbuf;
-  ChunkPair pairs[kDecodeLanes];
-  alignas(32) float w[kAttnChunk][kDecodeLanes];
-  float c[kDecodeLanes];
-  const int64_t ahead = kPrefetchChunks * kAttnChunk;
-  auto prefetch = [&](int64_t pc) {
-    if (pc < hi) {
-      prefetch_rows(kv, t.block_table, pc, 0, (int)(std::min(hi, pc + kAttnChunk) - pc), t.kv_head);
-    }
-  };
-  auto load = [&](int64_t c0, DecodeRows* r) {
-    decode_rows<kD>(t, c0, (int)(std::max(lo, c0) - c0), (int)(std::min(hi, c0 + kAttnChunk) - c0),
-                    r);
-  };
-  for (int64_t pc = first + kAttnChunk; pc < first + ahead; pc += kAttnChunk) prefetch(pc);
-  load(first, &rows[0]);
-  int b = 0;
-  for (int64_t c0 = first; c0 < hi; c0 += kAttnChunk, b ^= 1) {
-    prefetch(c0 + ahead);
-    if (c0 + kAttnChunk < hi) load(c0 + kAttnChunk, &rows[b ^ 1]);
-    const int np = x86::chunk_pairs(query, 1, h0, ng, hd, c0, st, pairs);
-    constexpr bool kInt8 = kD == KvDtype::kInt8;
-    if (hd == 64) {
-      decode_softmax<kInt8, 64>(rows[b], hd, t.scores, ds, &w[0][0], c);
-    } else if (hd == 128) {
-      decode_softmax<kInt8, 128>(rows[b], hd, t.scores, ds, &w[0][0], c);
-    } else {
-      decode_softmax<kInt8, 0>(rows[b], hd, t.scores, ds, &w[0][0], c);
-    }
-    accumulate_decode(t.v_rows, pairs, np, &w[0][0], c, rows[b].vrow, hd);
-  }
-  alignas(32) float m[kDecodeLanes], l[kDecodeLanes];
-  _mm256_store_ps(m, ds.m);
-  _mm256_store_ps(l, ds.l);
-  for (int n = 0; n < ng; ++n) st[0][n] = {m[n], l[n]};
-}
-
 // Queries [0, nq) x query heads [h0, h0 + ng) of KV head kv_head (see the file comment).
 // Unnormalised: each pair's state goes to ml[query][head][2] (heads of n_heads) instead.
 void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t kv_head,
@@ -913,16 +479,7 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
     }
   }
   const bool decode = in_place && nq == 1 && ng <= kDecodeLanes && hd % 16 == 0;
-  bool decoded = decode;
-  if (decode && kv.dtype == KvDtype::kF16) {
-    attend_decode<KvDtype::kF16>(t, queries, h0, ng, st);
-  } else if (decode && kv.dtype == KvDtype::kInt8) {
-    attend_decode<KvDtype::kInt8>(t, queries, h0, ng, st);
-  } else if (decode && kv.dtype == KvDtype::kF32) {
-    attend_decode<KvDtype::kF32>(t, queries, h0, ng, st);
-  } else {
-    decoded = false;
-  }
+  const bool decoded = decode && attend_decode_tile(t, queries, h0, ng, st);
   constexpr int64_t kAhead = kPrefetchChunks * kAttnChunk;
   const int64_t first = lo / kAttnChunk * kAttnChunk;
   for (int64_t c0 = decoded ? hi : first; c0 < hi;) {

@@ -26,8 +26,8 @@ static int64_t kv_offset(const KvLayerView& kv, const uint32_t* block_table, int
 }
 
 // Decodes row (kv_head, pos) of K or V to f32 in `row`, or returns the cache row itself (F32).
-static const float* kv_row(const KvLayerView& kv, bool value, const uint32_t* block_table,
-                           int64_t pos, int32_t kv_head, float* row) {
+static inline const float* kv_row(const KvLayerView& kv, bool value, const uint32_t* block_table,
+                                  int64_t pos, int32_t kv_head, float* row) {
   if (kv.dtype == KvDtype::kF32) {
     const int64_t off = kv_offset(kv, block_table, pos, kv_head, 4);
     return reinterpret_cast<const float*>(static_cast<const uint8_t*>(value ? kv.v : kv.k) + off);
