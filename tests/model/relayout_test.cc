@@ -14,6 +14,7 @@
 #include <filesystem>
 
 #include "gguf/gguf_file.h"
+#include "greedy_batched.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -52,47 +53,9 @@ Loaded load(const std::string& path) {
   return r;
 }
 
-// Greedy-decodes every prompt together, kNew tokens each: one forward per step with every
-// unfinished sequence, prefill in chunks of `chunk` tokens batched with the others' decodes.
 std::vector<Tokens> greedy(Model& m, const std::vector<Tokens>& prompts, int chunk,
                            KvDtype kv_dtype) {
-  const int32_t V = m.hparams().n_vocab, bs = 16, blocks = 8;
-  const size_t n = prompts.size();
-  std::vector<Tokens> toks = prompts;
-  std::vector<std::vector<uint32_t>> tables(n);
-  std::vector<size_t> done(n, 0);
-  KvArena kv(m.kv_config(blocks * (uint32_t)n, bs, kv_dtype));
-  for (size_t i = 0; i < n; ++i) {
-    for (uint32_t b = 0; b < blocks; ++b) tables[i].push_back((uint32_t)(i * blocks + b));
-  }
-  std::vector<float> logits(n * V);
-  while (true) {
-    std::vector<SeqInput> in;
-    std::vector<size_t> who;
-    for (size_t i = 0; i < n; ++i) {
-      if (toks[i].size() - prompts[i].size() >= kNew && done[i] == toks[i].size()) continue;
-      const size_t len = std::min<size_t>(chunk, toks[i].size() - done[i]);
-      in.push_back({.tokens = std::span(toks[i]).subspan(done[i], len),
-                    .start_pos = (int64_t)done[i],
-                    .block_table = tables[i]});
-      who.push_back(i);
-    }
-    if (in.empty()) break;
-    const Status st = m.forward(in, kv, logits.data());
-    EXPECT_TRUE(st.ok()) << st.message();
-    if (!st.ok()) break;
-    for (size_t k = 0; k < who.size(); ++k) {
-      const size_t i = who[k];
-      done[i] += in[k].tokens.size();
-      if (done[i] == toks[i].size() && toks[i].size() - prompts[i].size() < kNew) {
-        const float* row = logits.data() + k * V;
-        toks[i].push_back((int32_t)(std::max_element(row, row + V) - row));
-      }
-    }
-  }
-  for (size_t i = 0; i < n; ++i)
-    toks[i].erase(toks[i].begin(), toks[i].begin() + prompts[i].size());
-  return toks;
+  return testutil::greedy_batched(m, prompts, kNew, chunk, kv_dtype, 8);
 }
 
 // Each prompt decoded on its own, with whole-prompt prefill.

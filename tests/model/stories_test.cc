@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "greedy_batched.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -41,51 +42,15 @@ Runner open_stories(int32_t max_batch_tokens) {
   return r;
 }
 
-int32_t argmax(const float* l, int32_t n) {
-  return (int32_t)(std::max_element(l, l + n) - l);
-}
-
-// Greedy-decodes every prompt together: one forward per step with all sequences in the batch.
-// Prefill is done in chunks of `chunk` tokens, each chunk batched with the other prompts'.
+// Greedy-decodes every prompt together (tests/model/greedy_batched.h), as text.
 std::vector<std::string> greedy_batch(Runner& r, const std::vector<std::string>& prompts, int n_new,
                                       int chunk) {
-  Model& m = *r.model;
-  const int32_t V = m.hparams().n_vocab, bs = 16;
-  const size_t n = prompts.size();
-  std::vector<std::vector<int32_t>> toks(n);
-  std::vector<std::vector<uint32_t>> tables(n);
-  std::vector<size_t> done(n, 0), n_prompt(n);
-  KvArena kv(m.kv_config(64 * (uint32_t)n, bs, KvDtype::kF16));
-  for (size_t i = 0; i < n; ++i) {
-    toks[i] = r.tok->encode(prompts[i], true, false);
-    n_prompt[i] = toks[i].size();
-    for (uint32_t b = 0; b < 64; ++b) tables[i].push_back((uint32_t)(i * 64 + b));
-  }
-  std::vector<float> logits(n * V);
-  while (true) {
-    std::vector<SeqInput> in;
-    std::vector<size_t> who;
-    for (size_t i = 0; i < n; ++i) {
-      if ((int)(toks[i].size() - n_prompt[i]) >= n_new && done[i] == toks[i].size()) continue;
-      const size_t len = std::min<size_t>(chunk, toks[i].size() - done[i]);
-      in.push_back({.tokens = std::span(toks[i]).subspan(done[i], len),
-                    .start_pos = (int64_t)done[i],
-                    .block_table = tables[i]});
-      who.push_back(i);
-    }
-    if (in.empty()) break;
-    EXPECT_TRUE(m.forward(in, kv, logits.data()).ok());
-    for (size_t k = 0; k < who.size(); ++k) {
-      const size_t i = who[k];
-      done[i] += in[k].tokens.size();
-      if (done[i] == toks[i].size() && (int)(toks[i].size() - n_prompt[i]) < n_new) {
-        toks[i].push_back(argmax(logits.data() + k * V, V));
-      }
-    }
-  }
+  std::vector<std::vector<int32_t>> toks;
+  for (const std::string& p : prompts) toks.push_back(r.tok->encode(p, true, false));
   std::vector<std::string> out;
-  for (size_t i = 0; i < n; ++i) {
-    out.push_back(r.tok->decode(std::span(toks[i]).subspan(n_prompt[i])));
+  for (const auto& t :
+       testutil::greedy_batched(*r.model, toks, (size_t)n_new, chunk, KvDtype::kF16, 64)) {
+    out.push_back(r.tok->decode(t));
   }
   return out;
 }
