@@ -274,7 +274,7 @@ int run_plan(const PlanArgs& a) {
     if (!a.json) {
       // Without --memory-budget the pool holds --concurrency sequences of up to 4,096 tokens
       // (and always one of --max-model-len), as serve sizes it.
-      const int64_t pool_len = std::min(in->max_model_len, kDefaultPoolTokensPerSeq);
+      const int64_t pool_len = default_pool_tokens_per_seq(in->max_model_len);
       std::cout << "kvwarden CPU engine budget (KV pool for " << a.concurrency << " x " << pool_len
                 << " tokens and one of " << in->max_model_len << ", " << kv_dtype_name(opt.kv_dtype)
                 << " KV, " << opt.n_threads << " threads)\n"

@@ -173,7 +173,7 @@ Result<BudgetTable> plan_engine_budget(const ModelShape& m, const EngineOptions&
     if (opt.max_model_len < 1 || opt.max_num_seqs < 1) {
       return Error{"give a memory budget, or max_model_len and max_num_seqs >= 1"};
     }
-    const auto pool_len = std::min(opt.max_model_len, kDefaultPoolTokensPerSeq);
+    const auto pool_len = default_pool_tokens_per_seq(opt.max_model_len);
     b.num_blocks = std::max(
         (uint64_t)engine_blocks_per_seq(m, pool_len, opt.block_size) * (uint64_t)opt.max_num_seqs,
         (uint64_t)engine_blocks_per_seq(m, opt.max_model_len, opt.block_size));

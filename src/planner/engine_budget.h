@@ -5,6 +5,7 @@
 // they equal what Model::Model and the KV arena allocate by construction.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -80,6 +81,11 @@ inline constexpr uint64_t kAnswerBytesPerToken = 16;
 // Without a memory budget the pool is sized for max_num_seqs requests of up to this many tokens:
 // a long context does not multiply the pool by max_num_seqs; its requests share the pool.
 inline constexpr int64_t kDefaultPoolTokensPerSeq = 4096;
+// The tokens each of max_num_seqs sequences gets in an unbudgeted pool (which also always holds
+// one sequence of max_model_len).
+inline int64_t default_pool_tokens_per_seq(int64_t max_model_len) {
+  return std::min(max_model_len, kDefaultPoolTokensPerSeq);
+}
 int64_t default_max_connections(int64_t max_num_seqs, int64_t max_queue);
 // Streams that can be open at once: every request admission lets run or wait.
 int64_t max_open_streams(int64_t max_num_seqs, int64_t max_queue);
