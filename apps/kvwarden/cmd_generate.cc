@@ -95,7 +95,7 @@ int run(GenerateFlags f) {
   std::string finish = "length";
   int32_t n_gen = 0;
   while (n_gen < f.max_tokens && (int32_t)tokens.size() < n_ctx) {
-    const int32_t next = sampler.sample(logits.data(), tokens);
+    const int32_t next = sampler.sample(logits.data(), {.history = tokens});
     if (tokenizer.is_end_of_generation(next)) {
       finish = "stop";
       break;
