@@ -95,7 +95,7 @@ int run(GenerateFlags f) {
   std::string finish = "length";
   int32_t n_gen = 0;
   while (n_gen < f.max_tokens && (int32_t)tokens.size() < n_ctx) {
-    const int32_t next = sampler.sample(logits.data(), tokens);
+    const int32_t next = sampler.sample(logits.data(), {.history = tokens});
     if (tokenizer.is_end_of_generation(next)) {
       finish = "stop";
       break;
@@ -152,7 +152,9 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--top-p", s.top_p, "Nucleus sampling mass (1: off)")->capture_default_str();
   cmd->add_option("--min-p", s.min_p, "Drop tokens below min-p x the top probability (0: off)")
       ->capture_default_str();
-  cmd->add_option("--repeat-penalty", s.repeat_penalty, "Penalty for recent tokens (1: off)")
+  cmd->add_option("--repeat-penalty", s.repeat_penalty,
+                  "Penalty for the last --repeat-last-n tokens, as llama.cpp (1: off; serve's "
+                  "repetition_penalty covers the whole prompt and output, as vLLM)")
       ->capture_default_str();
   cmd->add_option("--repeat-last-n", s.repeat_last_n, "Window of the repeat penalty")
       ->capture_default_str();

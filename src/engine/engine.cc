@@ -304,7 +304,11 @@ Result<std::shared_ptr<TokenChannel>> Engine::submit(GenerationRequest req) {
                    std::to_string(n_vocab) + ")"};
     }
   }
-  auto sampler = SeqSampler::create(req.sampling, n_vocab);  // validates before queueing
+  // Validates before queueing.
+  auto sampler =
+      SeqSampler::create(req.sampling, n_vocab,
+                         SeqShape{.end_of_generation_ids = tokenizer_->end_of_generation_ids(),
+                                  .max_seq_tokens = (int64_t)req.prompt.size() + req.max_tokens});
   if (!sampler.ok()) return sampler.error();
   const uint64_t id = next_request_id_.fetch_add(1);
   auto channel = std::make_shared<TokenChannel>(id, req.max_tokens);

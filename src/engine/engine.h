@@ -147,7 +147,7 @@ class Engine {
     // Out: the tokens kept in order (accepted drafts, then the target's own token).
     std::array<int32_t, kMaxSpecDraftTokens + 1> ids;
     int32_t num_ids;
-    bool stop;    // ids' last is an end-of-generation token
+    bool stop;    // ids' last is an end-of-generation or stop_token_ids token
     bool finite;  // false: the row after ids was non-finite (the request ends with kError)
     const char* fault = nullptr;  // what() of an exception while sampling (static or owned)
     bool discard_kv = false;      // the fault was in its forward pass: this step's KV is junk

@@ -8,7 +8,6 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "engine/engine.h"
-#include "model/sampling.h"
 
 namespace kvw {
 
@@ -92,20 +91,16 @@ void Engine::sample_job(SampleJob& job, int32_t n_vocab) const {
   // that is Leviathan et al.'s rule exactly: P(keep d) = p(d), and on rejection the sample is
   // distributed as p without d, renormalised. So greedy and seeded outputs are identical to
   // plain decoding, token for token.
-  // The history the sampler reads: every generated token (presence and frequency penalties)
-  // and the last repeat_last_n tokens (repeat penalty), contiguous, then the drafts accepted so
-  // far. Copied only across the prompt's end (under repeat_last_n tokens) or when speculating.
+  // The history the sampler reads: every generated token (presence and frequency penalties),
+  // then the drafts accepted so far this step, copied only when speculating. The prompt reaches
+  // repetition_penalty's seen set once; the sampler adds each token it draws.
   thread_local std::vector<int32_t> history;
-  const TokenSpan all = r->tokens();
-  static const auto kRepeatWindow = (size_t)SamplingParams{}.repeat_last_n;
-  const size_t keep = std::max((size_t)r->num_output_tokens(), kRepeatWindow);
-  const TokenSpan recent = all.subspan(all.size() - std::min(all.size(), keep));
-  std::span<const int32_t> hist = recent.tail().empty() ? recent.head() : recent.tail();
-  if (job.num_rows > 1 || (!recent.head().empty() && !recent.tail().empty())) {
-    history.clear();
-    recent.append_to(history);
+  std::span<const int32_t> hist = r->output_token_ids();
+  if (job.num_rows > 1) {
+    history.assign(hist.begin(), hist.end());
     hist = history;
   }
+  sampler.observe_prompt(r->prompt());
   for (int32_t i = 0; i < job.num_rows; ++i) {
     float* row = job.row + (size_t)i * (size_t)n_vocab;
     if (!all_finite(row, n_vocab)) {
@@ -119,7 +114,9 @@ void Engine::sample_job(SampleJob& job, int32_t n_vocab) const {
       ChannelEvent& ev = job.live->next_events.emplace_back();
       compute_logprobs(row, n_vocab, id, sampler.num_logprobs(), &ev.logprob, &ev.top_logprobs);
     }
-    if (!job.live->ignore_eos && tokenizer_->is_end_of_generation(id)) {
+    // The sampler bans both until min_tokens (unless a grammar can only end), as vLLM.
+    if ((!job.live->ignore_eos && tokenizer_->is_end_of_generation(id)) ||
+        sampler.is_stop_token(id)) {
       job.stop = true;
       return;
     }

@@ -42,11 +42,14 @@ inline constexpr int32_t kMaxLogprobs = 20;  // OpenAI's top_logprobs limit
 
 // Sampling knobs of one request (the engine maps them onto model/sampling.h's Sampler).
 struct GenSampling {
-  float temperature = 0.0f;     // 0 = greedy (argmax, lowest id on ties)
-  int32_t top_k = 0;            // 0 = off
-  float top_p = 1.0f;           // 1 = off
-  float min_p = 0.0f;           // 0 = off
-  float repeat_penalty = 1.0f;  // 1 = off
+  float temperature = 0.0f;  // 0 = greedy (argmax, lowest id on ties)
+  int32_t top_k = 0;         // 0 = off
+  float top_p = 1.0f;        // 1 = off
+  float min_p = 0.0f;        // 0 = off
+  // vLLM's repetition_penalty over every distinct token of the prompt (as the engine runs it,
+  // after overflow handling) and the output so far: positive logits / it, negative x it.
+  // 1 = off; > 0.
+  float repetition_penalty = 1.0f;
   // OpenAI-style penalties over the generated tokens only: logit -= presence * [count > 0]
   // + frequency * count. 0 = off; each in [-2, 2].
   float presence_penalty = 0.0f;
@@ -60,6 +63,12 @@ struct GenSampling {
   // penalties and sampling. Ids must be in [0, n_vocab).
   LogitBias logit_bias = {};  // shared by the request's choices
   GenConstraint constraint = {};
+  // vLLM's min_tokens: until this many tokens are generated, end-of-generation tokens and
+  // stop_token_ids cannot be sampled (the server also ignores stop strings until then).
+  int32_t min_tokens = 0;
+  // vLLM's stop_token_ids: sampling one ends the request (FinishReason::kStop; it is the last
+  // output token). Sorted, distinct, each in [0, n_vocab); shared by the request's choices.
+  std::shared_ptr<const std::vector<int32_t>> stop_token_ids = {};
 };
 
 }  // namespace kvw

@@ -11,13 +11,14 @@
 
 namespace kvw {
 
-Result<std::unique_ptr<SeqSampler>> SeqSampler::create(const GenSampling& s, int32_t n_vocab) {
+Result<std::unique_ptr<SeqSampler>> SeqSampler::create(const GenSampling& s, int32_t n_vocab,
+                                                       const SeqShape& shape) {
   SamplingParams p;
   p.temperature = s.temperature;
   p.top_k = s.top_k;
   p.top_p = s.top_p;
   p.min_p = s.min_p;
-  p.repeat_penalty = s.repeat_penalty;
+  p.repetition_penalty = s.repetition_penalty;
   p.presence_penalty = s.presence_penalty;
   p.frequency_penalty = s.frequency_penalty;
   p.seed = s.seed;
@@ -26,8 +27,32 @@ Result<std::unique_ptr<SeqSampler>> SeqSampler::create(const GenSampling& s, int
   if (s.logprobs < -1 || s.logprobs > kMaxLogprobs) {
     return Error{"logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "]"};
   }
+  if (s.min_tokens < 0) return Error{"min_tokens must be >= 0"};
+  if (s.stop_token_ids) {
+    const std::vector<int32_t>& ids = *s.stop_token_ids;
+    if (!std::is_sorted(ids.begin(), ids.end()) ||
+        std::adjacent_find(ids.begin(), ids.end()) != ids.end()) {
+      return Error{"stop_token_ids must be sorted and distinct", ErrorKind::kInternal};
+    }
+    if (!ids.empty() && (ids.front() < 0 || ids.back() >= n_vocab)) {
+      return Error{"stop_token_ids: token ids must be in [0, " + std::to_string(n_vocab) + ")"};
+    }
+  }
   auto out = std::make_unique<SeqSampler>(std::make_unique<Sampler>(p, n_vocab));
   out->num_logprobs_ = s.logprobs;
+  if (s.repetition_penalty != 1.0f) {
+    const auto cap = std::min<int64_t>(n_vocab, std::max<int64_t>(0, shape.max_seq_tokens));
+    out->seen_ = std::make_unique<SeenTokens>((size_t)cap);
+  }
+  out->stop_token_ids_ = s.stop_token_ids;
+  out->min_tokens_ = s.min_tokens;
+  if (s.min_tokens > 0) {
+    std::vector<int32_t>& b = out->banned_;
+    if (s.stop_token_ids) b = *s.stop_token_ids;
+    b.insert(b.end(), shape.end_of_generation_ids.begin(), shape.end_of_generation_ids.end());
+    std::sort(b.begin(), b.end());
+    b.erase(std::unique(b.begin(), b.end()), b.end());
+  }
   if (s.constraint.grammar) {
     if (!s.constraint.trie || s.constraint.trie->n_vocab() != n_vocab) {
       return Error{"grammar constraint: the token trie does not match the vocabulary",
@@ -45,10 +70,28 @@ Result<std::unique_ptr<SeqSampler>> SeqSampler::create(const GenSampling& s, int
 SeqSampler::SeqSampler(std::unique_ptr<Sampler> s) : sampler_(std::move(s)) {}
 SeqSampler::~SeqSampler() = default;
 
+void SeqSampler::observe_prompt(std::span<const int32_t> prompt) {
+  if (!seen_ || prompt_seen_) return;
+  seen_->add(prompt);
+  prompt_seen_ = true;
+}
+
 int32_t SeqSampler::sample(float* logits, std::span<const int32_t> history, size_t num_generated) {
-  const auto generated = history.last(std::min(num_generated, history.size()));
+  SampleInputs in{.history = history,
+                  .generated = history.last(std::min(num_generated, history.size()))};
+  if (seen_) in.seen = seen_->ids();
+  // A grammar that can only end keeps its end: banning it would leave no token to draw.
+  const bool grammar_ends =
+      constraint_ && !constraint_->waiting_for_trigger() && constraint_->done();
+  if (num_generated < (size_t)min_tokens_ && !grammar_ends) in.banned = banned_;
+  const int32_t token = draw(logits, in);
+  if (seen_) seen_->add(token);
+  return token;
+}
+
+int32_t SeqSampler::draw(float* logits, const SampleInputs& in) {
   if (!constraint_ || constraint_->waiting_for_trigger()) {
-    const int32_t token = sampler_->sample(logits, history, generated);
+    const int32_t token = sampler_->sample(logits, in);
     if (constraint_) note(constraint_->accept(token));  // may switch the grammar on
     return token;
   }
@@ -63,7 +106,7 @@ int32_t SeqSampler::sample(float* logits, std::span<const int32_t> history, size
     row = masked.data();
   }
   constraint_->mask(row);
-  const int32_t token = sampler_->sample(row, history, generated);
+  const int32_t token = sampler_->sample(row, in);
   note(constraint_->accept(token));
   return token;
 }

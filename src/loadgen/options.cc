@@ -130,8 +130,8 @@ std::vector<OptionDef> make_defs() {
           &O::max_context, 2),
       flag("no-ignore-eos", "Do not send \"ignore_eos\": true", &O::ignore_eos, false),
       flag("min-tokens",
-           "Also send \"min_tokens\" = max_tokens (vLLM's extension; kvwarden serve refuses it "
-           "with 400)",
+           "Also send \"min_tokens\" = max_tokens (vLLM's extension: EOS is masked, so every "
+           "request runs to max_tokens)",
            &O::min_tokens, true),
       num("temperature", "Sampling temperature sent with every request", &O::temperature, 0),
       str("extra-body",

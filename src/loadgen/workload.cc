@@ -264,7 +264,7 @@ std::vector<RequestSpec> build_extreme(const WorkloadSpec& w, size_t n, Rng& rng
       {{"temperature", 1.0}, {"min_p", 0.9999}},
       {{"temperature", 1.0}, {"frequency_penalty", 2.0}, {"presence_penalty", 2.0}},
       {{"temperature", 1.0}, {"frequency_penalty", -2.0}, {"presence_penalty", -2.0}},
-      {{"temperature", 1.0}, {"repetition_penalty", 100.0}},  // vLLM's; kvwarden refuses it
+      {{"temperature", 1.0}, {"repetition_penalty", 100.0}},  // vLLM's extension
       {{"temperature", 1.0}, {"logit_bias", {{"0", 100}, {"1", -100}, {"2", 100}}}},
       {{"temperature", 1.0}, {"seed", UINT64_MAX}},
       {{"temperature", -1.0}},

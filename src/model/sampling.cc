@@ -15,6 +15,9 @@ Status SamplingParams::validate(int32_t n_vocab) const {
   if (!(top_p > 0.0f && top_p <= 1.0f)) return Error{"--top-p must be in (0, 1]"};
   if (!(min_p >= 0.0f && min_p <= 1.0f)) return Error{"--min-p must be in [0, 1]"};
   if (!(repeat_penalty > 0.0f)) return Error{"--repeat-penalty must be > 0"};
+  if (!(repetition_penalty > 0.0f && std::isfinite(repetition_penalty))) {
+    return Error{"repetition_penalty must be > 0"};
+  }
   if (repeat_last_n < 0) return Error{"--repeat-last-n must be >= 0"};
   if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) {
     return Error{"presence_penalty must be in [-2, 2]"};
@@ -42,57 +45,64 @@ double Sampler::uniform() {
   return (double)(rng_() >> 11) * 0x1.0p-53;
 }
 
-void Sampler::apply_adjustments(float* logits, std::span<const int32_t> history,
-                                std::span<const int32_t> generated,
+void Sampler::apply_adjustments(float* logits, const SampleInputs& in,
                                 std::vector<std::pair<int32_t, float>>& saved) {
   saved.clear();
+  // Every change saves the value before it; restoring in reverse puts the original back, so a
+  // token touched by several adjustments needs no lookup (a sorted insert per token was
+  // O(seen^2) once repetition_penalty touches every distinct token of a long prompt).
   auto touch = [&](int32_t id) -> float& {
-    // saved is kept sorted by id: each token is adjusted from its original logit once.
-    auto it = std::lower_bound(saved.begin(), saved.end(), id,
-                               [](const auto& e, int32_t v) { return e.first < v; });
-    if (it == saved.end() || it->first != id) saved.insert(it, {id, logits[id]});
+    saved.emplace_back(id, logits[id]);
     return logits[id];
   };
+  auto in_vocab = [&](int32_t id) { return id >= 0 && id < n_vocab_; };
   for (const auto& [id, bias] : p_.logit_bias) touch(id) += bias;
+  for (int32_t id : in.banned) {
+    if (in_vocab(id)) touch(id) = -std::numeric_limits<float>::infinity();
+  }
+  auto penalise = [&](int32_t id, float penalty) {
+    float& l = touch(id);
+    l = l > 0 ? l / penalty : l * penalty;
+  };
+  if (p_.repetition_penalty != 1.0f) {
+    for (int32_t id : in.seen) {  // distinct already: each token once
+      if (in_vocab(id)) penalise(id, p_.repetition_penalty);
+    }
+  }
   if (p_.repeat_penalty != 1.0f && p_.repeat_last_n > 0) {
-    const size_t n = std::min<size_t>(history.size(), p_.repeat_last_n);
+    const size_t n = std::min<size_t>(in.history.size(), p_.repeat_last_n);
     thread_local std::vector<int32_t> window;
-    window.assign(history.end() - (ptrdiff_t)n, history.end());
+    window.assign(in.history.end() - (ptrdiff_t)n, in.history.end());
     std::sort(window.begin(), window.end());
     window.erase(std::unique(window.begin(), window.end()), window.end());
     for (int32_t id : window) {  // each distinct token once
-      if (id < 0 || id >= n_vocab_) continue;
-      float& l = touch(id);
-      l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;
+      if (in_vocab(id)) penalise(id, p_.repeat_penalty);
     }
   }
-  if ((p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) && !generated.empty()) {
+  if ((p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) && !in.generated.empty()) {
     thread_local std::vector<int32_t> counted;
-    counted.assign(generated.begin(), generated.end());
+    counted.assign(in.generated.begin(), in.generated.end());
     std::sort(counted.begin(), counted.end());
     for (size_t i = 0; i < counted.size();) {
       size_t j = i;
       while (j < counted.size() && counted[j] == counted[i]) ++j;
       const int32_t id = counted[i];
-      if (id >= 0 && id < n_vocab_) {
-        touch(id) -= p_.presence_penalty + p_.frequency_penalty * float(j - i);
-      }
+      if (in_vocab(id)) touch(id) -= p_.presence_penalty + p_.frequency_penalty * float(j - i);
       i = j;
     }
   }
 }
 
-int32_t Sampler::sample(float* logits, std::span<const int32_t> history,
-                        std::span<const int32_t> generated) {
+int32_t Sampler::sample(float* logits, const SampleInputs& in) {
   // Adjusted tokens and their original logits, per thread rather than per sampler: they live
   // only for this call, and a copy per sequence grew with its logit_bias and window.
   thread_local std::vector<std::pair<int32_t, float>> saved_;
-  apply_adjustments(logits, history, generated, saved_);
+  apply_adjustments(logits, in, saved_);
   struct Restore {  // puts the original logits back on every return
     float* logits;
     const std::vector<std::pair<int32_t, float>>& saved;
     ~Restore() {
-      for (const auto& [id, l] : saved) logits[id] = l;
+      for (auto it = saved.rbegin(); it != saved.rend(); ++it) logits[it->first] = it->second;
     }
   } restore{logits, saved_};
   // A temperature so small that 1/T overflows is greedy too.

@@ -1,15 +1,16 @@
 // model/sampling.h: turns a row of logits into the next token.
-// Order (as llama.cpp): logit_bias -> repetition penalty -> presence/frequency penalties -> greedy
-// if temperature == 0 -> top-k -> softmax at temperature -> top-p -> min-p -> draw. Deterministic
-// for a given seed on every x86 CPU (model/sampling_rows.h).
+// Order (as llama.cpp and vLLM): logit_bias -> banned tokens (min_tokens) -> repetition
+// penalties -> presence/frequency penalties -> greedy if temperature == 0 -> top-k -> softmax at
+// temperature -> top-p -> min-p -> draw. Deterministic for a given seed on every x86 CPU
+// (model/sampling_rows.h).
 //
 // Cost: O(n_vocab) with no sort of the vocabulary. Greedy and temperature alone are one or two
 // vectorised passes (an inverse-CDF draw over block sums). top_k selects by a threshold below the
 // maximum and sorts only the k survivors. top_p / min_p without top_k never sort at all: a token
 // drawn from the whole distribution is kept when the mass ranked above it is under top_p, else the
 // draw is repeated among the tokens ranked above it (rejection sampling: the accepted token follows
-// the truncated distribution exactly; ~1/top_p passes on average). Penalties and logit_bias touch
-// only their tokens.
+// the truncated distribution exactly; ~1/top_p passes on average). Penalties, bans and
+// logit_bias touch only their tokens.
 // Owner: one sequence, used from one thread at a time; the n_vocab-sized scratch of top_k is per
 // thread (shared by every sampler that thread runs), so a sampler itself is small.
 #pragma once
@@ -41,23 +42,34 @@ struct SamplingParams {
   // ids in [0, n_vocab) (checked by validate(n_vocab)).
   LogitBias logit_bias = {};
   uint64_t seed = 0;
+  // vLLM's repetition_penalty: over every distinct token of the prompt and the output so far
+  // (SampleInputs::seen), a positive logit is divided by it and a negative one multiplied.
+  // 1 = off; > 0. Unlike repeat_penalty it has no window.
+  float repetition_penalty = 1.0f;
 
   Status validate(int32_t n_vocab = INT32_MAX) const;
+};
+
+// What one draw reads besides the logits. Every id in [0, n_vocab); others are ignored.
+struct SampleInputs {
+  std::span<const int32_t> history;    // tokens so far, prompt and generated (repeat_penalty)
+  std::span<const int32_t> generated;  // the generated ones only (presence / frequency)
+  std::span<const int32_t> seen;       // distinct tokens of prompt + output (repetition_penalty)
+  std::span<const int32_t> banned;     // cannot be drawn now (min_tokens: EOS, stop_token_ids)
 };
 
 class Sampler {
  public:
   Sampler(const SamplingParams& p, int32_t n_vocab);
-  // history: tokens so far (prompt and generated), for the repetition penalty; generated: the
-  // generated ones only, for the presence and frequency penalties. logits[n_vocab], finite: the
-  // penalised and biased entries are rewritten during the call and restored before it returns.
-  int32_t sample(float* logits, std::span<const int32_t> history,
-                 std::span<const int32_t> generated = {});
+  // logits[n_vocab]; finite, or -inf where a grammar disallows a token (not all of them): the
+  // penalised, banned and biased entries are rewritten during the call and restored before it
+  // returns. Banned tokens become -inf; the caller leaves at least one token drawable.
+  int32_t sample(float* logits, const SampleInputs& in);
 
  private:
-  // Rewrites the penalised / biased logits in place (saving the originals in saved_).
-  void apply_adjustments(float* logits, std::span<const int32_t> history,
-                         std::span<const int32_t> generated,
+  // Rewrites the penalised / banned / biased logits in place, appending each token's value
+  // before every change to `saved` (restored in reverse, so the first saved value wins).
+  void apply_adjustments(float* logits, const SampleInputs& in,
                          std::vector<std::pair<int32_t, float>>& saved);
   int32_t sample_top_k(const float* logits);
   int32_t sample_full(const float* logits, float max);

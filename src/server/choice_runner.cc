@@ -1,5 +1,6 @@
 #include "server/choice_runner.h"
 
+#include <algorithm>
 #include <exception>
 #include <new>
 
@@ -16,7 +17,9 @@ ChoiceRunner::ChoiceRunner(ServerState& st, std::shared_ptr<TokenChannel> channe
       logprobs_(logprobs),
       ignore_eos_(ignore_eos),
       max_tokens_(max_tokens),
-      discard_output_(output.discard) {
+      discard_output_(output.discard),
+      min_tokens_(output.min_tokens),
+      stop_token_ids_(std::move(output.stop_token_ids)) {
   timing_.arrival_ns = arrival_ns;
   timing_.num_prompt_tokens = num_prompt_tokens;
   st_.register_request(channel_->request_id());
@@ -99,8 +102,13 @@ void ChoiceRunner::on_token(const ChannelEvent& ev, ChoiceDelta& d) {
   if (timing_.first_token_ns == 0) timing_.first_token_ns = timing_.token_ns.back();
   if (logprobs_ >= 0) d.tokens.push_back({ev.token_id, ev.logprob, ev.top_logprobs});
   // The end-of-generation token ends the choice (the engine finishes it next); it has no text.
+  // Nor has a stop_token_ids token (vLLM leaves it out of the text too).
   if (!ignore_eos_ && st_.tokenizer().is_end_of_generation(ev.token_id)) return;
-  if (stop_.push(decoder_.push(ev.token_id), d.text)) {
+  if (stop_token_ids_ &&
+      std::binary_search(stop_token_ids_->begin(), stop_token_ids_->end(), ev.token_id)) {
+    return;
+  }
+  if (stop_.push(decoder_.push(ev.token_id), d.text, num_tokens_ > min_tokens_)) {
     st_.engine->cancel(channel_->request_id());
     st_.counters.num_cancelled_stop.fetch_add(1);
     finish_reason_ = "stop";
@@ -115,7 +123,7 @@ void ChoiceRunner::on_finished(const ChannelEvent& ev, ChoiceDelta& d) {
   switch (ev.reason) {
     case FinishReason::kStop:
     case FinishReason::kLength:
-      if (!stop_.push(decoder_.flush(), d.text)) d.text += stop_.flush();
+      if (!stop_.push(decoder_.flush(), d.text, num_tokens_ > min_tokens_)) d.text += stop_.flush();
       finish_reason_ = stop_.matched() || ev.reason == FinishReason::kStop ? "stop" : "length";
       if (discard_output_) finish_reason_ = "length";  // max_tokens 0: nothing was asked for
       if (stop_.matched()) timing_.reason = FinishReason::kStop;
@@ -141,9 +149,10 @@ void ChoiceRunner::on_finished(const ChannelEvent& ev, ChoiceDelta& d) {
 
 void ChoiceRunner::enter_slot() {
   // One token a step: run to max_tokens (ignore_eos), it ends max_tokens - 1 steps from its
-  // first; else EOS may end it at any step.
+  // first; else EOS may end it at any step from token min_tokens on.
   const auto step = (int64_t)st_.engine->stats().num_steps;
-  slot_ = st_.slot_ends.add(ignore_eos_ ? step + max_tokens_ - 1 : step);
+  slot_ = st_.slot_ends.add(ignore_eos_ ? step + max_tokens_ - 1
+                                        : step + std::min(min_tokens_, max_tokens_ - 1));
 }
 
 void ChoiceRunner::leave_slot() {

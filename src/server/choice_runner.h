@@ -38,9 +38,13 @@ struct ChoiceDelta {
 // How a choice's output is shown. `discard`: echo with max_tokens 0 (vLLM samples one token and
 // drops it): the token is not reported and the choice ends with "length". `render_special`:
 // special tokens (other than end-of-generation) appear in the text (tool-call markers).
+// `min_tokens`: stop strings match only text that tokens after the first min_tokens add (as
+// vLLM). A token of `stop_token_ids` (the engine ends the choice with it) has no text.
 struct ChoiceOutput {
   bool discard = false;
   bool render_special = false;
+  int32_t min_tokens = 0;
+  std::shared_ptr<const std::vector<int32_t>> stop_token_ids = {};
 };
 
 class ChoiceRunner {
@@ -95,6 +99,8 @@ class ChoiceRunner {
   const int32_t max_tokens_;
   std::optional<SlotEnds::Key> slot_;  // entered in st_.slot_ends while running
   const bool discard_output_;
+  const int32_t min_tokens_;
+  std::shared_ptr<const std::vector<int32_t>> stop_token_ids_;  // sorted; null = none
   std::vector<TokenInfo> prompt_;
   bool prompt_done_ = false;
   double cumulative_logprob_ = 0;

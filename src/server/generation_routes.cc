@@ -85,8 +85,9 @@ void trim_to_context(const ServerState& st, std::vector<ChatMessage>& msgs) {
   msgs = std::move(kept);
 }
 
-// Bounds that need the model, checked before any tokenising: logit_bias ids inside the
-// vocabulary (so it holds at most n_vocab entries: keys are canonical, see openai_request.cc).
+// Bounds that need the model, checked before any tokenising: logit_bias and stop_token_ids
+// ids inside the vocabulary (so logit_bias holds at most n_vocab entries: keys are canonical,
+// see openai_request.cc).
 std::optional<ApiError> check_generation_bounds(const ServerState& st, const GenParams& p,
                                                 size_t num_prompts) {
   if (auto e = check_field_bounds(p, num_prompts)) return e;
@@ -97,6 +98,11 @@ std::optional<ApiError> check_generation_bounds(const ServerState& st, const Gen
                                              "' is outside the vocabulary [0, " +
                                              std::to_string(n_vocab) + ")");
     }
+  }
+  if (p.stop_token_ids && !p.stop_token_ids->empty() && p.stop_token_ids->back() >= n_vocab) {
+    return invalid_param("stop_token_ids",
+                         "stop_token_ids holds " + std::to_string(p.stop_token_ids->back()) +
+                             ", outside the vocabulary [0, " + std::to_string(n_vocab) + ")");
   }
   return std::nullopt;
 }
@@ -114,6 +120,11 @@ std::optional<ApiError> fit_max_tokens(const ServerState& st, const GenParams& p
   // is cut by the engine under the other policies, leaving at least one token of room.
   const int64_t cap = std::max<int64_t>(1, room);
   pp.max_tokens = p.max_tokens ? *p.max_tokens : (int32_t)std::min<int64_t>(chat ? cap : 16, cap);
+  if (p.min_tokens > pp.max_tokens) {  // as vLLM, against the default max_tokens too
+    return invalid_param("min_tokens", "'min_tokens' (" + std::to_string(p.min_tokens) +
+                                           ") must be <= max_tokens (" +
+                                           std::to_string(pp.max_tokens) + ")");
+  }
   return std::nullopt;
 }
 
@@ -157,6 +168,9 @@ GenerationRequest make_request(const GenParams& p, const PreparedPrompt& pp, int
   s.min_p = p.min_p;
   s.presence_penalty = p.presence_penalty;
   s.frequency_penalty = p.frequency_penalty;
+  s.repetition_penalty = p.repetition_penalty;
+  s.min_tokens = p.min_tokens;
+  s.stop_token_ids = p.stop_token_ids;  // shared by the choices
   // best_of ranks candidates by their tokens' logprobs, asked for or not.
   s.logprobs = p.best_of > 0 ? std::max(p.logprobs, 0) : p.logprobs;
   s.logit_bias = p.logit_bias;
@@ -274,7 +288,9 @@ std::variant<std::vector<std::unique_ptr<ChoiceRunner>>, ApiError> submit_all(
           st, std::move(*ch), stops, p.logprobs, p.ignore_eos, std::max(1, prompts[k].max_tokens),
           arrival_ns, (uint32_t)prompts[k].tokens.size(),
           ChoiceOutput{.discard = prompts[k].max_tokens == 0,
-                       .render_special = p.tool_format.has_value() || p.harmony_channels}));
+                       .render_special = p.tool_format.has_value() || p.harmony_channels,
+                       .min_tokens = p.min_tokens,
+                       .stop_token_ids = p.stop_token_ids}));
     }
   }
   return runners;

@@ -1,6 +1,8 @@
 #include "server/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "server/completion_options.h"
 #include "server/tool_request.h"
@@ -75,6 +77,32 @@ std::optional<ApiError> read_stop(const json& body, std::vector<std::string>& ou
   return std::nullopt;
 }
 
+// vLLM's stop_token_ids: a list of token ids (>= 0 here; < n_vocab is checked by the handler,
+// check_generation_bounds), kept sorted and distinct.
+std::optional<ApiError> read_stop_token_ids(const json& body,
+                                            std::shared_ptr<const std::vector<int32_t>>& out) {
+  const json* v = field(body, "stop_token_ids");
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_array()) {
+    return invalid_param("stop_token_ids", "'stop_token_ids' must be a list of token ids");
+  }
+  std::vector<int32_t> ids;
+  for (const json& t : *v) {
+    const bool integral =
+        t.is_number_integer() || (t.is_number_float() && std::isfinite(t.get<double>()) &&
+                                  std::floor(t.get<double>()) == t.get<double>());
+    if (!integral || t.get<double>() < 0 || t.get<double>() > INT32_MAX) {
+      return invalid_param("stop_token_ids", "'stop_token_ids' holds " + t.dump() +
+                                                 ", not a token id (an integer >= 0)");
+    }
+    ids.push_back((int32_t)t.get<double>());
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  if (!ids.empty()) out = std::make_shared<const std::vector<int32_t>>(std::move(ids));
+  return std::nullopt;
+}
+
 // A token id written the one canonical way: decimal digits, no sign, space or leading zero.
 // Then distinct JSON keys are distinct ids ("1", "01" and " +001" cannot name one token
 // three times), so logit_bias holds at most n_vocab entries once ids are range-checked.
@@ -135,6 +163,23 @@ std::optional<ApiError> read_common(const json& body, GenParams& p, int64_t min_
   if (auto e = read_number(body, "min_p", 0, 1, p.min_p)) return e;
   if (auto e = read_number(body, "presence_penalty", -2, 2, p.presence_penalty)) return e;
   if (auto e = read_number(body, "frequency_penalty", -2, 2, p.frequency_penalty)) return e;
+  if (const json* v = field(body, "repetition_penalty")) {
+    const double d = v->is_number() ? v->get<double>() : -1;
+    if (!(d > 0 && d <= std::numeric_limits<float>::max())) {
+      return invalid_param("repetition_penalty",
+                           "'repetition_penalty' must be a number > 0, got " + v->dump());
+    }
+    p.repetition_penalty = (float)d;
+  }
+  i.reset();
+  if (auto e = read_int(body, "min_tokens", 0, INT32_MAX, i)) return e;
+  if (i) p.min_tokens = (int32_t)*i;
+  if (p.max_tokens && p.min_tokens > *p.max_tokens) {
+    return invalid_param("min_tokens", "'min_tokens' (" + std::to_string(p.min_tokens) +
+                                           ") must be <= max_tokens (" +
+                                           std::to_string(*p.max_tokens) + ")");
+  }
+  if (auto e = read_stop_token_ids(body, p.stop_token_ids)) return e;
   i.reset();
   if (auto e = read_int(body, "top_k", -1, 1 << 20, i)) return e;
   if (i) p.top_k = *i < 0 ? 0 : (int32_t)*i;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -36,6 +37,12 @@ struct GenParams {
   bool include_usage = false;  // stream_options.include_usage
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
+  // vLLM extensions (engine/gen_sampling.h): > 0, 1 = off; tokens before EOS and stops count;
+  // token ids that end the choice (sorted, distinct; checked against the vocabulary by the
+  // handler), shared by the choices.
+  float repetition_penalty = 1.0f;
+  int32_t min_tokens = 0;
+  std::shared_ptr<const std::vector<int32_t>> stop_token_ids = {};
   int32_t logprobs = -1;    // engine GenSampling::logprobs: -1 none, k >= 0 top alternatives
   bool ignore_eos = false;  // vLLM extension
   // kvwarden extension: false opts this request out of speculative decoding (when the server

@@ -31,6 +31,10 @@ Holdings request_holdings(const GenParams& p, std::span<const PromptShape> promp
   }
   // One list, shared by the request and every choice's sampler (model/logit_bias.h).
   h.shared += p.logit_bias.size() * sizeof(LogitBias::Entry) + 64;
+  // stop_token_ids: one list for the request; with min_tokens each choice's sampler also keeps
+  // them with the end-of-generation ids (a few) as its ban list.
+  const uint64_t stop_ids_bytes = p.stop_token_ids ? 4 * p.stop_token_ids->size() + 64 : 0;
+  h.shared += stop_ids_bytes;
   const auto n = (uint64_t)num_candidates(p);  // best_of: every candidate is held
   const auto tok_bytes = (uint64_t)std::max<int64_t>(1, lim.max_token_bytes);
   uint64_t largest_part = 0;
@@ -51,6 +55,11 @@ Holdings request_holdings(const GenParams& p, std::span<const PromptShape> promp
     choice += 4 * max_tokens;        // the engine's output ids
     choice += 8 * max_tokens;        // the runner's token arrival times
     choice += max_stop + tok_bytes;  // text held back while it may start a stop string
+    if (p.min_tokens > 0) choice += stop_ids_bytes + 64;
+    // repetition_penalty: the sequence's distinct tokens (model/seen_tokens.h).
+    if (p.repetition_penalty != 1.0f) {
+      choice += 4 * (uint64_t)std::min<int64_t>(lim.n_vocab, ps.num_tokens + (int64_t)max_tokens);
+    }
     h.choices += n * choice;
     if (p.stream) continue;
     // Not streamed: the text and logprob records are kept until the answer is written.
@@ -75,7 +84,7 @@ Holdings request_holdings(const GenParams& p, std::span<const PromptShape> promp
 }
 
 HoldingLimits holding_limits(const ServerState& st) {
-  return {.max_token_bytes = st.max_token_bytes};
+  return {.max_token_bytes = st.max_token_bytes, .n_vocab = st.limits().n_vocab};
 }
 
 uint64_t num_logprob_records(const GenParams& p, std::span<const PromptShape> prompts) {
@@ -111,6 +120,11 @@ std::optional<ApiError> check_field_bounds(const GenParams& p, size_t num_prompt
     return invalid_param("logit_bias", "'logit_bias' has " + std::to_string(p.logit_bias.size()) +
                                            " entries; at most " +
                                            std::to_string(kMaxLogitBiasEntries));
+  }
+  if (p.stop_token_ids && p.stop_token_ids->size() > kMaxStopTokenIds) {
+    return invalid_param("stop_token_ids",
+                         "'stop_token_ids' has " + std::to_string(p.stop_token_ids->size()) +
+                             " distinct ids; at most " + std::to_string(kMaxStopTokenIds));
   }
   if (p.max_tokens && p.logprobs >= 0) {
     const PromptShape one{.max_tokens = *p.max_tokens};

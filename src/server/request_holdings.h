@@ -16,6 +16,7 @@ namespace kvw::server {
 // Bounds refused with 400 naming the parameter before any work.
 inline constexpr uint64_t kMaxStopBytes = 4096;          // all `stop` strings together
 inline constexpr size_t kMaxLogitBiasEntries = 1024;     // distinct token ids in `logit_bias`
+inline constexpr size_t kMaxStopTokenIds = 1024;         // distinct ids in `stop_token_ids`
 inline constexpr uint64_t kMaxLogprobRecords = 1 << 20;  // n x max_tokens x (1 + top_logprobs)
 
 // One prompt of the request as it will be submitted (n choices each).
@@ -30,6 +31,7 @@ struct PromptShape {
 // 2 x --stream-buffer-bytes per open stream (planner/engine_budget.h request_row_bytes).
 struct HoldingLimits {
   int64_t max_token_bytes = 1;  // the most text bytes one token decodes to
+  int64_t n_vocab = INT32_MAX;  // caps the distinct tokens a sequence can hold
 };
 
 // Per choice, beyond what scales with tokens: the runner, channel, decoder, the engine's
@@ -57,7 +59,8 @@ struct ServerState;
 // The limits of this server (its tokenizer).
 HoldingLimits holding_limits(const ServerState& st);
 
-// The bounds that need only the parsed fields: stop bytes, logit_bias entries, and logprob
+// The bounds that need only the parsed fields: stop bytes, logit_bias entries, stop_token_ids,
+// and logprob
 // records when max_tokens is given (`num_prompts` prompts of n choices).
 std::optional<ApiError> check_field_bounds(const GenParams& p, size_t num_prompts);
 // The logprob-record bound once each prompt's max_tokens is known.

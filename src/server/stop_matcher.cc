@@ -8,13 +8,17 @@ namespace kvw::server {
 StopMatcher::StopMatcher(std::shared_ptr<const std::vector<std::string>> stops)
     : stops_(stops ? std::move(stops) : std::make_shared<const std::vector<std::string>>()) {}
 
-bool StopMatcher::push(const std::string& text, std::string& out) {
+bool StopMatcher::push(const std::string& text, std::string& out, bool check) {
   if (matched_) return true;
+  const size_t old_size = held_.size();
   held_ += text;
-  // The earliest match wins, whichever stop string it is.
+  // The earliest match that ends in `text` wins, whichever stop string it is. (Checked, held_
+  // never holds a whole match before `text`; unchecked pushes may have left one.)
   size_t first = std::string::npos;
   for (const auto& s : *stops_) {
-    if (!s.empty()) first = std::min(first, held_.find(s));
+    if (!check || s.empty()) continue;
+    const size_t from = old_size >= s.size() ? old_size - s.size() + 1 : 0;
+    first = std::min(first, held_.find(s, from));
   }
   if (first != std::string::npos) {
     out.append(held_, 0, first);

@@ -19,8 +19,10 @@ class StopMatcher {
       : StopMatcher(std::make_shared<const std::vector<std::string>>(std::move(stops))) {}
   // Appends `text`; appends to `out` what is safe to send. Returns true once a stop string
   // matched: `out` then ends just before it, and the rest (the stop string and anything after
-  // it) is dropped. After a match further pushes are ignored.
-  bool push(const std::string& text, std::string& out);
+  // it) is dropped. After a match further pushes are ignored. Only a match that ends in `text`
+  // counts, and none while !`check` (min_tokens: vLLM skips the check for text of the first
+  // min_tokens tokens, yet a match may start there).
+  bool push(const std::string& text, std::string& out, bool check = true);
   // Ends the stream without a match: the held-back text.
   std::string flush();
   bool matched() const { return matched_; }

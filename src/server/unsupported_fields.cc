@@ -28,9 +28,8 @@ std::optional<ApiError> refuse_unsupported_fields(const json& body, Endpoint end
   // Tool calling (tools, tool_choice, functions, ...) is read by server/tool_request.h.
   // Other output-changing extensions of vLLM / llama-server.
   for (const char* key :
-       {"min_tokens", "repetition_penalty", "stop_token_ids", "truncate_prompt_tokens", "bad_words",
-        "allowed_token_ids", "n_probs", "mirostat", "typical_p", "dry_multiplier",
-        "xtc_probability", "audio", "reasoning_effort"}) {
+       {"truncate_prompt_tokens", "bad_words", "allowed_token_ids", "n_probs", "mirostat",
+        "typical_p", "dry_multiplier", "xtc_probability", "audio", "reasoning_effort"}) {
     if (set(key)) return refusal(key, "this sampling or output option is not implemented");
   }
   // echo, best_of and prompt_logprobs are completions fields (server/completion_options.cc).

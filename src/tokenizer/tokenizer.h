@@ -57,6 +57,7 @@ class Tokenizer {
   // (control tokens named <|eot_id|>, <|eom_id|>, <|im_end|>, <|end|>, <end_of_turn>,
   // <|endoftext|>, <|end_of_text|>, <EOT>).
   bool is_end_of_generation(int32_t id) const;
+  std::span<const int32_t> end_of_generation_ids() const { return eog_ids_; }  // sorted
 
  protected:
   Tokenizer(Vocab vocab, bool strip_leading_space);

@@ -252,6 +252,25 @@ TEST_F(EngineDraftTest, SampledSpeculationGivesTheSeededTokensOfPlainSampling) {
   expect_all_free(*e);
 }
 
+// repetition_penalty reads every token held, so a row after accepted drafts must see them (new
+// tokens a draft model wrote, not the prompt's) exactly as plain decoding would.
+TEST_F(EngineDraftTest, RepetitionPenaltyCountsTheDraftsAcceptedBeforeEachRow) {
+  std::vector<GenerationRequest> rs = prompts(95, 8, 12, 40);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    rs[i].sampling.repetition_penalty = i % 2 == 0 ? 1e4f : 0.6f;
+    if (i % 4 == 3) rs[i].sampling.temperature = 0.7f, rs[i].sampling.seed = 700 + i;
+  }
+  const auto want = plain_outputs(model_, rs);
+  for (const std::string& draft : {model_, half_}) {
+    auto e = make_engine(config_with_blocks(model_, 256, draft_spec(draft)));
+    ASSERT_NE(e, nullptr);
+    auto got = run_batch(*e, rs);
+    for (size_t i = 0; i < rs.size(); ++i) EXPECT_EQ(got[i].tokens, want[i]) << "request " << i;
+    EXPECT_GT(e->stats().spec.num_accepted_tokens, 10u) << "vacuous";
+    expect_all_free(*e);
+  }
+}
+
 // Upper 0.999 quantile of chi-square with `df` degrees of freedom (Wilson-Hilferty).
 double chi2_critical_999(int df) {
   const double a = 2.0 / (9.0 * df);

@@ -213,7 +213,7 @@ TEST_F(EngineSpecTest, SampledSpeculationGivesTheSeededTokensOfPlainSampling) {
     r.sampling.top_p = seed % 4 == 1 ? 0.9f : 1.0f;
     r.sampling.min_p = seed % 5 == 2 ? 0.05f : 0.0f;
     r.sampling.frequency_penalty = seed % 6 == 3 ? 0.5f : 0.0f;
-    r.sampling.repeat_penalty = seed % 7 == 4 ? 1.1f : 1.0f;
+    r.sampling.repetition_penalty = seed % 7 == 4 ? 1.1f : 1.0f;
     r.sampling.seed = uint64_t(1000 + seed);
     rs.push_back(r);
   }
@@ -222,7 +222,7 @@ TEST_F(EngineSpecTest, SampledSpeculationGivesTheSeededTokensOfPlainSampling) {
     GenerationRequest r = greedy(repetitive_prompt(130 + i, 9, 5, nv), 40);
     r.sampling.frequency_penalty = i % 2 == 0 ? 0.4f : 0.0f;
     r.sampling.presence_penalty = i % 4 == 1 ? 0.4f : 0.0f;
-    r.sampling.repeat_penalty = i % 2 == 1 ? 1.3f : 1.0f;
+    r.sampling.repetition_penalty = i % 2 == 1 ? 1.3f : 1.0f;
     rs.push_back(r);
   }
   const auto want = plain_outputs(model_, rs);

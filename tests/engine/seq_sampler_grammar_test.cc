@@ -83,7 +83,7 @@ TEST(SeqSamplerGrammar, TruncationAndPenaltiesNeverPickAMaskedToken) {
   configs[0].top_k = 40, configs[0].temperature = 0.8f;
   configs[1].top_p = 0.5f, configs[1].temperature = 1.0f;
   configs[2].min_p = 0.2f, configs[2].temperature = 1.5f;
-  configs[3].temperature = 1.0f, configs[3].repeat_penalty = 1.3f,
+  configs[3].temperature = 1.0f, configs[3].repetition_penalty = 1.3f,
   configs[3].presence_penalty = 1.0f, configs[3].frequency_penalty = 1.0f;
   const std::regex oracle("[0-9]{3}(-[a-z]{2})?");
   for (GenSampling s : configs) {
@@ -100,6 +100,7 @@ TEST(SeqSamplerGrammar, TruncationAndPenaltiesNeverPickAMaskedToken) {
       bool ended = false;
       for (int step = 0; step < 32 && !ended; ++step) {
         for (float& x : row) x = normal(rng);
+        sampler.value()->observe_prompt(std::span(history).first(1));  // repetition_penalty
         const int32_t t = sampler.value()->sample(row.data(), history, out.size());
         ASSERT_EQ(sampler.value()->constraint_error(), "") << "seed " << seed;
         ended = tok->is_end_of_generation(t);
@@ -109,6 +110,47 @@ TEST(SeqSamplerGrammar, TruncationAndPenaltiesNeverPickAMaskedToken) {
       EXPECT_TRUE(std::regex_match(tok->decode(out), oracle)) << tok->decode(out);
     }
   }
+}
+
+// min_tokens bans EOS while the grammar may still go on, so an optional tail is always taken;
+// once the grammar can only end, its EOS is drawn all the same (a ban would leave no token).
+TEST(SeqSamplerGrammar, MinTokensTakesTheOptionalTailAndYieldsToAGrammarThatMustEnd) {
+  const auto tok = load_tokenizer();
+  const auto trie = grammar::TokenTrie::from_tokenizer(*tok);
+  auto g = grammar::compile_regex(R"([0-9]{3}(-[a-z]{2})?)").value();
+  const std::regex full("[0-9]{3}-[a-z]{2}");
+  int num_full_without = 0;
+  for (int32_t min_tokens : {0, 20}) {
+    for (uint64_t seed = 0; seed < 8; ++seed) {
+      GenSampling s{.temperature = 1.0f, .seed = seed, .min_tokens = min_tokens};
+      s.constraint = {
+          .grammar = g, .trie = trie, .strip_leading_space = tok->strips_leading_space()};
+      auto sampler = SeqSampler::create(
+          s, tok->n_vocab(), SeqShape{.end_of_generation_ids = tok->end_of_generation_ids()});
+      ASSERT_TRUE(sampler.ok()) << sampler.message();
+      std::mt19937 rng((uint32_t)seed);
+      std::normal_distribution<float> normal(0.0f, 3.0f);
+      std::vector<int32_t> out;
+      std::vector<float> row(tok->n_vocab());
+      bool ended = false;
+      for (int step = 0; step < 32 && !ended; ++step) {
+        for (float& x : row) x = normal(rng);
+        row[(size_t)tok->eos_id()] = 30.0f;  // ends wherever it may
+        const int32_t t = sampler.value()->sample(row.data(), out, out.size());
+        ASSERT_EQ(sampler.value()->constraint_error(), "") << "seed " << seed;
+        ended = tok->is_end_of_generation(t);
+        if (!ended) out.push_back(t);
+      }
+      ASSERT_TRUE(ended) << "seed " << seed;
+      const bool is_full = std::regex_match(tok->decode(out), full);
+      if (min_tokens > 0) {
+        EXPECT_TRUE(is_full) << tok->decode(out);
+      } else {
+        num_full_without += is_full;
+      }
+    }
+  }
+  EXPECT_EQ(num_full_without, 0) << "without min_tokens EOS ends after the digits";
 }
 
 TEST(SeqSamplerGrammar, RefusesATrieOfAnotherVocabulary) {

@@ -191,7 +191,7 @@ TEST(SamplerDistribution, AdjustmentsAreRestoredAndApplyOncePerToken) {
   const std::vector<int32_t> history = {0, 0, 2, 0, 3, 3};
   const std::vector<int32_t> generated = {3, 3};
   // Token 0: (2 - 0.5) / 2 = 0.75; token 3: (0.5 + 3) / 2 - 1 - 0.5 = 0.25; token 1: 1.0 wins.
-  EXPECT_EQ(s.sample(logits.data(), history, generated), 1);
+  EXPECT_EQ(s.sample(logits.data(), {.history = history, .generated = generated}), 1);
   EXPECT_EQ(logits, before);
 }
 

@@ -238,14 +238,63 @@ TEST(OpenAiRequest, UnimplementedOutputChangingFieldsAreRefusedByName) {
   EXPECT_EQ(chat_param({{"max_tokens", 0}}), "max_tokens");
   EXPECT_EQ(completion_param({{"suffix", "end"}}), "suffix");
   EXPECT_EQ(completion_param({{"suffix", ""}}), "ok");
-  EXPECT_EQ(completion_param({{"min_tokens", 5}}), "min_tokens");
-  EXPECT_EQ(completion_param({{"repetition_penalty", 1.1}}), "repetition_penalty");
+  EXPECT_EQ(completion_param({{"typical_p", 0.5}}), "typical_p");
+  EXPECT_EQ(completion_param({{"bad_words", {"x"}}}), "bad_words");
+  // vLLM's min_tokens, repetition_penalty, stop_token_ids are implemented (below).
+  EXPECT_EQ(completion_param({{"min_tokens", 5}}), "ok");
+  EXPECT_EQ(chat_param({{"repetition_penalty", 1.1}}), "ok");
   // Fields that do not change the output are accepted.
   EXPECT_EQ(chat_param({{"user", "u1"}, {"metadata", {{"k", "v"}}}, {"store", false}}), "ok");
-  auto msg = parse_completion_request(json{{"prompt", "x"}, {"min_tokens", 2}});
+  auto msg = parse_completion_request(json{{"prompt", "x"}, {"typical_p", 0.2}});
   ASSERT_TRUE(std::holds_alternative<ApiError>(msg));
   EXPECT_EQ(std::get<ApiError>(msg).status, 400);
   EXPECT_NE(std::get<ApiError>(msg).message.find("not supported"), std::string::npos);
+}
+
+// vLLM's extensions: repetition_penalty > 0, 0 <= min_tokens <= max_tokens, stop_token_ids a
+// list of ids >= 0 (sorted and deduplicated; the vocabulary bound is the handler's); anything
+// else a 400 naming the field, on both endpoints.
+TEST(OpenAiRequest, VllmPenaltyMinTokensAndStopTokenIdsParseOrAre400NamingTheField) {
+  auto param_of = [](json extra, bool chat) {
+    json b =
+        chat ? json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}} : json{{"prompt", "x"}};
+    b.update(extra);
+    if (chat) {
+      auto r = parse_chat_request(b);
+      return std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r).param : std::string("ok");
+    }
+    auto r = parse_completion_request(b);
+    return std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r).param : std::string("ok");
+  };
+  for (bool chat : {false, true}) {
+    EXPECT_EQ(param_of({{"repetition_penalty", 1.0}}, chat), "ok");
+    EXPECT_EQ(param_of({{"repetition_penalty", 0.5}}, chat), "ok");
+    EXPECT_EQ(param_of({{"repetition_penalty", nullptr}}, chat), "ok");
+    EXPECT_EQ(param_of({{"repetition_penalty", 0}}, chat), "repetition_penalty");
+    EXPECT_EQ(param_of({{"repetition_penalty", -1.2}}, chat), "repetition_penalty");
+    EXPECT_EQ(param_of({{"repetition_penalty", "1.2"}}, chat), "repetition_penalty");
+    EXPECT_EQ(param_of({{"min_tokens", 0}}, chat), "ok");
+    EXPECT_EQ(param_of({{"min_tokens", 4}, {"max_tokens", 4}}, chat), "ok");
+    EXPECT_EQ(param_of({{"min_tokens", 5}, {"max_tokens", 4}}, chat), "min_tokens");
+    EXPECT_EQ(param_of({{"min_tokens", -1}}, chat), "min_tokens");
+    EXPECT_EQ(param_of({{"min_tokens", 1.5}}, chat), "min_tokens");
+    EXPECT_EQ(param_of({{"stop_token_ids", json::array()}}, chat), "ok");
+    EXPECT_EQ(param_of({{"stop_token_ids", {5, 2, 5}}}, chat), "ok");
+    EXPECT_EQ(param_of({{"stop_token_ids", {-1}}}, chat), "stop_token_ids");
+    EXPECT_EQ(param_of({{"stop_token_ids", {"2"}}}, chat), "stop_token_ids");
+    EXPECT_EQ(param_of({{"stop_token_ids", {2.5}}}, chat), "stop_token_ids");
+    EXPECT_EQ(param_of({{"stop_token_ids", 2}}, chat), "stop_token_ids");
+  }
+  auto r = parse_completion_request(json{{"prompt", "x"},
+                                         {"repetition_penalty", 1.25},
+                                         {"min_tokens", 3},
+                                         {"stop_token_ids", {9, 2, 9, 4}}});
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r));
+  const GenParams& p = std::get<CompletionRequest>(r).params;
+  EXPECT_FLOAT_EQ(p.repetition_penalty, 1.25f);
+  EXPECT_EQ(p.min_tokens, 3);
+  ASSERT_NE(p.stop_token_ids, nullptr);
+  EXPECT_EQ(*p.stop_token_ids, (std::vector<int32_t>{2, 4, 9}));
 }
 
 }  // namespace

@@ -136,6 +136,27 @@ TEST(RequestHoldings, LogprobPartIsSizedByTheTokensAChoiceCanHave) {
   EXPECT_EQ(part(1, true), part(256));
 }
 
+// repetition_penalty keeps each choice's distinct tokens, at most min(n_vocab, prompt +
+// max_tokens) ids (model/seen_tokens.h); stop_token_ids are one list, copied per choice into its
+// ban list only with min_tokens.
+TEST(RequestHoldings, SeenTokensAndStopTokenIdsAreCharged) {
+  const HoldingLimits lim{.max_token_bytes = 16, .n_vocab = 32000};
+  GenParams p = params(4, true, -1);
+  const uint64_t base = request_holdings(p, std::span(&kPrompt, 1), lim).total();
+  p.repetition_penalty = 1.1f;
+  EXPECT_EQ(request_holdings(p, std::span(&kPrompt, 1), lim).total() - base, 4u * 4 * 1200);
+  const HoldingLimits small_vocab{.max_token_bytes = 16, .n_vocab = 500};
+  EXPECT_EQ(request_holdings(p, std::span(&kPrompt, 1), small_vocab).total() -
+                request_holdings(params(4, true, -1), std::span(&kPrompt, 1), small_vocab).total(),
+            4u * 4 * 500);
+  p = params(4, true, -1);
+  p.stop_token_ids = std::make_shared<const std::vector<int32_t>>(100, 0);
+  const uint64_t with_ids = request_holdings(p, std::span(&kPrompt, 1), lim).total();
+  EXPECT_GE(with_ids - base, 400u);
+  p.min_tokens = 5;
+  EXPECT_GE(request_holdings(p, std::span(&kPrompt, 1), lim).total() - with_ids, 4u * 400);
+}
+
 TEST(RequestHoldings, ConstantsCoverTheTypesTheyStandFor) {
   // A record is a TokenInfo in a vector plus its top vector's heap chunk header.
   EXPECT_LE(sizeof(TokenInfo) + 16, kTokenRecordBytes);
@@ -162,6 +183,17 @@ TEST(RequestHoldings, FieldBoundsRefuseNamingTheField) {
   e = check_field_bounds(p, 1);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->param, "logit_bias");
+
+  p = GenParams{};
+  std::vector<int32_t> ids(kMaxStopTokenIds);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = (int32_t)i;
+  p.stop_token_ids = std::make_shared<const std::vector<int32_t>>(ids);
+  EXPECT_FALSE(check_field_bounds(p, 1));
+  ids.push_back((int32_t)kMaxStopTokenIds);
+  p.stop_token_ids = std::make_shared<const std::vector<int32_t>>(ids);
+  e = check_field_bounds(p, 1);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "stop_token_ids");
 
   // n x max_tokens x (1 + top) over the prompts.
   p = GenParams{};

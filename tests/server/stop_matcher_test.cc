@@ -61,5 +61,27 @@ TEST(StopMatcher, MultibyteStopHeldByteExact) {
   EXPECT_EQ(out, "caf");
 }
 
+// min_tokens (vLLM): text pushed unchecked never matches, even a whole stop string; a match
+// must end in checked text, though it may start in the unchecked part.
+TEST(StopMatcher, UncheckedTextNeverMatchesButMayStartAMatch) {
+  StopMatcher m({"ab", "xyz"});
+  std::string out;
+  EXPECT_FALSE(m.push("1ab2x", out, /*check=*/false));
+  EXPECT_EQ(out, "1ab2");  // "x" may start "xyz": held
+  EXPECT_FALSE(m.push("y", out, /*check=*/false));
+  EXPECT_TRUE(m.push("z", out));  // the match ends in checked text
+  EXPECT_EQ(out, "1ab2");
+  EXPECT_TRUE(m.matched());
+
+  StopMatcher n({"ab", "abcab"});  // held text may hold a whole shorter stop string
+  std::string o;
+  EXPECT_FALSE(n.push("abca", o, false));
+  EXPECT_EQ(o, "");
+  EXPECT_FALSE(n.push("q", o));  // "ab" ended before this push: no match
+  EXPECT_EQ(o, "abcaq");
+  EXPECT_TRUE(n.push("ab", o));
+  EXPECT_EQ(o, "abcaq");
+}
+
 }  // namespace
 }  // namespace kvw::server
