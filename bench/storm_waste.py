@@ -6,9 +6,13 @@ Reads OUT/scrape.txt (/metrics every 2 s, each block after a "T <epoch>" line), 
 phase runs from the bench's "quiet phase:" line to its "quiet capacity:" line, the storm from
 there to the last scrape. Per phase: forward tokens (all run through the model), the part of
 finished requests that completed (stop/length), were cancelled, and the part recomputed after a
-preemption; generated tokens per forward token; then the bench's goodput and both phases' mix.
+preemption; generated tokens per forward token; the server's CPU seconds by thread kind (engine,
+I/O, the rest) and forward tokens per server CPU second, which on a busy machine says what the
+storm cost the server better than tokens per second do; then the bench's goodput and both phases'
+mix.
 """
 import json
+import os
 import sys
 
 
@@ -44,7 +48,11 @@ KEYS = {
     "recomputed": "kvwarden_recomputed_tokens_total",
     "generated": "kvwarden_generation_tokens_total",
     "prefix_hits": "kvwarden_prefix_cache_hits_total",
+    "cpu_engine": "cpu_ticks_engine",
+    "cpu_io": "cpu_ticks_io",
+    "cpu_other": "cpu_ticks_other",
 }
+TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
 def value(snap, key):
@@ -71,6 +79,13 @@ def main(out):
               f"{d['error'] / fwd:.3f}, recomputed {d['recomputed'] / fwd:.3f}; generated "
               f"{d['generated']:.0f} ({d['generated'] / fwd:.4f} per forward token); prefix-cache "
               f"hits {d['prefix_hits']:.0f}")
+        cpu = {k: d["cpu_" + k] * TICK_S for k in ("engine", "io", "other")}
+        total = sum(cpu.values())
+        if total > 0:
+            print(f"  server CPU {total:.1f} s ({total / max(b['t'] - a['t'], 1e-9):.2f} cores): "
+                  f"engine {cpu['engine']:.1f}, I/O {cpu['io']:.1f} ({cpu['io'] / total:.3f}), "
+                  f"other {cpu['other']:.1f}; forward tokens per server CPU s "
+                  f"{d['forward'] / total:.0f}")
     r = report
     print(f"goodput {r.get('goodput_tokens_per_s', 0):.1f} tok/s, quiet capacity "
           f"{r.get('quiet_capacity_tokens_per_s', 0):.1f}, ratio {r.get('goodput_ratio', 0):.3f}; "

@@ -10,7 +10,7 @@
 # each bench line with the time into OUT/bench.txt, and prints bench/storm_waste.py's split of the
 # forward tokens of each phase: for requests that completed, that were cancelled (client left,
 # queue-wait limit), recomputed after preemption, with the output tokens per forward token and
-# the completed requests' mix. Environment: KVW, SERVER_CPUS (0), CLIENT_CPUS (1), PORT (8493).
+# the completed requests' mix, and the server's CPU by thread kind. Environment: KVW, SERVER_CPUS (0), CLIENT_CPUS (1), PORT (8493).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: bench/storm_waste.sh OUT [DURATION [QUIET]] [-- serve flags]}
@@ -39,6 +39,15 @@ done
   echo "T $(date +%s.%N)"
   curl -s "http://127.0.0.1:$PORT/metrics" | grep -E \
     '^kvwarden_(forward|recomputed|generation_tokens|prompt_tokens|prefix_cache_hits|preemptions)' || true
+  # The server's CPU ticks by thread kind (engine, io, the rest), so a phase's tokens can be put
+  # against the CPU the server got, which on a busy machine is not the whole core.
+  declare -A ticks=([engine]=0 [io]=0 [other]=0)
+  for t in /proc/$SERVER/task/*; do  # utime + stime: fields 14 and 15 (no spaces in our names)
+    read -r -a st <"$t/stat" 2>/dev/null || continue
+    case ${st[1]} in "(kvw-engine)") k=engine ;; "(kvw-io-"*) k=io ;; *) k=other ;; esac
+    ticks[$k]=$((ticks[$k] + st[13] + st[14]))
+  done
+  for k in engine io other; do echo "cpu_ticks_$k ${ticks[$k]}"; done
   sleep 2
 done) >"$OUT/scrape.txt" 2>/dev/null &
 taskset -c "$CLIENT_CPUS" "$KVW" bench --scenario bench/scenarios/retry_storm.json \

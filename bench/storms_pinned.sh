@@ -21,7 +21,7 @@
 # quiet window; e.g. CYCLES=8 WINDOW=6 averages out the fillers' drift), WARMUP (60), FILL_TOKENS (1500:3500; 4000:4000
 # keeps admission full with no gap for 2 minutes, so every storm request is a door refusal),
 # KEEP_ALIVE (unset; 1: storm senders reuse their connections), SERVE_ARGS (more `kvwarden serve`
-# flags for both storms, e.g. "--refusal-hold 1"), DURATION (600; 180 for a short run), QUIET (60), OUT (a
+# flags for both storms, e.g. "--refusal-hold 0" to turn the door's holds off), DURATION (600; 180 for a short run), QUIET (60), OUT (a
 # temp dir: logs and JSON reports), PORT (8471). Not part of ctest: it wants a quiet machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -228,7 +228,7 @@ nlohmann::json config_json(const ServeFlags& f) {
           {"max_queue", s.admission.max_queue},
           {"max_queue_wait_s", s.admission.max_queue_wait_s},
           {"refusal_hold_s", s.pacing.hold_s},
-          {"refusal_hold_after", s.pacing.hold_after},
+          {"refusal_hold_max", s.http.max_held_refusals},
           {"breaker_kv_threshold", s.breaker.kv_high},
           {"latency_sla_s", s.breaker.latency_sla_s},
           {"threads", e.n_threads},
@@ -472,16 +472,14 @@ void add_serve_command(CLI::App& app, int& exit_code) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--refusal-hold", s.pacing.hold_s,
-                  "Seconds a 429 (admission full) is held before it is written while the door "
-                  "refuses more than --refusal-hold-after requests a second (a retry storm), so "
-                  "clients that ignore Retry-After retry at most once per hold (0: off; never "
-                  "longer than the Retry-After it carries). Off by default: a held 429 also "
-                  "delays a client that would have taken the next free slot")
+                  "The longest a 429 (admission full) is held before it is written, for a "
+                  "request on a connection that comes back before the Retry-After of its last "
+                  "429 ran out: held until it runs out, so a client that ignores Retry-After "
+                  "retries once per Retry-After instead of once per round trip (0: off)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  cmd->add_option("--refusal-hold-after", s.pacing.hold_after,
-                  "Door refusals within a second before --refusal-hold applies")
-      ->check(CLI::NonNegativeNumber)
+  cmd->add_option("--refusal-hold-max", s.http.max_held_refusals,
+                  "429s held at once (--refusal-hold); past it a refusal is written at once")
       ->capture_default_str();
   cmd->add_option("--breaker-kv-threshold", s.breaker.kv_high,
                   "KV usage fraction above which the breaker warns, then sheds")

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <new>
 #include <utility>
 
@@ -167,6 +168,8 @@ void Connection::on_header(beast::error_code ec) {
 }
 
 bool Connection::check_door() {
+  const double now_s = double(req_.arrival_ns) * 1e-9;
+  req_.early_s = std::max(0.0, retry_at_s_ - now_s);
   std::optional<HttpResponse> early;
   try {
     early = route_->opt.door(req_);
@@ -175,15 +178,25 @@ bool Connection::check_door() {
     refuse(Refusal::kInternal);
     return true;
   }
+  retry_at_s_ = 0;  // set again below by a refusal that carries a Retry-After
   if (!early) return false;
   req_.door_pass.reset();
   // A body left unread would be parsed as the next request: skip it, or close after answering.
   if (body_pending_ && !early->close && keep_alive_ && skip_refused_body()) body_pending_ = false;
   early->close = early->close || body_pending_;
+  // Taken before it is checked, so I/O threads racing for the last place cannot both get it.
+  if (early->hold_s > 0 && s_.held_now.fetch_add(1) >= s_.cfg.max_held_refusals) {
+    --s_.held_now;
+    early->hold_s = 0;
+    ++s_.held_over_budget_total;
+  }
+  for (const auto& [name, value] : early->headers) {
+    if (iequals(name, "Retry-After"))
+      retry_at_s_ = now_s + early->hold_s + std::atof(value.c_str());
+  }
   if (early->hold_s > 0) {
     phase_ = Phase::kHolding;
     held_ = std::move(*early);
-    ++s_.held_now;
     ++s_.held_total;
     arm(held_->hold_s, [](Connection& c) {
       --c.s_.held_now;

@@ -185,6 +185,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint64_t memory_ticket_ = 0;
   std::string out_;
   std::optional<HttpResponse> held_;  // the door refusal being held
+  // Steady-clock seconds when the Retry-After of this connection's last door refusal runs out
+  // (0: none): a request before it came back early (HttpRequest::early_s).
+  double retry_at_s_ = 0;
   // Streaming.
   std::shared_ptr<ResponseStream> stream_;
   std::shared_ptr<std::atomic<bool>> wake_pending_ = std::make_shared<std::atomic<bool>>(false);

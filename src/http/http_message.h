@@ -40,6 +40,9 @@ struct HttpRequest {
   uint64_t arrival_ns = 0;  // steady clock: when the request's headers were complete
   ByteLease lease;          // request memory reserved for this request (body, parse, prompt)
   std::unique_ptr<DoorPass> door_pass;  // set by the route's door check, if any
+  // Seconds still to run of the Retry-After of the last door refusal on this connection: > 0
+  // when the client came back before it was told to (the door may hold its next refusal).
+  double early_s = 0;
 
   // Empty when absent; the first field of that name otherwise.
   std::string header(std::string_view name) const;
@@ -81,8 +84,9 @@ struct HttpResponse {
   std::string body;
   std::shared_ptr<ResponseStream> stream;  // when set: status, headers and body come from it
   bool close = false;                      // close the connection after this response
-  // A door refusal is written only after this many seconds (RefusalPacer): a client that
-  // retries as soon as it is answered then retries at most once per hold.
+  // A door refusal is written only after this many seconds (refusal_hold_s), unless
+  // HttpServerConfig::max_held_refusals are held already: a client that retries as soon as it
+  // is answered then retries at most once per hold.
   double hold_s = 0;
 
   void set_header(std::string name, std::string value);

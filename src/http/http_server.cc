@@ -219,6 +219,7 @@ HttpServerStats HttpServer::stats() const {
           .slow_consumers_total = s.slow_total.load(),
           .held_refusals = s.held_now.load(),
           .held_refusals_total = s.held_total.load(),
+          .held_refusals_over_budget_total = s.held_over_budget_total.load(),
           .stream_buffered_bytes = s.stream_buffered.load(),
           .header_bytes_copied_total = s.header_bytes_copied.load(),
           .request_memory = s.request_memory.stats()};

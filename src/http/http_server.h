@@ -69,6 +69,9 @@ struct HttpServerConfig {
   // unread (recv MSG_TRUNC) and the connection kept open, so a client that retries does not pay
   // a new connection per refusal; a larger or chunked one closes the connection after the answer.
   size_t max_discard_bytes = 1u << 20;
+  // Door refusals held at once (HttpResponse::hold_s): each is a connection and a timer, and
+  // past this many a refusal is written at once, so holds never take every connection.
+  size_t max_held_refusals = 1024;
   size_t stream_buffer_bytes = 64u << 10;  // unsent bytes one stream may queue behind a write
   uint64_t request_memory_bytes = 64ull << 20;
   uint64_t reserve_per_body_byte = 4;  // body + parsed JSON + rendered prompt
@@ -119,7 +122,8 @@ struct HttpServerStats {
   uint64_t slow_consumers_total = 0;
   uint64_t held_refusals = 0;  // now: door refusals waiting out their hold (hold_s)
   uint64_t held_refusals_total = 0;
-  uint64_t stream_buffered_bytes = 0;  // now: unsent bytes over all streams
+  uint64_t held_refusals_over_budget_total = 0;  // written at once: max_held_refusals were held
+  uint64_t stream_buffered_bytes = 0;            // now: unsent bytes over all streams
   // Header names and values copied out of the parser into requests, in all: a request refused
   // for its headers (431) copies none, so a flood of fields costs no allocation per field.
   uint64_t header_bytes_copied_total = 0;

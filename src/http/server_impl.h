@@ -79,7 +79,8 @@ struct HttpServer::Impl {
 
   std::atomic<uint64_t> open_connections{0}, peak_connections{0}, active_streams{0},
       handlers_queued{0}, handlers_running{0}, accepted_total{0}, rejected_total{0}, slow_total{0},
-      held_now{0}, held_total{0}, stream_buffered{0}, busy{0}, header_bytes_copied{0};
+      held_now{0}, held_total{0}, held_over_budget_total{0}, stream_buffered{0}, busy{0},
+      header_bytes_copied{0};
   // Connections by kind (ConnKind), for the limits at accept.
   std::atomic<uint64_t> regular_connections{0}, probe_connections{0};
 

@@ -227,9 +227,13 @@ void ServingMetrics::init_kvwarden() {
                         "429s being held before they are written (--refusal-hold).")
                     .with({});
   http_held_total_ = &r.counter("kvwarden_http_refusals_held_total",
-                                "429s held before they were written (--refusal-hold): retry "
-                                "storms paced.")
+                                "429s held before they were written (--refusal-hold): clients "
+                                "back before their Retry-After, paced.")
                           .with({});
+  http_hold_over_budget_ =
+      &r.counter("kvwarden_http_refusals_hold_over_budget_total",
+                 "429s written at once that would have been held: --refusal-hold-max were held.")
+           .with({});
   http_slow_ = &r.counter("kvwarden_http_slow_consumers_total",
                           "Streams dropped because the client read too slowly.")
                     .with({});
@@ -395,6 +399,7 @@ void ServingMetrics::update_transport(const http::HttpServerStats& t) {
   http_slow_->set_total(double(t.slow_consumers_total));
   http_held_->set(double(t.held_refusals));
   http_held_total_->set_total(double(t.held_refusals_total));
+  http_hold_over_budget_->set_total(double(t.held_refusals_over_budget_total));
   req_mem_used_->set(double(t.request_memory.used));
   req_mem_capacity_->set(double(t.request_memory.capacity));
   req_mem_peak_->set(double(t.request_memory.peak));

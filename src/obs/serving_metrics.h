@@ -128,8 +128,8 @@ class ServingMetrics {
   Gauge *http_conns_, *http_peak_conns_, *http_streams_, *http_buffered_, *http_preparing_,
       *req_mem_used_, *req_mem_capacity_, *req_mem_peak_, *req_mem_waiting_;
   Gauge* http_held_;
-  Counter *http_accepted_, *http_rejected_, *http_slow_, *http_held_total_, *req_mem_timeouts_,
-      *defrag_moves_;
+  Counter *http_accepted_, *http_rejected_, *http_slow_, *http_held_total_, *http_hold_over_budget_,
+      *req_mem_timeouts_, *defrag_moves_;
   Counter *window_freed_, *prefix_evictions_;
   Gauge *grammar_bytes_, *grammar_capacity_, *grammar_entries_;
   Counter *grammar_hits_, *grammar_misses_, *grammar_evicted_, *grammar_too_large_;

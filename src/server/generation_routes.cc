@@ -514,7 +514,7 @@ std::optional<HttpResponse> generation_door(ServerState& st, HttpRequest& req) {
   HttpResponse res;
   send_error(st, res, *e);
   // Only "full" is paced: a drain or a shedding breaker should move clients on at once.
-  if (e->status == 429) res.hold_s = st.pacer.on_refusal(now_s(), e->retry_after_s);
+  if (e->status == 429) res.hold_s = refusal_hold_s(st.cfg.pacing, req.early_s);
   return res;
 }
 

@@ -36,7 +36,7 @@ struct ServerConfig {
   // own.
   uint64_t grammar_cache_bytes = uint64_t{16} << 20;
   AdmissionConfig admission;
-  RefusalPacing pacing;  // how door refusals are held in a retry storm (refusal_pacer.h)
+  RefusalPacing pacing;  // how a 429 to a client back too early is held (refusal_pacer.h)
   BreakerConfig breaker;
   // Tests only (fault injection, issue 30): called on an I/O thread before each generated
   // token is detokenised, with the choice's prompt length and its tokens so far; what it

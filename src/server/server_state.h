@@ -38,7 +38,6 @@ struct ServerState {
   bool harmony_output = false;  // chat answers are harmony channels (tool_calling.h writes_harmony)
   AdmissionController admission;
   SlotEnds slot_ends;  // when running choices end: admission's wait for a slot
-  RefusalPacer pacer;
   Breaker breaker;
   LatencyWindow latency;
   RefusalCounters refusals;
@@ -55,11 +54,7 @@ struct ServerState {
   }
 
   ServerState(const ServerConfig& c, Engine& e)
-      : cfg(c),
-        engine(&e),
-        admission(c.admission, e.limits().max_num_seqs),
-        pacer(c.pacing),
-        breaker(c.breaker) {}
+      : cfg(c), engine(&e), admission(c.admission, e.limits().max_num_seqs), breaker(c.breaker) {}
 
   const Tokenizer& tokenizer() const { return engine->tokenizer(); }
   // The vocabulary's byte trie for constrained decoding, built on first use (a server that never

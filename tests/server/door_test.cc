@@ -4,6 +4,7 @@
 // that passed the door gives its reserved admission slot back on every early exit.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <thread>
@@ -221,10 +222,14 @@ TEST(ServerDoor, DoorSlotGoesBackOnEveryEarlyExit) {
             h.server->transport_config().reserve_fixed_bytes);
 }
 
-// Sends a whole small completion on `fd` and reads one answer (headers + Content-Length body).
-std::string ask_once(int fd) {
+// Sends a whole small completion on `fd`.
+void send_once(int fd) {
   const std::string body = R"({"prompt":"hi","max_tokens":1})";
   EXPECT_TRUE(send_all(fd, headers_only("/v1/completions", body.size()) + body));
+}
+
+// Reads one answer (headers + Content-Length body) from `fd`.
+std::string read_once(int fd) {
   std::string got;
   char buf[4096];
   while (true) {
@@ -240,38 +245,87 @@ std::string ask_once(int fd) {
   return got;
 }
 
-// Issue 34, retry storms: once the door refuses more than --refusal-hold-after requests a
-// second, a 429 is written only after --refusal-hold, so a client that retries the moment it
-// is answered (ignoring Retry-After) retries at most once per hold. The kept-alive connection
-// survives the hold and serves the next request.
-TEST(ServerDoor, StormRefusalsAreHeldBeforeTheyAreWritten) {
+std::string ask_once(int fd) {
+  send_once(fd);
+  return read_once(fd);
+}
+
+double retry_after_s(const std::string& answer) {
+  const size_t at = answer.find("Retry-After: ");
+  return at == std::string::npos ? -1 : std::stod(answer.substr(at + 13));
+}
+
+// Issue 34, retry storms: a connection that comes back before the Retry-After of its last 429
+// has run out gets its next 429 only when it runs out (at most --refusal-hold), so a client
+// that ignores Retry-After retries once per Retry-After, not once per round trip. The first
+// refusal on a connection is answered at once, the held one still carries Retry-After, and the
+// kept-alive connection survives the hold.
+TEST(ServerDoor, AClientBackBeforeItsRetryAfterIsHeldUntilItRunsOut) {
   ServerConfig cfg;
   cfg.admission.max_queue = 1;
-  cfg.pacing = {.hold_s = 0.6, .hold_after = 2};
+  cfg.pacing.hold_s = 1.5;  // under the Retry-After this server gives, so the hold decides
   BusyServer b(cfg);
   Harness& h = *b.h;
   b.start_stream();  // runs
   b.start_stream();  // queues: admission is full
   const int fd = connect_to(h.server->port());
   ASSERT_GE(fd, 0);
-  for (int i = 0; i < 2; ++i) {  // within the allowance: answered at once, none held
-    const std::string got = ask_once(fd);
+  auto t0 = Clock::now();
+  std::string got = ask_once(fd);
+  ASSERT_TRUE(got.starts_with("HTTP/1.1 429")) << got;
+  const double retry_after = retry_after_s(got);
+  ASSERT_GE(retry_after, 1) << got;
+  // A new connection is a new client as far as the door knows: answered at once.
+  const int other = connect_to(h.server->port());
+  ASSERT_GE(other, 0);
+  EXPECT_TRUE(ask_once(other).starts_with("HTTP/1.1 429"));
+  ::close(other);
+  EXPECT_EQ(h.server->transport().held_refusals_total, 0u) << "a first refusal is not held";
+  for (int i = 0; i < 2; ++i) {  // back at once, as a client that ignores Retry-After
+    got = ask_once(fd);
+    const double since_last = std::chrono::duration<double>(Clock::now() - t0).count();
+    t0 = Clock::now();
     ASSERT_TRUE(got.starts_with("HTTP/1.1 429")) << got;
-    EXPECT_EQ(h.server->transport().held_refusals_total, 0u);
-  }
-  for (int i = 0; i < 2; ++i) {
-    const auto t0 = Clock::now();
-    const std::string got = ask_once(fd);
-    const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
-    ASSERT_TRUE(got.starts_with("HTTP/1.1 429")) << got;
-    EXPECT_NE(got.find("Retry-After: "), std::string::npos) << got;
-    EXPECT_GE(waited, 0.55) << "a storm refusal was written before its hold";
+    EXPECT_GE(retry_after_s(got), 1) << got;
+    EXPECT_GE(since_last, std::min(retry_after, cfg.pacing.hold_s) - 0.05)
+        << "answered before the last Retry-After ran out";
   }
   ::close(fd);
   EXPECT_EQ(h.server->transport().held_refusals_total, 2u);
   EXPECT_EQ(h.server->transport().held_refusals, 0u);
   EXPECT_EQ(sample(b.metrics(), "kvwarden_http_refusals_held_total"), 2);
   EXPECT_EQ(h.server->refusals().get(RefusalReason::kQueueFull), 4u);
+}
+
+// Holds are bounded: past --refusal-hold-max held at once, a refusal that would be held is
+// written at once (and counted), so holds cannot take every connection.
+TEST(ServerDoor, HeldRefusalsAreBoundedByTheHoldBudget) {
+  ServerConfig cfg;
+  cfg.admission.max_queue = 1;
+  cfg.pacing.hold_s = 1.5;
+  cfg.http.max_held_refusals = 1;
+  BusyServer b(cfg);
+  Harness& h = *b.h;
+  b.start_stream();
+  b.start_stream();
+  const int fd1 = connect_to(h.server->port()), fd2 = connect_to(h.server->port());
+  ASSERT_GE(fd1, 0);
+  ASSERT_GE(fd2, 0);
+  ASSERT_TRUE(ask_once(fd1).starts_with("HTTP/1.1 429"));
+  ASSERT_TRUE(ask_once(fd2).starts_with("HTTP/1.1 429"));
+  // Both back at once: one is held (the whole Retry-After), the other finds the budget spent.
+  send_once(fd1);
+  send_once(fd2);
+  for (const int fd : {fd1, fd2}) {
+    const std::string got = read_once(fd);
+    EXPECT_TRUE(got.starts_with("HTTP/1.1 429")) << got;
+    EXPECT_GE(retry_after_s(got), 1) << got;
+  }
+  ::close(fd1);
+  ::close(fd2);
+  EXPECT_EQ(h.server->transport().held_refusals_total, 1u);
+  EXPECT_EQ(h.server->transport().held_refusals_over_budget_total, 1u);
+  EXPECT_EQ(sample(b.metrics(), "kvwarden_http_refusals_hold_over_budget_total"), 1);
 }
 
 }  // namespace
