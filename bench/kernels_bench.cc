@@ -188,6 +188,21 @@ void register_all() {
       }
     }
   }
+  // Decode through a 151936-token output head of width 1024 (Qwen3-0.6B's, tied: Q6_K left
+  // unpacked in a Q4_K_M file; untied heads are packed).
+  for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    for (int threads : {1, 2}) {
+      for (bool packed : {false, true}) {
+        const std::string name = std::string(packed ? "BM_MatmulPacked/" : "BM_Matmul/") +
+                                 std::string(type_traits(t).name) +
+                                 "/151936x1024/tokens:1/threads:" + std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), bm_matmul,
+                                     MatmulCase{t, 151936, 1024, 1, threads, packed})
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
+      }
+    }
+  }
   const std::tuple<KvDtype, int64_t, int64_t> attention_cases[] = {
       {KvDtype::kF16, 1, 4096},  {KvDtype::kF16, 1, 32768}, {KvDtype::kInt8, 1, 32768},
       {KvDtype::kF16, 16, 512},  {KvDtype::kF16, 16, 2048}, {KvDtype::kF16, 16, 8192},

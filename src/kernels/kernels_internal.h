@@ -203,7 +203,11 @@ void matmul_packed_kquant_tail(GgmlType wtype, const void* w, int64_t n_rows, in
 namespace avx512vnni {
 void matmul_packed_kquant(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in,
                           const void* xq, int64_t n_tokens, float* y, int ith, int nth);
-}
+// One token x unpacked Q6_K rows (ith's share), the AVX2 table's bits (x86/avx512vnni_gemv.cc);
+// false, having written nothing, where n_in is outside what it takes.
+bool gemv_q6_k(const void* w, int64_t n_rows, int64_t n_in, const void* xq, float* y, int ith,
+               int nth);
+}  // namespace avx512vnni
 
 // MXFP4's E8M0 block scale 2^(e - 128) (ggml's E8M0 half); MXFP4 packs and multiplies as the
 // other int8 types above (levels + 12 unsigned, the offset removed with 3 x (neg128 >> 5)).

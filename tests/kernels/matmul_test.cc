@@ -7,6 +7,7 @@
 #include <cstring>
 #include <span>
 
+#include "gguf/quant_blocks.h"
 #include "kernels/kernels_internal.h"
 #include "kernels_test_util.h"
 
@@ -169,6 +170,52 @@ TEST(KernelsMatmul, DequantTypesAreBitIdenticalAcrossTablesAndThreads) {
           EXPECT_EQ(t->packs(wtype, s.n_rows, s.n_in), false);
           const auto got =
               testing::matmul(*t, wtype, w.data(), s.n_rows, s.n_in, xq.data(), s.n_tokens, nth);
+          ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0);
+        }
+      }
+    }
+  }
+}
+
+// One token x unpacked Q6_K (a tied output head): the avx512vnni table's GEMV must give the
+// AVX2 tile's bits (every x86 table's unpacked K-quant arithmetic), also at the extremes: quants
+// 0 and 63, scales -128 and 127, activations -128 and 127, and past the n_in it takes (16640:
+// 65 super-blocks, the fallback), on thread splits that leave rows outside 16-row ranges.
+TEST(KernelsMatmul, OneTokenUnpackedQ6_KGivesTheAvx2TileBitsInEveryX86Table) {
+  const KernelTable* avx2 = nullptr;
+  for (const KernelTable* t : available_kernel_tables()) {
+    if (std::strcmp(t->isa, "avx2") == 0) avx2 = t;
+  }
+  if (avx2 == nullptr) GTEST_SKIP() << "no AVX2 on this CPU";
+  const GgmlType wtype = GgmlType::kQ6_K;
+  const Shape shapes[] = {{77, 1024, 1}, {40, 256, 1}, {19, 16640, 1}};
+  for (const Shape& s : shapes) {
+    for (bool extreme : {false, true}) {
+      auto w = testing::make_weights(wtype, s.n_rows, s.n_in, 41);
+      const auto x = testing::random_floats(s.n_in, 42);
+      auto xq = testing::quantize_act(kernels_ref(), wtype, x.data(), 1, s.n_in);
+      const int64_t nsb = s.n_in / kQK_K;
+      if (extreme) {
+        for (int64_t i = 0; i < s.n_rows * nsb; ++i) {
+          auto* q = reinterpret_cast<BlockQ6_K*>(w.data()) + i;
+          std::memset(q->ql, i % 2 ? 0xFF : 0xF0, sizeof(q->ql));
+          std::memset(q->qh, i % 3 ? 0xFF : 0x00, sizeof(q->qh));
+          for (int g = 0; g < 16; ++g) q->scales[g] = (int8_t)((g + i) % 3 == 0 ? -128 : 127);
+        }
+        for (int64_t b = 0; b < nsb; ++b) {
+          auto& xb = reinterpret_cast<BlockQ8_K*>(xq.data())[b];
+          for (int e = 0; e < kQK_K; ++e) xb.qs[e] = (int8_t)((e / 16 + b) % 3 ? -128 : 127);
+          for (int g = 0; g < kQK_K / 16; ++g) xb.bsums[g] = (int16_t)(16 * xb.qs[16 * g]);
+        }
+      }
+      const auto want = testing::matmul(*avx2, wtype, w.data(), s.n_rows, s.n_in, xq.data(), 1);
+      for (const KernelTable* t : available_kernel_tables()) {
+        if (std::strcmp(t->isa, "ref") == 0) continue;  // its own summation order
+        for (int nth : {1, 2, 3}) {
+          SCOPED_TRACE(std::string(t->isa) + " n_in " + std::to_string(s.n_in) + " extreme " +
+                       std::to_string(extreme) + " nth " + std::to_string(nth));
+          const auto got =
+              testing::matmul(*t, wtype, w.data(), s.n_rows, s.n_in, xq.data(), 1, nth);
           ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0);
         }
       }

@@ -410,6 +410,9 @@ TEST(KernelsPackedMatmul, KquantExtremesStayExact) {
         ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
         EXPECT_LT(testing::nmse(got, unpacked), 1e-10);
       }
+      // Token 0 alone: the one-token (GEMV) path.
+      const auto one = matmul_packed(*t, wtype, wp.data(), n_rows, n_in, x8, 1, 2);
+      ASSERT_EQ(std::memcmp(one.data(), want.data(), one.size() * sizeof(float)), 0) << t->isa;
     }
   }
 }

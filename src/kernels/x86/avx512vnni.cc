@@ -271,12 +271,24 @@ void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, 
   }
 }
 
+// The AVX-512 table's matmul, with one-token unpacked Q6_K (a tied output head) on the VNNI
+// GEMV, which gives the same bits.
+void matmul(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, const void* xq,
+            int64_t n_tokens, float* y, int ith, int nth) {
+  if (wtype == GgmlType::kQ6_K && n_tokens == 1 &&
+      avx512vnni::gemv_q6_k(w, n_rows, n_in, xq, y, ith, nth)) {
+    return;
+  }
+  avx512_table().matmul(wtype, w, n_rows, n_in, xq, n_tokens, y, ith, nth);
+}
+
 }  // namespace
 
 const KernelTable& avx512vnni_table() {
   static const KernelTable table = [] {
     KernelTable t = avx512_table();
     t.isa = "avx512vnni";
+    t.matmul = matmul;
     t.matmul_packed = matmul_packed;
     return t;
   }();
