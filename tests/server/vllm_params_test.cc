@@ -22,6 +22,12 @@ std::vector<int32_t> prompt_ids(int len, int32_t n_vocab) {
   return p;
 }
 
+// A member of a const object, null when absent (const operator[] asserts on a missing key, and
+// stream chunks leave out what they do not carry).
+json member(const json& j, const char* key) {
+  return j.is_object() && j.contains(key) ? j[key] : json();
+}
+
 // A streamed answer's text per choice, its finish reasons and its usage.
 struct Streamed {
   std::vector<std::string> text;
@@ -39,13 +45,13 @@ Streamed stream(Harness& h, const std::string& path, json req) {
   for (const std::string& e : sse_events(r->body)) {
     if (e == "[DONE]") continue;
     const json c = json::parse(e);
-    if (!c["usage"].is_null()) s.usage = c["usage"];
+    if (!member(c, "usage").is_null()) s.usage = c["usage"];
     for (const json& ch : c["choices"]) {
       const auto i = ch["index"].get<size_t>();
       if (s.text.size() <= i) s.text.resize(i + 1), s.finish.resize(i + 1);
-      const json& t = chat ? ch["delta"]["content"] : ch["text"];
+      const json t = chat ? member(member(ch, "delta"), "content") : member(ch, "text");
       if (t.is_string()) s.text[i] += t.get<std::string>();
-      if (ch["finish_reason"].is_string()) s.finish[i] = ch["finish_reason"];
+      if (member(ch, "finish_reason").is_string()) s.finish[i] = ch["finish_reason"];
     }
   }
   return s;
