@@ -21,7 +21,7 @@
 # quiet window; e.g. CYCLES=8 WINDOW=6 averages out the fillers' drift), WARMUP (60), FILL_TOKENS (1500:3500; 4000:4000
 # keeps admission full with no gap for 2 minutes, so every storm request is a door refusal),
 # KEEP_ALIVE (unset; 1: storm senders reuse their connections), SERVE_ARGS (more `kvwarden serve`
-# flags for both storms, e.g. "--refusal-hold 0" to turn the door's holds off), DURATION (600; 180 for a short run), QUIET (60), OUT (a
+# flags for both storms, e.g. "--refusal-hold 0" to turn the door's holds off), DURATION (600; 180 for a short run), QUIET (180), OUT (a
 # temp dir: logs and JSON reports), PORT (8471). Not part of ctest: it wants a quiet machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -78,7 +78,7 @@ run_retry() {  # name server-command...
   PIDS+=("$pid")
   wait_healthy "http://127.0.0.1:$PORT" 300
   client "$KVW" bench --scenario bench/scenarios/retry_storm.json --base-url "http://127.0.0.1:$PORT" \
-    --server-pid "$pid" --duration "${DURATION:-600}" --quiet-phase "${QUIET:-60}" \
+    --server-pid "$pid" --duration "${DURATION:-600}" --quiet-phase "${QUIET:-180}" \
     --output-json "$OUT/$name.json" 2>&1 | tail -40 | tee "$OUT/$name.txt"
   stop_server "$pid"
 }

@@ -379,6 +379,8 @@ int run_one(BenchOptions o, const std::vector<Criterion>& criteria) {
                                                    capacity, refusals_in_run, storm_cpu, quiet_cpu);
   for (auto& [k, v] : vs_quiet.items()) report[k] = v;
   for (auto& [k, v] : quiet_mix.items()) report[k] = v;
+  if (o.quiet_phase_s > 0)  // the reference both phases' completed mixes are read against
+    report.update(workload_mix(specs.value()));
   report["quiet_capacity_source"] = o.quiet_phase_s > 0    ? "measured"
                                     : o.quiet_capacity > 0 ? "given"
                                                            : "none";

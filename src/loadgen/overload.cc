@@ -82,6 +82,12 @@ nlohmann::json completed_mix(const std::vector<RequestResult>& results) {
           {"completed_mean_output_tokens", static_cast<double>(output) / d}};
 }
 
+nlohmann::json workload_mix(const std::vector<RequestSpec>& specs) {
+  double output = 0;
+  for (const auto& s : specs) output += static_cast<double>(s.max_tokens) * std::max(s.n, 1);
+  return {{"workload_mean_output_tokens", specs.empty() ? 0.0 : output / specs.size()}};
+}
+
 nlohmann::json compare_to_quiet(double goodput_tokens_per_s, double quiet_capacity_tokens_per_s,
                                 int64_t refusals, const CpuWindow& storm, const CpuWindow& quiet) {
   nlohmann::json out;
@@ -141,6 +147,7 @@ std::string format_overload(const nlohmann::json& r) {
   row("  mean prompt tokens:", "quiet_completed_mean_input_tokens", "%-42s %12.0f\n");
   row("  mean output tokens (all choices):", "quiet_completed_mean_output_tokens",
       "%-42s %12.1f\n");
+  row("Workload: mean output tokens asked:", "workload_mean_output_tokens", "%-42s %12.1f\n");
   row("Admitted requests:", "admitted", kCount);
   row("P50 admitted wait (ms):", "p50_admitted_wait_ms");
   row("P99 admitted wait (ms):", "p99_admitted_wait_ms");

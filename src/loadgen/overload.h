@@ -15,6 +15,7 @@
 
 #include "loadgen/prom.h"
 #include "loadgen/stats.h"
+#include "loadgen/workload.h"
 
 namespace kvw::loadgen {
 
@@ -45,6 +46,11 @@ nlohmann::json summarize_overload(const std::vector<RequestResult>& results, dou
 // completed_mean_output_tokens (all choices). Goodput in tokens/s depends on this mix, so a
 // storm compares with its quiet phase only where the two mixes agree.
 nlohmann::json completed_mix(const std::vector<RequestResult>& results);
+
+// What the workload asks for on average: workload_mean_output_tokens (max_tokens x choices over
+// every request of the pool). Both phases draw from this pool, so whichever completed mix sits
+// far from it is the phase whose sample is off (a short quiet phase completes a few hundred).
+nlohmann::json workload_mix(const std::vector<RequestSpec>& specs);
 
 // Server CPU seconds used over a window of wall_s seconds (NaN: not measured).
 struct CpuWindow {

@@ -618,6 +618,9 @@ TEST(Bench, RetryStormScenarioReportsGoodputAgainstAQuietPhaseAndCpu) {
   EXPECT_GT(j["quiet_capacity_tokens_per_s"].get<double>(), 0);
   EXPECT_GT(j["requests_aborted"].get<int>(), 0);
   EXPECT_GT(j["impatient_requests"].get<int>(), 0);
+  // 3 tokens x n of 1-4 choices per request: the pool's mean lies strictly between the ends.
+  EXPECT_GT(j["workload_mean_output_tokens"].get<double>(), 3.0);
+  EXPECT_LT(j["workload_mean_output_tokens"].get<double>(), 12.0);
   EXPECT_GT(j["server_cpu_s"].get<double>(), 0);
   std::filesystem::remove_all(dir);
 }

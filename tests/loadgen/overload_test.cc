@@ -70,6 +70,15 @@ TEST(Overload, CompletedMixIsTheMeanPromptAndOutputOfCompletedRequests) {
   EXPECT_EQ(summarize_overload(rs, 1.0, OverloadOptions{})["completed_requests"], 2);
 }
 
+TEST(Overload, WorkloadMixIsTheMeanOutputAskedOverThePoolCountingChoices) {
+  std::vector<RequestSpec> specs(3);
+  specs[0].max_tokens = 100, specs[0].n = 0;  // n not sent: one choice
+  specs[1].max_tokens = 20, specs[1].n = 4;
+  specs[2].max_tokens = 60, specs[2].n = 2;
+  EXPECT_DOUBLE_EQ(workload_mix(specs)["workload_mean_output_tokens"].get<double>(), 100.0);
+  EXPECT_DOUBLE_EQ(workload_mix({})["workload_mean_output_tokens"].get<double>(), 0.0);
+}
+
 TEST(Overload, RefusalsWaitsAndTheBoundArePerAttempt) {
   std::vector<RequestResult> rs;
   for (int i = 1; i <= 100; ++i) rs.push_back(completed(1, i));  // waits 1..100 ms
