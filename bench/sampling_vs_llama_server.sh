@@ -20,7 +20,9 @@
 # the commit and the CPU's flags.
 # Environment: KVW (build-bench/apps/kvwarden/kvwarden, else build/...), LLAMA_SERVER (none),
 # VOCABS ("32000 151936 262144"), STREAMS ("1 16"), MODES ("greedy t1 p09"; a rerun of some
-# modes into the same OUT keeps the others' reports for the table), REPS (3), GEN (64), THREADS (nproc),
+# modes into the same OUT keeps the others' reports for the table), REPS (3), ROUNDS (1: requests
+# per stream in a cell, at least 2 in all; one round of 16 x 64 tokens lasts ~0.4 s on kvwarden,
+# short enough for a neighbour's burst to move a cell 20%), GEN (64), THREADS (nproc),
 # OUT (a temp dir; models are kept there and reused), PORT (8461; llama-server PORT+1).
 # Not part of ctest: it takes a few minutes and wants a quiet machine.
 set -euo pipefail
@@ -36,6 +38,7 @@ LLAMA_SERVER=${LLAMA_SERVER:-}
 VOCABS=${VOCABS:-"32000 151936 262144"}
 STREAMS=${STREAMS:-"1 16"}
 REPS=${REPS:-3}
+ROUNDS=${ROUNDS:-1}
 GEN=${GEN:-64}
 THREADS=${THREADS:-$(nproc)}
 OUT=${OUT:-$(mktemp -d)}
@@ -64,7 +67,7 @@ wait_healthy() {  # url seconds
 
 # One cell: kvwarden bench against url; writes the JSON report to $4.
 drive() {  # url streams mode json
-  local n=$(($2 == 1 ? 2 : $2))
+  local n=$(($2 * ROUNDS < 2 ? 2 : $2 * ROUNDS))
   "$KVW" bench --base-url "$1" --pattern closed --concurrency "$2" --num-requests "$n" \
     --input-len fixed:32 --output-len "fixed:$GEN" --extra-body "${MODE_BODY[$3]}" --max-retries 0 --no-metrics --quiet --output-json "$4" >/dev/null 2>>"$OUT/bench.err"
 }
