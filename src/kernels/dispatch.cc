@@ -185,6 +185,16 @@ const KernelTable& kernels_ref() {
   return ref_table();
 }
 
+bool attention_bf16_dot_supported(const KernelTable& table) {
+#if defined(KVW_HAVE_X86)
+  __builtin_cpu_init();
+  return std::strncmp(table.isa, "avx512", 6) == 0 && __builtin_cpu_supports("avx512bf16");
+#else
+  (void)table;
+  return false;
+#endif
+}
+
 std::span<const KernelTable* const> available_kernel_tables() {
   static const std::vector<const KernelTable*> tables = [] {
     std::vector<const KernelTable*> out;
