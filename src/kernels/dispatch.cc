@@ -187,8 +187,10 @@ const KernelTable& kernels_ref() {
 
 bool attention_bf16_dot_supported(const KernelTable& table) {
 #if defined(KVW_HAVE_X86)
-  __builtin_cpu_init();
-  return std::strncmp(table.isa, "avx512", 6) == 0 && __builtin_cpu_supports("avx512bf16");
+  // The AVX-512 tables' attention (x86/attention_avx512.cc) is the one that implements it; its
+  // table is only touched once the CPU is known to run it.
+  return cpu_supports(Isa::kAvx512) && __builtin_cpu_supports("avx512bf16") &&
+         table.attention_segment == avx512_table().attention_segment;
 #else
   (void)table;
   return false;

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "kernels_test_util.h"
 
@@ -211,11 +212,14 @@ TEST(KernelsAttentionBf16, TilesAndSplitEqualAloneAndStayWithinTheBf16Bound) {
   }
 }
 
-// The f32 path is the default, and a table without bf16_dot (ref) ignores the flag: the same
-// bits either way.
+// The f32 path is the default; ref and the AVX2 tables do not claim bf16_dot, and a table
+// without it (ref) ignores the flag: the same bits either way.
 TEST(KernelsAttentionBf16, DefaultIsF32AndTablesWithoutItIgnoreTheFlag) {
   EXPECT_FALSE(AttnScores{0.125f}.bf16_dot);
   EXPECT_FALSE(attention_bf16_dot_supported(kernels_ref()));
+  for (const KernelTable* t : available_kernel_tables()) {
+    if (std::string(t->isa).rfind("avx2", 0) == 0) EXPECT_FALSE(attention_bf16_dot_supported(*t));
+  }
   const int32_t hd = 64, n_heads = kKvHeads * 4;
   const Kv kv(KvDtype::kF16, hd);
   const auto q = testing::random_floats(n_heads * hd, 17, 3.0f);
