@@ -11,7 +11,9 @@
 // soft-capped, masked; the max (exact in any order); exp512's operations (below, on 8 lanes); the
 // weights summed in position order. Zen 4 runs AVX-512 on two 256-bit FMA pipes, so a __m256 FMA
 // does half the work of a __m512 one at twice the rate; a CPU with two 512-bit FMA ports scores at
-// half its peak here (the V accumulation stays __m512).
+// half its peak here (the V accumulation stays __m512). Under AttnScores::bf16_dot (BF16 rows
+// too) q is rounded to bf16 pairs once per tile, K rows to bf16 once per chunk, and the scores
+// come from attention_bf16_avx512.cc's vdpbf16ps loop in the same lanes; the rest is unchanged.
 #include <algorithm>
 #include <cstring>
 
