@@ -29,7 +29,8 @@ namespace {
 constexpr int32_t kHd = 64, kGroup = 8, kKvHeads = 4, kBlock = 16;
 constexpr int64_t kMinKvBytes = int64_t{512} << 20;
 
-void bm_decode_attention(benchmark::State& state, KvDtype dtype, int64_t depth, int threads) {
+void bm_decode_attention(benchmark::State& state, KvDtype dtype, int64_t depth, int threads,
+                         bool bf16_dot) {
   const KernelTable& k = kernels();
   const int64_t n_blocks = (depth + kBlock - 1) / kBlock;
   const int64_t row_bytes = (int64_t)kv_elem_bytes(dtype) * kHd;
@@ -87,8 +88,8 @@ void bm_decode_attention(benchmark::State& state, KvDtype dtype, int64_t depth, 
           float* part = parts + j / nth * part_floats;
           const AttnQuery query = {q.data() + g * kGroup * kHd, part, s0,
                                    std::min(depth, s0 + kAttnSegment)};
-          k.attention_segment({&query, 1}, kGroup, kv_head_view(view, g), table, {0.125f},
-                              part + kGroup * kHd, mine);
+          k.attention_segment({&query, 1}, kGroup, kv_head_view(view, g), table,
+                              {0.125f, 0.0f, nullptr, bf16_dot}, part + kGroup * kHd, mine);
         }
       });
     }
@@ -104,7 +105,8 @@ void bm_decode_attention(benchmark::State& state, KvDtype dtype, int64_t depth, 
 }
 
 void register_all() {
-  bench::register_attention_sweep("BM_DecodeAttention", bm_decode_attention, {4096, 8192, 32768});
+  bench::register_attention_sweep("BM_DecodeAttention", bm_decode_attention, {4096, 8192, 32768},
+                                  attention_bf16_dot_supported(kernels()));
 }
 
 }  // namespace

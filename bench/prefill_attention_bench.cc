@@ -26,7 +26,8 @@ namespace {
 constexpr int32_t kHd = 64, kGroup = 8, kKvHeads = 4, kBlock = 16, kHeads = kGroup * kKvHeads;
 constexpr int64_t kChunk = 512, kTile = 16;
 
-void bm_prefill_attention(benchmark::State& state, KvDtype dtype, int64_t depth, int threads) {
+void bm_prefill_attention(benchmark::State& state, KvDtype dtype, int64_t depth, int threads,
+                          bool bf16_dot) {
   const KernelTable& k = kernels();
   const int64_t n_pos = depth + kChunk;
   const int64_t n_blocks = (n_pos + kBlock - 1) / kBlock;
@@ -73,8 +74,8 @@ void bm_prefill_attention(benchmark::State& state, KvDtype dtype, int64_t depth,
             const int64_t off = (t * kHeads + g * kGroup) * kHd;
             tile[t - t0] = {q.data() + off, out.data() + off, 0, depth + t + 1};
           }
-          k.attention({tile, (size_t)kTile}, kGroup, kv_head_view(view, g), table, {0.125f},
-                      scratch.data() + ith * scratch_floats);
+          k.attention({tile, (size_t)kTile}, kGroup, kv_head_view(view, g), table,
+                      {0.125f, 0.0f, nullptr, bf16_dot}, scratch.data() + ith * scratch_floats);
         }
       }
     });
@@ -92,7 +93,8 @@ void bm_prefill_attention(benchmark::State& state, KvDtype dtype, int64_t depth,
 }
 
 void register_all() {
-  bench::register_attention_sweep("BM_PrefillAttention", bm_prefill_attention, {0, 8192, 32768});
+  bench::register_attention_sweep("BM_PrefillAttention", bm_prefill_attention, {0, 8192, 32768},
+                                  attention_bf16_dot_supported(kernels()));
 }
 
 }  // namespace

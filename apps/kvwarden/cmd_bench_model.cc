@@ -30,7 +30,7 @@ struct BenchModelFlags {
   std::vector<int32_t> n_prompt = {512}, n_gen = {128}, n_depth = {0}, streams = {1};
   int repetitions = 3, threads = 0;
   int32_t batch_size = 512;
-  std::string kv_dtype = "f16", output = "md", json_path;
+  std::string kv_dtype = "f16", output = "md", json_path, attention_dot = "f32";
   bool probes = true;
   RopeFlags rope;
 };
@@ -226,6 +226,7 @@ int run(const BenchModelFlags& f) {
     ModelOptions opt;
     opt.n_threads = m.threads;
     opt.max_batch_tokens = std::max(f.batch_size, max_streams);
+    opt.attention_bf16_dot = f.attention_dot == "bf16";
     auto rope = rope_override(f.rope);
     if (!rope.ok()) return fail(rope.message(), 2);
     opt.rope = *rope;
@@ -316,6 +317,7 @@ int run(const BenchModelFlags& f) {
                           {"model_n_params", params},
                           {"kernels", kernels::kernels().isa},
                           {"kv_cache_dtype", f.kv_dtype},
+                          {"attention_dot", f.attention_dot},
                           {"batch_size", f.batch_size},
                           {"matmul_macs_per_token", macs},
                           {"results", jr}});
@@ -385,6 +387,13 @@ void add_bench_model_command(CLI::App& app, int& exit_code) {
                   "Prompt tokens per forward pass (llama-bench's -ub)")
       ->default_val(512);
   cmd->add_option("--kv-cache-dtype", f->kv_dtype, "f16, bf16, f32 or int8")->default_val("f16");
+  cmd->add_option(
+         "--attention-dot", f->attention_dot,
+         "Attention q.k products: f32 (default) or bf16 (vdpbf16ps on bf16-rounded q and K, "
+         "faster decode at depth; still bit-identical across batching, threads and "
+         "chunking; refused at start-up without AVX512_BF16)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->default_val("f32");
   add_rope_flags(cmd, &f->rope);
   cmd->add_option("-o,--output", f->output, "md (table on stdout) or json")->default_val("md");
   cmd->add_option("--json", f->json_path, "Also write the JSON report to this file");

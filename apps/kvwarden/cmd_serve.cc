@@ -42,7 +42,8 @@ struct ServeFlags {
   std::string memory_budget, request_memory = "64MiB", grammar_cache = "16MiB", swap_space,
                              kv_dtype = "f16", preemption_mode = "swap", overflow = "error",
                              kv_reserve = "none", chat_template_file, diagnostics_dir,
-                             kv_events_json, diagnostics_max_bytes = "64MiB", speculative_config;
+                             kv_events_json, diagnostics_max_bytes = "64MiB", speculative_config,
+                             attention_dot = "f32";
   double diagnostics_min_interval_s = 60;
   uint32_t diagnostics_max_files = 64;
   uint64_t diagnostics_max_bytes_value = 0;  // parsed from diagnostics_max_bytes
@@ -121,6 +122,7 @@ Result<ServeModel> resolve(ServeFlags& f) {
                  "bf16, f32 or int8"};
   }
   e.kv_dtype = *dtype;
+  e.attention_bf16_dot = f.attention_dot == "bf16";
   auto pm = parse_preemption_mode(f.preemption_mode);
   if (!pm.ok()) return pm.error();
   e.sched.preemption_mode = *pm;
@@ -517,6 +519,13 @@ void add_serve_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
   cmd->add_option("--kv-dtype,--kv-cache-dtype", f->kv_dtype, "KV cache type: f16, bf16, f32, int8")
+      ->capture_default_str();
+  cmd->add_option(
+         "--attention-dot", f->attention_dot,
+         "Attention q.k products: f32 (default) or bf16 (vdpbf16ps on bf16-rounded q and K, "
+         "faster decode at depth; still bit-identical across batching, threads and "
+         "chunking; refused at start-up without AVX512_BF16)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
   cmd->add_option("--max-num-seqs", e.sched.max_num_seqs, "Requests running at once")
       ->capture_default_str();

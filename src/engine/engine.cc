@@ -166,6 +166,7 @@ Status Engine::init(const EngineConfig& cfg, std::unique_ptr<GgufFile> file, Mod
   mo.n_threads = cfg.n_threads;
   mo.max_batch_tokens = (int32_t)cfg.sched.max_num_batched_tokens;
   mo.activation_clamp = cfg.activation_clamp;
+  mo.attention_bf16_dot = cfg.attention_bf16_dot;
   mo.rope = cfg.rope;
   mo.max_model_len = cfg.sched.max_model_len;  // phi3: LongRoPE long or short factors
   auto model = Model::load(std::move(file), std::move(hp), mo);

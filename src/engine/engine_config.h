@@ -46,8 +46,9 @@ struct EngineConfig {
   // --max-num-batched-tokens (also the forward workspace size), --max-num-seqs,
   // --max-model-len, --kv-reserve, --overflow, preemption mode.
   SchedConfig sched;
-  float activation_clamp = 0.0f;  // --activation-clamp (ModelOptions); 0 = off
-  RopeOverride rope;              // --rope-scaling & co. (ModelOptions)
+  float activation_clamp = 0.0f;    // --activation-clamp (ModelOptions); 0 = off
+  bool attention_bf16_dot = false;  // --attention-dot bf16 (ModelOptions)
+  RopeOverride rope;                // --rope-scaling & co. (ModelOptions)
   // Defragmenter: when the KV pool's fragmentation (free blocks outside the largest free run,
   // as a fraction of free blocks) is above defrag_threshold, move at most defrag_max_moves
   // blocks between steps. 0 = off.

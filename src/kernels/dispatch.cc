@@ -185,6 +185,18 @@ const KernelTable& kernels_ref() {
   return ref_table();
 }
 
+bool attention_bf16_dot_supported(const KernelTable& table) {
+#if defined(KVW_HAVE_X86)
+  // The AVX-512 tables' attention (x86/attention_avx512.cc) is the one that implements it; its
+  // table is only touched once the CPU is known to run it.
+  return cpu_supports(Isa::kAvx512) && __builtin_cpu_supports("avx512bf16") &&
+         table.attention_segment == avx512_table().attention_segment;
+#else
+  (void)table;
+  return false;
+#endif
+}
+
 std::span<const KernelTable* const> available_kernel_tables() {
   static const std::vector<const KernelTable*> tables = [] {
     std::vector<const KernelTable*> out;

@@ -59,10 +59,21 @@ struct AttnQuery {
 // denominator with no value row, so a head may attend to almost nothing. A segment
 // (attention_segment) applies the softcap; sinks join only at attention_finish, after the
 // segments' merge, so the split decode and the unsplit call fold them in the same place.
+//
+// bf16_dot (opt-in, `--attention-dot bf16`): q.k from bf16 operands, q and k each rounded to bf16
+// (nearest even), summed as the lanes of AVX512_BF16's vdpbf16ps do: over d-pairs j in order,
+// acc = dpbf16(acc, q[2j..2j+1], k[2j..2j+1]) (each bf16 product exact in f32). Every other step
+// (the multiplier, softmax, PV) stays f32. INT8 K rows enter as their integers (exact in
+// bf16) where the f32 path takes them so (head_dim % 16 == 0), their scale in the multiplier. Only
+// the AVX-512 tables implement it, and only on a CPU with AVX512_BF16
+// (attention_bf16_dot_supported); callers must check, others ignore it. Within the mode the batch
+// invariance above holds as in f32: each score's arithmetic is the same in a decode tile, a prefill
+// tile and a split segment.
 struct AttnScores {
   float scale;
   float softcap = 0.0f;
   const float* sinks = nullptr;
+  bool bf16_dot = false;
 };
 
 // Positions per attention chunk (two AVX2 registers of scores).
@@ -182,6 +193,8 @@ int64_t packed_scratch_bytes(GgmlType wtype, int64_t n_in, int64_t n_tokens);
 // The best table for this CPU (chosen once, on first call). KVW_ISA=<isa name> overrides.
 const KernelTable& kernels();
 const KernelTable& kernels_ref();
+// Whether `table` implements AttnScores::bf16_dot on this CPU (AVX-512 tables with AVX512_BF16).
+bool attention_bf16_dot_supported(const KernelTable& table);
 // All tables this CPU can run (for tests comparing each against ref).
 std::span<const KernelTable* const> available_kernel_tables();
 

@@ -210,7 +210,8 @@ void Model::run_attention(const LayerWeights& L, int32_t l, KvArena& kv, int64_t
   // Gemma-2's soft-capped scores and gpt-oss's sinks are variants of the kernels' attention
   // (kernels::AttnScores); sinks are indexed by query head, so each KV head's call gets its own.
   const kernels::AttnScores scores = {scale, hp_.gemma.attn_softcap,
-                                      L.attn_sinks.empty() ? nullptr : L.attn_sinks.data()};
+                                      L.attn_sinks.empty() ? nullptr : L.attn_sinks.data(),
+                                      bf16_dot_};
   const auto scores_of = [&](int32_t g) {
     kernels::AttnScores s = scores;
     if (s.sinks != nullptr) s.sinks += (int64_t)g * group;

@@ -61,6 +61,18 @@ Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<GgufFile> file, Model
   if (opt.max_batch_tokens <= 0) return Error{"max batch tokens must be > 0"};
   apply_rope_override(opt.rope, hp.rope);
   if (hp.rope.scale_factor <= 0.0f) return Error{"rope scale factor must be > 0"};
+  if (opt.attention_bf16_dot) {
+    if (!kernels::attention_bf16_dot_supported(kernels::kernels())) {
+      return Error{std::string("--attention-dot bf16 needs AVX512_BF16 and an AVX-512 kernel "
+                               "table; this process runs ") +
+                   kernels::kernels().isa + " (use --attention-dot f32)"};
+    }
+    if (hp.head_dim % 2 != 0 || hp.head_dim > 512) {
+      return Error{"--attention-dot bf16: head_dim " + std::to_string(hp.head_dim) +
+                   " is not even and at most 512"};
+    }
+    LOG(INFO, model) << "attention q.k products in bf16 (--attention-dot bf16)";
+  }
   // Weights on huge pages: decode streams all of them every step (gguf_file.h says why).
   KVW_RETURN_IF_ERROR(file->move_tensors_to_memory());
   auto w = weights_from_gguf(*file, hp);
@@ -88,7 +100,8 @@ Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,
                                  : std::nullopt),
       pool_(opt.n_threads, "kvw-fwd"),
       max_tokens_(opt.max_batch_tokens),
-      clamp_(opt.activation_clamp) {
+      clamp_(opt.activation_clamp),
+      bf16_dot_(opt.attention_bf16_dot) {
   // Every buffer from one description the planner sums too (model/workspace_layout.h).
   dims_ = model_dims(hp_);
   dims_.matmul = matmul_needs(*file_, hp_);

@@ -45,6 +45,10 @@ struct ModelOptions {
   // The longest sequence this model will serve (--max-model-len; 0: the trained context, as
   // llama.cpp's default n_ctx). Picks phi3's LongRoPE factors: see rope_factors below.
   int64_t max_model_len = 0;
+  // --attention-dot bf16: attention's q.k products from bf16 operands (kernels.h
+  // AttnScores::bf16_dot; default f32). load() refuses it where the kernels lack it (no
+  // AVX512_BF16, or a non-AVX-512 table) rather than falling back silently.
+  bool attention_bf16_dot = false;
 };
 
 // One sequence's part of a batch.
@@ -139,7 +143,8 @@ class Model {
   std::optional<RopeTable> rope_swa_;  // windowed layers' own rope (hp_.has_rope_swa)
   ThreadPool pool_;
   int32_t max_tokens_;
-  float clamp_;  // ModelOptions::activation_clamp
+  float clamp_;    // ModelOptions::activation_clamp
+  bool bf16_dot_;  // ModelOptions::attention_bf16_dot
   uint64_t workspace_bytes_ = 0;
   ModelDims dims_;  // the workspace_layout() and KV shape this model was sized with
 

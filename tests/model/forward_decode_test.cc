@@ -91,13 +91,19 @@ std::vector<float> prefill_last(Model& m, KvArena& kv, const std::vector<int32_t
   return {l.begin() + (n - 1) * V, l.begin() + n * V};
 }
 
+// bf16_dot: with --attention-dot bf16 (ModelOptions::attention_bf16_dot).
 void expect_split_invariant(KvDtype dtype, const MakeModelSpec& spec = deep_spec(),
-                            const std::string& name = "deep_decode") {
+                            const std::string& name = "deep_decode", bool bf16_dot = false) {
   const std::string path = test::write_model(name + "_" + kv_dtype_name(dtype), spec);
   std::vector<float> first;
   for (int threads : {1, 2, 4}) {
-    auto m = test::load_model(path, threads, 512);
-    ASSERT_NE(m, nullptr);
+    ModelOptions opt;
+    opt.n_threads = threads;
+    opt.max_batch_tokens = 512;
+    opt.attention_bf16_dot = bf16_dot;
+    auto loaded = Model::load(path, opt);
+    ASSERT_TRUE(loaded.ok()) << loaded.message();
+    auto m = std::move(*loaded);
     const auto tokens = test::random_tokens(kDepth, m->hparams().n_vocab, 9);
     KvArena kv(m->kv_config(kDepth / 16 + 1 + 3 * 20, 16, dtype));
     for (int others : {0, 3}) {
@@ -136,6 +142,38 @@ TEST(ForwardDecodeSplit, SinkGptOssDecodeBitIdenticalForEveryThreadCountAndPrefi
   s.sliding_window = 300;
   s.n_ctx = 2048;
   expect_split_invariant(KvDtype::kInt8, s, "deep_decode_gptoss");
+}
+
+// --attention-dot bf16 keeps every invariance above within the mode (the kernels score each
+// position the same way in decode tiles, prefill tiles and split segments), and really changes
+// the logits (its q.k products are bf16).
+void expect_bf16_dot_split_invariant(KvDtype dtype) {
+  if (!kernels::attention_bf16_dot_supported(kernels::kernels()))
+    GTEST_SKIP() << "no AVX512_BF16 attention on this CPU";
+  expect_split_invariant(dtype, deep_spec(), "deep_decode_bf16dot", true);
+  ModelOptions opt;
+  opt.n_threads = 2;
+  opt.max_batch_tokens = 512;
+  const std::string path =
+      test::write_model(std::string("deep_decode_bf16dot_") + kv_dtype_name(dtype), deep_spec());
+  std::vector<std::vector<float>> logits;
+  for (bool bf16_dot : {false, true}) {
+    opt.attention_bf16_dot = bf16_dot;
+    auto m = Model::load(path, opt);
+    ASSERT_TRUE(m.ok()) << m.message();
+    const auto tokens = test::random_tokens(kDepth, (*m)->hparams().n_vocab, 9);
+    KvArena kv((*m)->kv_config(kDepth / 16 + 1, 16, dtype));
+    logits.push_back(decode_last(**m, kv, tokens, 0));
+  }
+  EXPECT_FALSE(bit_equal(logits[0], logits[1])) << "bf16 dot changed nothing";
+}
+
+TEST(ForwardDecodeSplit, Bf16DotDecodeBitIdenticalForEveryThreadCountBatchedAndPrefilledF16) {
+  expect_bf16_dot_split_invariant(KvDtype::kF16);
+}
+
+TEST(ForwardDecodeSplit, Bf16DotDecodeBitIdenticalForEveryThreadCountBatchedAndPrefilledBf16) {
+  expect_bf16_dot_split_invariant(KvDtype::kBF16);
 }
 
 }  // namespace

@@ -337,6 +337,7 @@ __m512 load_chunk(const TileWork& t, int64_t c0, int la, int lb, float* kt, floa
   alignas(64) float ks[kAttnChunk];  // INT8 K rows' scales when load_kt left them out
   const __m512 scale = _mm512_set1_ps(t.scores.scale);
   const bool k_scaled = load_kt(*t.kv, t.block_table, cr, c0, la, lb, t.kv_head, kt, t.row, ks);
+  if (t.scores.bf16_dot) bf16_pair_kt(kt, t.kv->head_dim);
   load_v_rows(*t.kv, t.block_table, cr, c0, la, lb, t.kv_head, t.v_rows, vbuf, vrow, vs);
   return k_scaled ? _mm512_mul_ps(_mm512_load_ps(ks), scale) : scale;
 }
@@ -410,6 +411,11 @@ void attend_step(const TileWork& t, int64_t c0, int64_t hi, const ChunkPair* pai
       const float* kt1 = kt0 + kt_floats;
       float(*s0)[kAttnChunk] = pv[g] + k0;
       float(*s1)[kAttnChunk] = pv[g + 1] + k0;
+      if (t.scores.bf16_dot) {
+        score_all2_bf16(ps, n, kt0, kt1, hd, s0, s1);
+        pf.issue(n / kScoreBatch * kScoreBatch);
+        continue;
+      }
       int k = 0;
       for (; k + kScoreBatch <= n; k += kScoreBatch) {
         score_pairs2<kScoreBatch>(ps + k, kt0, kt1, hd, s0[k], s1[k]);
@@ -441,11 +447,13 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
   // tile converts each row once into vbuf. Either way the same exact f32 values. INT8 V rows are
   // their integers in both, and each pair's weights take the rows' scales: 1 multiply per pair
   // and chunk instead of 1 per 16 elements of every row and pair.
+  // BF16 rows in place only under bf16_dot, whose decode tiles take them.
   const bool in_place = nq * ng <= 16;
-  const VRows v_rows = !in_place                    ? VRows::kF32
-                       : kv.dtype == KvDtype::kF16  ? VRows::kF16
-                       : kv.dtype == KvDtype::kInt8 ? VRows::kInt8
-                                                    : VRows::kF32;
+  const VRows v_rows = !in_place                                       ? VRows::kF32
+                       : kv.dtype == KvDtype::kF16                     ? VRows::kF16
+                       : kv.dtype == KvDtype::kInt8                    ? VRows::kInt8
+                       : kv.dtype == KvDtype::kBF16 && scores.bf16_dot ? VRows::kBF16
+                                                                       : VRows::kF32;
   const int64_t step_floats = (int64_t)kAttnStepChunks * hd * kAttnChunk;
   const TileWork t = {&kv,
                       block_table,
@@ -506,7 +514,11 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
     alignas(64) float vs[kAttnChunk];
     const __m512 kmul = load_chunk(t, c0, la, lb, t.kt, t.vbuf, vrow, vs);
     const int np = x86::chunk_pairs(queries, nq, h0, ng, hd, c0, st, pairs);
-    score_all(pairs, np, t.kt, hd, pv[0]);
+    if (scores.bf16_dot) {
+      score_all_bf16(pairs, np, t.kt, hd, pv[0]);
+    } else {
+      score_all(pairs, np, t.kt, hd, pv[0]);
+    }
     softmax_all(pairs, np, kmul, scores.softcap, pv[0], cs[0],
                 kv.dtype == KvDtype::kInt8 ? vs : nullptr);
     float(*const w[1])[kAttnChunk] = {pv[0]};

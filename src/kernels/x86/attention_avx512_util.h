@@ -31,7 +31,8 @@ constexpr int kDecodeLanes = 8;  // a decode tile's pairs, one per lane of a __m
 // How accumulate reads V rows: f32 rows (decoded, or the F32 cache's own), or the F16 / INT8
 // cache's rows in place, decoded per use to the same f32 values as the f32 rows. INT8 rows are
 // their integers: each row's scale is folded into the weights instead (fold_scales).
-enum class VRows { kF32, kF16, kInt8 };
+// BF16 rows are read in place only by bf16_dot decode tiles.
+enum class VRows { kF32, kF16, kInt8, kBF16 };
 
 // 16 elements of a V row from element j.
 template <VRows kV>
@@ -41,6 +42,10 @@ static KVW_INLINE __m512 load_v(const void* row, int32_t j, __mmask16 m) {
   } else if constexpr (kV == VRows::kInt8) {
     return _mm512_cvtepi32_ps(
         _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, static_cast<const int8_t*>(row) + j)));
+  } else if constexpr (kV == VRows::kBF16) {  // bf16 is the high half of its f32
+    return _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(row) + j)),
+        16));
   } else {
     return _mm512_maskz_loadu_ps(m, static_cast<const float*>(row) + j);
   }
@@ -124,6 +129,8 @@ static KVW_INLINE void accumulate_any(VRows rows, float* const* out, const AccCh
         return accumulate_pairs<N, G, VRows::kF16, kPosMajor>(out, ch, a, b, hd);
       case VRows::kInt8:
         return accumulate_pairs<N, G, VRows::kInt8, kPosMajor>(out, ch, a, b, hd);
+      case VRows::kBF16:
+        return accumulate_pairs<N, G, VRows::kBF16, kPosMajor>(out, ch, a, b, hd);
       case VRows::kF32:
         break;
     }
@@ -223,10 +230,30 @@ struct TileWork {
   float* row;   // [hd]
 };
 
+// AttnScores::bf16_dot's products (attention_bf16_avx512.cc, the one file compiled with
+// -mavx512bf16; call only when bf16_dot is set). Head dims even and at most kMaxHeadDim.
+constexpr int32_t kMaxHeadDim = 512;
+// K transposed by load_kt ([hd][16] f32) into bf16 pairs in place: [hd / 2][16] of
+// (k[2j], k[2j + 1]) as 32 bits, in the first half of kt.
+void bf16_pair_kt(float* kt, int32_t hd);
+// score_all of attention_avx512.cc against paired K (bf16_pair_kt), and against two chunks.
+void score_all_bf16(const ChunkPair* pairs, int np, const float* kt2, int32_t hd,
+                    float (*pv)[kAttnChunk]);
+void score_all2_bf16(const ChunkPair* pairs, int np, const float* kt0, const float* kt1, int32_t hd,
+                     float (*s0)[kAttnChunk], float (*s1)[kAttnChunk]);
+// A decode tile's ng q rows (from q, [ng][hd]) as bf16 pairs, lanes = heads: qt2[hd / 2][8],
+// lanes past ng zero.
+void bf16_decode_q(const float* q, int ng, int32_t hd, uint32_t* qt2);
+// One K row of dtype (F32, F16, BF16, INT8 integers) as bf16, hd % 16 == 0.
+void bf16_k_row(KvDtype dtype, const uint8_t* src, int32_t hd, uint16_t* dst);
+// A decode chunk's scores s[p][lane] from qt2 and 16 bf16 K rows kbuf[16][hd].
+void bf16_decode_scores(const uint32_t* qt2, const uint16_t* kbuf, int32_t hd,
+                        float (*s)[kDecodeLanes]);
+
 // attend_tile's one-chunk steps for a decode tile (attention_decode_avx512.cc): one query, heads
-// [h0, h0 + ng) with ng <= kDecodeLanes, F16 / INT8 / F32 rows with head_dim % 16 == 0, V read
-// in place (t.v_rows). Leaves each pair's state in st[0]. Returns false, having done nothing,
-// for other K/V dtypes.
+// [h0, h0 + ng) with ng <= kDecodeLanes, F16 / INT8 / F32 rows (and BF16 under bf16_dot) with
+// head_dim % 16 == 0, V read in place (t.v_rows). Leaves each pair's state in st[0]. Returns false,
+// having done nothing, for other K/V dtypes.
 bool attend_decode_tile(const TileWork& t, const AttnQuery* query, int32_t h0, int ng,
                         SoftmaxState (*st)[kMaxGroup]);
 

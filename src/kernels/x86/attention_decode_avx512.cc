@@ -11,7 +11,9 @@
 // soft-capped, masked; the max (exact in any order); exp512's operations (below, on 8 lanes); the
 // weights summed in position order. Zen 4 runs AVX-512 on two 256-bit FMA pipes, so a __m256 FMA
 // does half the work of a __m512 one at twice the rate; a CPU with two 512-bit FMA ports scores at
-// half its peak here (the V accumulation stays __m512).
+// half its peak here (the V accumulation stays __m512). Under AttnScores::bf16_dot (BF16 rows
+// too) q is rounded to bf16 pairs once per tile, K rows to bf16 once per chunk, and the scores
+// come from attention_bf16_avx512.cc's vdpbf16ps loop in the same lanes; the rest is unchanged.
 #include <algorithm>
 #include <cstring>
 
@@ -70,7 +72,8 @@ struct DecodeRows {
   int la, lb;
 };
 
-template <KvDtype kD>
+// bf16: K rows as bf16 (bf16_k_row) instead of f32, in the first half of each row's space.
+template <KvDtype kD, bool kBf16>
 void decode_rows(const TileWork& t, int64_t c0, int la, int lb, DecodeRows* r) {
   const KvLayerView& kv = *t.kv;
   const int32_t hd = kv.head_dim;
@@ -80,12 +83,17 @@ void decode_rows(const TileWork& t, int64_t c0, int la, int lb, DecodeRows* r) {
   r->la = la, r->lb = lb;
   for (int p = 0; p < kAttnChunk; ++p) {
     float* dst = r->kbuf + p * hd;
+    uint16_t* dst16 = reinterpret_cast<uint16_t*>(r->kbuf) + p * hd;
     if (p < la || p >= lb) {
-      std::memset(dst, 0, sizeof(float) * hd);
+      std::memset(dst, 0, (kBf16 ? sizeof(uint16_t) : sizeof(float)) * hd);
       continue;
     }
     const uint8_t* src = row_ptr(kv.k, cr, p, row_bytes);
-    for (int32_t j = 0; j < hd; j += 16) _mm512_storeu_ps(dst + j, load_k16<kD>(src, j));
+    if constexpr (kBf16) {
+      bf16_k_row(kD, src, hd, dst16);
+    } else {
+      for (int32_t j = 0; j < hd; j += 16) _mm512_storeu_ps(dst + j, load_k16<kD>(src, j));
+    }
     r->vrow[p] = row_ptr(kv.v, cr, p, row_bytes);
     r->kmul[p] = t.scores.scale;
     if constexpr (kD == KvDtype::kInt8) {
@@ -104,18 +112,26 @@ struct DecodeState {
 // Scores, softmax and the state update of a decode chunk's pairs: weights to w
 // ([kAttnChunk][kDecodeLanes]; INT8 V scales folded in after the sum, as softmax_all),
 // rescales to c.
-template <bool kInt8, int32_t kHd>
+// bf16_dot: the scores come from bf16_decode_scores (kbuf holds bf16 rows, qt bf16 pairs).
+template <bool kInt8, int32_t kHd, bool kBf16 = false>
 void decode_softmax(const DecodeRows& r, int32_t hd_run, AttnScores scores, DecodeState& ds,
                     float* w, float* c) {
   // A compile-time head_dim puts the 16 rows at fixed offsets from one pointer: 16 row pointers
   // spilled from the general-purpose registers (the loop's other cost beside its FMAs).
   const int32_t hd = kHd > 0 ? kHd : hd_run;
   __m256 acc[kAttnChunk];
-  for (int p = 0; p < kAttnChunk; ++p) acc[p] = _mm256_setzero_ps();
-  for (int32_t d = 0; d < hd; ++d) {
-    const __m256 q = _mm256_loadu_ps(ds.qt + d * kDecodeLanes);
-    for (int p = 0; p < kAttnChunk; ++p)
-      acc[p] = _mm256_fmadd_ps(q, _mm256_set1_ps(r.kbuf[p * hd + d]), acc[p]);
+  if constexpr (kBf16) {
+    alignas(32) float s[kAttnChunk][kDecodeLanes];
+    bf16_decode_scores(reinterpret_cast<const uint32_t*>(ds.qt),
+                       reinterpret_cast<const uint16_t*>(r.kbuf), hd, s);
+    for (int p = 0; p < kAttnChunk; ++p) acc[p] = _mm256_load_ps(s[p]);
+  } else {
+    for (int p = 0; p < kAttnChunk; ++p) acc[p] = _mm256_setzero_ps();
+    for (int32_t d = 0; d < hd; ++d) {
+      const __m256 q = _mm256_loadu_ps(ds.qt + d * kDecodeLanes);
+      for (int p = 0; p < kAttnChunk; ++p)
+        acc[p] = _mm256_fmadd_ps(q, _mm256_set1_ps(r.kbuf[p * hd + d]), acc[p]);
+    }
   }
   const int la = r.la, lb = r.lb;
   const __m256 cap = _mm256_set1_ps(scores.softcap);
@@ -182,7 +198,7 @@ void accumulate_decode(VRows rows, const ChunkPair* pairs, int np, const float* 
 // to st[0] as attend_tile's. Each chunk's K rows are decoded one chunk ahead, into the other of
 // two buffers: the scores' 4-byte broadcasts read rows stored a chunk earlier, not 64-byte
 // stores still draining, and the row loads have a chunk's work to arrive behind.
-template <KvDtype kD>
+template <KvDtype kD, bool kBf16>
 void attend_decode(const TileWork& t, const AttnQuery* query, int32_t h0, int ng,
                    SoftmaxState (*st)[kMaxGroup]) {
   const KvLayerView& kv = *t.kv;
@@ -192,9 +208,13 @@ void attend_decode(const TileWork& t, const AttnQuery* query, int32_t h0, int ng
   // attend_tile's step scratch for K (qt, one buffer) and V (the other), which decode reads
   // in place.
   float* qt = t.kt;
-  for (int32_t d = 0; d < hd; ++d) {
-    for (int n = 0; n < kDecodeLanes; ++n)
-      qt[d * kDecodeLanes + n] = n < ng ? query->q[(int64_t)(h0 + n) * hd + d] : 0.0f;
+  if constexpr (kBf16) {
+    bf16_decode_q(query->q + (int64_t)h0 * hd, ng, hd, reinterpret_cast<uint32_t*>(qt));
+  } else {
+    for (int32_t d = 0; d < hd; ++d) {
+      for (int n = 0; n < kDecodeLanes; ++n)
+        qt[d * kDecodeLanes + n] = n < ng ? query->q[(int64_t)(h0 + n) * hd + d] : 0.0f;
+    }
   }
   DecodeState ds = {qt, _mm256_set1_ps(-__builtin_inff()), _mm256_setzero_ps()};
   DecodeRows rows[2];
@@ -210,8 +230,8 @@ void attend_decode(const TileWork& t, const AttnQuery* query, int32_t h0, int ng
     }
   };
   auto load = [&](int64_t c0, DecodeRows* r) {
-    decode_rows<kD>(t, c0, (int)(std::max(lo, c0) - c0), (int)(std::min(hi, c0 + kAttnChunk) - c0),
-                    r);
+    decode_rows<kD, kBf16>(t, c0, (int)(std::max(lo, c0) - c0),
+                           (int)(std::min(hi, c0 + kAttnChunk) - c0), r);
   };
   for (int64_t pc = first + kAttnChunk; pc < first + ahead; pc += kAttnChunk) prefetch(pc);
   load(first, &rows[0]);
@@ -221,7 +241,9 @@ void attend_decode(const TileWork& t, const AttnQuery* query, int32_t h0, int ng
     if (c0 + kAttnChunk < hi) load(c0 + kAttnChunk, &rows[b ^ 1]);
     const int np = x86::chunk_pairs(query, 1, h0, ng, hd, c0, st, pairs);
     constexpr bool kInt8 = kD == KvDtype::kInt8;
-    if (hd == 64) {
+    if constexpr (kBf16) {
+      decode_softmax<kInt8, 0, true>(rows[b], hd, t.scores, ds, &w[0][0], c);
+    } else if (hd == 64) {
       decode_softmax<kInt8, 64>(rows[b], hd, t.scores, ds, &w[0][0], c);
     } else if (hd == 128) {
       decode_softmax<kInt8, 128>(rows[b], hd, t.scores, ds, &w[0][0], c);
@@ -240,15 +262,33 @@ void attend_decode(const TileWork& t, const AttnQuery* query, int32_t h0, int ng
 
 bool attend_decode_tile(const TileWork& t, const AttnQuery* query, int32_t h0, int ng,
                         SoftmaxState (*st)[kMaxGroup]) {
+  if (t.scores.bf16_dot) {
+    switch (t.kv->dtype) {
+      case KvDtype::kF16:
+        attend_decode<KvDtype::kF16, true>(t, query, h0, ng, st);
+        return true;
+      case KvDtype::kBF16:
+        attend_decode<KvDtype::kBF16, true>(t, query, h0, ng, st);
+        return true;
+      case KvDtype::kInt8:
+        attend_decode<KvDtype::kInt8, true>(t, query, h0, ng, st);
+        return true;
+      case KvDtype::kF32:
+        attend_decode<KvDtype::kF32, true>(t, query, h0, ng, st);
+        return true;
+      default:
+        return false;
+    }
+  }
   switch (t.kv->dtype) {
     case KvDtype::kF16:
-      attend_decode<KvDtype::kF16>(t, query, h0, ng, st);
+      attend_decode<KvDtype::kF16, false>(t, query, h0, ng, st);
       return true;
     case KvDtype::kInt8:
-      attend_decode<KvDtype::kInt8>(t, query, h0, ng, st);
+      attend_decode<KvDtype::kInt8, false>(t, query, h0, ng, st);
       return true;
     case KvDtype::kF32:
-      attend_decode<KvDtype::kF32>(t, query, h0, ng, st);
+      attend_decode<KvDtype::kF32, false>(t, query, h0, ng, st);
       return true;
     default:
       return false;
