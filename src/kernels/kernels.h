@@ -128,6 +128,15 @@ struct KernelTable {
   // out[i] = silu(gate[i]) * up[i]
   void (*silu_mul)(const float* gate, const float* up, int64_t n, float* out);
 
+  // Gemma's element-wise pieces. Each element's result depends on its inputs alone, not on where
+  // it lies in the range (tails take the vector code too), so any split of a row across threads
+  // gives the same bits.
+  // out[i] = gelu_tanh(gate[i]) * up[i], gelu_tanh(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715
+  // x^3))) (llama.cpp's GELU, HF gelu_pytorch_tanh).
+  void (*gelu_tanh_mul)(const float* gate, const float* up, int64_t n, float* out);
+  // x[i] = cap * tanh(x[i] / cap) in place (cap > 0): Gemma-2's final-logit soft-capping.
+  void (*softcap)(float* x, int64_t n, float cap);
+
   // Attention for a tile of query tokens of one sequence (all heads of each): flash attention
   // with online softmax. Positions are visited in chunks of kAttnChunk aligned to absolute
   // positions; each chunk's K/V rows are read (and decoded) once for every query and every query

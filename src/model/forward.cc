@@ -8,7 +8,6 @@
 
 #include "kernels/kernels.h"
 #include "model/forward_util.h"
-#include "model/gemma_ops.h"
 #include "model/model.h"
 #include "model/oai_ops.h"
 
@@ -136,7 +135,7 @@ void Model::run_layer(int32_t l, KvArena& kv, int64_t n_tokens) {
     auto [b, e] = thread_share(n_tokens, ith, nth);
     for (int64_t t = b; t < e; ++t) {
       if (hp_.ffn_act == FfnAct::kGeluTanh) {
-        gelu_tanh_mul(gate_.data() + t * ff, up_.data() + t * ff, ff, xn + t * ff);
+        kt.gelu_tanh_mul(gate_.data() + t * ff, up_.data() + t * ff, ff, xn + t * ff);
       } else {
         kt.silu_mul(gate_.data() + t * ff, up_.data() + t * ff, ff, xn + t * ff);
       }
@@ -293,10 +292,10 @@ void Model::compute_logits(int64_t n_rows, float* logits) {
     matmul(kt, w_.output, act_for(w_.output, xn), n_rows, logits, ith, nth);
   });
   if (const float cap = hp_.gemma.final_softcap; cap > 0.0f) {
-    const int64_t V = hp_.n_vocab;
+    // Split by element, not by row: a decode's one 256k-entry row is most of the work.
     pool_.run([&](int ith, int nth) {
-      auto [b, e] = thread_share(n_rows, ith, nth);
-      for (int64_t r = b; r < e; ++r) softcap(logits + r * V, V, cap);
+      auto [b, e] = thread_share(n_rows * hp_.n_vocab, ith, nth);
+      kt.softcap(logits + b, e - b, cap);
     });
   }
 }

@@ -28,6 +28,20 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    const float g = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + 0.044715f * x * x)));
+    out[i] = g * up[i];
+  }
+}
+
+void softcap(float* x, int64_t n, float cap) {
+  const float inv = 1.0f / cap;
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] * inv);
+}
+
 // One query head: online softmax over positions in order. m: running max, l: running sum of
 // exp(s - m), acc: running sum of exp(s - m) * v (rescaled whenever m grows).
 // krow, vrow: [head_dim] scratch for the decoded K and V rows.
@@ -94,6 +108,8 @@ const KernelTable& ref_table() {
       .matmul_packed = ref::matmul_packed,
       .rmsnorm = ref::rmsnorm,
       .silu_mul = ref::silu_mul,
+      .gelu_tanh_mul = ref::gelu_tanh_mul,
+      .softcap = ref::softcap,
       .attention = attention_of<ref::attention_segment>,
       .attention_segment = ref::attention_segment,
       .kv_store = ref::kv_store,

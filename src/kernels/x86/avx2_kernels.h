@@ -19,6 +19,8 @@ void matmul_packed(GgmlType wtype, const void* w, int64_t n_rows, int64_t n_in, 
                    int64_t n_tokens, float* y, int ith, int nth, void* scratch);
 void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out);
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out);
+void softcap(float* x, int64_t n, float cap);
 void attention_segment(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
                        std::span<const uint32_t> block_table, AttnScores scores, float* ml,
                        float* scratch);

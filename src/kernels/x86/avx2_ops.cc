@@ -1,9 +1,9 @@
-// kernels/x86/avx2_ops.cc: AVX2 rmsnorm, silu_mul, paged attention and KV store, and the "avx2"
-// KernelTable. Compiled with -mavx2 -mfma -mf16c; used only after dispatch.cc checked CPUID.
-// Attention is flash attention over chunks of kAttnChunk positions: each K/V row is read (and
-// decoded) once per tile of queries and query heads of its KV head; each (query, head) keeps its
-// own online-softmax state and sees the same chunks with the same masks whatever tile it is in,
-// so its result is the same bits as alone.
+// kernels/x86/avx2_ops.cc: AVX2 rmsnorm, silu_mul, gelu_tanh_mul, softcap, paged attention and KV
+// store, and the "avx2" KernelTable. Compiled with -mavx2 -mfma -mf16c; used only after dispatch.cc
+// checked CPUID. Attention is flash attention over chunks of kAttnChunk positions: each K/V row is
+// read (and decoded) once per tile of queries and query heads of its KV head; each (query, head)
+// keeps its own online-softmax state and sees the same chunks with the same masks whatever tile it
+// is in, so its result is the same bits as alone.
 #include <cstring>
 
 #include "kernels/kernels_internal.h"
@@ -265,6 +265,41 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
   for (; i < n; ++i) out[i] = gate[i] / (1.0f + __builtin_expf(-gate[i])) * up[i];
 }
 
+namespace {
+
+// out[i] = f(a[i], b[i]) for n floats, 8 at a time; the last partial group runs through f on a
+// zero-padded copy, so an element's bits never depend on where a range or a thread's share ends.
+template <class F>
+void each8(const float* a, const float* b, int64_t n, float* out, F f) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, f(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  if (i == n) return;
+  alignas(32) float ta[8] = {}, tb[8] = {}, to[8];
+  std::memcpy(ta, a + i, (size_t)(n - i) * sizeof(float));
+  std::memcpy(tb, b + i, (size_t)(n - i) * sizeof(float));
+  _mm256_store_ps(to, f(_mm256_load_ps(ta), _mm256_load_ps(tb)));
+  std::memcpy(out + i, to, (size_t)(n - i) * sizeof(float));
+}
+
+}  // namespace
+
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) {
+  const __m256 k = _mm256_set1_ps(0.7978845608028654f), c = _mm256_set1_ps(0.044715f);
+  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+  each8(gate, up, n, out, [&](__m256 x, __m256 u) {
+    const __m256 inner =
+        _mm256_mul_ps(_mm256_mul_ps(k, x), _mm256_fmadd_ps(_mm256_mul_ps(c, x), x, one));
+    const __m256 g = _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, x86::tanh256(inner)));
+    return _mm256_mul_ps(g, u);
+  });
+}
+
+void softcap(float* x, int64_t n, float cap) {
+  const __m256 vcap = _mm256_set1_ps(cap), inv = _mm256_set1_ps(1.0f / cap);
+  each8(x, x, n, x, [&](__m256 v, __m256) { return x86::softcap256(v, vcap, inv); });
+}
+
 void attention_segment(std::span<const AttnQuery> queries, int32_t n_heads, const KvLayerView& kv,
                        std::span<const uint32_t> block_table, AttnScores scores, float* ml,
                        float* scratch) {
@@ -307,6 +342,8 @@ const KernelTable& avx2_table() {
       .matmul_packed = avx2::matmul_packed,
       .rmsnorm = avx2::rmsnorm,
       .silu_mul = avx2::silu_mul,
+      .gelu_tanh_mul = avx2::gelu_tanh_mul,
+      .softcap = avx2::softcap,
       .attention = attention_of<avx2::attention_segment>,
       .attention_segment = avx2::attention_segment,
       .kv_store = avx2::kv_store,

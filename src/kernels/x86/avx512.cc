@@ -220,6 +220,8 @@ const KernelTable& avx512_table() {
       .matmul_packed = avx512::matmul_packed,
       .rmsnorm = avx2::rmsnorm,
       .silu_mul = avx2::silu_mul,
+      .gelu_tanh_mul = avx2::gelu_tanh_mul,
+      .softcap = avx2::softcap,
       .attention = attention_of<avx512::attention_segment>,
       .attention_segment = avx512::attention_segment,
       .kv_store = avx2::kv_store,
