@@ -387,11 +387,7 @@ void add_bench_model_command(CLI::App& app, int& exit_code) {
                   "Prompt tokens per forward pass (llama-bench's -ub)")
       ->default_val(512);
   cmd->add_option("--kv-cache-dtype", f->kv_dtype, "f16, bf16, f32 or int8")->default_val("f16");
-  cmd->add_option(
-         "--attention-dot", f->attention_dot,
-         "Attention q.k products: f32 (default) or bf16 (vdpbf16ps on bf16-rounded q and K, "
-         "faster decode at depth; still bit-identical across batching, threads and "
-         "chunking; refused at start-up without AVX512_BF16)")
+  cmd->add_option("--attention-dot", f->attention_dot, kAttentionDotHelp)
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->default_val("f32");
   add_rope_flags(cmd, &f->rope);

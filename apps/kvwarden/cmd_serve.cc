@@ -520,11 +520,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--kv-dtype,--kv-cache-dtype", f->kv_dtype, "KV cache type: f16, bf16, f32, int8")
       ->capture_default_str();
-  cmd->add_option(
-         "--attention-dot", f->attention_dot,
-         "Attention q.k products: f32 (default) or bf16 (vdpbf16ps on bf16-rounded q and K, "
-         "faster decode at depth; still bit-identical across batching, threads and "
-         "chunking; refused at start-up without AVX512_BF16)")
+  cmd->add_option("--attention-dot", f->attention_dot, kAttentionDotHelp)
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
   cmd->add_option("--max-num-seqs", e.sched.max_num_seqs, "Requests running at once")

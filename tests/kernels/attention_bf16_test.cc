@@ -13,6 +13,7 @@
 #include <string>
 
 #include "kernels_test_util.h"
+#include "paged_kv_layer.h"
 
 namespace kvw::kernels {
 namespace {
@@ -21,38 +22,9 @@ constexpr int32_t kBlockSize = 16;
 constexpr int32_t kKvHeads = 2;
 constexpr int64_t kDepth = 1100;  // four segments of 256 and a partial fifth
 
-// One layer of paged K/V over kDepth positions, its blocks shuffled in the arena.
-struct Kv {
-  Kv(KvDtype dtype, int32_t hd) {
-    const int64_t n_blocks = (kDepth + kBlockSize - 1) / kBlockSize;
-    const int64_t rows = (int64_t)kKvHeads * kBlockSize;
-    const int64_t row_bytes = (int64_t)kv_elem_bytes(dtype) * hd;
-    const int64_t scales = dtype == KvDtype::kInt8 ? rows * 4 : 0;
-    const int64_t stride = 2 * rows * row_bytes + 2 * scales;
-    buf.assign(n_blocks * stride, 0xAB);
-    uint8_t* b = buf.data();
-    view = {dtype,
-            b,
-            b + rows * row_bytes,
-            scales ? b + 2 * rows * row_bytes : nullptr,
-            scales ? b + 2 * rows * row_bytes + scales : nullptr,
-            stride,
-            kBlockSize,
-            kKvHeads,
-            hd};
-    table.resize(n_blocks);
-    std::iota(table.begin(), table.end(), 0u);
-    std::shuffle(table.begin(), table.end(), std::mt19937(5));
-    const auto k = testing::random_floats(kDepth * kKvHeads * hd, 11);
-    const auto v = testing::random_floats(kDepth * kKvHeads * hd, 12);
-    for (int64_t p = 0; p < kDepth; ++p) {
-      kernels_ref().kv_store(view, table, p, k.data() + p * kKvHeads * hd,
-                             v.data() + p * kKvHeads * hd);
-    }
-  }
-  std::vector<uint8_t> buf;
-  std::vector<uint32_t> table;
-  KvLayerView view;
+// One layer of paged K/V over kDepth positions.
+struct Kv : testing::PagedKvLayer {
+  Kv(KvDtype dtype, int32_t hd) : PagedKvLayer(dtype, hd, kDepth, kKvHeads, kBlockSize, 5) {}
 };
 
 // x rounded to bf16, nearest even (finite x), as vcvtneps2bf16.
@@ -218,7 +190,9 @@ TEST(KernelsAttentionBf16, DefaultIsF32AndTablesWithoutItIgnoreTheFlag) {
   EXPECT_FALSE(AttnScores{0.125f}.bf16_dot);
   EXPECT_FALSE(attention_bf16_dot_supported(kernels_ref()));
   for (const KernelTable* t : available_kernel_tables()) {
-    if (std::string(t->isa).rfind("avx2", 0) == 0) EXPECT_FALSE(attention_bf16_dot_supported(*t));
+    if (std::string(t->isa).rfind("avx2", 0) == 0) {
+      EXPECT_FALSE(attention_bf16_dot_supported(*t));
+    }
   }
   const int32_t hd = 64, n_heads = kKvHeads * 4;
   const Kv kv(KvDtype::kF16, hd);

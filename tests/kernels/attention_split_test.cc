@@ -10,6 +10,7 @@
 #include <random>
 
 #include "kernels_test_util.h"
+#include "paged_kv_layer.h"
 
 namespace kvw::kernels {
 namespace {
@@ -19,38 +20,9 @@ constexpr int32_t kKvHeads = 2;
 constexpr int64_t kDepth = 1300;  // five segments of 256 and a partial sixth
 static_assert(kDepth > 4 * kAttnSegment);
 
-// One layer of paged K/V over kDepth positions, its blocks shuffled in the arena.
-struct DeepKv {
-  DeepKv(KvDtype dtype, int32_t hd) {
-    const int64_t n_blocks = (kDepth + kBlockSize - 1) / kBlockSize;
-    const int64_t rows = (int64_t)kKvHeads * kBlockSize;
-    const int64_t row_bytes = (int64_t)kv_elem_bytes(dtype) * hd;
-    const int64_t scales = dtype == KvDtype::kInt8 ? rows * 4 : 0;
-    const int64_t stride = 2 * rows * row_bytes + 2 * scales;
-    buf.assign(n_blocks * stride, 0xAB);
-    uint8_t* b = buf.data();
-    view = {dtype,
-            b,
-            b + rows * row_bytes,
-            scales ? b + 2 * rows * row_bytes : nullptr,
-            scales ? b + 2 * rows * row_bytes + scales : nullptr,
-            stride,
-            kBlockSize,
-            kKvHeads,
-            hd};
-    table.resize(n_blocks);
-    std::iota(table.begin(), table.end(), 0u);
-    std::shuffle(table.begin(), table.end(), std::mt19937(4));
-    const auto k = testing::random_floats(kDepth * kKvHeads * hd, 7);
-    const auto v = testing::random_floats(kDepth * kKvHeads * hd, 8);
-    for (int64_t p = 0; p < kDepth; ++p) {
-      kernels_ref().kv_store(view, table, p, k.data() + p * kKvHeads * hd,
-                             v.data() + p * kKvHeads * hd);
-    }
-  }
-  std::vector<uint8_t> buf;
-  std::vector<uint32_t> table;
-  KvLayerView view;
+// One layer of paged K/V over kDepth positions.
+struct DeepKv : testing::PagedKvLayer {
+  DeepKv(KvDtype dtype, int32_t hd) : PagedKvLayer(dtype, hd, kDepth, kKvHeads, kBlockSize, 4) {}
 };
 
 // Float64 two-pass softmax of one query over [b, e), all heads, with AttnScores' variants.
