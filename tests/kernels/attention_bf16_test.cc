@@ -90,35 +90,6 @@ Reference reference(const Kv& kv, const float* q, int32_t n_heads, int64_t b, in
   return r;
 }
 
-// Each query's segments computed last first into their own buffers, merged in position order.
-std::vector<float> split(const KernelTable& t, const Kv& kv, const AttnQuery& q, int32_t n_heads,
-                         AttnScores sc) {
-  const int32_t hd = kv.view.head_dim, group = n_heads / kKvHeads;
-  const int64_t n_seg = attn_num_segments(q.pos_begin, q.pos_end);
-  std::vector<float> parts(n_seg * group * hd), mls(n_seg * group * 2);
-  std::vector<float> scratch(attention_scratch_floats(hd), NAN), out(n_heads * hd, NAN);
-  for (int32_t g = 0; g < kKvHeads; ++g) {
-    for (int64_t s = n_seg - 1; s >= 0; --s) {
-      const int64_t s0 = attn_segment_begin(q.pos_begin) + s * kAttnSegment;
-      const AttnQuery one = {q.q + g * group * hd, parts.data() + s * group * hd,
-                             std::max(q.pos_begin, s0), std::min(q.pos_end, s0 + kAttnSegment)};
-      t.attention_segment({&one, 1}, group, kv_head_view(kv.view, g), kv.table, sc,
-                          mls.data() + s * group * 2, scratch.data());
-    }
-    for (int32_t h = 0; h < group; ++h) {
-      float* o = out.data() + (g * group + h) * hd;
-      float ml[2] = {mls[2 * h], mls[2 * h + 1]};
-      std::copy_n(parts.data() + h * hd, hd, o);
-      for (int64_t s = 1; s < n_seg; ++s) {
-        attention_merge(o, ml, parts.data() + (s * group + h) * hd,
-                        mls.data() + (s * group + h) * 2, hd);
-      }
-      attention_finish(o, ml, hd);
-    }
-  }
-  return out;
-}
-
 std::vector<const KernelTable*> bf16_tables() {
   std::vector<const KernelTable*> out;
   for (const KernelTable* t : available_kernel_tables()) {
@@ -162,7 +133,8 @@ TEST(KernelsAttentionBf16, TilesAndSplitEqualAloneAndStayWithinTheBf16Bound) {
             one.out = alone.data() + i * n_heads * hd;
             t->attention({&one, 1}, n_heads, kv.view, kv.table, bf16, scratch.data());
             if (i != 0 && i != n_q - 1) continue;
-            const auto parts = split(*t, kv, one, n_heads, bf16);
+            const auto parts =
+                testing::split(*t, kv, one.q, n_heads, one.pos_begin, one.pos_end, bf16);
             EXPECT_EQ(std::memcmp(parts.data(), one.out, parts.size() * sizeof(float)), 0) << i;
             const Reference want =
                 reference(kv, one.q, n_heads, one.pos_begin, one.pos_end, scale, false);

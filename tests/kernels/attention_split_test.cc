@@ -54,36 +54,6 @@ std::vector<float> naive(const DeepKv& kv, const float* q, int32_t n_heads, int6
   return out;
 }
 
-// The split as the model's decode runs it: per KV head, each segment of [b, e) into its own
-// buffer (last segment first), then merged in position order and finished.
-std::vector<float> split(const KernelTable& t, const DeepKv& kv, const float* q, int32_t n_heads,
-                         int64_t b, int64_t e, AttnScores sc) {
-  const int32_t hd = kv.view.head_dim, group = n_heads / kKvHeads;
-  const int64_t n_seg = attn_num_segments(b, e);
-  std::vector<float> parts(n_seg * group * hd), mls(n_seg * group * 2);
-  std::vector<float> scratch(attention_scratch_floats(hd), NAN), out(n_heads * hd, NAN);
-  for (int32_t g = 0; g < kKvHeads; ++g) {
-    for (int64_t s = n_seg - 1; s >= 0; --s) {
-      const int64_t s0 = attn_segment_begin(b) + s * kAttnSegment;
-      const AttnQuery query = {q + g * group * hd, parts.data() + s * group * hd, std::max(b, s0),
-                               std::min(e, s0 + kAttnSegment)};
-      t.attention_segment({&query, 1}, group, kv_head_view(kv.view, g), kv.table, sc,
-                          mls.data() + s * group * 2, scratch.data());
-    }
-    for (int32_t h = 0; h < group; ++h) {
-      float* o = out.data() + (g * group + h) * hd;
-      float ml[2] = {mls[2 * h], mls[2 * h + 1]};
-      std::copy_n(parts.data() + h * hd, hd, o);
-      for (int64_t s = 1; s < n_seg; ++s) {
-        attention_merge(o, ml, parts.data() + (s * group + h) * hd,
-                        mls.data() + (s * group + h) * 2, hd);
-      }
-      attention_finish(o, ml, hd, sc.sinks != nullptr ? sc.sinks + g * group + h : nullptr);
-    }
-  }
-  return out;
-}
-
 TEST(KernelsAttentionSplit, SegmentsMergedInAnyComputeOrderEqualAttentionBitForBit) {
   for (const KernelTable* t : available_kernel_tables()) {
     for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBF16, KvDtype::kInt8}) {
@@ -99,7 +69,8 @@ TEST(KernelsAttentionSplit, SegmentsMergedInAnyComputeOrderEqualAttentionBitForB
           std::vector<float> out(n_heads * hd, NAN), scratch(attention_scratch_floats(hd), NAN);
           const AttnQuery query = {q.data(), out.data(), b, e};
           t->attention({&query, 1}, n_heads, kv.view, kv.table, {scale}, scratch.data());
-          EXPECT_EQ(split(*t, kv, q.data(), n_heads, b, e, {scale}), out) << "[" << b << "," << e;
+          EXPECT_EQ(testing::split(*t, kv, q.data(), n_heads, b, e, {scale}), out)
+              << "[" << b << "," << e;
           const auto want = naive(kv, q.data(), n_heads, b, e, {scale});
           EXPECT_LE(testing::max_abs_diff(out.data(), want.data(), (int64_t)want.size()), 2e-5);
         }
@@ -129,7 +100,8 @@ TEST(KernelsAttentionSplit, SoftcapAndSinksSplitEqualsAttentionBitForBit) {
           std::vector<float> out(n_heads * hd, NAN), scratch(attention_scratch_floats(hd), NAN);
           const AttnQuery query = {q.data(), out.data(), b, e};
           t->attention({&query, 1}, n_heads, kv.view, kv.table, sc, scratch.data());
-          EXPECT_EQ(split(*t, kv, q.data(), n_heads, b, e, sc), out) << "[" << b << "," << e;
+          EXPECT_EQ(testing::split(*t, kv, q.data(), n_heads, b, e, sc), out)
+              << "[" << b << "," << e;
           const auto want = naive(kv, q.data(), n_heads, b, e, sc);
           EXPECT_LE(testing::max_abs_diff(out.data(), want.data(), (int64_t)want.size()), 2e-5);
         }

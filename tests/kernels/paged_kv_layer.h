@@ -1,9 +1,11 @@
-// tests/kernels/paged_kv_layer.h: one layer of paged K/V for the attention tests: `depth`
+// tests/kernels/paged_kv_layer.h: one layer of paged K/V for the attention tests, and split(),
+// flash-decoding as the model runs it over such a layer: `depth`
 // positions of random K and V written through ref's kv_store, the blocks shuffled in the arena so
 // that every block-table hop lands somewhere else.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -47,5 +49,36 @@ struct PagedKvLayer {
   std::vector<uint32_t> table;
   KvLayerView view;
 };
+
+// The split as the model's decode runs it: per KV head, each segment of [b, e) into its own
+// buffer (last segment first), then merged in position order and finished.
+inline std::vector<float> split(const KernelTable& t, const PagedKvLayer& kv, const float* q,
+                                int32_t n_heads, int64_t b, int64_t e, AttnScores sc) {
+  const int32_t kv_heads = kv.view.n_kv_heads;
+  const int32_t hd = kv.view.head_dim, group = n_heads / kv_heads;
+  const int64_t n_seg = attn_num_segments(b, e);
+  std::vector<float> parts(n_seg * group * hd), mls(n_seg * group * 2);
+  std::vector<float> scratch(attention_scratch_floats(hd), NAN), out(n_heads * hd, NAN);
+  for (int32_t g = 0; g < kv_heads; ++g) {
+    for (int64_t s = n_seg - 1; s >= 0; --s) {
+      const int64_t s0 = attn_segment_begin(b) + s * kAttnSegment;
+      const AttnQuery query = {q + g * group * hd, parts.data() + s * group * hd, std::max(b, s0),
+                               std::min(e, s0 + kAttnSegment)};
+      t.attention_segment({&query, 1}, group, kv_head_view(kv.view, g), kv.table, sc,
+                          mls.data() + s * group * 2, scratch.data());
+    }
+    for (int32_t h = 0; h < group; ++h) {
+      float* o = out.data() + (g * group + h) * hd;
+      float ml[2] = {mls[2 * h], mls[2 * h + 1]};
+      std::copy_n(parts.data() + h * hd, hd, o);
+      for (int64_t s = 1; s < n_seg; ++s) {
+        attention_merge(o, ml, parts.data() + (s * group + h) * hd,
+                        mls.data() + (s * group + h) * 2, hd);
+      }
+      attention_finish(o, ml, hd, sc.sinks != nullptr ? sc.sinks + g * group + h : nullptr);
+    }
+  }
+  return out;
+}
 
 }  // namespace kvw::kernels::testing
