@@ -121,8 +121,7 @@ void compute_logprobs(const float* logits, int32_t n_vocab, int32_t token, int32
   const float max_logit = sr::max_min(logits, n_vocab).max;
   thread_local std::vector<double> blocks;
   blocks.resize((size_t)sr::num_blocks(n_vocab));
-  const float all = -std::numeric_limits<float>::infinity();
-  const double sum = sr::weight_block_sums(logits, n_vocab, {max_logit, 1.0f, all, 0, all},
+  const double sum = sr::weight_block_sums(logits, n_vocab, {max_logit, 1.0f, 0.0f, 0, 0.0f},
                                            blocks.data(), nullptr);
   const float lse = max_logit + float(std::log(sum));
   *logprob = logits[token] - lse;

@@ -153,18 +153,17 @@ int32_t Sampler::sample_top_k(const float* logits) {
   return ids[n - 1];
 }
 
-// No top_k: an inverse-CDF draw over the admitted tokens (min_p: logit >= max + T ln(min_p)),
-// then for top_p the rejection loop described in sampling.h.
+// No top_k: an inverse-CDF draw over the admitted tokens (min_p: weight >= min_p, the top
+// token's being 1), then for top_p the rejection loop described in sampling.h.
 int32_t Sampler::sample_full(const float* logits, float max) {
   namespace sr = sampling_rows;
   thread_local std::vector<double> blocks;
   blocks.resize((size_t)sr::num_blocks(n_vocab_));
   const float inv_t = 1.0f / p_.temperature;
-  const float x_lo = p_.min_p > 0.0f ? max + p_.temperature * std::log(p_.min_p)
-                                     : -std::numeric_limits<float>::infinity();
-  const sr::WeightMask admitted{max, inv_t, x_lo, 0, x_lo};
+  const sr::WeightMask admitted{max, inv_t, p_.min_p, 0, p_.min_p};
   const bool top_p = p_.top_p < 1.0f;
-  // top_p passes again over the row: keep the weights so those passes read, not recompute.
+  // top_p passes again over the weights alone: keep them, so those passes read 4 bytes a token
+  // instead of 8 and compute no exp.
   thread_local std::vector<float> weights;
   if (top_p) weights.resize((size_t)n_vocab_);
   double z_all = 0.0;
@@ -173,14 +172,14 @@ int32_t Sampler::sample_full(const float* logits, float max) {
                             top_p ? weights.data() : nullptr);
   int64_t i = sr::draw_from_blocks(logits, n_vocab_, admitted, blocks.data(), uniform() * z);
   if (!top_p) return (int32_t)i;
-  // The top_p set is the shortest prefix in rank order whose mass reaches top_p: token i is in
-  // it exactly when the mass ranked above i is below that. Every token ranked above i is
-  // admitted by min_p too (its logit is >= x_i >= x_lo).
+  // The top_p set is the shortest prefix in rank order (probability, then id) whose mass
+  // reaches top_p: token i is in it exactly when the mass ranked above i is below that. Every
+  // token ranked above i is admitted by min_p too (its weight is >= w_i >= min_p).
   const double target = (double)p_.top_p * z_all;
   for (;;) {
-    const float xi = logits[i];
+    const float wi = weights[(size_t)i];
     const sr::WeightMask above{
-        max,           inv_t, xi, i, std::nextafter(xi, std::numeric_limits<float>::infinity()),
+        max,           inv_t, wi, i, std::nextafter(wi, std::numeric_limits<float>::infinity()),
         weights.data()};
     const double mass_above =
         sr::weight_block_sums(logits, n_vocab_, above, blocks.data(), nullptr);

@@ -7,9 +7,10 @@
 // Cost: O(n_vocab) with no sort of the vocabulary. Greedy and temperature alone are one or two
 // vectorised passes (an inverse-CDF draw over block sums). top_k selects by a threshold below the
 // maximum and sorts only the k survivors. top_p / min_p without top_k never sort at all: a token
-// drawn from the whole distribution is kept when the mass ranked above it is under top_p, else the
-// draw is repeated among the tokens ranked above it (rejection sampling: the accepted token follows
-// the truncated distribution exactly; ~1/top_p passes on average). Penalties, bans and
+// drawn from the whole distribution is kept when the mass ranked above it (more probable, or as
+// probable with a lower id) is under top_p, else the draw is repeated among the tokens ranked
+// above it (rejection sampling: the accepted token follows the truncated distribution exactly;
+// ~1/top_p passes on average, each over the stored weights alone). Penalties, bans and
 // logit_bias touch only their tokens.
 // Owner: one sequence, used from one thread at a time; the n_vocab-sized scratch of top_k is per
 // thread (shared by every sampler that thread runs), so a sampler itself is small.

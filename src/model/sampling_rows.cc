@@ -63,30 +63,45 @@ inline float exp_neg1(float x) {
   return exp_neg<float, int32_t>(x);
 }
 
-inline float weight(int64_t j, float xj, const WeightMask& m, float thr) {
-  if (!(xj >= thr)) return 0.0f;
-  return m.weights != nullptr ? m.weights[j] : exp_neg1((xj - m.max) * m.inv_t);
+inline float weight(const float* x, int64_t j, const WeightMask& m, float thr) {
+  const float w = m.weights != nullptr ? m.weights[j] : exp_neg1((x[j] - m.max) * m.inv_t);
+  return w >= thr ? w : 0.0f;
 }
 
 // Sums of weights over [begin, end) at one threshold, masked into *masked and all into *all;
-// every weight into w_out[begin, end) when given.
+// every weight into w_out[begin, end) when given. With stored weights the logits are not read.
 KVW_ROW_PASS void range_sums(const float* x, int64_t begin, int64_t end, const WeightMask& m,
                              float thr, bool want_all, double* masked, double* all, float* w_out) {
   F16 acc = {}, acc_all = {};
   const F16 zero = {};
-  int64_t j = begin;
-  for (; j + kLanes <= end; j += kLanes) {
-    const F16 v = load(x + j);
-    const F16 w =
-        m.weights != nullptr ? load(m.weights + j) : exp_neg<F16, U16>((v - m.max) * m.inv_t);
-    if (w_out != nullptr) std::memcpy(w_out + j, &w, sizeof w);
-    acc += v >= thr ? w : zero;
+  auto add = [&](int64_t at, const F16 w) __attribute__((always_inline)) {
+    if (w_out != nullptr) std::memcpy(w_out + at, &w, sizeof w);
+    acc += w >= thr ? w : zero;
     acc_all += w;
+  };
+  auto weight = [&](int64_t at) __attribute__((always_inline)) {
+    return exp_neg<F16, U16>((load(x + at) - m.max) * m.inv_t);
+  };
+  int64_t j = begin;
+  if (m.weights != nullptr) {
+    for (; j + kLanes <= end; j += kLanes) add(j, load(m.weights + j));
+  } else {
+    // Four exps at once: each is a chain of dependent multiply-adds, and one at a time leaves
+    // the FP units waiting. The sums still take the vectors in order (same bits).
+    for (; j + 4 * kLanes <= end; j += 4 * kLanes) {
+      const F16 w0 = weight(j), w1 = weight(j + kLanes), w2 = weight(j + 2 * kLanes),
+                w3 = weight(j + 3 * kLanes);
+      add(j, w0);
+      add(j + kLanes, w1);
+      add(j + 2 * kLanes, w2);
+      add(j + 3 * kLanes, w3);
+    }
+    for (; j + kLanes <= end; j += kLanes) add(j, weight(j));
   }
   for (int l = 0; j < end; ++j, ++l) {
     const float w = m.weights != nullptr ? m.weights[j] : exp_neg1((x[j] - m.max) * m.inv_t);
     if (w_out != nullptr) w_out[j] = w;
-    acc[l] += x[j] >= thr ? w : 0.0f;
+    acc[l] += w >= thr ? w : 0.0f;
     acc_all[l] += w;
   }
   double s = 0.0, s_all = 0.0;
@@ -177,7 +192,7 @@ int64_t draw_from_blocks(const float* x, int64_t n, const WeightMask& m, const d
   double cum = 0.0;
   int64_t last = begin;
   for (int64_t j = begin; j < end; ++j) {
-    const float w = weight(j, x[j], m, j < m.split ? m.thr_before : m.thr_after);
+    const float w = weight(x, j, m, j < m.split ? m.thr_before : m.thr_after);
     if (!(w > 0.0f)) continue;
     cum += w;
     last = j;

@@ -32,10 +32,12 @@ int64_t first_equal(const float* x, int64_t n, float v);
 float sample_exp(float x);
 
 // The weights a draw uses: w_j = sample_exp((x_j - max) * inv_t) for the tokens a mask admits,
-// 0 for the others. The mask admits token j when x_j >= (j < split ? thr_before : thr_after):
-// thr = -inf admits all; (x_p, split p, nextafter(x_p)) admits exactly the tokens ranked above
-// token p (larger logit, or equal and lower id). `weights`, when set, holds every token's w_j as
-// a previous pass stored it, so later passes read instead of recomputing exp (same bits).
+// 0 for the others. The mask admits token j when w_j >= (j < split ? thr_before : thr_after), so
+// it speaks of probabilities, not logits: thr = 0 admits all; min_p admits w_j >= min_p (the top
+// token's weight is 1); (w_p, split p, nextafter(w_p)) admits exactly the tokens ranked above
+// token p (more probable, or as probable with a lower id). `weights`, when set, holds every
+// token's w_j as a previous pass stored it, so later passes read it instead of the logits (same
+// bits, half the bytes: the logits are not read at all).
 struct WeightMask {
   float max;
   float inv_t;
@@ -43,7 +45,7 @@ struct WeightMask {
   int64_t split;
   float thr_after;
   const float* weights = nullptr;
-  bool admits(int64_t j, float xj) const { return xj >= (j < split ? thr_before : thr_after); }
+  bool admits(int64_t j, float wj) const { return wj >= (j < split ? thr_before : thr_after); }
 };
 
 // Writes the admitted weight of every block of kBlock tokens to block_sums[num_blocks(n)] and

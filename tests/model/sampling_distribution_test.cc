@@ -205,30 +205,37 @@ TEST(SamplingRows, ExpIsAccurateAndExactAtZero) {
 }
 
 TEST(SamplingRows, MaskedBlockSumsAndDrawsFollowTheirDefinitions) {
+  namespace sr = sampling_rows;
   std::vector<float> x = normal_logits(5000, 1.0f, 8);
   const float max = *std::max_element(x.begin(), x.end());
   const int64_t split = 2500;
   x[100] = x[4000] = x[split];  // ties: the lower id is ranked above, the higher one below
-  const float thr = x[split];
-  const sampling_rows::WeightMask m{max, 1.25f, thr, split, std::nextafter(thr, 1e30f)};
-  std::vector<double> blocks(sampling_rows::num_blocks(5000));
-  double all = 0.0;
-  const double total = sampling_rows::weight_block_sums(x.data(), 5000, m, blocks.data(), &all);
-  double want = 0.0, want_all = 0.0;
-  for (int64_t j = 0; j < 5000; ++j) {
-    const double w = std::exp((double(x[j]) - max) * 1.25);
-    want_all += w;
-    // ranked above token `split`: larger, or equal with a lower id
-    if (x[j] > thr || (x[j] == thr && j < split)) want += w;
+  auto w_of = [&](int64_t j) { return sr::sample_exp((x[j] - max) * 1.25f); };
+  const float thr = w_of(split);
+  std::vector<float> stored(5000);
+  for (const bool from_stored : {false, true}) {
+    const sr::WeightMask m{
+        max, 1.25f, thr, split, std::nextafter(thr, 1e30f), from_stored ? stored.data() : nullptr};
+    std::vector<double> blocks(sr::num_blocks(5000));
+    double all = 0.0;
+    const double total = sr::weight_block_sums(x.data(), 5000, m, blocks.data(), &all,
+                                               from_stored ? nullptr : stored.data());
+    double want = 0.0, want_all = 0.0;
+    for (int64_t j = 0; j < 5000; ++j) {
+      EXPECT_EQ(stored[j], w_of(j));
+      const double w = std::exp((double(x[j]) - max) * 1.25);
+      want_all += w;
+      // ranked above token `split`: more probable, or as probable with a lower id
+      if (w_of(j) > thr || (w_of(j) == thr && j < split)) want += w;
+    }
+    EXPECT_NEAR(total, want, 1e-6 * want);
+    EXPECT_NEAR(all, want_all, 1e-5 * want_all);
+    for (double u : {0.0, 0.3, 0.77, 0.999999}) {
+      const int64_t j = sr::draw_from_blocks(x.data(), 5000, m, blocks.data(), u * total);
+      EXPECT_TRUE(m.admits(j, w_of(j))) << u;
+    }
   }
-  EXPECT_NEAR(total, want, 1e-6 * want);
-  EXPECT_NEAR(all, want_all, 1e-5 * want_all);
-  for (double u : {0.0, 0.3, 0.77, 0.999999}) {
-    const int64_t j = sampling_rows::draw_from_blocks(x.data(), 5000, m, blocks.data(), u * total);
-    EXPECT_TRUE(m.admits(j, x[j])) << u;
-  }
-  EXPECT_EQ(sampling_rows::first_equal(x.data(), 5000, max),
-            std::max_element(x.begin(), x.end()) - x.begin());
+  EXPECT_EQ(sr::first_equal(x.data(), 5000, max), std::max_element(x.begin(), x.end()) - x.begin());
   std::vector<int32_t> ids(5000);
   const int64_t c = sampling_rows::collect_at_least(x.data(), 5000, 1.5f, ids.data());
   EXPECT_EQ(c, sampling_rows::count_at_least(x.data(), 5000, 1.5f));
