@@ -159,6 +159,14 @@ void ServingMetrics::init_kvwarden() {
                            "User + system CPU time by thread role: the thread's name without its "
                            "index (kvw-io, kvw-http, kvw-engine, kvw-fwd, kvw-swap, ...).",
                            {"thread"});
+  auto& phase = r.counter("kvwarden_engine_step_seconds_total",
+                          "Engine step time by phase: schedule (scheduler and bookkeeping), "
+                          "forward (the model's forward pass), sample (numerics guard and "
+                          "sampling of every row).",
+                          {"phase"});
+  phase_schedule_ = &phase.with({"schedule"});
+  phase_forward_ = &phase.with({"forward"});
+  phase_sample_ = &phase.with({"sample"});
   defrag_moves_ = &r.counter("kvwarden_kv_defrag_moves_total",
                              "KV blocks moved by the defragmenter (--defrag-threshold).")
                        .with({});
@@ -343,6 +351,9 @@ void ServingMetrics::update_engine(const EngineStats& s) {
   waiting_->set(double(s.num_waiting));
   engine_waiting_ = double(s.num_waiting);
   defrag_moves_->set_total(double(s.num_defrag_moves));
+  phase_schedule_->set_total(double(s.schedule_ns) * 1e-9);
+  phase_forward_->set_total(double(s.forward_ns) * 1e-9);
+  phase_sample_->set_total(double(s.sample_ns) * 1e-9);
   window_freed_->set_total(double(s.num_window_freed_blocks));
   prefix_evictions_->set_total(double(s.prefix.num_evictions));
   swapped_->set(double(s.num_swapped));

@@ -131,6 +131,7 @@ class ServingMetrics {
   Counter *http_accepted_, *http_rejected_, *http_slow_, *http_held_total_, *http_hold_over_budget_,
       *req_mem_timeouts_, *defrag_moves_;
   Counter *window_freed_, *prefix_evictions_;
+  Counter *phase_schedule_, *phase_forward_, *phase_sample_;  // engine step time by phase
   Gauge *grammar_bytes_, *grammar_capacity_, *grammar_entries_;
   Counter *grammar_hits_, *grammar_misses_, *grammar_evicted_, *grammar_too_large_;
   Counter *kv_events_published_, *kv_events_dropped_, *kv_batches_published_, *kv_batches_dropped_;

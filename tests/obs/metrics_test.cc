@@ -199,6 +199,10 @@ TEST(ServingMetrics, ExportsEngineFiguresInBaseUnits) {
   EXPECT_EQ(value_of(p, "kvwarden_swap_bytes_total", {{"direction", "out"}}), 1 << 20);
   EXPECT_EQ(value_of(p, "kvwarden_prefix_cache_hits_total"), 250);
   EXPECT_EQ(value_of(p, "kvwarden_prefix_cache_evictions_total"), 17);
+  EXPECT_DOUBLE_EQ(value_of(p, "kvwarden_engine_step_seconds_total", {{"phase", "schedule"}}),
+                   0.25);
+  EXPECT_DOUBLE_EQ(value_of(p, "kvwarden_engine_step_seconds_total", {{"phase", "forward"}}), 7.5);
+  EXPECT_DOUBLE_EQ(value_of(p, "kvwarden_engine_step_seconds_total", {{"phase", "sample"}}), 1.25);
   EXPECT_EQ(value_of(p, "kvwarden_requests", {{"state", "waiting"}}), 11);
   EXPECT_EQ(value_of(p, "kvwarden_requests_shed_total", {{"reason", "queue_full"}}), 2);
   EXPECT_EQ(value_of(p, "kvwarden_breaker_state"), 1);

@@ -107,6 +107,9 @@ EngineStats make_stats() {
   s.kv = make_snapshot(300).stats;
   s.last_step_seqs = 6;
   s.last_step_tokens = 6;
+  s.schedule_ns = 250'000'000;
+  s.forward_ns = 7'500'000'000;
+  s.sample_ns = 1'250'000'000;
   return s;
 }
 
