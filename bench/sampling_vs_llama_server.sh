@@ -17,7 +17,8 @@
 # kvwarden treats 0 as off). Each repetition runs every cell on both servers back to back, so a
 # slow spell of a shared machine hits both columns alike. Prints a markdown table of median output
 # tokens/s (completed tokens / run time) with the ratios sampled/greedy and kvwarden/llama-server,
-# the commit and the CPU's flags.
+# the commit and the CPU's flags, then kvwarden's step time per output token split into forward
+# pass and sampling (kvwarden_engine_step_seconds_total before and after each cell).
 # Environment: KVW (build-bench/apps/kvwarden/kvwarden, else build/...), LLAMA_SERVER (none),
 # VOCABS ("32000 151936 262144"), STREAMS ("1 16"), MODES ("greedy t1 p09"; a rerun of some
 # modes into the same OUT keeps the others' reports for the table), REPS (3), ROUNDS (1: requests
@@ -65,6 +66,12 @@ wait_healthy() {  # url seconds
   return 1
 }
 
+# kvwarden's engine step time so far, "schedule forward sample" seconds (/metrics).
+phases() {  # url
+  curl -s "$1/metrics" | awk -F'[{}" ]+' '/^kvwarden_engine_step_seconds_total\{/ {v[$3] = $NF}
+    END {print v["schedule"] + 0, v["forward"] + 0, v["sample"] + 0}'
+}
+
 # One cell: kvwarden bench against url; writes the JSON report to $4.
 drive() {  # url streams mode json
   local n=$(($2 * ROUNDS < 2 ? 2 : $2 * ROUNDS))
@@ -94,7 +101,9 @@ for v in $VOCABS; do
   for rep in $(seq "$REPS"); do
     for s in $STREAMS; do
       for m in $MODES; do
+        before=$(phases "http://127.0.0.1:$PORT")
         drive "http://127.0.0.1:$PORT" "$s" "$m" "$OUT/kvw.v$v.s$s.$m.$rep.json"
+        echo "$before $(phases "http://127.0.0.1:$PORT")" >"$OUT/kvw.v$v.s$s.$m.$rep.phases"
         if [ -n "$LLAMA_SERVER" ]; then
           drive "http://127.0.0.1:$LPORT" "$s" "$m" "$OUT/lcpp.v$v.s$s.$m.$rep.json"
         fi
@@ -128,6 +137,19 @@ def med(tool, v, s, m):
             xs.append(j["output_throughput"])
     return statistics.median(xs) if xs else None
 
+def phase_ms(v, s, m):  # median over runs of kvwarden's forward and sample ms per output token
+    fw, sa = [], []
+    for r in range(1, reps + 1):
+        p, j = f"{out}/kvw.v{v}.s{s}.{m}.{r}.phases", f"{out}/kvw.v{v}.s{s}.{m}.{r}.json"
+        if not (os.path.exists(p) and os.path.exists(j)):
+            continue
+        x = [float(t) for t in open(p).read().split()]
+        tokens = json.load(open(j)).get("total_output_tokens", 0)
+        if len(x) == 6 and tokens > 0:
+            fw.append((x[4] - x[1]) * 1e3 / tokens)
+            sa.append((x[5] - x[2]) * 1e3 / tokens)
+    return (statistics.median(fw), statistics.median(sa)) if fw else (None, None)
+
 def f(x, fmt="{:.0f}"):
     return "-" if x is None else fmt.format(x)
 
@@ -154,5 +176,14 @@ for v in vocabs:
             k, l = med("kvw", v, s, m), med("lcpp", v, s, m)
             print(f"| {v} | {s} | {m} | {f(k)} | {f(ratio(k, kg), '{:.2f}')} | {f(l)} | "
                   f"{f(ratio(l, lg), '{:.2f}')} | {f(ratio(k, l), '{:.2f}')} |")
+print("\nkvwarden's engine step time per output token (kvwarden_engine_step_seconds_total, "
+      "medians), ms: forward / sample")
+print("| vocab | streams | greedy | t1 | p09 |")
+print("|---|---|---|---|---|")
+for v in vocabs:
+    for s in streams:
+        cells = [phase_ms(v, s, m) for m in modes]
+        print(f"| {v} | {s} | " + " | ".join(
+            f"{f(a, '{:.3f}')} / {f(b, '{:.3f}')}" for a, b in cells) + " |")
 PY
 echo "raw reports and server logs: $OUT" >&2
