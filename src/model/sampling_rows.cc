@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -117,6 +118,25 @@ KVW_ROW_PASS void range_sums(const float* x, int64_t begin, int64_t end, const W
 
 float sample_exp(float x) {
   return exp_neg1(x);
+}
+
+KVW_ROW_PASS bool all_finite(const float* x, int64_t n) {
+  constexpr uint32_t kExponent = 0x7f800000u;  // all ones: inf or NaN
+  for (int64_t begin = 0; begin < n; begin += kBlock) {
+    const int64_t end = std::min(n, begin + kBlock);
+    I16 bad = {};
+    int64_t i = begin;
+    for (; i + kLanes <= end; i += kLanes) {
+      U16 bits;
+      std::memcpy(&bits, x + i, sizeof bits);
+      bad |= (bits & kExponent) == kExponent;
+    }
+    int32_t any = 0;
+    for (int l = 0; l < kLanes; ++l) any |= bad[l];
+    for (; i < end; ++i) any |= !std::isfinite(x[i]);
+    if (any != 0) return false;
+  }
+  return true;
 }
 
 KVW_ROW_PASS MaxMin max_min(const float* x, int64_t n) {

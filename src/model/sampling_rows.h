@@ -17,6 +17,10 @@ inline int64_t num_blocks(int64_t n) {
   return (n + kBlock - 1) / kBlock;
 }
 
+// Whether every x[i] is finite (no NaN, no +-inf): the numerics guard's check of a logit row,
+// one vectorised pass that stops at the first block holding a bad value.
+bool all_finite(const float* x, int64_t n);
+
 struct MaxMin {
   float max;
   float min;

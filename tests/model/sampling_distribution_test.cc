@@ -243,6 +243,26 @@ TEST(SamplingRows, MaskedBlockSumsAndDrawsFollowTheirDefinitions) {
   EXPECT_TRUE(std::is_sorted(ids.begin(), ids.begin() + c));
 }
 
+TEST(SamplingRows, AllFiniteFindsAnyNanOrInfinityWherever) {
+  const int64_t n = 5000;  // four full blocks and a partial one with a scalar tail
+  std::vector<float> x = normal_logits(n, 1.0f, 9);
+  x[7] = std::numeric_limits<float>::max();
+  x[8] = -std::numeric_limits<float>::max();
+  x[9] = std::numeric_limits<float>::denorm_min();
+  EXPECT_TRUE(sampling_rows::all_finite(x.data(), n));
+  for (const float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+        -std::numeric_limits<float>::infinity()}) {
+    for (const int64_t at :
+         {int64_t{0}, int64_t{17}, int64_t{1023}, int64_t{1024}, int64_t{4097}, n - 1}) {
+      std::vector<float> y = x;
+      y[at] = bad;
+      EXPECT_FALSE(sampling_rows::all_finite(y.data(), n)) << bad << " at " << at;
+      EXPECT_TRUE(sampling_rows::all_finite(y.data(), at)) << "before " << at;
+    }
+  }
+}
+
 TEST(SelectTopK, ReturnsTheKLargestBestFirstWithLowerIdsOnTies) {
   std::vector<float> x = normal_logits(70000, 1.0f, 2);
   x[5] = x[60000] = 100.0f;  // a tie at the top
