@@ -7,7 +7,8 @@
 //     mode 0 greedy, 1 temperature 1, 2 temperature 1 + top_p 0.9, 3 temperature 0.8 + top_p 0.9
 //   BM_SampleCold/mode:<m>/vocab:<n>   the same over 16 rows in turn, as a 16-stream step
 //     samples them: the rows do not fit in L2, so each draw's passes read from L3 or memory
-//   BM_SampleStep/mode:<m>/vocab:<n>   16 rows per iteration after streaming 64 MiB (as a step's
+//   BM_SampleStep/mode:<m>/vocab:<n>   16 rows per iteration, each checked for NaN/inf and then
+//     sampled as Engine::sample_rows does, after streaming 64 MiB (as a step's
 //     weights do: Qwen-sized output matrices alone are 67 MB at q8_0), so rows and scratch start
 //     outside the caches; time per iteration = 16 draws
 //   BM_SeenTokensAddPrompt/tokens:<n>      one prompt of n tokens (ids < 152k) into an empty set
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "model/sampling.h"
+#include "model/sampling_rows.h"
 #include "model/seen_tokens.h"
 
 namespace kvw {
@@ -46,18 +48,29 @@ std::vector<int32_t> random_ids(size_t n, uint32_t seed) {
   return ids;
 }
 
+// The modes of the header comment.
+SamplingParams params_of(int64_t mode) {
+  return {.temperature = mode == 0   ? 0.0f
+                         : mode == 3 ? 0.8f
+                                     : 1.0f,
+          .top_k = 0,
+          .top_p = mode >= 2 ? 0.9f : 1.0f,
+          .min_p = 0.0f,
+          .seed = 1};
+}
+
+std::vector<std::vector<float>> sixteen_rows(int32_t n_vocab) {
+  std::vector<std::vector<float>> rows;
+  for (uint32_t r = 0; r < 16; ++r) rows.push_back(random_row(n_vocab, r + 1));
+  return rows;
+}
+
 void BM_Sample(benchmark::State& state) {
   const int64_t mode = state.range(0);
   const auto n_vocab = (int32_t)state.range(1);
   const auto num_seen = (size_t)state.range(2);
-  SamplingParams p{.temperature = mode == 0   ? 0.0f
-                                  : mode == 3 ? 0.8f
-                                              : 1.0f,
-                   .top_k = 0,
-                   .top_p = mode >= 2 ? 0.9f : 1.0f,
-                   .min_p = 0.0f,
-                   .seed = 1,
-                   .repetition_penalty = num_seen > 0 ? 1.1f : 1.0f};
+  SamplingParams p = params_of(mode);
+  p.repetition_penalty = num_seen > 0 ? 1.1f : 1.0f;
   Sampler s(p, n_vocab);
   std::vector<float> row = random_row(n_vocab, 1);
   SeenTokens seen(num_seen);
@@ -74,16 +87,8 @@ BENCHMARK(BM_Sample)
 void BM_SampleCold(benchmark::State& state) {
   const int64_t mode = state.range(0);
   const auto n_vocab = (int32_t)state.range(1);
-  SamplingParams p{.temperature = mode == 0   ? 0.0f
-                                  : mode == 3 ? 0.8f
-                                              : 1.0f,
-                   .top_k = 0,
-                   .top_p = mode >= 2 ? 0.9f : 1.0f,
-                   .min_p = 0.0f,
-                   .seed = 1};
-  Sampler s(p, n_vocab);
-  std::vector<std::vector<float>> rows;
-  for (uint32_t r = 0; r < 16; ++r) rows.push_back(random_row(n_vocab, r + 1));
+  Sampler s(params_of(mode), n_vocab);
+  std::vector<std::vector<float>> rows = sixteen_rows(n_vocab);
   size_t r = 0;
   for (auto _ : state) {
     benchmark::DoNotOptimize(s.sample(rows[r].data(), {}));
@@ -98,23 +103,18 @@ BENCHMARK(BM_SampleCold)
 void BM_SampleStep(benchmark::State& state) {
   const int64_t mode = state.range(0);
   const auto n_vocab = (int32_t)state.range(1);
-  SamplingParams p{.temperature = mode == 0   ? 0.0f
-                                  : mode == 3 ? 0.8f
-                                              : 1.0f,
-                   .top_k = 0,
-                   .top_p = mode >= 2 ? 0.9f : 1.0f,
-                   .min_p = 0.0f,
-                   .seed = 1};
-  Sampler s(p, n_vocab);
-  std::vector<std::vector<float>> rows;
-  for (uint32_t r = 0; r < 16; ++r) rows.push_back(random_row(n_vocab, r + 1));
+  Sampler s(params_of(mode), n_vocab);
+  std::vector<std::vector<float>> rows = sixteen_rows(n_vocab);
   std::vector<float> weights(16 << 20, 1.0f);
   float sink = 0.0f;
   for (auto _ : state) {
     state.PauseTiming();
     for (size_t i = 0; i < weights.size(); i += 16) sink += weights[i];
     state.ResumeTiming();
-    for (auto& row : rows) benchmark::DoNotOptimize(s.sample(row.data(), {}));
+    for (auto& row : rows) {  // as Engine::sample_rows: the numerics guard, then the draw
+      benchmark::DoNotOptimize(sampling_rows::all_finite(row.data(), n_vocab));
+      benchmark::DoNotOptimize(s.sample(row.data(), {}));
+    }
   }
   benchmark::DoNotOptimize(sink);
 }
