@@ -11,6 +11,7 @@
 
 #include "core/half.h"
 #include "kernels_test_util.h"
+#include "paged_kv_layer.h"
 
 namespace kvw::kernels {
 namespace {
@@ -21,33 +22,17 @@ constexpr int32_t kKvHeads = 2;
 // Positions 0..95 live in these arena blocks, deliberately out of order.
 const std::vector<uint32_t> kBlockTable = {7, 2, 9, 0, 11, 4};
 
-// One layer's paged K/V (kernels.h layout: per block K, V, and int8 scales) and a view of it.
+// One layer's paged K/V and a view of it.
 struct KvArena {
-  KvArena(KvDtype dtype, int32_t head_dim) {
-    const int64_t rows = (int64_t)kKvHeads * kBlockSize;
-    const int64_t row_bytes =
-        (int64_t)(kv_row_bytes(dtype, head_dim) - (dtype == KvDtype::kInt8 ? 4 : 0));
-    const int64_t scales = dtype == KvDtype::kInt8 ? rows * 4 : 0;
-    const int64_t stride = 2 * rows * row_bytes + 2 * scales;
-    buf.assign(kNumBlocks * stride, 0xAB);
-    uint8_t* b = buf.data();
-    view = {dtype,
-            b,
-            b + rows * row_bytes,
-            scales ? b + 2 * rows * row_bytes : nullptr,
-            scales ? b + 2 * rows * row_bytes + scales : nullptr,
-            stride,
-            kBlockSize,
-            kKvHeads,
-            head_dim};
-    elem = dtype == KvDtype::kF32 ? 4 : (dtype == KvDtype::kInt8 ? 1 : 2);
-  }
+  KvArena(KvDtype dtype, int32_t head_dim)
+      : view(testing::paged_kv_view(dtype, head_dim, kKvHeads, kBlockSize, kNumBlocks, &buf)),
+        elem(kv_elem_bytes(dtype)) {}
   float read(bool value, int64_t pos, int32_t kv_head, int32_t i) const {
     std::vector<float> row(view.head_dim);
     kv_load_row(view, value, kBlockTable, pos, kv_head, row.data());
     return row[i];
   }
-  std::vector<uint8_t> buf;
+  std::vector<uint8_t> buf;  // declared first: the view points into it
   KvLayerView view;
   int64_t elem;
 };

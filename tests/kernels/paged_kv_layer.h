@@ -15,26 +15,33 @@
 
 namespace kvw::kernels::testing {
 
+// Sizes *buf for n_blocks blocks of one layer's paged K/V (kernels.h layout: per block K, V and,
+// for int8, their scales), filled with 0xAB, and returns the view of it.
+inline KvLayerView paged_kv_view(KvDtype dtype, int32_t hd, int32_t kv_heads, int32_t block_size,
+                                 int64_t n_blocks, std::vector<uint8_t>* buf) {
+  const int64_t rows = (int64_t)kv_heads * block_size;
+  const int64_t row_bytes = (int64_t)kv_elem_bytes(dtype) * hd;
+  const int64_t scales = dtype == KvDtype::kInt8 ? rows * 4 : 0;
+  const int64_t stride = 2 * rows * row_bytes + 2 * scales;
+  buf->assign(n_blocks * stride, 0xAB);
+  uint8_t* b = buf->data();
+  return {dtype,
+          b,
+          b + rows * row_bytes,
+          scales ? b + 2 * rows * row_bytes : nullptr,
+          scales ? b + 2 * rows * row_bytes + scales : nullptr,
+          stride,
+          block_size,
+          kv_heads,
+          hd};
+}
+
 struct PagedKvLayer {
   // seed: the shuffle's; K and V take seed + 3 and seed + 4.
   PagedKvLayer(KvDtype dtype, int32_t hd, int64_t depth, int32_t kv_heads, int32_t block_size,
                uint32_t seed) {
     const int64_t n_blocks = (depth + block_size - 1) / block_size;
-    const int64_t rows = (int64_t)kv_heads * block_size;
-    const int64_t row_bytes = (int64_t)kv_elem_bytes(dtype) * hd;
-    const int64_t scales = dtype == KvDtype::kInt8 ? rows * 4 : 0;
-    const int64_t stride = 2 * rows * row_bytes + 2 * scales;
-    buf.assign(n_blocks * stride, 0xAB);
-    uint8_t* b = buf.data();
-    view = {dtype,
-            b,
-            b + rows * row_bytes,
-            scales ? b + 2 * rows * row_bytes : nullptr,
-            scales ? b + 2 * rows * row_bytes + scales : nullptr,
-            stride,
-            block_size,
-            kv_heads,
-            hd};
+    view = paged_kv_view(dtype, hd, kv_heads, block_size, n_blocks, &buf);
     table.resize(n_blocks);
     std::iota(table.begin(), table.end(), 0u);
     std::shuffle(table.begin(), table.end(), std::mt19937(seed));
