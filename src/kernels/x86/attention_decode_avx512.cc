@@ -260,39 +260,38 @@ void attend_decode(const TileWork& t, const AttnQuery* query, int32_t h0, int ng
 
 }  // namespace
 
-bool attend_decode_tile(const TileWork& t, const AttnQuery* query, int32_t h0, int ng,
-                        SoftmaxState (*st)[kMaxGroup]) {
-  if (t.scores.bf16_dot) {
-    switch (t.kv->dtype) {
-      case KvDtype::kF16:
-        attend_decode<KvDtype::kF16, true>(t, query, h0, ng, st);
-        return true;
-      case KvDtype::kBF16:
-        attend_decode<KvDtype::kBF16, true>(t, query, h0, ng, st);
-        return true;
-      case KvDtype::kInt8:
-        attend_decode<KvDtype::kInt8, true>(t, query, h0, ng, st);
-        return true;
-      case KvDtype::kF32:
-        attend_decode<KvDtype::kF32, true>(t, query, h0, ng, st);
-        return true;
-      default:
-        return false;
-    }
-  }
+namespace {
+
+// The dtypes this file decodes; bf16 K/V only with bf16 q.k products (false: the caller's
+// generic path).
+template <bool kBf16Dot>
+bool attend_decode_dtype(const TileWork& t, const AttnQuery* query, int32_t h0, int ng,
+                         SoftmaxState (*st)[kMaxGroup]) {
   switch (t.kv->dtype) {
     case KvDtype::kF16:
-      attend_decode<KvDtype::kF16, false>(t, query, h0, ng, st);
+      attend_decode<KvDtype::kF16, kBf16Dot>(t, query, h0, ng, st);
+      return true;
+    case KvDtype::kBF16:
+      if constexpr (!kBf16Dot) return false;
+      attend_decode<KvDtype::kBF16, true>(t, query, h0, ng, st);
       return true;
     case KvDtype::kInt8:
-      attend_decode<KvDtype::kInt8, false>(t, query, h0, ng, st);
+      attend_decode<KvDtype::kInt8, kBf16Dot>(t, query, h0, ng, st);
       return true;
     case KvDtype::kF32:
-      attend_decode<KvDtype::kF32, false>(t, query, h0, ng, st);
+      attend_decode<KvDtype::kF32, kBf16Dot>(t, query, h0, ng, st);
       return true;
     default:
       return false;
   }
+}
+
+}  // namespace
+
+bool attend_decode_tile(const TileWork& t, const AttnQuery* query, int32_t h0, int ng,
+                        SoftmaxState (*st)[kMaxGroup]) {
+  return t.scores.bf16_dot ? attend_decode_dtype<true>(t, query, h0, ng, st)
+                           : attend_decode_dtype<false>(t, query, h0, ng, st);
 }
 
 }  // namespace kvw::kernels::avx512
