@@ -45,9 +45,13 @@ std::vector<GenerationRequest> story_requests(const std::string& model) {
   return rs;
 }
 
-void expect_llama_tokens_in_every_layout(const std::string& source, const std::string& tag) {
+// kv_dtypes: f16 and int8, or under the sanitizers f16 alone for the default model (half its
+// time under ASan): the relayout's own code paths are the same for both, stories260K still
+// runs int8 KV there, and the default model's int8 tokens are compared in Release.
+void expect_llama_tokens_in_every_layout(const std::string& source, const std::string& tag,
+                                         std::vector<KvDtype> kv_dtypes) {
   const std::vector<GenerationRequest> rs = story_requests(source);
-  for (KvDtype dtype : {KvDtype::kF16, KvDtype::kInt8}) {
+  for (KvDtype dtype : kv_dtypes) {
     auto llama = make_engine(config_for(source, 256, dtype));
     ASSERT_NE(llama, nullptr);
     std::vector<std::vector<int32_t>> want;
@@ -81,11 +85,14 @@ void expect_llama_tokens_in_every_layout(const std::string& source, const std::s
 TEST(EngineRelayout, Stories260KTokensAreTheLlamaFilesAsPhi3Qwen2AndMistral) {
   const char* dir = std::getenv("KVW_TEST_MODELS");
   ASSERT_NE(dir, nullptr) << "KVW_TEST_MODELS (tests/models) is not set";
-  expect_llama_tokens_in_every_layout(std::string(dir) + "/stories260K.gguf", "stories");
+  expect_llama_tokens_in_every_layout(std::string(dir) + "/stories260K.gguf", "stories",
+                                      {KvDtype::kF16, KvDtype::kInt8});
 }
 
 TEST(EngineRelayout, DefaultModelTokensAreTheLlamaFilesAsPhi3Qwen2AndMistral) {
-  expect_llama_tokens_in_every_layout(KVW_DEFAULT_MODEL_PATH, "default");
+  std::vector<KvDtype> kv_dtypes = {KvDtype::kF16, KvDtype::kInt8};
+  if (std::getenv("KVW_SANITIZED") != nullptr) kv_dtypes = {KvDtype::kF16};
+  expect_llama_tokens_in_every_layout(KVW_DEFAULT_MODEL_PATH, "default", kv_dtypes);
 }
 
 }  // namespace

@@ -46,6 +46,14 @@ void expect_stream_shape(const RawResponse& r, const std::string& what);
 // thread stacks, allocator slack (README, "Serving limits").
 inline constexpr uint64_t kFixedOverheadBytes = 64ull << 20;
 
+// A sanitized build (ASan, TSan): its server decodes ~10x slower and its RSS is not the
+// allocator's, so the load tests run a smaller size there and check RSS only in Release.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 // /proc/PID/status fields in bytes (VmHWM: peak RSS, VmRSS: now); 0 when unreadable.
 uint64_t vm_hwm_bytes(pid_t pid);
 uint64_t vm_rss_bytes(pid_t pid);
