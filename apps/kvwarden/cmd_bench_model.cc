@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -233,6 +234,8 @@ int run(const BenchModelFlags& f) {
     auto loaded = Model::load(path, opt);
     if (!loaded) return fail(loaded.message(), 1);
     Model& model = **loaded;
+    // Read at load (Model::load logs it too): issue 29's bimodal decode speed.
+    const std::optional<uint64_t> huge_bytes = model.weights_huge_page_bytes();
     const GgmlType wtype = model.weights().layers.at(0).wq.type;
     const double macs = matmul_macs_per_token(model);
     const double params = parameter_count(model.weights());
@@ -314,6 +317,9 @@ int run(const BenchModelFlags& f) {
     out_models.push_back({{"model_filename", path},
                           {"model_type", std::string(type_traits(wtype).name)},
                           {"model_size", model.weights().total_bytes},
+                          {"weights_bytes", model.weights_memory_bytes()},
+                          {"weights_huge_page_bytes",
+                           huge_bytes ? nlohmann::json(*huge_bytes) : nlohmann::json(nullptr)},
                           {"model_n_params", params},
                           {"kernels", kernels::kernels().isa},
                           {"kv_cache_dtype", f.kv_dtype},

@@ -74,6 +74,8 @@ class GgufFile {
   // private (the file is not written) and writable. Errors: the allocation failing.
   Status move_tensors_to_memory();
   bool tensors_in_memory() const { return owned_ != nullptr; }
+  // move_tensors_to_memory's region (tensor data rounded up to 2 MiB); empty before the move.
+  std::span<const uint8_t> tensor_memory() const { return {owned_, owned_bytes_}; }
 
  private:
   GgufFile() = default;

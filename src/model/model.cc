@@ -1,8 +1,10 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "core/check.h"
+#include "core/huge_page_usage.h"
 #include "core/ids.h"
 #include "core/log.h"
 #include "kernels/kernels.h"
@@ -31,6 +33,22 @@ void apply_rope_override(const RopeOverride& o, RopeParams& r) {
   if (o.freq_base) r.freq_base = *o.freq_base;
   if (o.orig_ctx) r.orig_ctx = *o.orig_ctx;
   if (r.scaling == RopeScaling::kNone) r.scale_factor = 1.0f;
+}
+
+// "weights: 606 of 610 MiB on 2 MiB pages (99.3%)". MADV_HUGEPAGE is a request, and whether it
+// was granted decides decode speed (issue 29), so say.
+void log_huge_page_share(const Model& m) {
+  const uint64_t bytes = m.weights_memory_bytes();
+  const std::optional<uint64_t> huge = m.weights_huge_page_bytes();
+  if (!huge) {
+    LOG(INFO, model) << "weights: " << (bytes >> 20)
+                     << " MiB, share on 2 MiB pages unknown (/proc/self/smaps unreadable)";
+    return;
+  }
+  char pct[16];
+  std::snprintf(pct, sizeof pct, "%.1f", bytes > 0 ? 100.0 * double(*huge) / double(bytes) : 0.0);
+  LOG(INFO, model) << "weights: " << (*huge >> 20) << " of " << (bytes >> 20)
+                   << " MiB on 2 MiB pages (" << pct << "%)";
 }
 
 }  // namespace
@@ -85,8 +103,15 @@ Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<GgufFile> file, Model
     LOG(INFO, model) << "repacked " << *packed / (1 << 20) << " MiB of weights for "
                      << kernels::kernels().isa << " matmul_packed";
   }
-  return std::unique_ptr<Model>(
-      new Model(std::move(file), std::move(hp), std::move(w.value()), opt));
+  auto model =
+      std::unique_ptr<Model>(new Model(std::move(file), std::move(hp), std::move(w.value()), opt));
+  log_huge_page_share(*model);
+  return model;
+}
+
+std::optional<uint64_t> Model::weights_huge_page_bytes() const {
+  const std::span<const uint8_t> mem = file_->tensor_memory();
+  return huge_page_bytes(mem.data(), mem.size());
 }
 
 Model::Model(std::unique_ptr<GgufFile> file, ModelHParams hp, ModelWeights w,

@@ -80,6 +80,11 @@ class Model {
   const ModelHParams& hparams() const { return hp_; }
   const GgufFile& file() const { return *file_; }
   const ModelWeights& weights() const { return w_; }
+  // The weights' memory (GgufFile::tensor_memory) and how much of it sits on 2 MiB pages now,
+  // from /proc/self/smaps (core/huge_page_usage.h; a walk of the page tables, not free):
+  // nullopt when smaps cannot be read.
+  uint64_t weights_memory_bytes() const { return file_->tensor_memory().size(); }
+  std::optional<uint64_t> weights_huge_page_bytes() const;
   int32_t max_batch_tokens() const { return max_tokens_; }
   uint64_t workspace_bytes() const { return workspace_bytes_; }
   // What the workspace and KV rows were sized from (the planner sums the same).

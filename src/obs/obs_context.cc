@@ -118,6 +118,7 @@ std::string ObservabilityContext::metrics_text() {
   if (p.kv_events) metrics_.update_kv_events(p.kv_events());
   if (p.grammar_cache) metrics_.update_grammar_cache(p.grammar_cache());
   if (p.budget) metrics_.update_budget(p.budget());
+  if (p.weights_huge_page_bytes) metrics_.update_weights_huge_pages(p.weights_huge_page_bytes());
   metrics_.update_process();
   return metrics_.render();
 }

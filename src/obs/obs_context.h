@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -54,6 +55,8 @@ struct ObsProviders {
   std::function<http::HttpServerStats()> transport = nullptr;   // the HTTP front door
   std::function<KvEventsStats()> kv_events = nullptr;           // the KV events publisher
   std::function<GrammarCacheSample()> grammar_cache = nullptr;  // structured outputs' cache
+  // The model's weights on 2 MiB pages (Model::weights_huge_page_bytes); nullopt: unknown.
+  std::function<std::optional<uint64_t>()> weights_huge_page_bytes = nullptr;
 };
 
 class ObservabilityContext {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -152,6 +153,10 @@ void ServingMetrics::init_kvwarden() {
            .with({});
   rss_ = &r.gauge("kvwarden_process_resident_memory_bytes", "Resident set size of the process.")
               .with({});
+  weights_huge_ = &r.gauge("kvwarden_weights_huge_page_bytes",
+                           "Bytes of the model's weights the kernel backs with 2 MiB pages "
+                           "(/proc/self/smaps); decode streams them all each step.")
+                       .with({});
   cpu_ = &r.counter("kvwarden_process_cpu_seconds_total",
                     "User + system CPU time of the process (getrusage).")
               .with({});
@@ -426,6 +431,10 @@ void ServingMetrics::update_grammar_cache(const GrammarCacheSample& s) {
   grammar_misses_->set_total(double(s.misses));
   grammar_evicted_->set_total(double(s.evicted));
   grammar_too_large_->set_total(double(s.too_large));
+}
+
+void ServingMetrics::update_weights_huge_pages(std::optional<uint64_t> bytes) {
+  weights_huge_->set(bytes ? double(*bytes) : std::numeric_limits<double>::quiet_NaN());
 }
 
 void ServingMetrics::update_process() {

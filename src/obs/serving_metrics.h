@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -79,6 +80,8 @@ class ServingMetrics {
   // The KV events publisher (--kv-events-config), when there is one.
   void update_kv_events(const KvEventsStats& s);
   void update_grammar_cache(const GrammarCacheSample& s);
+  // kvwarden_weights_huge_page_bytes; nullopt (smaps unreadable) exports NaN, not a false 0.
+  void update_weights_huge_pages(std::optional<uint64_t> bytes);
 
   // Observes TTFT, TPOT, ITL, e2e and queue time (when known), counts prompt tokens and the
   // finish reason. Generation tokens are counted from EngineStats, not here (no double count).
@@ -122,7 +125,7 @@ class ServingMetrics {
   Gauge* breaker_;
   Gauge* breaker_labelled_[3];
   Histogram *ttft_, *tpot_, *itl_, *e2e_, *queue_, *step_duration_, *batch_seqs_, *batch_tokens_;
-  Gauge* rss_;
+  Gauge *rss_, *weights_huge_;
   Counter* cpu_;
   Family<Counter>* thread_cpu_;  // by thread role (kvw-io, kvw-engine, kvw-fwd, ...)
   Gauge *http_conns_, *http_peak_conns_, *http_streams_, *http_buffered_, *http_preparing_,

@@ -69,7 +69,8 @@ void wire_observability(Server& server, Engine& engine, obs::ObservabilityContex
        .config = [config = std::move(config)] { return config; },
        .transport = [&server] { return server.transport(); },
        .kv_events = std::move(kv_events),
-       .grammar_cache = [&server] { return server.grammar_cache(); }});
+       .grammar_cache = [&server] { return server.grammar_cache(); },
+       .weights_huge_page_bytes = [&engine] { return engine.model().weights_huge_page_bytes(); }});
   ctx.metrics().set_breaker_state(BreakerState::kOk);
   server.set_observer(&bridge);
   obs::register_observability_routes(

@@ -18,6 +18,8 @@ for t in "pp16" "pp40" "tg4" "tg4 x3" "pp16 @ d24" "pp40 @ d24" "tg4 @ d24" "tg4
 done
 grep -q "tg4 @ d24: .* t/s (its 24-token context prefilled at .* t/s)" "$WORK/err" ||
   fail "no depth prefill rate: $(cat "$WORK/err")"
+grep -q "weights: [0-9]* of [0-9]* MiB on 2 MiB pages ([0-9.]*%)" "$WORK/err" ||
+  fail "no huge-page line: $(cat "$WORK/err")"
 grep -q "^machine: .*read .* GB/s, triad .* GB/s, f32 FMA .* GFLOP/s.*int8 .* GOP/s" "$WORK/out" ||
   fail "no probe line: $(head -1 "$WORK/out")"
 /usr/bin/python3 - "$WORK/r.json" <<'PY' || fail "JSON report"
@@ -27,6 +29,11 @@ m = r["machine"]
 assert m["threads"] == 2 and m["read_gbs"] > 0 and m["triad_gbs"] > 0, m
 assert m["fma_gflops"] > 0 and m["int8_gops"] > 0 and m["fma_gflops_1t"] > 0, m
 (model,) = r["models"]
+# The weights' memory and its share on 2 MiB pages (issue 29): whole huge pages, never more than
+# the memory itself; how many THP grants is not asserted (it may be off).
+wb, hb = model["weights_bytes"], model["weights_huge_page_bytes"]
+assert wb > 0 and wb % (2 << 20) == 0 and wb >= model["model_size"], model
+assert isinstance(hb, int) and 0 <= hb <= wb and hb % (2 << 20) == 0, model
 tests = {x["test"]: x for x in model["results"]}
 assert len(tests) == 8, list(tests)
 for name, x in tests.items():

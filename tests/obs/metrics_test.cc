@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -276,6 +277,20 @@ TEST(ServingMetrics, ExportsKvEventsPublisherCounters) {
   EXPECT_EQ(value_of(p, "kvwarden_kv_events_dropped_total"), 7);
   EXPECT_EQ(value_of(p, "kvwarden_kv_event_batches_dropped_total"), 2);
   EXPECT_EQ(value_of(p, "kvwarden_kv_events_queued"), 3);
+}
+
+// Issue 29: the weights' bytes on 2 MiB pages; unknown (smaps unreadable) is NaN, never a 0
+// that would read as "THP refused".
+TEST(ServingMetrics, ExportsWeightsOnHugePagesAndNaNWhenUnknown) {
+  const char* name = "kvwarden_weights_huge_page_bytes";
+  ServingMetrics m(kCfg);
+  m.update_weights_huge_pages(uint64_t{608} << 20);
+  EXPECT_EQ(value_of(parse_prometheus_text(m.render()), name), 608 << 20);
+  m.update_weights_huge_pages(std::nullopt);
+  const test::Parsed p = parse_prometheus_text(m.render());
+  const test::Sample* s = find_sample(p, name, name, {});
+  ASSERT_NE(s, nullptr);
+  EXPECT_TRUE(std::isnan(s->value)) << s->value;
 }
 
 TEST(ServingMetrics, RequestTimingFeedsLatencyHistograms) {

@@ -3,7 +3,10 @@
 // gauges, /debug/kv shows the block map, /dashboard is HTML.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 
 #include "harness.h"
@@ -75,6 +78,17 @@ TEST(ServerObservability, MetricsShowRequestsTimingsRefusalsAndEngineState) {
   EXPECT_EQ(sample(t, "kvwarden_queue_time_seconds_count"), 0);
   EXPECT_NE(t.find("num_gpu_blocks=\"" + std::to_string(h.engine->budget().num_blocks) + "\""),
             std::string::npos);
+  // The weights' share on 2 MiB pages, as the model reads it (khugepaged may collapse pages
+  // between two readings, so the scrape lies between a reading before and one after).
+  const Model& model = h.engine->model();
+  const std::optional<uint64_t> before = model.weights_huge_page_bytes();
+  const double huge = sample(h.client->Get("/metrics")->body, "kvwarden_weights_huge_page_bytes");
+  const std::optional<uint64_t> after = model.weights_huge_page_bytes();
+  ASSERT_TRUE(before && after) << "/proc/self/smaps unreadable";
+  EXPECT_GE(huge, double(std::min(*before, *after)));
+  EXPECT_LE(huge, double(std::max(*before, *after)));
+  EXPECT_LE(huge, double(model.weights_memory_bytes()));
+  EXPECT_EQ(std::fmod(huge, double(2 << 20)), 0);
 }
 
 // The grammar cache (--grammar-cache): nothing before the first grammar (the trie is not built
