@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "engine/engine.h"
+#include "model/sampling_rows.h"
 
 namespace kvw {
 
@@ -54,7 +55,7 @@ void Engine::run_prompt_rows() {
       PromptChunk& c = prompt_chunks_[prompt_rows_[j].first];
       const size_t i = prompt_rows_[j].second;
       const float* row = c.rows + i * (size_t)n_vocab;
-      if (!all_finite(row, n_vocab)) {
+      if (!sampling_rows::all_finite(row, n_vocab)) {
         c.finite = false;
         continue;
       }

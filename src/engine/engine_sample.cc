@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "engine/engine.h"
+#include "model/sampling_rows.h"
 
 namespace kvw {
 
@@ -103,7 +104,7 @@ void Engine::sample_job(SampleJob& job, int32_t n_vocab) const {
   sampler.observe_prompt(r->prompt());
   for (int32_t i = 0; i < job.num_rows; ++i) {
     float* row = job.row + (size_t)i * (size_t)n_vocab;
-    if (!all_finite(row, n_vocab)) {
+    if (!sampling_rows::all_finite(row, n_vocab)) {
       job.finite = false;
       job.pos += i;
       return;

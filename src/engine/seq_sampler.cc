@@ -132,8 +132,4 @@ void compute_logprobs(const float* logits, int32_t n_vocab, int32_t token, int32
   for (int32_t id : ids) top->push_back(TokenLogprob{id, logits[id] - lse});
 }
 
-bool all_finite(const float* logits, int64_t n) {
-  return sampling_rows::all_finite(logits, n);
-}
-
 }  // namespace kvw

@@ -79,7 +79,4 @@ class SeqSampler {
 void compute_logprobs(const float* logits, int32_t n_vocab, int32_t token, int32_t k,
                       float* logprob, std::vector<TokenLogprob>* top);
 
-// True when every one of logits[0, n) is finite (the numerics guard).
-bool all_finite(const float* logits, int64_t n);
-
 }  // namespace kvw
