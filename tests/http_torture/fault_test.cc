@@ -81,9 +81,9 @@ TEST(Faults, TinyBudgetWithSwapServesOrRefusesEveryLongPrompt) {
       (kBudget + kFixedOverheadBytes) / 1048576.0);
   EXPECT_GT(ok, 0);
   EXPECT_GT(swapped + recomputed, 0) << "16 x ~230 tokens cannot fit ~512 tokens of KV at once";
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-  EXPECT_LE(hwm, kBudget + kFixedOverheadBytes);  // sanitizers' shadow memory inflates RSS
-#endif
+  if (!kSanitized) {  // sanitizers' shadow memory inflates RSS
+    EXPECT_LE(hwm, kBudget + kFixedOverheadBytes);
+  }
   stop_and_expect_clean_exit(*served);
 }
 
@@ -96,11 +96,7 @@ TEST(Faults, SigtermMidStreamFinishesEveryStreamRefusesNewWorkAndExitsZero) {
   // The streams must still run when the late request arrives and end within the drain timeout:
   // a Release build with the O(vocabulary) sampler finishes 10 x 200 tokens in ~0.4 s, a
   // sanitized one needs all of its time for them.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  const std::string max_tokens = "200";
-#else
-  const std::string max_tokens = "1500";
-#endif
+  const std::string max_tokens = kSanitized ? "200" : "1500";
   std::vector<PlannedRequest> reqs;
   for (int i = 0; i < 10; ++i) {
     reqs.push_back(

@@ -25,11 +25,7 @@ using nlohmann::json;
 constexpr int kMaxTokens = 128;
 // The all-fit run under the sanitizers, whose RSS is not checked and which decode ~10x slower:
 // 16 tokens reach every holding (bodies, stops, bias, logprob records, answer parts).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr int kAllFitMaxTokens = 16;
-#else
-constexpr int kAllFitMaxTokens = kMaxTokens;
-#endif
+constexpr int kAllFitMaxTokens = kSanitized ? 16 : kMaxTokens;
 
 std::string worst_body(int max_tokens) {
   json stops = json::array();
@@ -105,12 +101,10 @@ void print(const char* what, const MixResult& m, double budget_mib) {
 }
 
 TEST(FrontDoor, SixtyFourChoiceRequestsWithMaximalStopsGetRequestMemoryRefusalsWithinBudget) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   // Its point is VmHWM against the budget, which the sanitizers' shadow memory hides, and it
   // needs 128-token answers to refuse some (74 s under ASan). The same holdings and their 503
   // run under ASan in the all-fit mix below and in RequestHold.* (tests/server).
-  GTEST_SKIP() << "RSS test; Release only";
-#endif
+  if (kSanitized) GTEST_SKIP() << "RSS test; Release only";
   constexpr uint64_t kBudget = 384ull << 20;
   // 4.25 MiB per body reservation; 6 MiB holds the state of a few of these requests (~1.5 MiB
   // each) beside one body's reservation.
@@ -125,9 +119,9 @@ TEST(FrontDoor, SixtyFourChoiceRequestsWithMaximalStopsGetRequestMemoryRefusalsW
   EXPECT_EQ(m.by_status[200] + m.by_status[503], 8);
   EXPECT_GT(m.peak_used, 2.0 * 1048576) << "answer state held in request memory meanwhile";
   EXPECT_LE(m.peak_used, m.capacity);
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-  EXPECT_LE(m.hwm_mib * 1048576.0, (double)(kBudget + kFixedOverheadBytes));
-#endif
+  if (!kSanitized) {
+    EXPECT_LE(m.hwm_mib * 1048576.0, (double)(kBudget + kFixedOverheadBytes));
+  }
   expect_server_healthy(*served, "the worst mix");
   stop_and_expect_clean_exit(*served);
 }
@@ -144,9 +138,9 @@ TEST(FrontDoor, WorstLegalMixWithDefaultRequestMemoryStaysWithinBudget) {
   MixResult m = run_worst_mix(*served, kAllFitMaxTokens);
   print("8 x 64 choices, default request memory", m, kBudget / 1048576.0);
   EXPECT_LE(m.peak_used, m.capacity);
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-  EXPECT_LE(m.hwm_mib * 1048576.0, (double)(kBudget + kFixedOverheadBytes));
-#endif
+  if (!kSanitized) {
+    EXPECT_LE(m.hwm_mib * 1048576.0, (double)(kBudget + kFixedOverheadBytes));
+  }
   stop_and_expect_clean_exit(*served);
 }
 
