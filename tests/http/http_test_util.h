@@ -16,6 +16,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "../server/raw_socket.h"
 #include "http/http_server.h"
@@ -78,6 +79,18 @@ inline std::string get(const std::string& path) {
 inline std::string post(const std::string& path, const std::string& body) {
   return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
          "\r\n\r\n" + body;
+}
+
+// The answer's bytes reach the client before the I/O thread releases the request's memory, so
+// a test that has its answer polls for the release.
+template <class Server>
+bool request_memory_drains(const Server& s, std::chrono::milliseconds timeout = 5000ms) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (s.stats().request_memory.used != 0) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(2ms);
+  }
+  return true;
 }
 
 inline HttpResponse refuse(Refusal r, const HttpRequest&) {

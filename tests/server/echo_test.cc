@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cmath>
 #include <map>
-#include <thread>
 
 #include "../model/teacher_forced.h"
 #include "harness.h"
@@ -223,10 +222,7 @@ TEST(Echo, PromptLogprobsAreChargedToRequestMemory) {
                      {{"prompt", ids}, {"echo", true}, {"logprobs", 1}, {"max_tokens", 1}});
   EXPECT_EQ(r["choices"][0]["logprobs"]["tokens"].size(), ids.size() + 1);
   // Given back once the answer is written (the stream may go a moment after the client read).
-  for (int i = 0; i < 200 && h.server->transport().request_memory.used > 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_EQ(h.server->transport().request_memory.used, 0u);
+  EXPECT_TRUE(harness::wait_for([&] { return h.server->transport().request_memory.used == 0; }));
 }
 
 // echo with n > 1: the prompt's logprobs are the same for every candidate, so only the first
