@@ -16,14 +16,16 @@
 # DEPTH=0 or STREAMS=0 leaves that test out.
 # Environment: LCPP_BUILD (LLAMA_CPP_DIR/build: llama.cpp's build directory, built with
 # -DGGML_NATIVE=ON), THREADS (nproc), REPS (3), PROMPTS (512,2048), GEN (128), DEPTH (4096),
-# STREAMS (16), STREAM_GEN (64), KVW (build/apps/kvwarden/kvwarden),
+# STREAMS (16), STREAM_GEN (64), KVW (build/apps/kvwarden/kvwarden), DEPTH_FA ("off on": the
+# flash-attention settings llama-batched-bench runs the depth test with; "on" alone halves its
+# time at 32k, where each setting prefills the whole depth),
 # OUT (bench/results/side-by-side-<UTC time>: every raw JSON of the sitting, llama.cpp's system
 # info and the table, kept so each figure in the README can be audited),
 # LCPP_COMMIT (what to print as the llama.cpp version when LLAMA_CPP_DIR is not a git checkout).
 # Prints a markdown table (median of REPS interleaved runs each, ratio = kvwarden / llama.cpp)
 # and the machine line of kvwarden's bandwidth and compute probes from the same run.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n 2,17p "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,26p "$0"; exit 2; }
 LCPP=$(cd "$1" && pwd)
 shift
 cd "$(dirname "$0")/.."
@@ -34,6 +36,7 @@ GEN=${GEN:-128}
 DEPTH=${DEPTH:-4096}
 STREAMS=${STREAMS:-16}
 STREAM_GEN=${STREAM_GEN:-64}
+DEPTH_FA=${DEPTH_FA:-off on}
 KVW=${KVW:-build/apps/kvwarden/kvwarden}
 OUT=${OUT:-bench/results/side-by-side-$(date -u +%Y%m%dT%H%MZ)}
 mkdir -p "$OUT"
@@ -74,7 +77,7 @@ for model in "$@"; do
     "$KVW" bench-model -m "$model" -p "$PROMPTS" -n "$GEN" -t "$THREADS" -r 1 $probes \
       --json "$OUT/$i.kvw_1.$rep.json" >/dev/null 2>>"$OUT/$i.kvw.err"
     if [ "$DEPTH" -gt 0 ]; then
-      for fa in off on; do
+      for fa in $DEPTH_FA; do
         "$BIN/llama-batched-bench" -m "$model" -c $((DEPTH + GEN + 16)) -b 2048 -ub 512 \
           -npp "$DEPTH" -ntg "$GEN" -npl 1 -t "$THREADS" -tb "$THREADS" -fa $fa --no-mmap \
           --output-format jsonl 2>/dev/null | grep '^{' >>"$OUT/$i.lcpp_batched.jsonl" ||
@@ -121,6 +124,9 @@ for i in range(1, n + 1):
         name = (f"tg{r['tg']} @ d{r['pp']}" if r["pl"] == 1 else
                 f"tg{r['tg']} x{r['pl']} @ d{r['pp']}")
         runs.setdefault((name, str(r.get("flash_attn"))), []).append(r["speed_tg"])
+        if r["pl"] == 1:  # the depth's own prefill: a prompt of that length from nothing
+            runs.setdefault((f"pp{r['pp']} (depth fill)", str(r.get("flash_attn"))),
+                            []).append(r["speed_pp"])
     lc, lc_fa = {}, {}
     for (name, fa), v in runs.items():
         if statistics.median(v) > lc.get(name, 0):
@@ -137,6 +143,8 @@ for i in range(1, n + 1):
             (model,) = rep_json["models"]
             for r in model["results"]:
                 ours.setdefault(r["test"], []).append(r["median_ts"])
+                if r["streams"] == 1 and r.get("depth_fill_ts"):
+                    ours.setdefault(f"pp{r['n_depth']} (depth fill)", []).extend(r["depth_fill_ts"])
                 if r.get("matmul_gops", 0) > 0:
                     gops.setdefault(r["test"], []).append(r["matmul_gops"])
     name = f"{os.path.basename(model['model_filename'])} ({model['model_type']})"
