@@ -31,7 +31,8 @@ constexpr int kDecodeLanes = 8;  // a decode tile's pairs, one per lane of a __m
 // How accumulate reads V rows: f32 rows (decoded, or the F32 cache's own), or the F16 / INT8
 // cache's rows in place, decoded per use to the same f32 values as the f32 rows. INT8 rows are
 // their integers: each row's scale is folded into the weights instead (fold_scales).
-// BF16 rows are read in place only by bf16_dot decode tiles.
+// BF16 rows are read in place only under bf16_dot, whose tiles all read V in place (into bf16
+// pairs, bf16_v_pairs).
 enum class VRows { kF32, kF16, kInt8, kBF16 };
 
 // 16 elements of a V row from element j.
