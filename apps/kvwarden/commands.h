@@ -18,8 +18,9 @@ void add_bench_model_command(CLI::App& app, int& exit_code);
 
 // --attention-dot's help, the same for every command that loads a model.
 inline constexpr const char* kAttentionDotHelp =
-    "Attention q.k products: f32 (default) or bf16 (vdpbf16ps on bf16-rounded q and K, faster "
-    "decode at depth; still bit-identical across batching, threads and chunking; refused at "
-    "start-up without AVX512_BF16)";
+    "Attention q.k and P.V products: f32 (default) or bf16 (vdpbf16ps on bf16-rounded q and K, "
+    "and on bf16-rounded softmax weights and V; faster prefill and decode at depth; still "
+    "bit-identical across batching, threads and chunking; refused at start-up without "
+    "AVX512_BF16)";
 
 }  // namespace kvw::app

@@ -62,9 +62,13 @@ struct AttnQuery {
 //
 // bf16_dot (opt-in, `--attention-dot bf16`): q.k from bf16 operands, q and k each rounded to bf16
 // (nearest even), summed as the lanes of AVX512_BF16's vdpbf16ps do: over d-pairs j in order,
-// acc = dpbf16(acc, q[2j..2j+1], k[2j..2j+1]) (each bf16 product exact in f32). Every other step
-// (the multiplier, softmax, PV) stays f32. INT8 K rows enter as their integers (exact in
-// bf16) where the f32 path takes them so (head_dim % 16 == 0), their scale in the multiplier. Only
+// acc = dpbf16(acc, q[2j..2j+1], k[2j..2j+1]) (each bf16 product exact in f32). PV likewise: the
+// softmax weights (INT8: times the V row's scale) and V rounded to bf16, paired by position
+// (2j, 2j + 1) of each 16-aligned chunk, out = dpbf16(out, (w_2j, w_2j+1), (v_2j, v_2j+1)) over
+// j in order after the f32 rescale; a paired position outside the query's range adds +0. The
+// multiplier, the softmax's max, sum and rescale stay f32. INT8 K rows enter as their integers
+// (exact in bf16) where the f32 path takes them so (head_dim % 16 == 0), their scale in the
+// multiplier; INT8 V rows always enter as their integers. Only
 // the AVX-512 tables implement it, and only on a CPU with AVX512_BF16
 // (attention_bf16_dot_supported); callers must check, others ignore it. Within the mode the batch
 // invariance above holds as in f32: each score's arithmetic is the same in a decode tile, a prefill

@@ -45,7 +45,7 @@ struct ModelOptions {
   // The longest sequence this model will serve (--max-model-len; 0: the trained context, as
   // llama.cpp's default n_ctx). Picks phi3's LongRoPE factors: see rope_factors below.
   int64_t max_model_len = 0;
-  // --attention-dot bf16: attention's q.k products from bf16 operands (kernels.h
+  // --attention-dot bf16: attention's q.k and P.V products from bf16 operands (kernels.h
   // AttnScores::bf16_dot; default f32). load() refuses it where the kernels lack it (no
   // AVX512_BF16, or a non-AVX-512 table) rather than falling back silently.
   bool attention_bf16_dot = false;

@@ -328,8 +328,8 @@ void softmax_pairs(const ChunkPair* pairs, int n, __m512 scale, float softcap,
 }
 
 // The chunk at c0, positions [la, lb): K transposed into kt, V rows for accumulate into vrow
-// (and vs, INT8 V scales). Returns the scores' multiplier: the softmax scale, times each
-// position's K scale for INT8 rows.
+// (and vs, INT8 V scales); under bf16_dot K as bf16 pairs and V as bf16 pair rows in vbuf. Returns
+// the scores' multiplier: the softmax scale, times each position's K scale for INT8 rows.
 __m512 load_chunk(const TileWork& t, int64_t c0, int la, int lb, float* kt, float* vbuf,
                   const void** vrow, float* vs) {
   ChunkRows cr;
@@ -339,6 +339,9 @@ __m512 load_chunk(const TileWork& t, int64_t c0, int la, int lb, float* kt, floa
   const bool k_scaled = load_kt(*t.kv, t.block_table, cr, c0, la, lb, t.kv_head, kt, t.row, ks);
   if (t.scores.bf16_dot) bf16_pair_kt(kt, t.kv->head_dim);
   load_v_rows(*t.kv, t.block_table, cr, c0, la, lb, t.kv_head, t.v_rows, vbuf, vrow, vs);
+  if (t.scores.bf16_dot) {
+    bf16_v_pairs(t.v_rows, vrow, la, lb, t.kv->head_dim, reinterpret_cast<uint32_t*>(vbuf));
+  }
   return k_scaled ? _mm512_mul_ps(_mm512_load_ps(ks), scale) : scale;
 }
 
@@ -432,7 +435,13 @@ void attend_step(const TileWork& t, int64_t c0, int64_t hi, const ChunkPair* pai
       w[g] = pv[g] + k0;
       c[g] = cs[g] + k0;
     }
-    accumulate_runs<G>(VRows::kF32, ps, n, w, c, v, hd);
+    if (t.scores.bf16_dot) {
+      const uint32_t* vp[G];
+      for (int g = 0; g < G; ++g) vp[g] = reinterpret_cast<const uint32_t*>(t.vbuf + g * kt_floats);
+      bf16_pv_step(ps, n, G, w, c, vp, hd);
+    } else {
+      accumulate_runs<G>(VRows::kF32, ps, n, w, c, v, hd);
+    }
   }
   pf.issue(-1);
 }
@@ -447,9 +456,10 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
   // tile converts each row once into vbuf. Either way the same exact f32 values. INT8 V rows are
   // their integers in both, and each pair's weights take the rows' scales: 1 multiply per pair
   // and chunk instead of 1 per 16 elements of every row and pair.
-  // BF16 rows in place only under bf16_dot, whose decode tiles take them.
+  // Under bf16_dot every tile reads them in place once per chunk, into bf16 pair rows.
   const bool in_place = nq * ng <= 16;
-  const VRows v_rows = !in_place                                       ? VRows::kF32
+  const bool read_v = in_place || scores.bf16_dot;
+  const VRows v_rows = !read_v                                         ? VRows::kF32
                        : kv.dtype == KvDtype::kF16                     ? VRows::kF16
                        : kv.dtype == KvDtype::kInt8                    ? VRows::kInt8
                        : kv.dtype == KvDtype::kBF16 && scores.bf16_dot ? VRows::kBF16
@@ -523,8 +533,13 @@ void attend_tile(const AttnQuery* queries, int nq, int32_t h0, int ng, int32_t k
                 kv.dtype == KvDtype::kInt8 ? vs : nullptr);
     float(*const w[1])[kAttnChunk] = {pv[0]};
     const float* const c[1] = {cs[0]};
-    const void* const* const v[1] = {vrow};
-    accumulate_runs<1>(v_rows, pairs, np, w, c, v, hd);
+    if (scores.bf16_dot) {
+      const uint32_t* const vp[1] = {reinterpret_cast<const uint32_t*>(t.vbuf)};
+      bf16_pv_step(pairs, np, 1, w, c, vp, hd);
+    } else {
+      const void* const* const v[1] = {vrow};
+      accumulate_runs<1>(v_rows, pairs, np, w, c, v, hd);
+    }
     c0 += kAttnChunk;
   }
   for (int i = 0; i < nq; ++i) {

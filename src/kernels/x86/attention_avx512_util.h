@@ -31,7 +31,8 @@ constexpr int kDecodeLanes = 8;  // a decode tile's pairs, one per lane of a __m
 // How accumulate reads V rows: f32 rows (decoded, or the F32 cache's own), or the F16 / INT8
 // cache's rows in place, decoded per use to the same f32 values as the f32 rows. INT8 rows are
 // their integers: each row's scale is folded into the weights instead (fold_scales).
-// BF16 rows are read in place only by bf16_dot decode tiles.
+// BF16 rows are read in place only under bf16_dot, whose tiles all read V in place (into bf16
+// pairs, bf16_v_pairs).
 enum class VRows { kF32, kF16, kInt8, kBF16 };
 
 // 16 elements of a V row from element j.
@@ -249,6 +250,21 @@ void bf16_k_row(KvDtype dtype, const uint8_t* src, int32_t hd, uint16_t* dst);
 // A decode chunk's scores s[p][lane] from qt2 and 16 bf16 K rows kbuf[16][hd].
 void bf16_decode_scores(const uint32_t* qt2, const uint16_t* kbuf, int32_t hd,
                         float (*s)[kDecodeLanes]);
+
+// PV under bf16_dot: the weights rounded to bf16 and V as bf16 pairs of positions (2j, 2j + 1) of
+// the chunk, out = dpbf16(out, (w[2j], w[2j + 1]), (v_2j[d], v_2j+1[d])) over j in order after
+// the f32 rescale; a position outside a pair's lanes adds +0 (its weight 0, its V half zeroed).
+// A chunk's V rows [la, lb) (vrow, read as `rows`) as pair rows vp[8][hd]: dword d of row j is
+// (v_2j[d], v_2j+1[d]), rows outside [la, lb) zeros. vp may hold F32 rows decoded there
+// (vbuf): pair row j is written after rows 2j and 2j + 1 are read.
+void bf16_v_pairs(VRows rows, const void* const* vrow, int la, int lb, int32_t hd, uint32_t* vp);
+// accumulate_runs<G> (G = 1 or kAttnStepChunks) in bf16: w[g] chunk g's weights [pair][16]
+// (rounded in place), c[g] its rescales, vp[g] its V pairs.
+void bf16_pv_step(const ChunkPair* pairs, int np, int G, float (*const* w)[kAttnChunk],
+                  const float* const* c, const uint32_t* const* vp, int32_t hd);
+// A decode chunk's PV in bf16: w [kAttnChunk][kDecodeLanes] position-major weights.
+void bf16_pv_decode(const ChunkPair* pairs, int np, const float* w, const float* c,
+                    const uint32_t* vp, int32_t hd);
 
 // attend_tile's one-chunk steps for a decode tile (attention_decode_avx512.cc): one query, heads
 // [h0, h0 + ng) with ng <= kDecodeLanes, F16 / INT8 / F32 rows (and BF16 under bf16_dot) with

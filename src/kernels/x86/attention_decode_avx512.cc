@@ -12,8 +12,9 @@
 // weights summed in position order. Zen 4 runs AVX-512 on two 256-bit FMA pipes, so a __m256 FMA
 // does half the work of a __m512 one at twice the rate; a CPU with two 512-bit FMA ports scores at
 // half its peak here (the V accumulation stays __m512). Under AttnScores::bf16_dot (BF16 rows
-// too) q is rounded to bf16 pairs once per tile, K rows to bf16 once per chunk, and the scores
-// come from attention_bf16_avx512.cc's vdpbf16ps loop in the same lanes; the rest is unchanged.
+// too) q is rounded to bf16 pairs once per tile, K rows to bf16 and V rows to bf16 pairs of
+// positions once per chunk (a chunk ahead), the scores come from attention_bf16_avx512.cc's
+// vdpbf16ps loop in the same lanes and PV from its bf16_pv_decode; the softmax is unchanged.
 #include <algorithm>
 #include <cstring>
 
@@ -66,13 +67,26 @@ KVW_INLINE __m512 load_k16(const uint8_t* row, int32_t d0) {
 // integers, the scale in kmul with the softmax scale, as load_chunk), V row pointers and INT8 V
 // scales. Rows outside [la, lb) are zeros, as load_kt leaves them (scored, then masked).
 struct DecodeRows {
-  float* kbuf;  // [kAttnChunk][hd]
+  float* kbuf;  // [kAttnChunk][hd] f32, or bf16 K [kAttnChunk][hd] then V pairs [8][hd] u32
   const void* vrow[kAttnChunk];
   float kmul[kAttnChunk], vs[kAttnChunk];
   int la, lb;
 };
 
-// bf16: K rows as bf16 (bf16_k_row) instead of f32, in the first half of each row's space.
+// The VRows that read a cache of dtype kD in place.
+template <KvDtype kD>
+constexpr VRows kRowsOf = kD == KvDtype::kF16    ? VRows::kF16
+                          : kD == KvDtype::kInt8 ? VRows::kInt8
+                          : kD == KvDtype::kBF16 ? VRows::kBF16
+                                                 : VRows::kF32;
+
+// A bf16 chunk's V pair rows (bf16_v_pairs), [8][hd] after its bf16 K rows in kbuf.
+KVW_INLINE uint32_t* v_pairs_of(const DecodeRows& r, int32_t hd) {
+  return reinterpret_cast<uint32_t*>(r.kbuf + kAttnChunk / 2 * hd);
+}
+
+// bf16: K rows as bf16 (bf16_k_row) instead of f32, in the first half of each row's space, and
+// V as bf16 pair rows in the second half (v_pairs_of).
 template <KvDtype kD, bool kBf16>
 void decode_rows(const TileWork& t, int64_t c0, int la, int lb, DecodeRows* r) {
   const KvLayerView& kv = *t.kv;
@@ -101,6 +115,7 @@ void decode_rows(const TileWork& t, int64_t c0, int la, int lb, DecodeRows* r) {
       r->vs[p] = row_scale(kv.v_scale, cr, p);
     }
   }
+  if constexpr (kBf16) bf16_v_pairs(kRowsOf<kD>, r->vrow, la, lb, hd, v_pairs_of(*r, hd));
 }
 
 // The running softmax state of a decode tile, lanes = pairs (lanes past its heads: q = 0).
@@ -250,7 +265,11 @@ void attend_decode(const TileWork& t, const AttnQuery* query, int32_t h0, int ng
     } else {
       decode_softmax<kInt8, 0>(rows[b], hd, t.scores, ds, &w[0][0], c);
     }
-    accumulate_decode(t.v_rows, pairs, np, &w[0][0], c, rows[b].vrow, hd);
+    if constexpr (kBf16) {
+      bf16_pv_decode(pairs, np, &w[0][0], c, v_pairs_of(rows[b], hd), hd);
+    } else {
+      accumulate_decode(t.v_rows, pairs, np, &w[0][0], c, rows[b].vrow, hd);
+    }
   }
   alignas(32) float m[kDecodeLanes], l[kDecodeLanes];
   _mm256_store_ps(m, ds.m);
